@@ -1,0 +1,3 @@
+//! The RDMA half: talking to the kernel's RDMA netlink, and querying GIDs through verbs.
+pub mod netlink;
+pub mod verbs;

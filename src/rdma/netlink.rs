@@ -1,0 +1,1 @@
+//! RDMA netlink (NETLINK_RDMA). Owned by the rdma-netlink work.

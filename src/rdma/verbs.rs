@@ -1,0 +1,1 @@
+//! GID table queries through libibverbs, sysfs fallback. Owned by the verbs work.
