@@ -1,3 +1,4 @@
 //! The RDMA half: talking to the kernel's RDMA netlink, and querying GIDs through verbs.
 pub mod netlink;
+pub mod pair;
 pub mod verbs;

@@ -1,0 +1,237 @@
+//! The CNI_* environment variables a runtime sets, validated per verb.
+
+use crate::error::{Result, invalid_env};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Add,
+    Del,
+    Check,
+    Version,
+    Status,
+    Gc,
+}
+
+impl Command {
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "ADD" => Command::Add,
+            "DEL" => Command::Del,
+            "CHECK" => Command::Check,
+            "VERSION" => Command::Version,
+            "STATUS" => Command::Status,
+            "GC" => Command::Gc,
+            other => {
+                return Err(invalid_env(format!(
+                    "CNI_COMMAND {other:?} is not one of ADD, DEL, CHECK, VERSION, STATUS, GC"
+                )));
+            }
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Del => "DEL",
+            Command::Check => "CHECK",
+            Command::Version => "VERSION",
+            Command::Status => "STATUS",
+            Command::Gc => "GC",
+        }
+    }
+
+    /// Verbs that act on one attachment (container + interface).
+    fn per_attachment(self) -> bool {
+        matches!(self, Command::Add | Command::Del | Command::Check)
+    }
+}
+
+/// The runtime's view of one call.
+#[derive(Debug, Clone)]
+pub struct Env {
+    pub command: Command,
+    pub container_id: String,
+    /// Empty when the runtime did not give one (allowed for DEL).
+    pub netns: String,
+    pub ifname: String,
+    pub args: String,
+    pub path: Vec<PathBuf>,
+}
+
+/// Longest input we accept in any CNI_* variable: bounded, since it comes from the cluster.
+const MAX_ENV_LEN: usize = 4096;
+
+impl Env {
+    pub fn from_process() -> Result<Self> {
+        Self::from_lookup(|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    /// Read and validate the variables through `get` (tests pass a map).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |k: &str| -> Result<String> {
+            let v = get(k).unwrap_or_default();
+            if v.len() > MAX_ENV_LEN {
+                return Err(invalid_env(format!(
+                    "{k} is {} bytes long; the limit is {MAX_ENV_LEN}",
+                    v.len()
+                )));
+            }
+            Ok(v)
+        };
+        let command = var("CNI_COMMAND")?;
+        if command.is_empty() {
+            return Err(invalid_env("CNI_COMMAND is not set"));
+        }
+        let command = Command::parse(&command)?;
+        let env = Env {
+            command,
+            container_id: var("CNI_CONTAINERID")?,
+            netns: var("CNI_NETNS")?,
+            ifname: var("CNI_IFNAME")?,
+            args: var("CNI_ARGS")?,
+            path: var("CNI_PATH")?
+                .split(':')
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+                .collect(),
+        };
+        env.validate()?;
+        Ok(env)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !self.command.per_attachment() {
+            return Ok(());
+        }
+        let verb = self.command.name();
+        if self.container_id.is_empty() {
+            return Err(invalid_env(format!(
+                "CNI_CONTAINERID is required for {verb}"
+            )));
+        }
+        validate_container_id(&self.container_id)?;
+        validate_ifname(&self.ifname).map_err(|m| invalid_env(format!("CNI_IFNAME: {m}")))?;
+        if self.netns.is_empty() && self.command != Command::Del {
+            return Err(invalid_env(format!("CNI_NETNS is required for {verb}")));
+        }
+        if self.path.is_empty() {
+            return Err(invalid_env(format!(
+                "CNI_PATH is required for {verb} (the IPAM plugin is looked up there)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The spec's rule for container IDs: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`. It also keeps the ID
+/// safe to use in a state file name.
+pub fn validate_container_id(id: &str) -> Result<()> {
+    let mut chars = id.chars();
+    let ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid_env(format!(
+            "CNI_CONTAINERID {id:?} must start with a letter or digit and hold only letters, digits, '_', '.', '-'"
+        )))
+    }
+}
+
+/// A valid Linux interface name: 1-15 bytes, not "." or "..", no '/', ':' or whitespace.
+pub fn validate_ifname(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() {
+        return Err("interface name is empty".into());
+    }
+    if name.len() > 15 {
+        return Err(format!(
+            "interface name {name:?} is {} bytes; Linux allows at most 15",
+            name.len()
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("interface name {name:?} is not allowed"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| *c == '/' || *c == ':' || c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "interface name {name:?} contains {c:?}, which Linux does not allow"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Code;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> Result<Env> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Env::from_lookup(|k| m.get(k).cloned())
+    }
+
+    const GOOD: [(&str, &str); 5] = [
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_CONTAINERID", "abc-123"),
+        ("CNI_NETNS", "/var/run/netns/x"),
+        ("CNI_IFNAME", "net1"),
+        ("CNI_PATH", "/opt/cni/bin:/usr/lib/cni"),
+    ];
+
+    fn with(k: &str, v: &str) -> Result<Env> {
+        let mut p: Vec<(&str, &str)> = GOOD.iter().filter(|(a, _)| *a != k).copied().collect();
+        p.push((k, v));
+        env(&p)
+    }
+
+    #[test]
+    fn good_env_parses() {
+        let e = env(&GOOD).unwrap();
+        assert_eq!(e.command, Command::Add);
+        assert_eq!(e.path.len(), 2);
+    }
+
+    #[test]
+    fn bad_env_table() {
+        for (k, v) in [
+            ("CNI_COMMAND", ""),
+            ("CNI_COMMAND", "FROB"),
+            ("CNI_CONTAINERID", ""),
+            ("CNI_CONTAINERID", "../etc"),
+            ("CNI_IFNAME", ""),
+            ("CNI_IFNAME", "../x"),
+            ("CNI_IFNAME", "a/b"),
+            ("CNI_IFNAME", "."),
+            ("CNI_IFNAME", "toolongname12345"),
+            ("CNI_IFNAME", "a b"),
+            ("CNI_NETNS", ""),
+            ("CNI_PATH", ""),
+        ] {
+            let err = with(k, v).expect_err(&format!("{k}={v:?} must be rejected"));
+            assert_eq!(err.code, Code::InvalidEnv, "{k}={v:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn del_allows_empty_netns_and_version_needs_nothing() {
+        let mut p: Vec<(&str, &str)> = GOOD.to_vec();
+        p[0] = ("CNI_COMMAND", "DEL");
+        p[2] = ("CNI_NETNS", "");
+        assert!(env(&p).is_ok());
+        assert!(env(&[("CNI_COMMAND", "VERSION")]).is_ok());
+    }
+
+    #[test]
+    fn oversized_values_are_rejected() {
+        let long = "a".repeat(5000);
+        assert_eq!(with("CNI_ARGS", &long).unwrap_err().code, Code::InvalidEnv);
+    }
+}

@@ -1,0 +1,590 @@
+//! `NetConf`: the network configuration on stdin, parsed, validated, and kept raw for IPAM.
+
+use super::result::CniResult;
+use super::version::Version;
+use crate::error::{Code, Error, Result, invalid_config};
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// Largest config we read: configs come from the cluster and are untrusted.
+pub const MAX_CONFIG_LEN: usize = 1 << 20;
+
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/rdma-host-device";
+
+/// Top-level keys we understand; anything else is rejected with code 2 so typos surface.
+const KNOWN_KEYS: &[&str] = &[
+    "cniVersion",
+    "cniVersions",
+    "name",
+    "type",
+    "args",
+    "ipam",
+    "dns",
+    "prevResult",
+    "runtimeConfig",
+    "capabilities",
+    "cni.dev/valid-attachments",
+    "device",
+    "hwaddr",
+    "kernelpath",
+    "pciBusID",
+    "deviceID",
+    "rdmaDevice",
+    "mtu",
+    "rdma",
+    "logFile",
+    "logLevel",
+    "stateDir",
+];
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeConfig {
+    #[serde(rename = "deviceID")]
+    pub device_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Move the RDMA device when the kernel is in exclusive mode; leave it shared otherwise.
+    #[default]
+    Auto,
+    /// Require exclusive mode.
+    Exclusive,
+    /// Do not touch RDMA at all.
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SoftDevice {
+    Rxe,
+    Siw,
+}
+
+// TODO(rdma flows): read by the RDMA steps being wired in.
+#[allow(dead_code)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RdmaConf {
+    #[serde(default)]
+    pub isolation: Isolation,
+    #[serde(default = "default_gid_timeout")]
+    pub gid_timeout_ms: u64,
+    pub soft_device: Option<SoftDevice>,
+}
+
+fn default_gid_timeout() -> u64 {
+    5000
+}
+
+impl Default for RdmaConf {
+    fn default() -> Self {
+        RdmaConf {
+            isolation: Isolation::Auto,
+            gid_timeout_ms: default_gid_timeout(),
+            soft_device: None,
+        }
+    }
+}
+
+/// How the config names the host NIC. Exactly one must be given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    Name(String),
+    Mac(String),
+    KernelPath(String),
+    Pci(String),
+    /// `deviceID` from Multus or the `deviceID` capability: a PCI or auxiliary-bus device.
+    DeviceId(String),
+    RdmaDevice(String),
+}
+
+impl std::fmt::Display for Selector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Selector::Name(v) => write!(f, "device {v:?}"),
+            Selector::Mac(v) => write!(f, "hwaddr {v:?}"),
+            Selector::KernelPath(v) => write!(f, "kernelpath {v:?}"),
+            Selector::Pci(v) => write!(f, "pciBusID {v:?}"),
+            Selector::DeviceId(v) => write!(f, "deviceID {v:?}"),
+            Selector::RdmaDevice(v) => write!(f, "rdmaDevice {v:?}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawConf {
+    cni_version: Option<String>,
+    name: Option<String>,
+    #[serde(rename = "type")]
+    plugin_type: Option<String>,
+    ipam: Option<Value>,
+    dns: Option<super::result::Dns>,
+    prev_result: Option<Value>,
+    #[serde(default)]
+    runtime_config: RuntimeConfig,
+    device: Option<String>,
+    hwaddr: Option<String>,
+    kernelpath: Option<String>,
+    #[serde(rename = "pciBusID")]
+    pci_bus_id: Option<String>,
+    #[serde(rename = "deviceID")]
+    device_id: Option<String>,
+    rdma_device: Option<String>,
+    mtu: Option<u32>,
+    rdma: Option<RdmaConf>,
+    log_file: Option<PathBuf>,
+    log_level: Option<String>,
+    state_dir: Option<PathBuf>,
+    #[serde(rename = "cni.dev/valid-attachments")]
+    valid_attachments: Option<Vec<Attachment>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// The validated network configuration.
+#[allow(dead_code)] // TODO(rdma flows): `rdma` is read by the RDMA steps being wired in.
+#[derive(Debug, Clone)]
+pub struct NetConf {
+    pub cni_version: Version,
+    pub name: String,
+    pub ipam_type: Option<String>,
+    pub dns: Option<super::result::Dns>,
+    pub prev_result: Option<CniResult>,
+    pub selector: Option<Selector>,
+    pub mtu: Option<u32>,
+    pub rdma: RdmaConf,
+    pub log_file: Option<PathBuf>,
+    pub log_level: Option<log::LevelFilter>,
+    pub state_dir: PathBuf,
+    pub valid_attachments: Option<Vec<Attachment>>,
+    /// Exactly what the runtime sent; IPAM plugins get the same bytes.
+    pub raw: Vec<u8>,
+}
+
+/// What the config's `cniVersion` says, read before anything else can fail, so that even an
+/// error about the rest of the config is printed in the version the runtime asked for.
+pub fn peek_version(raw: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(raw).ok()?;
+    v.get("cniVersion")?.as_str().map(str::to_owned)
+}
+
+impl NetConf {
+    pub fn parse(raw: Vec<u8>) -> Result<Self> {
+        if raw.len() > MAX_CONFIG_LEN {
+            return Err(invalid_config(format!(
+                "network configuration is {} bytes; the limit is {MAX_CONFIG_LEN}",
+                raw.len()
+            )));
+        }
+        let value: Value = serde_json::from_slice(&raw).map_err(|e| {
+            Error::new(
+                Code::Decode,
+                format!("network configuration on stdin is not valid JSON: {e}"),
+            )
+        })?;
+        let Some(obj) = value.as_object() else {
+            return Err(Error::new(
+                Code::Decode,
+                "network configuration must be a JSON object",
+            ));
+        };
+        if let Some(k) = obj.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
+            return Err(Error::new(
+                Code::UnsupportedField,
+                format!(
+                    "unsupported field {k:?} = {} in network configuration; known fields: {}",
+                    obj[k],
+                    KNOWN_KEYS.join(", ")
+                ),
+            ));
+        }
+        let rc: RawConf = serde_json::from_value(value)
+            .map_err(|e| invalid_config(format!("network configuration: {e}")))?;
+        Self::validate(rc, raw)
+    }
+
+    fn validate(rc: RawConf, raw: Vec<u8>) -> Result<Self> {
+        let cni_version = Version::parse(rc.cni_version.as_deref().unwrap_or(""))?;
+        let name = rc
+            .name
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| invalid_config("\"name\" is required"))?;
+        validate_network_name(&name)?;
+        if let Some(t) = &rc.plugin_type
+            && t.contains('/')
+        {
+            return Err(invalid_config(format!(
+                "\"type\" {t:?} must be a file name"
+            )));
+        }
+        let ipam_type = match &rc.ipam {
+            None => None,
+            Some(v) => match v.get("type").and_then(Value::as_str) {
+                Some(t) if !t.is_empty() && !t.contains('/') && t != "." && t != ".." => {
+                    Some(t.to_owned())
+                }
+                Some(t) => {
+                    return Err(invalid_config(format!(
+                        "ipam.type {t:?} must be a plugin file name"
+                    )));
+                }
+                None if v.as_object().is_some_and(|o| o.is_empty()) => None,
+                None => return Err(invalid_config("\"ipam\" needs a \"type\"")),
+            },
+        };
+        if let Some(mtu) = rc.mtu
+            && !(68..=65535).contains(&mtu)
+        {
+            return Err(invalid_config(format!(
+                "mtu {mtu} is out of range; Linux accepts 68 to 65535"
+            )));
+        }
+        let rdma = rc.rdma.unwrap_or_default();
+        if rdma.gid_timeout_ms > 600_000 {
+            return Err(invalid_config(format!(
+                "rdma.gidTimeoutMs {} is too long; at most 600000 (10 minutes)",
+                rdma.gid_timeout_ms
+            )));
+        }
+        let log_level = match rc.log_level.as_deref() {
+            None => None,
+            Some(l) => Some(l.parse::<log::LevelFilter>().map_err(|_| {
+                invalid_config(format!(
+                    "logLevel {l:?} is not one of error, warn, info, debug, trace, off"
+                ))
+            })?),
+        };
+        let state_dir = rc
+            .state_dir
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+        if !state_dir.is_absolute() {
+            return Err(invalid_config(format!(
+                "stateDir {} must be an absolute path",
+                state_dir.display()
+            )));
+        }
+        if let Some(f) = &rc.log_file
+            && !f.is_absolute()
+        {
+            return Err(invalid_config(format!(
+                "logFile {} must be an absolute path",
+                f.display()
+            )));
+        }
+        let prev_result = match rc.prev_result {
+            None => None,
+            Some(v) => Some(
+                CniResult::from_value(v)
+                    .map_err(|e| e.context("prevResult in network configuration"))?,
+            ),
+        };
+        let selector = selector(
+            rc.device,
+            rc.hwaddr,
+            rc.kernelpath,
+            rc.pci_bus_id,
+            rc.device_id,
+            rc.runtime_config.device_id,
+            rc.rdma_device,
+        )?;
+        Ok(NetConf {
+            cni_version,
+            name,
+            ipam_type,
+            dns: rc.dns,
+            prev_result,
+            selector,
+            mtu: rc.mtu,
+            rdma,
+            log_file: rc.log_file,
+            log_level,
+            state_dir,
+            valid_attachments: rc.valid_attachments,
+            raw,
+        })
+    }
+
+    /// The selector, required for the verbs that act on a NIC.
+    pub fn require_selector(&self) -> Result<&Selector> {
+        self.selector.as_ref().ok_or_else(|| {
+            invalid_config(
+                "no device selected: set one of \"device\", \"hwaddr\", \"kernelpath\", \"pciBusID\", \"rdmaDevice\", or \"deviceID\" (top level or runtimeConfig)",
+            )
+        })
+    }
+}
+
+/// The spec's network name rule, which also keeps the name safe in file names.
+fn validate_network_name(name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let ok = name.len() <= 253
+        && chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid_config(format!(
+            "name {name:?} must start with a letter or digit and hold only letters, digits, '_', '.', '-'"
+        )))
+    }
+}
+
+fn selector(
+    device: Option<String>,
+    hwaddr: Option<String>,
+    kernelpath: Option<String>,
+    pci: Option<String>,
+    device_id: Option<String>,
+    rc_device_id: Option<String>,
+    rdma_device: Option<String>,
+) -> Result<Option<Selector>> {
+    // Multus may put the same deviceID at top level and in runtimeConfig: that is one selector.
+    let device_id = match (device_id, rc_device_id) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(Error::new(
+                Code::DeviceAmbiguous,
+                format!("deviceID {a:?} and runtimeConfig.deviceID {b:?} disagree; give one"),
+            ));
+        }
+        (a, b) => a.or(b),
+    };
+    let mut found = Vec::new();
+    if let Some(v) = device {
+        crate::cni::env::validate_ifname(&v).map_err(|m| invalid_config(format!("device: {m}")))?;
+        found.push(Selector::Name(v));
+    }
+    if let Some(v) = hwaddr {
+        found.push(Selector::Mac(parse_mac(&v)?));
+    }
+    if let Some(v) = kernelpath {
+        if !v.starts_with("/sys/devices/") || v.contains("/../") || v.ends_with("/..") {
+            return Err(invalid_config(format!(
+                "kernelpath {v:?} must be an absolute path under /sys/devices/"
+            )));
+        }
+        found.push(Selector::KernelPath(v));
+    }
+    if let Some(v) = pci {
+        validate_bus_id("pciBusID", &v)?;
+        found.push(Selector::Pci(v));
+    }
+    if let Some(v) = device_id {
+        validate_bus_id("deviceID", &v)?;
+        found.push(Selector::DeviceId(v));
+    }
+    if let Some(v) = rdma_device {
+        if v.is_empty() || v.len() > 64 || v.contains('/') || v.starts_with('.') {
+            return Err(invalid_config(format!(
+                "rdmaDevice {v:?} is not an RDMA device name"
+            )));
+        }
+        found.push(Selector::RdmaDevice(v));
+    }
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        _ => Err(Error::new(
+            Code::DeviceAmbiguous,
+            format!(
+                "several device selectors given ({}); give exactly one",
+                found
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
+/// A PCI (`0000:3b:00.1`) or auxiliary-bus (`mlx5_core.sf.4`) device name: one sysfs path
+/// component.
+fn validate_bus_id(field: &str, v: &str) -> Result<()> {
+    let ok = !v.is_empty()
+        && v.len() <= 64
+        && v != "."
+        && v != ".."
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid_config(format!(
+            "{field} {v:?} is not a PCI address (like 0000:3b:00.1) or auxiliary device name"
+        )))
+    }
+}
+
+/// Normalise a MAC to lower-case colon form.
+pub fn parse_mac(v: &str) -> Result<String> {
+    let parts: Vec<&str> = v.split([':', '-']).collect();
+    let ok = parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()));
+    if ok {
+        Ok(parts.join(":").to_ascii_lowercase())
+    } else {
+        Err(invalid_config(format!(
+            "hwaddr {v:?} is not a MAC address like 0a:58:0a:00:00:01"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<NetConf> {
+        NetConf::parse(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn minimal_config() {
+        let c =
+            parse(r#"{"cniVersion":"1.0.0","name":"n","type":"rdma-host-device","device":"eth1"}"#)
+                .unwrap();
+        assert_eq!(c.selector, Some(Selector::Name("eth1".into())));
+        assert_eq!(c.rdma.isolation, Isolation::Auto);
+        assert_eq!(c.rdma.gid_timeout_ms, 5000);
+        assert_eq!(c.state_dir, PathBuf::from(DEFAULT_STATE_DIR));
+    }
+
+    #[test]
+    fn full_config() {
+        let c = parse(
+            r#"{"cniVersion":"1.1.0","name":"rdma-net","type":"rdma-host-device",
+                "hwaddr":"AA-BB-CC-DD-EE-FF","mtu":9000,
+                "ipam":{"type":"host-local","subnet":"10.1.0.0/24"},
+                "rdma":{"isolation":"exclusive","gidTimeoutMs":100,"softDevice":"siw"},
+                "logLevel":"debug","logFile":"/tmp/x.log","stateDir":"/tmp/s"}"#,
+        )
+        .unwrap();
+        assert_eq!(c.selector, Some(Selector::Mac("aa:bb:cc:dd:ee:ff".into())));
+        assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
+        assert_eq!(c.rdma.soft_device, Some(SoftDevice::Siw));
+        assert_eq!(c.log_level, Some(log::LevelFilter::Debug));
+    }
+
+    #[test]
+    fn same_device_id_twice_is_one_selector() {
+        let c = parse(r#"{"cniVersion":"1.0.0","name":"n","deviceID":"0000:00:05.0","runtimeConfig":{"deviceID":"0000:00:05.0"}}"#).unwrap();
+        assert_eq!(c.selector, Some(Selector::DeviceId("0000:00:05.0".into())));
+    }
+
+    #[test]
+    fn bad_config_table() {
+        let base = r#""cniVersion":"1.0.0","name":"n","type":"rdma-host-device""#;
+        let cases: &[(&str, Code)] = &[
+            ("{", Code::Decode),
+            ("[]", Code::Decode),
+            (
+                r#"{"cniVersion":"9.9.9","name":"n","device":"e"}"#,
+                Code::IncompatibleVersion,
+            ),
+            (r#"{"name":"n","device":"e"}"#, Code::IncompatibleVersion),
+            (
+                r#"{"cniVersion":"1.0.0","device":"e"}"#,
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"devcie\":\"e\"}}"),
+                Code::UnsupportedField,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"mtu\":-5}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"mtu\":\"abc\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"mtu\":10}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"a/b\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"hwaddr\":\"aa:bb:cc:dd:ee:ff\"}}"),
+                Code::DeviceAmbiguous,
+            ),
+            (
+                &format!("{{{base},\"hwaddr\":\"zz\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"kernelpath\":\"/etc/passwd\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"pciBusID\":\"../../x\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"rdma\":{{\"isolation\":\"maybe\"}}}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"rdma\":{{\"bogus\":1}}}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"ipam\":{{\"type\":\"../x\"}}}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"ipam\":{{\"subnet\":\"10.0.0.0/8\"}}}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"stateDir\":\"rel\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"logLevel\":\"loud\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!(
+                    "{{{base},\"device\":\"e\",\"prevResult\":{{\"ips\":[{{\"address\":\"nope\"}}]}}}}"
+                ),
+                Code::InvalidConfig,
+            ),
+            (
+                r#"{"cniVersion":"1.0.0","name":"bad name","device":"e"}"#,
+                Code::InvalidConfig,
+            ),
+        ];
+        for (input, code) in cases {
+            let err = parse(input).expect_err(input);
+            assert_eq!(err.code, *code, "{input}: {err}");
+            assert!(!err.msg.is_empty());
+        }
+    }
+
+    #[test]
+    fn oversized_config_is_rejected() {
+        let big = format!("{{\"x\":\"{}\"}}", "a".repeat(MAX_CONFIG_LEN));
+        assert_eq!(parse(&big).unwrap_err().code, Code::InvalidConfig);
+    }
+
+    #[test]
+    fn no_selector_is_reported_by_require() {
+        let c = parse(r#"{"cniVersion":"1.0.0","name":"n"}"#).unwrap();
+        assert_eq!(c.require_selector().unwrap_err().code, Code::InvalidConfig);
+    }
+}

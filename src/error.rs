@@ -1,0 +1,140 @@
+//! The one error type of the plugin: a CNI error code, a message an operator can act on, and
+//! optional details. It knows how to print itself as the spec's error JSON.
+
+use serde::Serialize;
+use std::fmt;
+
+/// Error codes: the spec's (1-99) and ours (100+). See docs/DESIGN.md and the README.
+/// The whole table is public contract (README); not every code has a producer in every build.
+#[allow(dead_code)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Code {
+    IncompatibleVersion = 1,
+    UnsupportedField = 2,
+    UnknownContainer = 3,
+    InvalidEnv = 4,
+    Io = 5,
+    Decode = 6,
+    InvalidConfig = 7,
+    TryAgain = 11,
+    /// STATUS: the plugin cannot serve ADD now.
+    NotAvailable = 50,
+    DeviceNotFound = 100,
+    DeviceAmbiguous = 101,
+    DeviceBusy = 102,
+    IfnameExists = 103,
+    Netlink = 104,
+    Ipam = 105,
+    CheckFailed = 106,
+    RdmaNotFound = 110,
+    RdmaNetnsMode = 111,
+    RdmaMoveUnsupported = 112,
+    GidTimeout = 113,
+    Rdma = 114,
+    /// Only for bugs (a panic): everything we understand has its own code.
+    Internal = 999,
+}
+
+#[derive(Debug, Clone)]
+pub struct Error {
+    pub code: Code,
+    pub msg: String,
+    pub details: String,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn new(code: Code, msg: impl Into<String>) -> Self {
+        Error {
+            code,
+            msg: msg.into(),
+            details: String::new(),
+        }
+    }
+
+    pub fn with_details(mut self, details: impl Into<String>) -> Self {
+        self.details = details.into();
+        self
+    }
+
+    /// Prefix the message with what we were doing when it happened.
+    pub fn context(mut self, what: impl fmt::Display) -> Self {
+        self.msg = format!("{what}: {}", self.msg);
+        self
+    }
+
+    /// The spec's error object, in the version the config asked for.
+    pub fn to_json(&self, cni_version: &str) -> String {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            #[serde(rename = "cniVersion")]
+            cni_version: &'a str,
+            code: u32,
+            msg: &'a str,
+            #[serde(skip_serializing_if = "str::is_empty")]
+            details: &'a str,
+        }
+        let out = Out {
+            cni_version,
+            code: self.code as u32,
+            msg: &self.msg,
+            details: &self.details,
+        };
+        serde_json::to_string(&out).unwrap_or_else(|_| {
+            format!(
+                "{{\"cniVersion\":\"{cni_version}\",\"code\":{},\"msg\":\"unprintable error\"}}",
+                self.code as u32
+            )
+        })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (code {})", self.msg, self.code as u32)?;
+        if !self.details.is_empty() {
+            write!(f, ": {}", self.details)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Shorthand constructors, so call sites read as the failure they report.
+pub fn invalid_config(msg: impl Into<String>) -> Error {
+    Error::new(Code::InvalidConfig, msg)
+}
+
+pub fn invalid_env(msg: impl Into<String>) -> Error {
+    Error::new(Code::InvalidEnv, msg)
+}
+
+pub fn io_error(what: impl fmt::Display, e: std::io::Error) -> Error {
+    Error::new(Code::Io, format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_carries_code_msg_and_version() {
+        let e = Error::new(Code::DeviceNotFound, "no link eth9").with_details("looked on host");
+        let v: serde_json::Value = serde_json::from_str(&e.to_json("1.0.0")).unwrap();
+        assert_eq!(v["cniVersion"], "1.0.0");
+        assert_eq!(v["code"], 100);
+        assert_eq!(v["msg"], "no link eth9");
+        assert_eq!(v["details"], "looked on host");
+    }
+
+    #[test]
+    fn empty_details_are_omitted() {
+        let e = invalid_env("CNI_IFNAME is empty");
+        let v: serde_json::Value = serde_json::from_str(&e.to_json("0.4.0")).unwrap();
+        assert_eq!(v["code"], 4);
+        assert!(v.get("details").is_none());
+    }
+}

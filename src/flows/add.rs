@@ -1,0 +1,264 @@
+//! ADD: select the NIC, remember it, move it into the pod renamed, get addresses from IPAM and
+//! apply them, and answer with the result. Any failure takes back every step already done.
+
+use super::undo::{Scene, Undo, UndoStack, owner_of};
+use crate::cni::env::Env;
+use crate::cni::netconf::NetConf;
+use crate::cni::result::{CniResult, Interface, IpConfig};
+use crate::error::{Code, Error, Result};
+use crate::ipam::Ipam;
+use crate::link::{Arrival, LinkInfo, Links};
+use crate::netns::Netns;
+use crate::select::{self, Resolved};
+use crate::state::{Record, Store};
+use std::net::IpAddr;
+use std::path::Path;
+
+pub async fn add(env: &Env, conf: &NetConf) -> Result<CniResult> {
+    let selector = conf.require_selector()?;
+    let pod_ns = Netns::open(Path::new(&env.netns))?;
+    let host_ns = Netns::current()?;
+    if pod_ns.same_as(&host_ns) {
+        return Err(Error::new(
+            Code::InvalidEnv,
+            format!(
+                "CNI_NETNS {} is the host's own network namespace",
+                env.netns
+            ),
+        ));
+    }
+    let host = Links::open()?;
+    let pod = Links::open_in(&pod_ns)?;
+    let store = Store::new(&conf.state_dir);
+
+    if let Some(old) = store.load(&env.container_id, &env.ifname)? {
+        return Err(Error::new(
+            Code::DeviceBusy,
+            format!(
+                "container {} already has {} attached as {} (an earlier ADD that was not deleted); the runtime must DEL it first",
+                env.container_id, old.host_name, env.ifname
+            ),
+        ));
+    }
+    let records = store.all()?;
+    let resolved = select::resolve(selector, &host, &records).await?;
+    log::info!(
+        "{selector} is {} (mac {}, mtu {}{})",
+        resolved.link.name,
+        resolved.link.mac,
+        resolved.link.mtu,
+        resolved
+            .pci
+            .as_deref()
+            .map(|p| format!(", pci {p}"))
+            .unwrap_or_default()
+    );
+    if pod.by_name(&env.ifname).await?.is_some() {
+        return Err(Error::new(
+            Code::IfnameExists,
+            format!(
+                "interface {} already exists in {}; pick another CNI_IFNAME",
+                env.ifname, env.netns
+            ),
+        ));
+    }
+    let link = recover_if_lost(&host, resolved.clone()).await?;
+
+    let scene = Scene {
+        env,
+        conf,
+        host_ns: &host_ns,
+        host: &host,
+        pod_ns: Some(&pod_ns),
+        pod: Some(&pod),
+    };
+    let mut undo = UndoStack::default();
+    match attach(&scene, &link, &resolved, &mut undo).await {
+        Ok(result) => {
+            undo.disarm();
+            log::info!("done");
+            Ok(result)
+        }
+        Err(e) => {
+            log::error!("failed: {e}; rolling back");
+            undo.unwind(&scene).await;
+            Err(e)
+        }
+    }
+}
+
+/// A NIC back from a dead pod still bears the pod-side name: give it its own first.
+async fn recover_if_lost(host: &Links, r: Resolved) -> Result<LinkInfo> {
+    let Some(tag) = r.lost else {
+        return Ok(r.link);
+    };
+    let how = Arrival {
+        name: &tag.host_name,
+        mtu: Some(tag.host_mtu),
+        alias: Some(""),
+        up: tag.host_up,
+    };
+    host.restore_in_place(r.link.index, &how).await?;
+    host.by_index(r.link.index).await?.ok_or_else(|| {
+        Error::new(
+            Code::DeviceNotFound,
+            format!("{} vanished while being restored", tag.host_name),
+        )
+    })
+}
+
+/// The steps that change the node, each registering its undo before it acts.
+async fn attach(
+    s: &Scene<'_>,
+    nic: &LinkInfo,
+    resolved: &Resolved,
+    undo: &mut UndoStack,
+) -> Result<CniResult> {
+    let (env, conf) = (s.env, s.conf);
+    let (Some(pod_ns), Some(pod)) = (s.pod_ns, s.pod) else {
+        return Err(Error::new(Code::Io, "ADD needs the pod's namespace"));
+    };
+    let record = Record {
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+        network: conf.name.clone(),
+        netns: env.netns.clone(),
+        host_name: nic.name.clone(),
+        host_mtu: nic.mtu,
+        host_up: nic.up,
+        host_alias: nic.alias.clone().filter(|a| !a.is_empty()),
+        mac: nic.mac.clone(),
+        pci: resolved.pci.clone(),
+        rdma_device: None,
+        rdma_moved: false,
+        soft_device: None,
+    };
+
+    // 1. Remember, before the first change, what DEL needs.
+    undo.push(Undo::ForgetState {
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+    });
+    Store::new(&conf.state_dir).save(&record)?;
+
+    // 2. Move, rename, MTU, tag and up, in one request.
+    undo.push(Undo::ReturnNic {
+        owner: owner_of(env),
+        original_alias: record.host_alias.clone(),
+    });
+    let tag = record.tag().encode();
+    s.host
+        .move_to(
+            nic.index,
+            pod_ns,
+            &Arrival {
+                name: &env.ifname,
+                mtu: conf.mtu,
+                alias: Some(&tag),
+                up: true,
+            },
+        )
+        .await?;
+    let inside = pod.by_name(&env.ifname).await?.ok_or_else(|| {
+        Error::new(
+            Code::Netlink,
+            format!(
+                "{} did not arrive in {} as {}",
+                nic.name, env.netns, env.ifname
+            ),
+        )
+    })?;
+    log::info!(
+        "moved {} into {} as {} (index {}, mtu {})",
+        nic.name,
+        env.netns,
+        env.ifname,
+        inside.index,
+        inside.mtu
+    );
+
+    // 3. Addresses from IPAM, applied inside the pod.
+    let mut result = conf.prev_result.clone().unwrap_or_default();
+    let ours = result.push_interface(Interface {
+        name: env.ifname.clone(),
+        mac: inside.mac.clone(),
+        mtu: Some(inside.mtu),
+        sandbox: env.netns.clone(),
+        pci_id: resolved.pci.clone().unwrap_or_default(),
+        socket_path: String::new(),
+    });
+    if let Some(t) = &conf.ipam_type {
+        let ipam = Ipam::new(t, env)?;
+        // Registered first: a plugin may allocate and then fail.
+        undo.push(Undo::ReleaseIpam);
+        let got = ipam.add(&conf.raw)?;
+        apply_ipam(pod, inside.index, &got, ours, &mut result).await?;
+        if conf.dns.is_none() && !got.dns.is_empty() {
+            result.dns = got.dns;
+        }
+    }
+    if let Some(dns) = &conf.dns {
+        result.dns = dns.clone();
+    }
+    Ok(result)
+}
+
+/// Apply IPAM's addresses and routes to our interface, and record them in the result. A route
+/// without a gateway goes via the IPAM gateway of its address family.
+async fn apply_ipam(
+    pod: &Links,
+    index: u32,
+    got: &CniResult,
+    ours: usize,
+    result: &mut CniResult,
+) -> Result<()> {
+    for ip in &got.ips {
+        pod.add_address(index, ip.address).await?;
+        result.ips.push(IpConfig {
+            interface: Some(ours),
+            ..ip.clone()
+        });
+    }
+    for r in &got.routes {
+        let gw = r.gw.or_else(|| gateway_for(&got.ips, r.dst.addr()));
+        pod.add_route(index, r.dst, gw, r.priority).await?;
+        result.routes.push(r.clone());
+    }
+    Ok(())
+}
+
+fn gateway_for(ips: &[IpConfig], dst: IpAddr) -> Option<IpAddr> {
+    ips.iter()
+        .filter_map(|i| i.gateway)
+        .find(|g| g.is_ipv4() == dst.is_ipv4())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_without_gw_uses_gateway_of_its_family() {
+        let ips = vec![
+            IpConfig {
+                address: "fd00::2/64".parse().unwrap(),
+                gateway: Some("fd00::1".parse().unwrap()),
+                interface: None,
+            },
+            IpConfig {
+                address: "10.0.0.2/24".parse().unwrap(),
+                gateway: Some("10.0.0.1".parse().unwrap()),
+                interface: None,
+            },
+        ];
+        assert_eq!(
+            gateway_for(&ips, "10.9.0.0".parse().unwrap()),
+            Some("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            gateway_for(&ips, "fd01::".parse().unwrap()),
+            Some("fd00::1".parse().unwrap())
+        );
+        assert_eq!(gateway_for(&ips[..1], "10.9.0.0".parse().unwrap()), None);
+    }
+}

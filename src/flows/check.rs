@@ -1,0 +1,104 @@
+//! CHECK: the interface is in the pod with the MAC, MTU, addresses and routes that prevResult
+//! promised; then IPAM's own CHECK.
+
+use crate::cni::env::Env;
+use crate::cni::netconf::NetConf;
+use crate::error::{Code, Error, Result, invalid_config};
+use crate::ipam::Ipam;
+use crate::link::Links;
+use crate::netns::Netns;
+use std::path::Path;
+
+fn mismatch(msg: String) -> Error {
+    Error::new(Code::CheckFailed, msg)
+}
+
+pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
+    if !conf.cni_version.has_check() {
+        return Err(Error::new(
+            Code::IncompatibleVersion,
+            format!(
+                "CHECK needs cniVersion 0.4.0 or later; the config says {}",
+                conf.cni_version.as_str()
+            ),
+        ));
+    }
+    let prev = conf
+        .prev_result
+        .as_ref()
+        .ok_or_else(|| invalid_config("CHECK needs prevResult in the network configuration"))?;
+    let (idx, iface) = prev
+        .interfaces
+        .iter()
+        .enumerate()
+        .find(|(_, i)| i.name == env.ifname && !i.sandbox.is_empty())
+        .ok_or_else(|| {
+            mismatch(format!(
+                "prevResult has no interface {} inside a sandbox",
+                env.ifname
+            ))
+        })?;
+    let pod_ns = Netns::open(Path::new(&env.netns))?;
+    let pod = Links::open_in(&pod_ns)?;
+    let link = pod.by_name(&env.ifname).await?.ok_or_else(|| {
+        mismatch(format!(
+            "interface {} is missing from {}",
+            env.ifname, env.netns
+        ))
+    })?;
+    if !iface.mac.is_empty() && !iface.mac.eq_ignore_ascii_case(&link.mac) {
+        return Err(mismatch(format!(
+            "{} has MAC {}, prevResult says {}",
+            env.ifname, link.mac, iface.mac
+        )));
+    }
+    if let Some(want) = conf.mtu.or(iface.mtu)
+        && link.mtu != want
+    {
+        return Err(mismatch(format!(
+            "{} has MTU {}, expected {want}",
+            env.ifname, link.mtu
+        )));
+    }
+    if !link.up {
+        return Err(mismatch(format!("{} is down", env.ifname)));
+    }
+    let have = pod.addresses(link.index).await?;
+    let ours: Vec<_> = prev
+        .ips
+        .iter()
+        .filter(|ip| ip.interface == Some(idx))
+        .collect();
+    for ip in &ours {
+        if !have.contains(&ip.address) {
+            return Err(mismatch(format!(
+                "{} lacks address {} (has {:?})",
+                env.ifname, ip.address, have
+            )));
+        }
+    }
+    // Routes without an interface in the result: check those that leave through one of our
+    // subnets (a route via another interface's gateway belongs to that interface).
+    let routes = pod.routes(link.index).await?;
+    for r in &prev.routes {
+        let gw = r.gw.or_else(|| {
+            ours.iter()
+                .filter_map(|i| i.gateway)
+                .find(|g| g.is_ipv4() == r.dst.addr().is_ipv4())
+        });
+        let on_our_link = gw.is_some_and(|g| ours.iter().any(|i| i.address.contains(&g)));
+        if on_our_link && !routes.iter().any(|(dst, _)| *dst == r.dst) {
+            return Err(mismatch(format!(
+                "{} lacks route {} (via {})",
+                env.ifname,
+                r.dst,
+                gw.map(|g| g.to_string()).unwrap_or_default()
+            )));
+        }
+    }
+    if let Some(t) = &conf.ipam_type {
+        Ipam::new(t, env)?.check(&conf.raw)?;
+    }
+    log::info!("{} is as expected", env.ifname);
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! DEL: give the NIC back to the host as it was and release IPAM. It succeeds when repeated,
+//! without a netns, with the netns gone, and after the interface was renamed in the pod; it
+//! always tries every step and reports what failed so the runtime retries.
+
+use super::undo::{Scene, first_error, open_pod_ns, owner_of, return_nic};
+use crate::cni::env::Env;
+use crate::cni::netconf::NetConf;
+use crate::error::Result;
+use crate::ipam::Ipam;
+use crate::link::Links;
+use crate::netns::Netns;
+use crate::state::{Record, Store};
+
+pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
+    let store = Store::new(&conf.state_dir);
+    let record = store.load(&env.container_id, &env.ifname)?;
+    let netns = if env.netns.is_empty() {
+        record.as_ref().map(|r| r.netns.clone()).unwrap_or_default()
+    } else {
+        env.netns.clone()
+    };
+    release(env, conf, &store, record.as_ref(), &netns).await
+}
+
+/// Undo one attachment: NIC home, IPAM released, state forgotten. Shared with GC.
+pub async fn release(
+    env: &Env,
+    conf: &NetConf,
+    store: &Store,
+    record: Option<&Record>,
+    netns: &str,
+) -> Result<()> {
+    let mut errors = Vec::new();
+    let host_ns = Netns::current()?;
+    let host = Links::open()?;
+    let pod_ns = open_pod_ns(netns);
+    let pod = match &pod_ns {
+        Some(ns) => match Links::open_in(ns) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+        None => None,
+    };
+    let scene = Scene {
+        env,
+        conf,
+        host_ns: &host_ns,
+        host: &host,
+        pod_ns: pod_ns.as_ref(),
+        pod: pod.as_ref(),
+    };
+    let original_alias = record.and_then(|r| r.host_alias.as_deref());
+    match return_nic(&scene, &owner_of(env), original_alias).await {
+        Ok(true) => log::info!("NIC returned to the host"),
+        Ok(false) => log::info!(
+            "no NIC held by {} in the pod or on the host; nothing to return",
+            env.ifname
+        ),
+        Err(e) => errors.push(e.context("returning the NIC to the host")),
+    }
+    if let Some(t) = &conf.ipam_type {
+        match Ipam::new(t, env).and_then(|i| i.del(&conf.raw)) {
+            Ok(()) => log::info!("IPAM {t} released"),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        store.remove(&env.container_id, &env.ifname)?;
+    }
+    first_error(errors)
+}

@@ -1,0 +1,39 @@
+//! The CNI verbs as flows of named steps. `run` picks the flow; each flow file reads top to
+//! bottom like the story it tells.
+
+mod add;
+mod check;
+mod del;
+mod gc;
+mod status;
+mod undo;
+
+use crate::cni::env::{Command, Env};
+use crate::cni::netconf::NetConf;
+use crate::cni::result::CniResult;
+use crate::error::{Code, Error, Result};
+
+/// What a verb prints on success.
+pub enum Output {
+    Result(CniResult),
+    Nothing,
+}
+
+/// Run one verb to completion on a current-thread runtime (setns is per thread, and one
+/// thread is all a plugin call needs).
+pub fn run(env: &Env, conf: &NetConf) -> Result<Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| Error::new(Code::Io, format!("cannot start the async runtime: {e}")))?;
+    rt.block_on(async {
+        match env.command {
+            Command::Add => add::add(env, conf).await.map(Output::Result),
+            Command::Del => del::del(env, conf).await.map(|()| Output::Nothing),
+            Command::Check => check::check(env, conf).await.map(|()| Output::Nothing),
+            Command::Status => status::status(env, conf).await.map(|()| Output::Nothing),
+            Command::Gc => gc::gc(env, conf).await.map(|()| Output::Nothing),
+            Command::Version => Ok(Output::Nothing),
+        }
+    })
+}

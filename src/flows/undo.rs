@@ -1,0 +1,171 @@
+//! Undo for ADD: every step that changes the node pushes how to take itself back; a failure
+//! runs them in reverse. The same "give the NIC back" is what DEL does.
+
+use crate::cni::env::Env;
+use crate::cni::netconf::NetConf;
+use crate::error::{Code, Error, Result};
+use crate::ipam::Ipam;
+use crate::link::{Arrival, LinkInfo, Links};
+use crate::netns::Netns;
+use crate::state::{Store, Tag, owner_key};
+
+/// One step to take back.
+#[derive(Debug)]
+pub enum Undo {
+    /// Remove the state file written before the first change.
+    ForgetState {
+        container_id: String,
+        ifname: String,
+    },
+    /// Return the NIC to the host under its original name, MTU and alias.
+    ReturnNic {
+        owner: String,
+        original_alias: Option<String>,
+    },
+    /// Release what IPAM handed out.
+    ReleaseIpam,
+}
+
+/// The places an undo acts on.
+pub struct Scene<'a> {
+    pub env: &'a Env,
+    pub conf: &'a NetConf,
+    pub host_ns: &'a Netns,
+    pub host: &'a Links,
+    pub pod_ns: Option<&'a Netns>,
+    pub pod: Option<&'a Links>,
+}
+
+#[derive(Default)]
+pub struct UndoStack {
+    steps: Vec<Undo>,
+}
+
+impl UndoStack {
+    pub fn push(&mut self, u: Undo) {
+        self.steps.push(u);
+    }
+
+    /// Everything succeeded: nothing to take back.
+    pub fn disarm(&mut self) {
+        self.steps.clear();
+    }
+
+    /// Take back every step, newest first; keep going past failures and log them.
+    pub async fn unwind(&mut self, scene: &Scene<'_>) {
+        while let Some(step) = self.steps.pop() {
+            log::info!("undo: {step:?}");
+            if let Err(e) = apply(&step, scene).await {
+                log::error!("undo {step:?} failed: {e}");
+            }
+        }
+    }
+}
+
+async fn apply(step: &Undo, s: &Scene<'_>) -> Result<()> {
+    match step {
+        Undo::ForgetState {
+            container_id,
+            ifname,
+        } => Store::new(&s.conf.state_dir).remove(container_id, ifname),
+        Undo::ReturnNic {
+            owner,
+            original_alias,
+        } => return_nic(s, owner, original_alias.as_deref())
+            .await
+            .map(drop),
+        Undo::ReleaseIpam => match &s.conf.ipam_type {
+            Some(t) => Ipam::new(t, s.env)?.del(&s.conf.raw),
+            None => Ok(()),
+        },
+    }
+}
+
+/// Find the NIC that attachment `owner` holds, wherever it is now, and put it back on the host
+/// as it was. Returns whether a NIC was found. Looks in the pod first (by our tag, so a rename
+/// inside the pod does not hide it), then on the host (a NIC that came back from a dead pod).
+pub async fn return_nic(s: &Scene<'_>, owner: &str, original_alias: Option<&str>) -> Result<bool> {
+    if let Some(pod) = s.pod
+        && let Some((link, tag)) = tagged(pod, owner).await?
+    {
+        let how = arrival(&tag, original_alias);
+        log::info!(
+            "returning {} to the host as {} (mtu {})",
+            link.name,
+            tag.host_name,
+            tag.host_mtu
+        );
+        pod.move_to(link.index, s.host_ns, &how).await?;
+        return Ok(true);
+    }
+    if let Some((link, tag)) = tagged(s.host, owner).await? {
+        log::info!(
+            "{} is back on the host without a DEL; restoring its name {}",
+            link.name,
+            tag.host_name
+        );
+        s.host
+            .restore_in_place(link.index, &arrival(&tag, original_alias))
+            .await?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+fn arrival<'a>(tag: &'a Tag, original_alias: Option<&'a str>) -> Arrival<'a> {
+    Arrival {
+        name: &tag.host_name,
+        mtu: Some(tag.host_mtu),
+        alias: Some(original_alias.unwrap_or("")),
+        up: tag.host_up,
+    }
+}
+
+/// The link in `links`' namespace that carries `owner`'s tag.
+async fn tagged(links: &Links, owner: &str) -> Result<Option<(LinkInfo, Tag)>> {
+    Ok(links.all().await?.into_iter().find_map(|l| {
+        let tag = Tag::decode(l.alias.as_deref()?)?;
+        (tag.owner == owner).then_some((l, tag))
+    }))
+}
+
+/// The attachment key of this call.
+pub fn owner_of(env: &Env) -> String {
+    owner_key(&env.container_id, &env.ifname)
+}
+
+/// A pod netns that may be gone: DEL and GC carry on without it.
+pub fn open_pod_ns(path: &str) -> Option<Netns> {
+    if path.is_empty() {
+        return None;
+    }
+    match Netns::open(std::path::Path::new(path)) {
+        Ok(ns) => Some(ns),
+        Err(e) if e.code == Code::UnknownContainer || e.code == Code::InvalidEnv => {
+            log::info!(
+                "pod netns {path} is gone ({}); looking for the NIC on the host",
+                e.msg
+            );
+            None
+        }
+        Err(e) => {
+            log::warn!("cannot open pod netns {path}: {e}");
+            None
+        }
+    }
+}
+
+/// Combine errors from steps that all had to be tried.
+pub fn first_error(errors: Vec<Error>) -> Result<()> {
+    let mut it = errors.into_iter();
+    match it.next() {
+        None => Ok(()),
+        Some(mut first) => {
+            let rest: Vec<String> = it.map(|e| e.to_string()).collect();
+            if !rest.is_empty() {
+                first.details = format!("also: {}", rest.join("; "));
+            }
+            Err(first)
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! IPAM delegation: exec the plugin named by `ipam.type` from CNI_PATH with the same
+//! environment and the same stdin, per the spec.
+//!
+//! One addition: an IPAM plugin older than the config's cniVersion (Debian 12 ships plugins
+//! that stop at 1.0.0) answers code 1. We then ask it for VERSION and retry once with the
+//! newest version both sides speak, so a 1.1.0 network still gets its addresses.
+
+use crate::cni::env::Env;
+use crate::cni::result::CniResult;
+use crate::cni::version::Version;
+use crate::error::{Code, Error, Result, invalid_config};
+use serde_json::Value;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// One IPAM plugin, found on CNI_PATH, and the attachment it acts for.
+pub struct Ipam<'a> {
+    plugin: String,
+    exe: PathBuf,
+    env: &'a Env,
+    /// The attachment: normally the runtime's, but GC acts for attachments it found on disk.
+    container_id: String,
+    ifname: String,
+    netns: String,
+}
+
+fn find(plugin: &str, path: &[PathBuf]) -> Result<PathBuf> {
+    path.iter()
+        .map(|d| d.join(plugin))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| {
+            invalid_config(format!(
+                "IPAM plugin {plugin:?} not found in CNI_PATH ({}); install it there or fix ipam.type",
+                path.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(":")
+            ))
+        })
+}
+
+impl<'a> Ipam<'a> {
+    pub fn new(plugin: &str, env: &'a Env) -> Result<Self> {
+        Ok(Ipam {
+            plugin: plugin.to_string(),
+            exe: find(plugin, &env.path)?,
+            env,
+            container_id: env.container_id.clone(),
+            ifname: env.ifname.clone(),
+            netns: env.netns.clone(),
+        })
+    }
+
+    pub fn add(&self, conf: &[u8]) -> Result<CniResult> {
+        let out = self.call("ADD", conf)?;
+        CniResult::from_slice(&out).map_err(|e| {
+            Error::new(
+                Code::Ipam,
+                format!(
+                    "IPAM plugin {:?} returned an unusable result: {}",
+                    self.plugin, e.msg
+                ),
+            )
+        })
+    }
+
+    pub fn del(&self, conf: &[u8]) -> Result<()> {
+        self.call("DEL", conf).map(drop)
+    }
+
+    pub fn check(&self, conf: &[u8]) -> Result<()> {
+        self.call("CHECK", conf).map(drop)
+    }
+
+    /// STATUS/GC: an IPAM plugin that predates them answers "unknown CNI_COMMAND" (code 4):
+    /// that is not a failure of ours, so it counts as success.
+    pub fn optional(&self, command: &str, conf: &[u8]) -> Result<()> {
+        match self.call_raw(command, conf) {
+            Err(f) if matches!(f.their_code, Some(1) | Some(4)) => {
+                log::info!(
+                    "IPAM plugin {:?} does not implement {command}; treating it as ready",
+                    self.plugin
+                );
+                Ok(())
+            }
+            other => other.map(drop).map_err(|f| f.error),
+        }
+    }
+
+    fn call(&self, command: &str, conf: &[u8]) -> Result<Vec<u8>> {
+        self.call_raw(command, conf).map_err(|f| f.error)
+    }
+
+    fn call_raw(&self, command: &str, conf: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
+        match self.exec(command, conf) {
+            Err(f) if f.their_code == Some(1) => {
+                let Some(older) = self.common_version() else {
+                    return Err(f);
+                };
+                log::info!(
+                    "IPAM plugin {:?} does not speak the config's cniVersion; retrying {command} with {}",
+                    self.plugin,
+                    older.as_str()
+                );
+                let conf = with_version(conf, older).map_err(|error| Failure {
+                    their_code: None,
+                    error,
+                })?;
+                self.exec(command, &conf)
+            }
+            other => other,
+        }
+    }
+
+    /// The newest version both we and the plugin speak, if older than the config's.
+    fn common_version(&self) -> Option<Version> {
+        let out = self.exec("VERSION", b"{}").ok()?;
+        let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
+        let theirs: Vec<Version> = v["supportedVersions"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .filter_map(|s| Version::parse(s).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        theirs.into_iter().max()
+    }
+
+    fn exec(&self, command: &str, stdin: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
+        let mut cmd = Command::new(&self.exe);
+        cmd.env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", &self.container_id)
+            .env("CNI_IFNAME", &self.ifname)
+            .env("CNI_NETNS", &self.netns)
+            .env("CNI_ARGS", &self.env.args)
+            .env("CNI_PATH", join_path(&self.env.path))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().map_err(|e| {
+            Failure::ours(format!(
+                "cannot run IPAM plugin {}: {e}",
+                self.exe.display()
+            ))
+        })?;
+        if let Some(mut w) = child.stdin.take() {
+            // A plugin that exits without reading stdin is not our failure to report here.
+            let _ = w.write_all(stdin);
+        }
+        let out = child.wait_with_output().map_err(|e| {
+            Failure::ours(format!(
+                "waiting for IPAM plugin {}: {e}",
+                self.exe.display()
+            ))
+        })?;
+        if out.status.success() {
+            return Ok(out.stdout);
+        }
+        let reply: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let msg = reply["msg"].as_str().unwrap_or("no error message");
+        let code = reply["code"].as_u64();
+        let error = Error::new(
+            Code::Ipam,
+            format!(
+                "IPAM plugin {:?} failed {command}: {msg}{}",
+                self.plugin,
+                code.map(|c| format!(" (its code {c})")).unwrap_or_default()
+            ),
+        )
+        .with_details(if reply.is_null() {
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        } else {
+            reply.to_string()
+        });
+        Err(Failure {
+            their_code: code,
+            error,
+        })
+    }
+}
+
+/// An IPAM call that failed, with the plugin's own code when it gave one.
+struct Failure {
+    their_code: Option<u64>,
+    error: Error,
+}
+
+impl Failure {
+    fn ours(msg: String) -> Self {
+        Failure {
+            their_code: None,
+            error: Error::new(Code::Ipam, msg),
+        }
+    }
+}
+
+fn join_path(p: &[PathBuf]) -> String {
+    p.iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The config with another cniVersion, its prevResult rewritten in that version's shape.
+fn with_version(conf: &[u8], v: Version) -> Result<Vec<u8>> {
+    let mut val: Value = serde_json::from_slice(conf)
+        .map_err(|e| Error::new(Code::Decode, format!("network configuration: {e}")))?;
+    if let Some(o) = val.as_object_mut() {
+        o.insert("cniVersion".into(), Value::from(v.as_str()));
+        if let Some(prev) = o.remove("prevResult") {
+            let older = CniResult::from_value(prev)?.to_json(v);
+            let older: Value = serde_json::from_str(&older).unwrap_or(Value::Null);
+            o.insert("prevResult".into(), older);
+        }
+    }
+    Ok(val.to_string().into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_rewrite_keeps_the_rest() {
+        let c = br#"{"cniVersion":"1.1.0","name":"n","ipam":{"type":"static"},
+            "prevResult":{"interfaces":[{"name":"net1","mtu":9000}],"ips":[{"address":"10.0.0.2/24","interface":0}]}}"#;
+        let v: Value = serde_json::from_slice(&with_version(c, Version::V0_4_0).unwrap()).unwrap();
+        assert_eq!(v["cniVersion"], "0.4.0");
+        assert_eq!(v["ipam"]["type"], "static");
+        assert_eq!(v["prevResult"]["cniVersion"], "0.4.0");
+        assert_eq!(v["prevResult"]["ips"][0]["version"], "4");
+        assert!(v["prevResult"]["interfaces"][0].get("mtu").is_none());
+    }
+
+    #[test]
+    fn missing_plugin_is_a_config_error() {
+        let e = find("no-such-ipam", &[PathBuf::from("/nonexistent")]).unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig);
+        assert!(e.msg.contains("no-such-ipam"));
+    }
+}

@@ -1,0 +1,143 @@
+//! Network namespaces: open and validate a netns path, and run code inside one on the current
+//! thread. A netlink socket stays bound to the netns it was opened in, so callers open one
+//! socket per namespace inside `run` and keep it.
+
+use crate::error::{Code, Error, Result};
+use nix::sched::{CloneFlags, setns};
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// nsfs's magic number (linux/magic.h): a netns handle lives on nsfs.
+const NSFS_MAGIC: i64 = 0x6e73_6673;
+/// ioctl(2) on an nsfs fd: which kind of namespace (linux/nsfs.h, _IO(0xb7, 0x3)).
+const NS_GET_NSTYPE: libc::Ioctl = 0xb703;
+
+#[derive(Debug)]
+pub struct Netns {
+    file: File,
+    path: PathBuf,
+}
+
+impl Netns {
+    /// Open a netns by path (CNI_NETNS). A missing path is "unknown container" (3); a path
+    /// that is not a network namespace is a bad CNI_NETNS (4).
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                Code::UnknownContainer
+            } else {
+                Code::InvalidEnv
+            };
+            Error::new(
+                code,
+                format!("cannot open network namespace {}: {e}", path.display()),
+            )
+        })?;
+        let ns = Netns {
+            file,
+            path: path.to_path_buf(),
+        };
+        ns.check_is_netns()?;
+        Ok(ns)
+    }
+
+    /// The namespace the calling thread is in now (the host's, for a plugin run by a runtime).
+    pub fn current() -> Result<Self> {
+        Self::open(Path::new("/proc/thread-self/ns/net"))
+    }
+
+    fn check_is_netns(&self) -> Result<()> {
+        let not_netns = || {
+            Error::new(
+                Code::InvalidEnv,
+                format!(
+                    "{} is not a network namespace (expected an nsfs file such as /var/run/netns/NAME or /proc/PID/ns/net)",
+                    self.path.display()
+                ),
+            )
+        };
+        let st = nix::sys::statfs::fstatfs(&self.file).map_err(|_| not_netns())?;
+        if st.filesystem_type().0 as i64 != NSFS_MAGIC {
+            return Err(not_netns());
+        }
+        // An nsfs file can also be another kind of namespace: ask the kernel which.
+        // SAFETY: NS_GET_NSTYPE takes no argument and only reads the fd.
+        let kind = unsafe { libc::ioctl(self.file.as_raw_fd(), NS_GET_NSTYPE) };
+        if kind != libc::CLONE_NEWNET {
+            return Err(not_netns());
+        }
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// Same namespace (same nsfs inode)?
+    pub fn same_as(&self, other: &Netns) -> bool {
+        match (self.file.metadata(), other.file.metadata()) {
+            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+            _ => false,
+        }
+    }
+
+    /// Run `f` with the calling thread inside this namespace, then return to where it was.
+    pub fn run<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        let home = Netns::current()?;
+        setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+            Error::new(
+                Code::Io,
+                format!(
+                    "cannot enter network namespace {}: {e}",
+                    self.path.display()
+                ),
+            )
+        })?;
+        let out = f();
+        if let Err(e) = setns(home.file.as_fd(), CloneFlags::CLONE_NEWNET) {
+            // Carrying on in the wrong namespace could move the wrong links: stop here.
+            eprintln!(
+                "rdma-host-device: cannot return to the host network namespace: {e}; aborting"
+            );
+            std::process::abort();
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regular_file_is_not_a_netns() {
+        let err = Netns::open(Path::new("/etc/hostname")).unwrap_err();
+        assert_eq!(err.code, Code::InvalidEnv);
+    }
+
+    #[test]
+    fn missing_path_is_unknown_container() {
+        let err = Netns::open(Path::new("/nonexistent/ns")).unwrap_err();
+        assert_eq!(err.code, Code::UnknownContainer);
+    }
+
+    #[test]
+    fn other_namespace_kinds_are_rejected() {
+        let err = Netns::open(Path::new("/proc/self/ns/uts")).unwrap_err();
+        assert_eq!(err.code, Code::InvalidEnv);
+    }
+
+    #[test]
+    fn current_is_itself() {
+        let a = Netns::current().unwrap();
+        let b = Netns::open(Path::new("/proc/self/ns/net")).unwrap();
+        assert!(a.same_as(&b));
+        assert_eq!(a.run(|| 42).unwrap(), 42);
+    }
+}

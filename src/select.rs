@@ -1,0 +1,263 @@
+//! Device selection: turn the config's one selector into one link in the host's namespace.
+//! Direct lookups (by name, by sysfs path) wherever the kernel offers them; a full link dump
+//! only for MACs and for recognising a NIC that came back from a dead pod under another name.
+
+use crate::cni::netconf::Selector;
+use crate::error::{Code, Error, Result};
+use crate::link::{LinkInfo, Links};
+use crate::state::{Record, Tag};
+use std::path::{Path, PathBuf};
+
+/// The host link a selector resolved to.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub link: LinkInfo,
+    /// The NIC's PCI address, when it has one.
+    pub pci: Option<String>,
+    /// Set when the NIC came back from a dead pod without a DEL: it carries our tag and may
+    /// bear the pod-side name. The caller restores it before use.
+    pub lost: Option<Tag>,
+}
+
+fn not_found(sel: &Selector, why: &str) -> Error {
+    Error::new(
+        Code::DeviceNotFound,
+        format!("no host network interface matches {sel}: {why}"),
+    )
+}
+
+/// Resolve `sel` against the host's links. `records` are the attachments we hold, to tell
+/// "not there" from "in use by a pod".
+pub async fn resolve(sel: &Selector, host: &Links, records: &[Record]) -> Result<Resolved> {
+    let names = match sel {
+        Selector::Name(n) => vec![n.clone()],
+        Selector::Mac(mac) => {
+            let all = host.all().await?;
+            let hits: Vec<&LinkInfo> = all.iter().filter(|l| l.mac == *mac).collect();
+            match hits.as_slice() {
+                [one] => return finish((*one).clone(), host, records, sel).await,
+                [] => Vec::new(),
+                many => {
+                    return Err(Error::new(
+                        Code::DeviceAmbiguous,
+                        format!(
+                            "{sel} matches several host interfaces ({}); select by name or PCI address",
+                            many.iter()
+                                .map(|l| l.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        Selector::KernelPath(p) => netdevs_under(Path::new(p)),
+        Selector::Pci(id) | Selector::DeviceId(id) => netdevs_of_bus_device(id),
+        Selector::RdmaDevice(dev) => crate::rdma::pair::netdevs_of_rdma_device(dev)?,
+    };
+    match names.as_slice() {
+        [] => {}
+        [name] => {
+            if let Some(link) = host.by_name(name).await? {
+                return finish(link, host, records, sel).await;
+            }
+        }
+        many => {
+            return Err(Error::new(
+                Code::DeviceAmbiguous,
+                format!(
+                    "{sel} has several network interfaces ({}); select one by name",
+                    many.join(", ")
+                ),
+            ));
+        }
+    }
+    if let Some(r) = records.iter().find(|r| holds(r, sel)) {
+        return Err(Error::new(
+            Code::DeviceBusy,
+            format!(
+                "{sel} is attached to container {} as {} in {}; DEL that attachment first",
+                r.container_id, r.ifname, r.netns
+            ),
+        ));
+    }
+    if let Some(lost) = find_lost(sel, host).await? {
+        return Ok(lost);
+    }
+    Err(not_found(
+        sel,
+        "it is not in the host network namespace (check the name with `ip link`, or whether another pod holds it)",
+    ))
+}
+
+async fn finish(
+    link: LinkInfo,
+    host: &Links,
+    records: &[Record],
+    sel: &Selector,
+) -> Result<Resolved> {
+    let _ = host;
+    let lost = link.alias.as_deref().and_then(Tag::decode);
+    if let Some(tag) = &lost
+        && let Some(r) = records
+            .iter()
+            .find(|r| crate::state::owner_key(&r.container_id, &r.ifname) == tag.owner)
+    {
+        return Err(Error::new(
+            Code::DeviceBusy,
+            format!(
+                "{sel} ({}) is held by container {} as {}; DEL that attachment first",
+                link.name, r.container_id, r.ifname
+            ),
+        ));
+    }
+    Ok(Resolved {
+        pci: pci_of(&link.name),
+        link,
+        lost,
+    })
+}
+
+/// Does attachment `r` hold the NIC that `sel` names?
+fn holds(r: &Record, sel: &Selector) -> bool {
+    match sel {
+        Selector::Name(n) => r.host_name == *n,
+        Selector::Mac(m) => r.mac == *m,
+        Selector::Pci(id) | Selector::DeviceId(id) => r.pci.as_deref() == Some(id.as_str()),
+        Selector::RdmaDevice(d) => r.rdma_device.as_deref() == Some(d.as_str()),
+        Selector::KernelPath(p) => Path::new(p).file_name().is_some_and(|f| {
+            r.host_name == f.to_string_lossy() || r.pci.as_deref() == Some(&*f.to_string_lossy())
+        }),
+    }
+}
+
+/// A NIC that came back from a dead pod keeps the pod-side name but carries our tag with its
+/// original name: find it by that identity.
+async fn find_lost(sel: &Selector, host: &Links) -> Result<Option<Resolved>> {
+    let wanted = |l: &LinkInfo, tag: &Tag| match sel {
+        Selector::Name(n) => tag.host_name == *n,
+        Selector::Mac(m) => l.mac == *m,
+        Selector::Pci(id) | Selector::DeviceId(id) => pci_of(&l.name).as_deref() == Some(id),
+        Selector::KernelPath(p) => {
+            netdevs_under(Path::new(p)).contains(&l.name) || tag.host_name == file_name(p)
+        }
+        Selector::RdmaDevice(_) => false,
+    };
+    for l in host.all().await? {
+        if let Some(tag) = l.alias.as_deref().and_then(Tag::decode)
+            && wanted(&l, &tag)
+        {
+            log::info!(
+                "{} is {sel}, back from a pod that was deleted without DEL (was {}); restoring it",
+                l.name,
+                tag.host_name
+            );
+            return Ok(Some(Resolved {
+                pci: pci_of(&l.name),
+                link: l,
+                lost: Some(tag),
+            }));
+        }
+    }
+    Ok(None)
+}
+
+fn file_name(p: &str) -> String {
+    Path::new(p)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn list_dir(p: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(p)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Net devices of a device directory: its `net/`, or its virtio child's `net/`.
+fn netdevs_of_device_dir(dir: &Path) -> Vec<String> {
+    let mut names = list_dir(&dir.join("net"));
+    for child in list_dir(dir).iter().filter(|c| c.starts_with("virtio")) {
+        names.extend(list_dir(&dir.join(child).join("net")));
+    }
+    names
+}
+
+/// `kernelpath`: a device directory under /sys/devices, or a net device's own directory.
+fn netdevs_under(p: &Path) -> Vec<String> {
+    let names = netdevs_of_device_dir(p);
+    if !names.is_empty() {
+        return names;
+    }
+    let is_netdev_dir = p.parent().and_then(Path::file_name) == Some("net".as_ref());
+    match (is_netdev_dir && p.exists(), p.file_name()) {
+        (true, Some(f)) => vec![f.to_string_lossy().into_owned()],
+        _ => Vec::new(),
+    }
+}
+
+/// `pciBusID` / `deviceID`: a PCI function or an auxiliary-bus device (SF).
+fn netdevs_of_bus_device(id: &str) -> Vec<String> {
+    ["/sys/bus/pci/devices", "/sys/bus/auxiliary/devices"]
+        .iter()
+        .map(|bus| PathBuf::from(bus).join(id))
+        .flat_map(|d| netdevs_of_device_dir(&d))
+        .collect()
+}
+
+/// The PCI address behind a net device (through a virtio hop if there is one).
+pub fn pci_of(ifname: &str) -> Option<String> {
+    let dev = std::fs::canonicalize(format!("/sys/class/net/{ifname}/device")).ok()?;
+    let base = dev.file_name()?.to_string_lossy().into_owned();
+    if is_pci_address(&base) {
+        return Some(base);
+    }
+    let parent = dev.parent()?.file_name()?.to_string_lossy().into_owned();
+    (base.starts_with("virtio") && is_pci_address(&parent)).then_some(parent)
+}
+
+/// `dddd:bb:dd.f`
+pub fn is_pci_address(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_address_shape() {
+        assert!(is_pci_address("0000:3b:00.1"));
+        assert!(!is_pci_address("mlx5_core.sf.2"));
+        assert!(!is_pci_address("0000:3b:00"));
+    }
+
+    #[test]
+    fn kernelpath_of_a_virtual_netdev_is_its_name() {
+        // lo always exists and lives under /sys/devices/virtual/net/lo.
+        assert_eq!(
+            netdevs_under(Path::new("/sys/devices/virtual/net/lo")),
+            ["lo"]
+        );
+        assert!(netdevs_under(Path::new("/sys/devices/virtual/net/nope0")).is_empty());
+    }
+
+    #[test]
+    fn unknown_bus_device_has_no_netdevs() {
+        assert!(netdevs_of_bus_device("0000:ff:1f.7").is_empty());
+    }
+}

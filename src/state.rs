@@ -1,0 +1,258 @@
+//! What ADD remembers so DEL can undo it, even if the plugin dies between any two steps:
+//!
+//! - a state file per attachment, `STATE_DIR/<containerID>:<ifname>.json`, written (atomically)
+//!   before the first change to the host and removed after the last undo;
+//! - a tag in the NIC's alias (IFLA_IFALIAS), set by the same request that moves the NIC, so
+//!   the link itself says who holds it and what it was called. It travels with the NIC: into
+//!   the pod, and back to the host when the pod's netns dies without a DEL.
+
+use crate::error::{Result, io_error};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const TAG_PREFIX: &str = "rdma-host-device:v1:";
+
+/// The alias tag: original name, MTU and admin state, and which attachment holds the NIC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tag {
+    pub host_name: String,
+    pub host_mtu: u32,
+    pub host_up: bool,
+    pub owner: String,
+}
+
+impl Tag {
+    pub fn encode(&self) -> String {
+        format!(
+            "{TAG_PREFIX}{}:{}:{}:{}",
+            self.host_name, self.host_mtu, self.host_up as u8, self.owner
+        )
+    }
+
+    /// `None` for any alias that is not ours (operators use aliases too).
+    pub fn decode(alias: &str) -> Option<Tag> {
+        let rest = alias.strip_prefix(TAG_PREFIX)?;
+        let mut it = rest.split(':');
+        let host_name = it.next()?.to_string();
+        let host_mtu = it.next()?.parse().ok()?;
+        let host_up = match it.next()? {
+            "1" => true,
+            "0" => false,
+            _ => return None,
+        };
+        let owner = it.next()?.to_string();
+        if it.next().is_some() || crate::cni::env::validate_ifname(&host_name).is_err() {
+            return None;
+        }
+        Some(Tag {
+            host_name,
+            host_mtu,
+            host_up,
+            owner,
+        })
+    }
+}
+
+/// A short, stable name for one attachment (container + interface), fit for the alias.
+pub fn owner_key(container_id: &str, ifname: &str) -> String {
+    // FNV-1a, 64 bit: stable across releases, unlike std's hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in container_id
+        .bytes()
+        .chain(std::iter::once(b'/'))
+        .chain(ifname.bytes())
+    {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// The state file's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub container_id: String,
+    pub ifname: String,
+    pub network: String,
+    pub netns: String,
+    pub host_name: String,
+    pub host_mtu: u32,
+    pub host_up: bool,
+    #[serde(default)]
+    pub host_alias: Option<String>,
+    pub mac: String,
+    /// The NIC's PCI address, when it has one.
+    #[serde(default)]
+    pub pci: Option<String>,
+    /// RDMA device paired with the NIC, if any.
+    #[serde(default)]
+    pub rdma_device: Option<String>,
+    /// The RDMA device was moved into the pod (exclusive mode).
+    #[serde(default)]
+    pub rdma_moved: bool,
+    /// A software RDMA device we created in the pod (deleted on DEL).
+    #[serde(default)]
+    pub soft_device: Option<String>,
+}
+
+impl Record {
+    pub fn tag(&self) -> Tag {
+        Tag {
+            host_name: self.host_name.clone(),
+            host_mtu: self.host_mtu,
+            host_up: self.host_up,
+            owner: owner_key(&self.container_id, &self.ifname),
+        }
+    }
+}
+
+/// The directory of state files.
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    pub fn new(dir: &Path) -> Self {
+        Store {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// IDs and names were validated (no '/', no ':' in interface names), so the name is safe.
+    fn path(&self, container_id: &str, ifname: &str) -> PathBuf {
+        self.dir.join(format!("{container_id}:{ifname}.json"))
+    }
+
+    pub fn load(&self, container_id: &str, ifname: &str) -> Result<Option<Record>> {
+        let p = self.path(container_id, ifname);
+        match fs::read(&p) {
+            Ok(b) => match serde_json::from_slice(&b) {
+                Ok(r) => Ok(Some(r)),
+                Err(e) => {
+                    // A torn or foreign file must not block DEL forever: the alias tag on the
+                    // link still says what to restore.
+                    log::warn!("ignoring unreadable state file {}: {e}", p.display());
+                    Ok(None)
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error(format!("reading state file {}", p.display()), e)),
+        }
+    }
+
+    /// Write atomically: a crash leaves the old file or the new one, never half of one.
+    pub fn save(&self, r: &Record) -> Result<()> {
+        fs::create_dir_all(&self.dir)
+            .map_err(|e| io_error(format!("creating state dir {}", self.dir.display()), e))?;
+        let p = self.path(&r.container_id, &r.ifname);
+        let tmp = p.with_extension("json.tmp");
+        let body = serde_json::to_vec_pretty(r).unwrap_or_default();
+        let write = || -> std::io::Result<()> {
+            let mut f = fs::File::create(&tmp)?;
+            f.write_all(&body)?;
+            f.sync_all()?;
+            fs::rename(&tmp, &p)?;
+            fs::File::open(&self.dir)?.sync_all()
+        };
+        write().map_err(|e| io_error(format!("writing state file {}", p.display()), e))
+    }
+
+    pub fn remove(&self, container_id: &str, ifname: &str) -> Result<()> {
+        let p = self.path(container_id, ifname);
+        match fs::remove_file(&p) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(format!("removing state file {}", p.display()), e)),
+        }
+    }
+
+    /// Every record in the store (for GC, STATUS and busy checks). Unreadable files are skipped.
+    pub fn all(&self) -> Result<Vec<Record>> {
+        let rd = match fs::read_dir(&self.dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(io_error(
+                    format!("listing state dir {}", self.dir.display()),
+                    e,
+                ));
+            }
+        };
+        Ok(rd
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .filter_map(|e| fs::read(e.path()).ok())
+            .filter_map(|b| serde_json::from_slice(&b).ok())
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_round_trip() {
+        let t = Tag {
+            host_name: "ens1f0".into(),
+            host_mtu: 9000,
+            host_up: true,
+            owner: owner_key("abc", "net1"),
+        };
+        assert_eq!(Tag::decode(&t.encode()), Some(t.clone()));
+        assert!(t.encode().len() < 128, "alias must stay short");
+    }
+
+    #[test]
+    fn foreign_or_torn_aliases_are_not_ours() {
+        for a in [
+            "uplink to switch 3",
+            "rdma-host-device:v1:eth0",
+            "rdma-host-device:v1:eth0:x:1:ab",
+            "rdma-host-device:v1:a/b:1500:1:ab",
+            "rdma-host-device:v1:eth0:1500:2:ab",
+            "rdma-host-device:v1:eth0:1500:1:ab:extra",
+        ] {
+            assert_eq!(Tag::decode(a), None, "{a}");
+        }
+    }
+
+    #[test]
+    fn owner_key_is_stable_and_distinct() {
+        assert_eq!(owner_key("a", "b"), owner_key("a", "b"));
+        assert_ne!(owner_key("a", "bc"), owner_key("ab", "c"));
+        assert_eq!(owner_key("a", "b").len(), 16);
+    }
+
+    #[test]
+    fn store_round_trip() {
+        let dir = std::env::temp_dir().join(format!("rhd-state-test-{}", std::process::id()));
+        let s = Store::new(&dir);
+        let r = Record {
+            container_id: "c1".into(),
+            ifname: "net1".into(),
+            network: "n".into(),
+            netns: "/var/run/netns/p".into(),
+            host_name: "eth1".into(),
+            host_mtu: 1500,
+            host_up: false,
+            host_alias: None,
+            mac: "aa:bb:cc:dd:ee:ff".into(),
+            pci: None,
+            rdma_device: None,
+            rdma_moved: false,
+            soft_device: None,
+        };
+        assert_eq!(s.load("c1", "net1").unwrap(), None);
+        s.save(&r).unwrap();
+        assert_eq!(s.load("c1", "net1").unwrap(), Some(r.clone()));
+        assert_eq!(s.all().unwrap(), vec![r]);
+        s.remove("c1", "net1").unwrap();
+        s.remove("c1", "net1").unwrap();
+        assert!(s.all().unwrap().is_empty());
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
