@@ -5,7 +5,7 @@
 use crate::error::{Code, Error, Result};
 use nix::sched::{CloneFlags, setns};
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -73,6 +73,10 @@ impl Netns {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
     }
 
     pub fn raw_fd(&self) -> RawFd {

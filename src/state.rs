@@ -99,12 +99,16 @@ pub struct Record {
 }
 
 impl Record {
+    pub fn owner(&self) -> String {
+        owner_key(&self.container_id, &self.ifname)
+    }
+
     pub fn tag(&self) -> Tag {
         Tag {
             host_name: self.host_name.clone(),
             host_mtu: self.host_mtu,
             host_up: self.host_up,
-            owner: owner_key(&self.container_id, &self.ifname),
+            owner: self.owner(),
         }
     }
 }

@@ -25,6 +25,8 @@ const KNOWN_KEYS: &[&str] = &[
     "runtimeConfig",
     "capabilities",
     "cni.dev/valid-attachments",
+    // libcni >= 1.2 also sends the list under the spec text's first name (cni#1101).
+    "cni.dev/attachments",
     "device",
     "hwaddr",
     "kernelpath",
@@ -64,8 +66,6 @@ pub enum SoftDevice {
     Siw,
 }
 
-// TODO(rdma flows): read by the RDMA steps being wired in.
-#[allow(dead_code)]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RdmaConf {
@@ -142,6 +142,8 @@ struct RawConf {
     state_dir: Option<PathBuf>,
     #[serde(rename = "cni.dev/valid-attachments")]
     valid_attachments: Option<Vec<Attachment>>,
+    #[serde(rename = "cni.dev/attachments")]
+    legacy_attachments: Option<Vec<Attachment>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -153,7 +155,6 @@ pub struct Attachment {
 }
 
 /// The validated network configuration.
-#[allow(dead_code)] // TODO(rdma flows): `rdma` is read by the RDMA steps being wired in.
 #[derive(Debug, Clone)]
 pub struct NetConf {
     pub cni_version: Version,
@@ -310,7 +311,7 @@ impl NetConf {
             log_file: rc.log_file,
             log_level,
             state_dir,
-            valid_attachments: rc.valid_attachments,
+            valid_attachments: rc.valid_attachments.or(rc.legacy_attachments),
             raw,
         })
     }

@@ -1,7 +1,8 @@
 //! ADD: select the NIC, remember it, move it into the pod renamed, get addresses from IPAM and
 //! apply them, and answer with the result. Any failure takes back every step already done.
 
-use super::undo::{Scene, Undo, UndoStack, owner_of};
+use super::rdma::{self, Plan};
+use super::undo::{Scene, Undo, UndoStack};
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
 use crate::cni::result::{CniResult, Interface, IpConfig};
@@ -118,7 +119,7 @@ async fn attach(
     let (Some(pod_ns), Some(pod)) = (s.pod_ns, s.pod) else {
         return Err(Error::new(Code::Io, "ADD needs the pod's namespace"));
     };
-    let record = Record {
+    let mut record = Record {
         container_id: env.container_id.clone(),
         ifname: env.ifname.clone(),
         network: conf.name.clone(),
@@ -134,19 +135,32 @@ async fn attach(
         soft_device: None,
     };
 
-    // 1. Remember, before the first change, what DEL needs.
+    // 1. Pair and check RDMA while nothing has changed yet.
+    let plan = rdma::plan(env, conf, nic)?;
+    if let Some(p) = &plan {
+        p.record_into(&mut record);
+    }
+
+    // 2. Remember, before the first change, what DEL needs.
     undo.push(Undo::ForgetState {
         container_id: env.container_id.clone(),
         ifname: env.ifname.clone(),
     });
     Store::new(&conf.state_dir).save(&record)?;
 
-    // 2. Move, rename, MTU, tag and up, in one request.
-    undo.push(Undo::ReturnNic {
-        owner: owner_of(env),
-        original_alias: record.host_alias.clone(),
-    });
+    // 3. Exclusive mode: the RDMA device goes first (see flows/rdma.rs for why).
+    if let Some(Plan::Move { device, index }) = &plan {
+        undo.push(Undo::ReturnRdma {
+            device: device.clone(),
+        });
+        rdma::move_in(device, *index, pod_ns)?;
+    }
+
+    // 4. Move, rename, MTU, tag and up, in one request.
     let tag = record.tag().encode();
+    undo.push(Undo::ReturnNic {
+        record: Box::new(record),
+    });
     s.host
         .move_to(
             nic.index,
@@ -177,7 +191,12 @@ async fn attach(
         inside.mtu
     );
 
-    // 3. Addresses from IPAM, applied inside the pod.
+    // 5. No RDMA hardware: a software device on the NIC, made inside the pod.
+    if let Some(Plan::Soft { kind, name }) = &plan {
+        rdma::create_soft(*kind, name, &env.ifname, pod_ns)?;
+    }
+
+    // 6. Addresses from IPAM, applied inside the pod.
     let mut result = conf.prev_result.clone().unwrap_or_default();
     let ours = result.push_interface(Interface {
         name: env.ifname.clone(),
@@ -199,6 +218,17 @@ async fn attach(
     }
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
+    }
+
+    // 7. The RDMA device, seen from inside the pod, has a RoCE v2 GID for every address.
+    if let Some(p) = &plan {
+        let addrs: Vec<IpAddr> = result
+            .ips
+            .iter()
+            .filter(|ip| ip.interface == Some(ours))
+            .map(|ip| ip.address.addr())
+            .collect();
+        rdma::verify(p.device(), &addrs, conf.rdma.gid_timeout_ms, pod_ns)?;
     }
     Ok(result)
 }

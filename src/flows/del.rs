@@ -52,8 +52,7 @@ pub async fn release(
         pod_ns: pod_ns.as_ref(),
         pod: pod.as_ref(),
     };
-    let original_alias = record.and_then(|r| r.host_alias.as_deref());
-    match return_nic(&scene, &owner_of(env), original_alias).await {
+    match return_nic(&scene, &owner_of(env), record).await {
         Ok(true) => log::info!("NIC returned to the host"),
         Ok(false) => log::info!(
             "no NIC held by {} in the pod or on the host; nothing to return",

@@ -2,12 +2,13 @@
 //! runs them in reverse. The same "give the NIC back" is what DEL does.
 
 use crate::cni::env::Env;
+use crate::cni::netconf::Isolation;
 use crate::cni::netconf::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::ipam::Ipam;
 use crate::link::{Arrival, LinkInfo, Links};
 use crate::netns::Netns;
-use crate::state::{Store, Tag, owner_key};
+use crate::state::{Record, Store, Tag, owner_key};
 
 /// One step to take back.
 #[derive(Debug)]
@@ -17,11 +18,11 @@ pub enum Undo {
         container_id: String,
         ifname: String,
     },
-    /// Return the NIC to the host under its original name, MTU and alias.
-    ReturnNic {
-        owner: String,
-        original_alias: Option<String>,
-    },
+    /// Give back an RDMA device moved into the pod (when the NIC never followed it).
+    ReturnRdma { device: String },
+    /// Return the NIC to the host under its original name, MTU and alias; first delete the
+    /// software RDMA device made for it and give back a moved RDMA device.
+    ReturnNic { record: Box<Record> },
     /// Release what IPAM handed out.
     ReleaseIpam,
 }
@@ -68,12 +69,11 @@ async fn apply(step: &Undo, s: &Scene<'_>) -> Result<()> {
             container_id,
             ifname,
         } => Store::new(&s.conf.state_dir).remove(container_id, ifname),
-        Undo::ReturnNic {
-            owner,
-            original_alias,
-        } => return_nic(s, owner, original_alias.as_deref())
-            .await
-            .map(drop),
+        Undo::ReturnRdma { device } => match s.pod_ns {
+            Some(pod_ns) => super::rdma::return_device(device, pod_ns, s.host_ns),
+            None => Ok(()),
+        },
+        Undo::ReturnNic { record } => return_nic(s, &record.owner(), Some(record)).await.map(drop),
         Undo::ReleaseIpam => match &s.conf.ipam_type {
             Some(t) => Ipam::new(t, s.env)?.del(&s.conf.raw),
             None => Ok(()),
@@ -84,10 +84,14 @@ async fn apply(step: &Undo, s: &Scene<'_>) -> Result<()> {
 /// Find the NIC that attachment `owner` holds, wherever it is now, and put it back on the host
 /// as it was. Returns whether a NIC was found. Looks in the pod first (by our tag, so a rename
 /// inside the pod does not hide it), then on the host (a NIC that came back from a dead pod).
-pub async fn return_nic(s: &Scene<'_>, owner: &str, original_alias: Option<&str>) -> Result<bool> {
-    if let Some(pod) = s.pod
+pub async fn return_nic(s: &Scene<'_>, owner: &str, record: Option<&Record>) -> Result<bool> {
+    let original_alias = record.and_then(|r| r.host_alias.as_deref());
+    if let (Some(pod), Some(pod_ns)) = (s.pod, s.pod_ns)
         && let Some((link, tag)) = tagged(pod, owner).await?
     {
+        if s.conf.rdma.isolation != Isolation::None {
+            super::rdma::release(pod_ns, s.host_ns, link.index, record)?;
+        }
         let how = arrival(&tag, original_alias);
         log::info!(
             "returning {} to the host as {} (mtu {})",

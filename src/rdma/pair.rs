@@ -1,19 +1,143 @@
-//! Pairing a NIC with its RDMA device, driver-neutral.
+//! Pairing a NIC with its RDMA device, driver-neutral: the RDMA device whose port reports the
+//! NIC as its netdev (RDMA netlink, what `rdma link show` prints: mlx5, irdma, erdma, rxe, siw
+//! alike); else the PCI/auxiliary device's `infiniband/` directory in sysfs; else the node GUID
+//! derived from the NIC's MAC (eRDMA is a PCI function of its own).
 
-use crate::error::Result;
+use super::netlink::{RdmaDevice, RdmaNlError, RdmaSocket};
+use crate::error::{Code, Error, Result};
 use std::path::Path;
 
-/// The net devices that belong to RDMA device `dev`, through sysfs
-/// (/sys/class/infiniband/DEV/device/net/): works for PCI and auxiliary-bus devices.
+pub fn rdma_error(what: impl std::fmt::Display, e: RdmaNlError) -> Error {
+    Error::new(Code::Rdma, format!("{what}: {e}"))
+}
+
+/// The NIC as pairing sees it.
+pub struct Nic<'a> {
+    pub index: u32,
+    pub name: &'a str,
+    pub mac: &'a str,
+}
+
+/// The one RDMA device paired with `nic`, seen through `sock` (a socket in the NIC's netns:
+/// ports only report netdevs of their own namespace).
+pub fn pair(sock: &mut RdmaSocket, nic: &Nic<'_>) -> Result<Option<RdmaDevice>> {
+    let devices = sock
+        .devices()
+        .map_err(|e| rdma_error("listing RDMA devices", e))?;
+    let ports = sock
+        .ports()
+        .map_err(|e| rdma_error("listing RDMA ports", e))?;
+    let mut names: Vec<String> = ports
+        .iter()
+        .filter(|p| p.netdev_index == Some(nic.index))
+        .map(|p| p.dev_name.clone())
+        .collect();
+    let mut how = "RDMA netlink port netdev";
+    if names.is_empty() {
+        names = list_dir(
+            &Path::new("/sys/class/net")
+                .join(nic.name)
+                .join("device/infiniband"),
+        );
+        how = "sysfs device/infiniband";
+    }
+    if names.is_empty()
+        && let Some(guid) = guid_from_mac(nic.mac)
+    {
+        names = devices
+            .iter()
+            .filter(|d| d.node_guid == Some(guid))
+            .map(|d| d.name.clone())
+            .collect();
+        how = "node GUID from MAC";
+    }
+    names.sort();
+    names.dedup();
+    match names.as_slice() {
+        [] => Ok(None),
+        [one] => {
+            log::info!("{} pairs with RDMA device {one} (by {how})", nic.name);
+            Ok(devices.into_iter().find(|d| d.name == *one))
+        }
+        many => Err(Error::new(
+            Code::DeviceAmbiguous,
+            format!(
+                "{} pairs with several RDMA devices ({}, by {how}); select the NIC with \"rdmaDevice\" instead",
+                nic.name,
+                many.join(", ")
+            ),
+        )),
+    }
+}
+
+/// The net devices of RDMA device `dev`, from the host's view (for the `rdmaDevice` selector).
 pub fn netdevs_of_rdma_device(dev: &str) -> Result<Vec<String>> {
-    let dir = Path::new("/sys/class/infiniband")
-        .join(dev)
-        .join("device/net");
-    Ok(std::fs::read_dir(dir)
+    let mut names = match RdmaSocket::open() {
+        Ok(mut sock) => sock
+            .ports()
+            .map_err(|e| rdma_error("listing RDMA ports", e))?
+            .into_iter()
+            .filter(|p| p.dev_name == dev)
+            .filter_map(|p| p.netdev_name)
+            .collect(),
+        Err(RdmaNlError::Unavailable(_)) => Vec::new(),
+        Err(e) => return Err(rdma_error("opening RDMA netlink", e)),
+    };
+    if names.is_empty() {
+        names = list_dir(
+            &Path::new("/sys/class/infiniband")
+                .join(dev)
+                .join("device/net"),
+        );
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// The EUI-64 node GUID an RDMA device derives from a MAC: flip the universal/local bit of the
+/// first byte and put ff:fe in the middle (eRDMA, rxe).
+pub fn guid_from_mac(mac: &str) -> Option<u64> {
+    let b: Vec<u8> = mac
+        .split(':')
+        .map(|p| u8::from_str_radix(p, 16))
+        .collect::<std::result::Result<_, _>>()
+        .ok()?;
+    let [a, b1, c, d, e, f] = <[u8; 6]>::try_from(b).ok()?;
+    Some(u64::from_be_bytes([a ^ 0x02, b1, c, 0xff, 0xfe, d, e, f]))
+}
+
+/// Software RDMA drivers: their device dies when its netdev changes namespace.
+pub fn is_soft_driver(d: &RdmaDevice) -> bool {
+    matches!(d.driver.as_deref(), Some("rxe" | "siw"))
+}
+
+fn list_dir(p: &Path) -> Vec<String> {
+    std::fs::read_dir(p)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect()
         })
-        .unwrap_or_default())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guid_is_the_eui64_of_the_mac() {
+        // Measured in the VM: rxe on 02:00:00:00:00:10 reports node GUID 0x000000fffe000010.
+        assert_eq!(
+            guid_from_mac("02:00:00:00:00:10"),
+            Some(0x0000_00ff_fe00_0010)
+        );
+        assert_eq!(
+            guid_from_mac("aa:bb:cc:dd:ee:ff"),
+            Some(0xa8bb_ccff_fedd_eeff)
+        );
+        assert_eq!(guid_from_mac("zz"), None);
+        assert_eq!(guid_from_mac(""), None);
+    }
 }

@@ -1,0 +1,335 @@
+//! The RDMA steps of the flows: pair and check before any change (`plan`), move the device in or
+//! create a software one, verify GIDs inside the pod, and give everything back.
+//!
+//! Order on ADD, exclusive mode: the RDMA device moves BEFORE the NIC. If the kernel refuses
+//! (EOPNOTSUPP: the driver lacks `disassociate_ucontext`) the NIC has not left the host, so
+//! nothing is lost; and a software device bound to the NIC would be destroyed by moving the NIC
+//! first. On DEL the RDMA device goes back before the NIC (dranet#177).
+
+use crate::cni::env::Env;
+use crate::cni::netconf::{Isolation, NetConf, Selector, SoftDevice};
+use crate::error::{Code, Error, Result};
+use crate::link::LinkInfo;
+use crate::netns::Netns;
+use crate::rdma::netlink::{NetnsMode, RdmaSocket};
+use crate::rdma::pair::{self, Nic, rdma_error};
+use crate::rdma::verbs::{self, Source, VerbsError, Verification};
+use crate::state::Record;
+use std::net::IpAddr;
+use std::time::Duration;
+
+const EXCLUSIVE_HOWTO: &str = "set it at boot: `options ib_core netns_mode=0` in /etc/modprobe.d/ib_core.conf (then update the initramfs) or the kernel argument ib_core.netns_mode=0, and reboot; it cannot change while other network namespaces exist";
+
+/// What ADD will do with RDMA, decided before the first change.
+#[derive(Debug, Clone)]
+pub enum Plan {
+    /// Move this hardware device into the pod (exclusive mode).
+    Move { device: String, index: u32 },
+    /// Leave the device where it is (shared mode: the pod sees it anyway); verify it.
+    Stay { device: String },
+    /// Create a software device on the NIC inside the pod (shared mode).
+    Soft { kind: SoftDevice, name: String },
+}
+
+impl Plan {
+    pub fn device(&self) -> &str {
+        match self {
+            Plan::Move { device, .. } | Plan::Stay { device } => device,
+            Plan::Soft { name, .. } => name,
+        }
+    }
+
+    /// Fill the state record with the plan, before acting on it.
+    pub fn record_into(&self, r: &mut Record) {
+        r.rdma_device = Some(self.device().to_string());
+        r.rdma_moved = matches!(self, Plan::Move { .. });
+        r.soft_device = match self {
+            Plan::Soft { name, .. } => Some(name.clone()),
+            _ => None,
+        };
+    }
+}
+
+/// Pair and check. `None`: RDMA is not involved in this attachment.
+pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<Plan>> {
+    let rc = &conf.rdma;
+    if rc.isolation == Isolation::None {
+        return Ok(None);
+    }
+    let required = rc.soft_device.is_some()
+        || rc.isolation == Isolation::Exclusive
+        || matches!(conf.selector, Some(Selector::RdmaDevice(_)));
+    let mut sock = match RdmaSocket::open() {
+        Ok(s) => s,
+        Err(e) if !required => {
+            log::info!(
+                "no RDMA on this node ({e}); attaching {} without RDMA",
+                nic.name
+            );
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(Error::new(
+                Code::RdmaNotFound,
+                format!(
+                    "the network asks for RDMA but this node's kernel has none ({e}): load ib_core and the NIC's RDMA driver, or set rdma.isolation to \"none\""
+                ),
+            ));
+        }
+    };
+    let mode = sock
+        .netns_mode()
+        .map_err(|e| rdma_error("reading the RDMA netns mode", e))?;
+    if let Some(kind) = rc.soft_device {
+        if mode == NetnsMode::Exclusive {
+            return Err(Error::new(
+                Code::RdmaNetnsMode,
+                format!(
+                    "rdma.softDevice {kind:?} needs the RDMA netns mode \"shared\", but this node runs \"exclusive\": a software device created for the pod would land in the host's namespace, invisible to the pod. Use a NIC with RDMA hardware, or run the node in shared mode (the kernel default)"
+                ),
+            ));
+        }
+        return Ok(Some(Plan::Soft {
+            kind,
+            name: soft_name(kind, env),
+        }));
+    }
+    let paired = pair::pair(
+        &mut sock,
+        &Nic {
+            index: nic.index,
+            name: &nic.name,
+            mac: &nic.mac,
+        },
+    )?;
+    let Some(dev) = paired else {
+        if required {
+            return Err(Error::new(
+                Code::RdmaNotFound,
+                format!(
+                    "no RDMA device pairs with {} (looked at RDMA netlink ports, sysfs and node GUIDs; see `rdma link show`): load the NIC's RDMA driver, use rdma.softDevice, or set rdma.isolation to \"none\"",
+                    nic.name
+                ),
+            ));
+        }
+        log::info!("{} has no RDMA device; attaching it without RDMA", nic.name);
+        return Ok(None);
+    };
+    if mode == NetnsMode::Shared && pair::is_soft_driver(&dev) {
+        return Err(Error::new(
+            Code::RdmaMoveUnsupported,
+            format!(
+                "RDMA device {} is a software device ({}) bound to {}: the kernel destroys it when {} changes namespace. Delete it (`rdma link delete {}`) and set rdma.softDevice to create one inside the pod instead",
+                dev.name,
+                dev.driver.as_deref().unwrap_or("?"),
+                nic.name,
+                nic.name,
+                dev.name
+            ),
+        ));
+    }
+    match (mode, rc.isolation) {
+        (NetnsMode::Exclusive, _) => Ok(Some(Plan::Move {
+            device: dev.name,
+            index: dev.index,
+        })),
+        (NetnsMode::Shared, Isolation::Exclusive) => Err(Error::new(
+            Code::RdmaNetnsMode,
+            format!(
+                "rdma.isolation is \"exclusive\" but the RDMA netns mode is shared, so {} would stay visible to every pod; {EXCLUSIVE_HOWTO}. Or set rdma.isolation to \"auto\" to share it",
+                dev.name
+            ),
+        )),
+        (NetnsMode::Shared, _) => Ok(Some(Plan::Stay { device: dev.name })),
+    }
+}
+
+/// A node-unique name for a software device (names are global in shared mode).
+fn soft_name(kind: SoftDevice, env: &Env) -> String {
+    let prefix = match kind {
+        SoftDevice::Rxe => "rxe",
+        SoftDevice::Siw => "siw",
+    };
+    let cid: String = env
+        .container_id
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(12)
+        .collect();
+    let ifname: String = env
+        .ifname
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    format!("{prefix}_{cid}_{ifname}")
+}
+
+/// Exclusive mode: move the device into the pod (before the NIC).
+pub fn move_in(device: &str, index: u32, pod_ns: &Netns) -> Result<()> {
+    let mut sock = RdmaSocket::open().map_err(|e| rdma_error("opening RDMA netlink", e))?;
+    sock.move_to_netns(index, pod_ns.fd()).map_err(|e| {
+        if e.errno() == Some(libc::EOPNOTSUPP) {
+            Error::new(
+                Code::RdmaMoveUnsupported,
+                format!(
+                    "RDMA device {device} cannot change network namespace: its driver lacks netns support (the kernel answered EOPNOTSUPP); nothing was changed. Drivers that can: mlx4, mlx5, hns, irdma, erdma. Set rdma.isolation to \"none\" to attach the NIC alone"
+                ),
+            )
+        } else {
+            rdma_error(format!("moving RDMA device {device} into {}", pod_ns.path().display()), e)
+        }
+    })?;
+    log::info!(
+        "moved RDMA device {device} into {}",
+        pod_ns.path().display()
+    );
+    Ok(())
+}
+
+/// Shared mode, no RDMA hardware: create a software device on the pod's interface, from a
+/// socket inside the pod's namespace (the kernel looks the netdev up in the caller's netns).
+pub fn create_soft(kind: SoftDevice, name: &str, ifname: &str, pod_ns: &Netns) -> Result<()> {
+    let link_type = match kind {
+        SoftDevice::Rxe => "rxe",
+        SoftDevice::Siw => "siw",
+    };
+    pod_ns.run(|| -> Result<()> {
+        let mut sock = RdmaSocket::open().map_err(|e| rdma_error("opening RDMA netlink", e))?;
+        sock.add_soft_device(name, link_type, ifname).map_err(|e| {
+            let hint = if e.errno() == Some(libc::EOPNOTSUPP) || e.errno() == Some(libc::ENOENT) {
+                format!(
+                    " (is the {link_type} driver available? `modprobe {}`)",
+                    if link_type == "rxe" {
+                        "rdma_rxe"
+                    } else {
+                        "siw"
+                    }
+                )
+            } else {
+                String::new()
+            };
+            let mut err = rdma_error(format!("creating {link_type} device {name} on {ifname}"), e);
+            err.msg.push_str(&hint);
+            err
+        })
+    })??;
+    log::info!("created {link_type} device {name} on {ifname} inside the pod");
+    Ok(())
+}
+
+/// Verify inside the pod: the device is visible, its port ACTIVE, and its GID table holds a
+/// RoCE v2 GID for every address (iWARP: port state only). Waits up to the configured deadline.
+pub fn verify(device: &str, addrs: &[IpAddr], timeout_ms: u64, pod_ns: &Netns) -> Result<()> {
+    let report = pod_ns
+        .run(|| verbs::wait_for_gids(device, addrs, Duration::from_millis(timeout_ms)))?
+        .map_err(verbs_error)?;
+    if report.source == Source::Sysfs {
+        log::warn!(
+            "libibverbs was not available; verified {device} through the kernel's sysfs GID table"
+        );
+    }
+    match report.verified {
+        Verification::PortActiveOnly => log::info!(
+            "{device} has no per-IP GIDs (iWARP or InfiniBand): verified that a port is ACTIVE"
+        ),
+        _ => log::info!(
+            "{device} verified in the pod: RoCE v2 GIDs {}",
+            report
+                .gids
+                .iter()
+                .filter(|g| g.gid_type == verbs::GidType::RoceV2)
+                .map(|g| g.gid.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+    Ok(())
+}
+
+fn verbs_error(e: VerbsError) -> Error {
+    let code = match e {
+        VerbsError::GidTimeout { .. } => Code::GidTimeout,
+        _ => Code::Rdma,
+    };
+    Error::new(code, e.to_string())
+}
+
+/// DEL/undo, with the NIC (pod index `nic_index`) still in the pod: delete the software device we
+/// created, and give a moved device back to the host. Runs before the NIC leaves.
+pub fn release(
+    pod_ns: &Netns,
+    host_ns: &Netns,
+    nic_index: u32,
+    record: Option<&Record>,
+) -> Result<()> {
+    pod_ns.run(|| -> Result<()> {
+        let mut sock = match RdmaSocket::open() {
+            Ok(s) => s,
+            // No RDMA in this kernel: nothing of ours can be there.
+            Err(crate::rdma::netlink::RdmaNlError::Unavailable(_)) => return Ok(()),
+            Err(e) => return Err(rdma_error("opening RDMA netlink in the pod", e)),
+        };
+        if let Some(name) = record.and_then(|r| r.soft_device.as_deref())
+            && let Some(dev) = sock
+                .device_by_name(name)
+                .map_err(|e| rdma_error(format!("looking up {name}"), e))?
+        {
+            sock.delete_device(dev.index)
+                .map_err(|e| rdma_error(format!("deleting software RDMA device {name}"), e))?;
+            log::info!("deleted software RDMA device {name}");
+        }
+        let mode = sock
+            .netns_mode()
+            .map_err(|e| rdma_error("reading the RDMA netns mode", e))?;
+        if mode == NetnsMode::Shared {
+            return Ok(());
+        }
+        // Exclusive: what is visible here lives here. Ours is the one paired with our NIC, or
+        // the one the record names (its port may have lost the netdev already).
+        let ports = sock
+            .ports()
+            .map_err(|e| rdma_error("listing RDMA ports", e))?;
+        let mut names: Vec<String> = ports
+            .into_iter()
+            .filter(|p| p.netdev_index == Some(nic_index))
+            .map(|p| p.dev_name)
+            .collect();
+        if let Some(name) = record
+            .filter(|r| r.rdma_moved)
+            .and_then(|r| r.rdma_device.clone())
+        {
+            names.push(name);
+        }
+        names.sort();
+        names.dedup();
+        for name in names {
+            if let Some(dev) = sock
+                .device_by_name(&name)
+                .map_err(|e| rdma_error(format!("looking up {name}"), e))?
+            {
+                sock.move_to_netns(dev.index, host_ns.fd()).map_err(|e| {
+                    rdma_error(format!("returning RDMA device {name} to the host"), e)
+                })?;
+                log::info!("returned RDMA device {name} to the host");
+            }
+        }
+        Ok(())
+    })?
+}
+
+/// Undo of `move_in` when the NIC never reached the pod.
+pub fn return_device(device: &str, pod_ns: &Netns, host_ns: &Netns) -> Result<()> {
+    pod_ns.run(|| -> Result<()> {
+        let mut sock =
+            RdmaSocket::open().map_err(|e| rdma_error("opening RDMA netlink in the pod", e))?;
+        if let Some(dev) = sock
+            .device_by_name(device)
+            .map_err(|e| rdma_error(format!("looking up {device}"), e))?
+        {
+            sock.move_to_netns(dev.index, host_ns.fd()).map_err(|e| {
+                rdma_error(format!("returning RDMA device {device} to the host"), e)
+            })?;
+        }
+        Ok(())
+    })?
+}

@@ -1,0 +1,290 @@
+//! Bad inputs sent to the binary directly, the way a runtime's raw exec does it: CNI_* in the
+//! environment, the config on stdin. Each must fail with exactly one JSON error object on
+//! stdout carrying the expected code and a message, and must leave the host NIC alone.
+//! Needs root (see tests/common/mod.rs).
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// What to put on stdin.
+enum Stdin {
+    /// A valid config (device = the test NIC, static IPAM), edited by the closure.
+    Conf(fn(&mut Value)),
+    /// Exactly these bytes.
+    Raw(&'static str),
+}
+
+type Env = BTreeMap<&'static str, Option<String>>;
+
+/// Run one bad input: ADD against a fresh NIC and pod unless `env_edit` changes that.
+fn case(code: i64, stdin: Stdin, env_edit: impl FnOnce(&mut Env, &Rig)) {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name, "mtu": 1400}));
+    let bytes = match stdin {
+        Stdin::Conf(edit) => {
+            edit(&mut conf);
+            serde_json::to_vec(&conf).unwrap()
+        }
+        Stdin::Raw(s) => s.as_bytes().to_vec(),
+    };
+    let mut env: Env = BTreeMap::new();
+    env.insert("CNI_COMMAND", Some("ADD".into()));
+    env.insert("CNI_CONTAINERID", Some(rig.cid(0)));
+    env.insert("CNI_NETNS", Some(pod.path()));
+    env.insert("CNI_IFNAME", Some("net1".into()));
+    env.insert("CNI_PATH", Some(rig.cni_path("1.0.0")));
+    env_edit(&mut env, &rig);
+    let env_v: Vec<(&str, Option<&str>)> = env.iter().map(|(k, v)| (*k, v.as_deref())).collect();
+    let out = run_plugin(&env_v, &bytes);
+
+    assert!(!out.success(), "expected a non-zero exit\n{out}");
+    let v: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout must be exactly one JSON object ({e})\n{out}"));
+    assert!(v.is_object(), "stdout is JSON but not an object\n{out}");
+    assert_eq!(v["code"].as_i64(), Some(code), "error code\n{out}");
+    assert!(
+        v["msg"].as_str().is_some_and(|m| !m.trim().is_empty()),
+        "msg must be a non-empty string\n{out}"
+    );
+    nic.assert_home(Some(&pod), &out);
+    assert!(
+        link(Some(&pod.name), "net1").is_none(),
+        "pod got net1 on a failed call\n{out}"
+    );
+    rig.assert_state_empty(&out);
+}
+
+fn same_env(_: &mut Env, _: &Rig) {}
+
+fn set(k: &'static str, v: &str) -> impl FnOnce(&mut Env, &Rig) {
+    let v = v.to_owned();
+    move |env, _| {
+        env.insert(k, Some(v));
+    }
+}
+
+fn unset(k: &'static str) -> impl FnOnce(&mut Env, &Rig) {
+    move |env, _| {
+        env.insert(k, None);
+    }
+}
+
+// ---------------------------------------------------------------- config
+
+#[test]
+fn malformed_json_is_6() {
+    case(
+        6,
+        Stdin::Raw(r#"{"cniVersion": "1.0.0", "name": "#),
+        same_env,
+    );
+}
+
+#[test]
+fn non_object_json_is_6() {
+    case(6, Stdin::Raw("[1, 2, 3]"), same_env);
+}
+
+#[test]
+fn unknown_cni_version_is_1() {
+    case(
+        1,
+        Stdin::Conf(|c| c["cniVersion"] = json!("9.9.9")),
+        same_env,
+    );
+}
+
+#[test]
+fn missing_cni_version_is_1() {
+    // no cniVersion means 0.1.0 per the spec, which this plugin does not support
+    case(
+        1,
+        Stdin::Conf(|c| {
+            c.as_object_mut().unwrap().remove("cniVersion");
+        }),
+        same_env,
+    );
+}
+
+#[test]
+fn missing_name_is_7() {
+    case(
+        7,
+        Stdin::Conf(|c| {
+            c.as_object_mut().unwrap().remove("name");
+        }),
+        same_env,
+    );
+}
+
+#[test]
+fn unknown_top_level_field_is_2() {
+    case(
+        2,
+        Stdin::Conf(|c| {
+            let o = c.as_object_mut().unwrap();
+            let d = o.remove("device").unwrap();
+            o.insert("devcie".into(), d);
+        }),
+        same_env,
+    );
+}
+
+#[test]
+fn negative_mtu_is_7() {
+    case(7, Stdin::Conf(|c| c["mtu"] = json!(-5)), same_env);
+}
+
+#[test]
+fn string_mtu_is_7() {
+    case(7, Stdin::Conf(|c| c["mtu"] = json!("abc")), same_env);
+}
+
+#[test]
+fn tiny_mtu_is_7() {
+    case(7, Stdin::Conf(|c| c["mtu"] = json!(10)), same_env);
+}
+
+#[test]
+fn bad_static_ipam_address_is_105() {
+    case(
+        105,
+        Stdin::Conf(|c| c["ipam"]["addresses"][0]["address"] = json!("10.77.1.999/24")),
+        same_env,
+    );
+}
+
+#[test]
+fn no_selector_is_7() {
+    case(
+        7,
+        Stdin::Conf(|c| {
+            c.as_object_mut().unwrap().remove("device");
+        }),
+        same_env,
+    );
+}
+
+#[test]
+fn device_not_found_is_100() {
+    case(
+        100,
+        Stdin::Conf(|c| c["device"] = json!("rhdnosuchnic0")),
+        same_env,
+    );
+}
+
+// ---------------------------------------------------------------- environment
+
+#[test]
+fn ifname_dotdot_slash_is_4() {
+    case(4, Stdin::Conf(|_| {}), set("CNI_IFNAME", "../x"));
+}
+
+#[test]
+fn ifname_slash_is_4() {
+    case(4, Stdin::Conf(|_| {}), set("CNI_IFNAME", "a/b"));
+}
+
+#[test]
+fn ifname_empty_is_4() {
+    case(4, Stdin::Conf(|_| {}), set("CNI_IFNAME", ""));
+}
+
+#[test]
+fn ifname_unset_is_4() {
+    case(4, Stdin::Conf(|_| {}), unset("CNI_IFNAME"));
+}
+
+#[test]
+fn ifname_16_chars_is_4() {
+    case(
+        4,
+        Stdin::Conf(|_| {}),
+        set("CNI_IFNAME", "toolongname12345"),
+    );
+}
+
+#[test]
+fn ifname_dot_is_4() {
+    case(4, Stdin::Conf(|_| {}), set("CNI_IFNAME", "."));
+}
+
+#[test]
+fn missing_command_is_4() {
+    case(4, Stdin::Conf(|_| {}), unset("CNI_COMMAND"));
+}
+
+#[test]
+fn unknown_command_is_4() {
+    case(4, Stdin::Conf(|_| {}), set("CNI_COMMAND", "FROB"));
+}
+
+#[test]
+fn missing_container_id_is_4() {
+    case(4, Stdin::Conf(|_| {}), unset("CNI_CONTAINERID"));
+}
+
+#[test]
+fn missing_netns_for_add_is_4() {
+    case(4, Stdin::Conf(|_| {}), unset("CNI_NETNS"));
+}
+
+#[test]
+fn netns_regular_file_is_4() {
+    case(4, Stdin::Conf(|_| {}), |env, rig| {
+        let f = rig.dir.path().join("not-a-netns");
+        std::fs::write(&f, b"x").unwrap();
+        env.insert("CNI_NETNS", Some(f.display().to_string()));
+    });
+}
+
+#[test]
+fn netns_nonexistent_for_add_is_3() {
+    case(3, Stdin::Conf(|_| {}), |env, rig| {
+        let f = rig.dir.path().join("no-such-netns");
+        env.insert("CNI_NETNS", Some(f.display().to_string()));
+    });
+}
+
+// ---------------------------------------------------------------- VERSION
+
+#[test]
+fn version_lists_all_supported_versions() {
+    let out = run_plugin(
+        &[("CNI_COMMAND", Some("VERSION"))],
+        br#"{"cniVersion":"1.0.0"}"#,
+    );
+    assert!(out.success(), "VERSION failed\n{out}");
+    let v: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("VERSION stdout not JSON ({e})\n{out}"));
+    let got: Vec<&str> = v["supportedVersions"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for want in ALL_VERSIONS {
+        assert!(got.contains(&want), "supportedVersions lacks {want}\n{out}");
+    }
+    assert!(
+        v["cniVersion"].is_string(),
+        "VERSION reply lacks cniVersion\n{out}"
+    );
+}
+
+#[test]
+fn version_with_empty_stdin_still_answers() {
+    // libcni's GetVersionInfo always sends a config; a bare exec may not. Either a
+    // success with supportedVersions or a clean JSON error is acceptable, never garbage.
+    let out = run_plugin(&[("CNI_COMMAND", Some("VERSION"))], b"");
+    let v = out.json();
+    if out.success() {
+        assert!(v["supportedVersions"].is_array(), "{out}");
+    } else {
+        assert!(v["code"].is_i64() && v["msg"].is_string(), "{out}");
+    }
+}
