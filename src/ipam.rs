@@ -77,19 +77,17 @@ impl<'a> Ipam<'a> {
         self.call("CHECK", conf).map(drop)
     }
 
-    /// STATUS/GC: an IPAM plugin that predates them answers "unknown CNI_COMMAND" (code 4):
-    /// that is not a failure of ours, so it counts as success.
+    /// STATUS/GC exist from spec 1.1.0 on: forward them only to a plugin that speaks 1.1.0
+    /// (an older one validates its environment before it even reads the verb).
     pub fn optional(&self, command: &str, conf: &[u8]) -> Result<()> {
-        match self.call_raw(command, conf) {
-            Err(f) if matches!(f.their_code, Some(1) | Some(4)) => {
-                log::info!(
-                    "IPAM plugin {:?} does not implement {command}; treating it as ready",
-                    self.plugin
-                );
-                Ok(())
-            }
-            other => other.map(drop).map_err(|f| f.error),
+        if self.newest_version() < Some(Version::V1_1_0) {
+            log::info!(
+                "IPAM plugin {:?} predates spec 1.1.0 and has no {command}; nothing to forward",
+                self.plugin
+            );
+            return Ok(());
         }
+        self.call(command, conf).map(drop)
     }
 
     fn call(&self, command: &str, conf: &[u8]) -> Result<Vec<u8>> {
@@ -99,7 +97,7 @@ impl<'a> Ipam<'a> {
     fn call_raw(&self, command: &str, conf: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
         match self.exec(command, conf) {
             Err(f) if f.their_code == Some(1) => {
-                let Some(older) = self.common_version() else {
+                let Some(older) = self.newest_version() else {
                     return Err(f);
                 };
                 log::info!(
@@ -117,8 +115,8 @@ impl<'a> Ipam<'a> {
         }
     }
 
-    /// The newest version both we and the plugin speak, if older than the config's.
-    fn common_version(&self) -> Option<Version> {
+    /// The newest version both we and the plugin speak (asks the plugin: VERSION).
+    fn newest_version(&self) -> Option<Version> {
         let out = self.exec("VERSION", b"{}").ok()?;
         let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
         let theirs: Vec<Version> = v["supportedVersions"]

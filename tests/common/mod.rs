@@ -534,14 +534,15 @@ impl Rig {
         self.dir.path().join("bin")
     }
 
-    /// Dir with the driver symlinked as `static`, `host-local`, `loopback`, `tuning`: the
-    /// version shim in front of Debian's plugins (which stop at 1.0.0), see
-    /// tests/libcni-driver/main.go.
+    /// Dir with the driver symlinked as `loopback` and `tuning`: the version shim in front of
+    /// Debian's chained plugins (which stop at 1.0.0), see tests/libcni-driver/main.go. The
+    /// IPAM plugins are NOT shimmed: our plugin negotiates their version itself, and the
+    /// 1.1.0 tests prove that against Debian's real `static` and `host-local`.
     pub fn shim_dir(&self) -> PathBuf {
         let d = self.dir.path().join("ipam-shim");
         if !d.exists() {
             fs::create_dir_all(&d).unwrap();
-            for n in ["static", "host-local", "loopback", "tuning"] {
+            for n in ["loopback", "tuning"] {
                 std::os::unix::fs::symlink(driver(), d.join(n)).unwrap();
             }
         }
