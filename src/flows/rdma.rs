@@ -115,6 +115,15 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<Plan>> {
         log::info!("{} has no RDMA device; attaching it without RDMA", nic.name);
         return Ok(None);
     };
+    if mode == NetnsMode::Shared && rc.isolation == Isolation::Exclusive {
+        return Err(Error::new(
+            Code::RdmaNetnsMode,
+            format!(
+                "rdma.isolation is \"exclusive\" but the RDMA netns mode is shared, so {} would stay visible to every pod; {EXCLUSIVE_HOWTO}. Or set rdma.isolation to \"auto\" to share it",
+                dev.name
+            ),
+        ));
+    }
     if mode == NetnsMode::Shared && pair::is_soft_driver(&dev) {
         return Err(Error::new(
             Code::RdmaMoveUnsupported,
@@ -128,20 +137,13 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<Plan>> {
             ),
         ));
     }
-    match (mode, rc.isolation) {
-        (NetnsMode::Exclusive, _) => Ok(Some(Plan::Move {
+    Ok(Some(match mode {
+        NetnsMode::Exclusive => Plan::Move {
             device: dev.name,
             index: dev.index,
-        })),
-        (NetnsMode::Shared, Isolation::Exclusive) => Err(Error::new(
-            Code::RdmaNetnsMode,
-            format!(
-                "rdma.isolation is \"exclusive\" but the RDMA netns mode is shared, so {} would stay visible to every pod; {EXCLUSIVE_HOWTO}. Or set rdma.isolation to \"auto\" to share it",
-                dev.name
-            ),
-        )),
-        (NetnsMode::Shared, _) => Ok(Some(Plan::Stay { device: dev.name })),
-    }
+        },
+        NetnsMode::Shared => Plan::Stay { device: dev.name },
+    }))
 }
 
 /// A node-unique name for a software device (names are global in shared mode).
@@ -248,7 +250,7 @@ pub fn verify(device: &str, addrs: &[IpAddr], timeout_ms: u64, pod_ns: &Netns) -
 
 fn verbs_error(e: VerbsError) -> Error {
     let code = match e {
-        VerbsError::GidTimeout { .. } => Code::GidTimeout,
+        VerbsError::GidTimeout { .. } | VerbsError::PortNotActive { .. } => Code::GidTimeout,
         _ => Code::Rdma,
     };
     Error::new(code, e.to_string())

@@ -1,0 +1,308 @@
+#!/usr/bin/env bash
+# tests/vm/plugin.sh - the plugin's RDMA tests, run INSIDE the RDMA VM (tests/vm/run.sh boots
+# it). Every ADD/CHECK/DEL goes through the libcni driver (the client containerd, CRI-O and
+# Multus use); assertions look at what a user would: `rdma`, `ibv_devinfo` inside the pod,
+# links on the host, the IPAM store.
+#
+#   plugin.sh GROUP      GROUP: shared | exclusive-stock | exclusive-move
+#
+# shared (netns mode shared, stock rdma_rxe + our siw.ko):
+#   soft-rxe      softDevice rxe: the pod's IP shows as a RoCE v2 GID in ibv_devinfo inside the
+#                 pod; CHECK verifies again; DEL leaves no RDMA device and the NIC home
+#   soft-siw      softDevice siw: iWARP, port ACTIVE verified; DEL cleans up
+#   siw-traffic   two pods, each given one end of a veth pair + softDevice siw: rping between them
+#   rxe-on-host   a stock rxe already bound to the NIC would die with the move: refused (112),
+#                 nothing changed
+#   isolation     rdma.isolation "exclusive" in shared mode: refused (111), nothing changed
+#   no-verbs      libibverbs hidden: ADD still verifies the GIDs through sysfs
+#   gid-timeout   a too-short rdma.gidTimeoutMs on a netdev with no carrier: ADD fails with 113 and
+#                 rolls back (NIC home, IP released, soft device gone)
+# exclusive-stock (netns mode exclusive, stock rdma_rxe):
+#   move-refused  the kernel answers EOPNOTSUPP to moving rxe: ADD fails (112) before the NIC leaves;
+#                 NIC home, IP released, rxe0 still on the host
+#   soft-refused  softDevice in exclusive mode: refused (111)
+# exclusive-move (netns mode exclusive, the test-only rdma_rxe_netns on the VM's virtio NIC):
+#   move          pciBusID selects the virtio NIC; ADD moves the RDMA device into the pod (the
+#                 host no longer lists it, the pod does), verbs in the pod show the GID, 1.1.0
+#                 result has pciID; DEL brings both back under their own names
+#   rdma-selector the same NIC selected by "rdmaDevice"
+#   netns-death   deviceID capability; the pod's netns is deleted without DEL: both come back to
+#                 the host (the NIC as net1); the next ADD restores the NIC's name and succeeds
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+REPO=$(cd "$HERE/../.." && pwd -P)
+if [[ ${RDMA_VM:-} != 1 ]]; then
+  echo "$0: runs inside the RDMA VM; use tests/vm/run.sh" >&2
+  exit 2
+fi
+GROUP=${1:?usage: plugin.sh shared|exclusive-stock|exclusive-move}
+BIN=${RHD_BIN:-$REPO/target/debug/rdma-host-device}
+DRIVER=${RHD_DRIVER:-$REPO/target/vm/libcni-driver}
+WORK=$(mktemp -d)
+PLUGINS=$WORK/bin
+mkdir -p "$PLUGINS"
+ln -s "$BIN" "$PLUGINS/rdma-host-device"
+CNI_PATH=$PLUGINS:/usr/lib/cni
+PASS=0 FAIL=0
+ok()  { echo "  ok   $*"; PASS=$((PASS + 1)); }
+bad() { echo "  FAIL $*"; FAIL=$((FAIL + 1)); }
+case_() { echo "--- $*"; }
+
+# check DESC CMD...: CMD must succeed.
+check() { local d=$1; shift; if out=$("$@" 2>&1); then ok "$d"; else bad "$d: $out"; fi; }
+# check_not DESC CMD...: CMD must fail.
+check_not() { local d=$1; shift; if out=$("$@" 2>&1); then bad "$d: $out"; else ok "$d"; fi; }
+
+# cni VERB CONF CID [extra driver args]: run the libcni driver; stdout in $OUT, status in $RC.
+cni() {
+  local verb=$1 conf=$2 cid=$3; shift 3
+  OUT=$("$DRIVER" -cmd "$verb" -conf "$conf" -netns "${NETNS:-}" -cid "$cid" -ifname "${IFNAME:-net1}" \
+        -path "$CNI_PATH" -cache "$WORK/cache" "$@" 2>"$WORK/stderr")
+  RC=$?
+  [[ $RC == 0 ]] || { echo "    driver $verb exit $RC: $OUT"; sed 's/^/    | /' "$WORK/stderr" | tail -15; }
+}
+# expect_code N: the last cni call failed with plugin error code N.
+expect_code() {
+  local got
+  got=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("code"))' "$OUT" 2>/dev/null)
+  if [[ $RC != 0 && $got == "$1" ]]; then ok "error code $1"; else bad "expected error code $1, got exit $RC: $OUT"; fi
+}
+json() { python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(eval(sys.argv[2], {"r": r}))' "$1" "$2"; }
+
+conf() {  # conf FILE NAME SELECTOR-JSON RDMA-JSON IPAM-JSON [VERSION]
+  cat >"$1" <<EOF
+{"cniVersion":"${6:-1.0.0}","name":"$2","type":"rdma-host-device",$3,
+ "rdma":$4,"ipam":$5,"stateDir":"$WORK/state","logFile":"$WORK/plugin.log","logLevel":"debug"}
+EOF
+}
+host_local() { echo "{\"type\":\"host-local\",\"subnet\":\"$1\",\"dataDir\":\"$WORK/ipam\"}"; }
+ips_left() { find "$WORK/ipam" -type f -name '*.*.*.*' 2>/dev/null | wc -l; }
+rdma_devs() { rdma -j dev show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(d["ifname"] for d in json.load(sys.stdin)))'; }
+pod_rdma_devs() { ip netns exec "$1" rdma -j dev show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(d["ifname"] for d in json.load(sys.stdin)))'; }
+has_gid() {  # has_gid NETNS ADDRESS: ibv_devinfo -v inside NETNS lists ::ffff:ADDRESS as RoCE v2
+  ip netns exec "$1" ibv_devinfo -v 2>/dev/null | grep -q "::ffff:$2, RoCE v2"
+}
+link_is() {  # link_is NAME MTU: on the host with that name and MTU
+  ip -j link show "$1" 2>/dev/null | python3 -c "import json,sys; l=json.load(sys.stdin)[0]; sys.exit(0 if l['mtu']==$2 else 1)"
+}
+veth() { ip link add "$1" mtu "${3:-1500}" type veth peer "$2" && ip link set "$2" up; }
+
+shared() {
+  modprobe rdma_rxe || { bad "modprobe rdma_rxe"; return; }
+  modprobe siw || { bad "modprobe siw"; return; }
+
+  case_ soft-rxe
+  ip netns add p1; NETNS=/var/run/netns/p1
+  veth nic1 peer1 1400
+  conf "$WORK/rxe.conf" rxe-net '"device":"nic1"' '{"softDevice":"rxe"}' "$(host_local 10.60.0.0/24)"
+  cni add "$WORK/rxe.conf" c-rxe
+  check "ADD succeeds" test "$RC" = 0
+  IP=$(json "$OUT" 'r["ips"][0]["address"].split("/")[0]')
+  check "result names net1 in the pod" test "$(json "$OUT" 'r["interfaces"][0]["name"]')" = net1
+  check "ibv_devinfo -v in the pod shows ::ffff:$IP as RoCE v2" has_gid p1 "$IP"
+  check "the pod lists the rxe device" bash -c "ip netns exec p1 rdma link show | grep -q 'netdev net1'"
+  cni check "$WORK/rxe.conf" c-rxe
+  check "CHECK succeeds (GIDs verified again)" test "$RC" = 0
+  cni del "$WORK/rxe.conf" c-rxe
+  check "DEL succeeds" test "$RC" = 0
+  check "no RDMA device is left" test -z "$(rdma_devs)"
+  check "nic1 is home with MTU 1400" link_is nic1 1400
+  check "the IP is released" test "$(ips_left)" = 0
+  check "no state file is left" test -z "$(find "$WORK/state" -name '*.json')"
+  ip netns del p1; ip link del nic1
+
+  case_ soft-siw
+  ip netns add p2; NETNS=/var/run/netns/p2
+  veth nic2 peer2
+  conf "$WORK/siw.conf" siw-net '"device":"nic2"' '{"softDevice":"siw"}' "$(host_local 10.61.0.0/24)"
+  cni add "$WORK/siw.conf" c-siw
+  check "ADD with siw succeeds" test "$RC" = 0
+  check "the pod lists a siw device on net1" bash -c "ip netns exec p2 rdma link show | grep -q 'netdev net1'"
+  check "the plugin verified the iWARP port state" grep -q "port is ACTIVE" "$WORK/plugin.log"
+  cni del "$WORK/siw.conf" c-siw
+  check "DEL succeeds" test "$RC" = 0
+  check "no RDMA device is left" test -z "$(rdma_devs)"
+  check "nic2 is home" link_is nic2 1500
+  ip netns del p2; ip link del nic2
+
+  case_ siw-traffic
+  ip netns add pa; ip netns add pb
+  ip link add nica type veth peer nicb
+  conf "$WORK/ta.conf" traffic '"device":"nica"' '{"softDevice":"siw"}' \
+    '{"type":"static","addresses":[{"address":"10.62.0.1/24"}]}'
+  conf "$WORK/tb.conf" traffic '"device":"nicb"' '{"softDevice":"siw"}' \
+    '{"type":"static","addresses":[{"address":"10.62.0.2/24"}]}'
+  # Each end has carrier only once the other is up in its pod, so the two pods come up
+  # together, as pods of one job do: each ADD waits for its port to become ACTIVE.
+  (NETNS=/var/run/netns/pa cni add "$WORK/ta.conf" c-ta; echo "$RC" >"$WORK/rc-a") &
+  (NETNS=/var/run/netns/pb cni add "$WORK/tb.conf" c-tb; echo "$RC" >"$WORK/rc-b") &
+  wait
+  check "both ADDs succeed (run in parallel)" test "$(cat "$WORK/rc-a")$(cat "$WORK/rc-b")" = 00
+  ip netns exec pb rping -s -a 10.62.0.2 -C 5 >"$WORK/rping-server" 2>&1 &
+  SERVER=$!
+  sleep 1
+  if timeout 60 ip netns exec pa rping -c -a 10.62.0.2 -C 5 -v >"$WORK/rping-client" 2>&1; then
+    ok "rping pod a -> pod b over siw: $(grep -c 'ping data' "$WORK/rping-client") exchanges"
+  else
+    bad "rping failed: $(tail -5 "$WORK/rping-client")"
+  fi
+  wait $SERVER 2>/dev/null
+  NETNS=/var/run/netns/pa cni del "$WORK/ta.conf" c-ta; A=$RC
+  NETNS=/var/run/netns/pb cni del "$WORK/tb.conf" c-tb; B=$RC
+  check "both DELs succeed" test "$A$B" = 00
+  check "no RDMA device is left" test -z "$(rdma_devs)"
+  check "both NICs are home" bash -c "ip link show nica && ip link show nicb" 
+  ip netns del pa; ip netns del pb; ip link del nica
+
+  case_ rxe-on-host
+  ip netns add p3; NETNS=/var/run/netns/p3
+  veth nic3 peer3
+  rdma link add rxe3 type rxe netdev nic3
+  conf "$WORK/h.conf" host-rxe '"device":"nic3"' '{}' "$(host_local 10.63.0.0/24)"
+  cni add "$WORK/h.conf" c-h
+  expect_code 112
+  check "nic3 stayed on the host" link_is nic3 1500
+  check "rxe3 still exists" bash -c "rdma dev show rxe3"
+  check "no IP was taken" test "$(ips_left)" = 0
+  rdma link delete rxe3; ip netns del p3; ip link del nic3
+
+  case_ isolation
+  ip netns add p4; NETNS=/var/run/netns/p4
+  veth nic4 peer4
+  rdma link add rxe4 type rxe netdev nic4
+  conf "$WORK/i.conf" iso '"device":"nic4"' '{"isolation":"exclusive"}' "$(host_local 10.64.0.0/24)"
+  cni add "$WORK/i.conf" c-i
+  expect_code 111
+  check "the message says how to set exclusive mode" bash -c "grep -q 'netns_mode=0' <<<'$OUT'"
+  check "nic4 stayed on the host" link_is nic4 1500
+  rdma link delete rxe4; ip netns del p4; ip link del nic4
+
+  case_ no-verbs
+  mkdir -p "$WORK/hidden"
+  mv /usr/lib/x86_64-linux-gnu/libibverbs.so.1* "$WORK/hidden/"
+  ip netns add p5; NETNS=/var/run/netns/p5
+  veth nic5 peer5
+  : >"$WORK/plugin.log"
+  conf "$WORK/nv.conf" noverbs '"device":"nic5"' '{"softDevice":"rxe"}' "$(host_local 10.65.0.0/24)"
+  cni add "$WORK/nv.conf" c-nv
+  check "ADD succeeds without libibverbs" test "$RC" = 0
+  check "the log says verbs were not available" grep -q "libibverbs was not available" "$WORK/plugin.log"
+  check "the log names the verified GID" grep -q "::ffff:10.65.0" "$WORK/plugin.log"
+  cni del "$WORK/nv.conf" c-nv
+  check "DEL succeeds" test "$RC" = 0
+  mv "$WORK/hidden/"* /usr/lib/x86_64-linux-gnu/
+  ip netns del p5; ip link del nic5
+
+  case_ gid-timeout
+  ip netns add p6; NETNS=/var/run/netns/p6
+  ip link add nic6 type veth peer peer6   # peer left DOWN: no carrier, the port never goes ACTIVE
+  conf "$WORK/gt.conf" gidto '"device":"nic6"' '{"softDevice":"siw","gidTimeoutMs":300}' "$(host_local 10.66.0.0/24)"
+  cni add "$WORK/gt.conf" c-gt
+  expect_code 113
+  check "the message says the port is not ACTIVE" bash -c "grep -q 'not ACTIVE' <<<'$OUT'"
+  check "no RDMA device is left" test -z "$(rdma_devs)"
+  check "nic6 is home" link_is nic6 1500
+  check "the IP is released" test "$(ips_left)" = 0
+  ip netns del p6; ip link del nic6
+}
+
+exclusive_stock() {
+  modprobe rdma_rxe || { bad "modprobe rdma_rxe"; return; }
+  check "the kernel is in exclusive mode" bash -c "rdma system show | grep -q 'netns exclusive'"
+
+  case_ move-refused
+  ip netns add p1; NETNS=/var/run/netns/p1
+  veth nic1 peer1 1450
+  rdma link add rxe0 type rxe netdev nic1
+  conf "$WORK/m.conf" refused '"device":"nic1"' '{}' "$(host_local 10.70.0.0/24)"
+  cni add "$WORK/m.conf" c-m
+  expect_code 112
+  check "the message names the device and EOPNOTSUPP" bash -c "grep -q 'rxe0' <<<'$OUT' && grep -q EOPNOTSUPP <<<'$OUT'"
+  check "nic1 is home with MTU 1450" link_is nic1 1450
+  check "rxe0 is still on the host" bash -c "rdma dev show rxe0"
+  check "the IP is not held" test "$(ips_left)" = 0
+  check "no state file" test -z "$(find "$WORK/state" -name '*.json' 2>/dev/null)"
+
+  case_ soft-refused
+  conf "$WORK/s.conf" softx '"device":"nic1"' '{"softDevice":"rxe"}' "$(host_local 10.71.0.0/24)"
+  rdma link delete rxe0
+  cni add "$WORK/s.conf" c-s
+  expect_code 111
+  check "nic1 stayed on the host" link_is nic1 1450
+  ip netns del p1; ip link del nic1
+}
+
+exclusive_move() {
+  modprobe rdma_rxe_netns || { bad "modprobe rdma_rxe_netns"; return; }
+  NIC=${RDMA_VM_NIC:-eth0} PCI=${RDMA_VM_NIC_PCI:-0000:00:05.0}
+  ip link set "$NIC" mtu 1480
+  rdma link add rxens0 type rxe_ns netdev "$NIC" || { bad "rdma link add rxens0"; return; }
+
+  case_ move
+  ip netns add p1; NETNS=/var/run/netns/p1
+  conf "$WORK/x.conf" xmove "\"pciBusID\":\"$PCI\"" '{}' "$(host_local 10.80.0.0/24)" 1.1.0
+  cni add "$WORK/x.conf" c-x
+  check "ADD succeeds" test "$RC" = 0
+  IP=$(json "$OUT" 'r["ips"][0]["address"].split("/")[0]' 2>/dev/null)
+  check "1.1.0 result carries pciID $PCI" test "$(json "$OUT" 'r["interfaces"][0].get("pciID")' 2>/dev/null)" = "$PCI"
+  check "the host no longer lists rxens0" bash -c "! rdma dev show rxens0 2>/dev/null"
+  check "the pod lists rxens0" test "$(pod_rdma_devs p1)" = rxens0
+  check "ibv_devinfo -v in the pod shows ::ffff:$IP as RoCE v2" has_gid p1 "$IP"
+  cni check "$WORK/x.conf" c-x
+  check "CHECK succeeds" test "$RC" = 0
+  cni del "$WORK/x.conf" c-x
+  check "DEL succeeds" test "$RC" = 0
+  check "rxens0 is back on the host" bash -c "rdma dev show rxens0"
+  check "$NIC is back with MTU 1480" link_is "$NIC" 1480
+  check "the pod has no RDMA device" test -z "$(pod_rdma_devs p1)"
+  check "the IP is released" test "$(ips_left)" = 0
+  ip netns del p1
+
+  case_ rdma-selector
+  ip netns add p2; NETNS=/var/run/netns/p2
+  conf "$WORK/r.conf" xsel '"rdmaDevice":"rxens0"' '{"isolation":"exclusive"}' "$(host_local 10.81.0.0/24)"
+  cni add "$WORK/r.conf" c-r
+  check "ADD by rdmaDevice succeeds" test "$RC" = 0
+  check "the pod lists rxens0" test "$(pod_rdma_devs p2)" = rxens0
+  cni del "$WORK/r.conf" c-r
+  check "DEL succeeds" test "$RC" = 0
+  check "rxens0 and $NIC are home" bash -c "rdma dev show rxens0 && ip link show $NIC"
+  ip netns del p2
+
+  case_ netns-death
+  ip netns add p3; NETNS=/var/run/netns/p3
+  cat >"$WORK/d.conf" <<EOF
+{"cniVersion":"1.0.0","name":"xdeath","type":"rdma-host-device","capabilities":{"deviceID":true},
+ "ipam":$(host_local 10.82.0.0/24),"stateDir":"$WORK/state","logFile":"$WORK/plugin.log"}
+EOF
+  cni add "$WORK/d.conf" c-d -cap "deviceID=$PCI"
+  check "ADD by the deviceID capability succeeds" test "$RC" = 0
+  ip netns del p3
+  check "the RDMA device came back to the host" bash -c "for i in \$(seq 50); do rdma dev show rxens0 >/dev/null 2>&1 && exit 0; sleep 0.1; done; exit 1"
+  check "the NIC came back to the host as net1" bash -c "for i in \$(seq 50); do ip link show net1 >/dev/null 2>&1 && exit 0; sleep 0.1; done; exit 1"
+  ip netns add p4; NETNS=/var/run/netns/p4
+  conf "$WORK/e.conf" xagain "\"pciBusID\":\"$PCI\"" '{}' "$(host_local 10.83.0.0/24)"
+  cni add "$WORK/e.conf" c-e
+  check "the next ADD for the same NIC succeeds" test "$RC" = 0
+  check "the pod lists rxens0" test "$(pod_rdma_devs p4)" = rxens0
+  cni del "$WORK/e.conf" c-e
+  check "after DEL the NIC has its own name and MTU again" link_is "$NIC" 1480
+  check "rxens0 is home" bash -c "rdma dev show rxens0"
+  NETNS= cni del "$WORK/d.conf" c-d
+  check "DEL of the dead pod succeeds and releases its IP" test "$RC" = 0
+  check "no IP is held" test "$(ips_left)" = 0
+  ip netns del p4
+  rdma link delete rxens0
+}
+
+case $GROUP in
+  shared) shared ;;
+  exclusive-stock) exclusive_stock ;;
+  exclusive-move) exclusive_move ;;
+  *) echo "unknown group $GROUP" >&2; exit 2 ;;
+esac
+if ((FAIL)); then
+  echo "--- plugin log (last 40 lines)"; tail -40 "$WORK/plugin.log" 2>/dev/null
+fi
+echo "plugin[$GROUP]: $PASS passed, $FAIL failed"
+((FAIL == 0))

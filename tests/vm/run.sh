@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# tests/vm/run.sh - every RDMA test, each group in a fresh VM boot of a Debian kernel with a
+# real RDMA stack (tests/vm/vm.sh). Called by scripts/test.sh; prepares the VM on first use.
+#
+#   tests/vm/run.sh [GROUP...]   groups: smoke unit shared exclusive-stock exclusive-move
+#                                exclusive-move-slub (default: all)
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+REPO=$(cd "$HERE/../.." && pwd -P)
+cd "$REPO"
+GROUPS_=("$@")
+((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub)
+
+"$HERE/vm.sh" --prepare || { echo "run: preparing the VM failed" >&2; exit 1; }
+cargo build -q || exit 1
+UNIT=$(cargo test --no-run --message-format=json -q 2>/dev/null \
+  | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["bin"]:
+        print(m["executable"])' | head -1)
+[[ -x $UNIT ]] || { echo "run: cannot find the unit-test binary" >&2; exit 1; }
+mkdir -p target/vm
+GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$REPO/target/tmp/go-cache \
+  go build -o target/vm/libcni-driver ./tests/libcni-driver || exit 1
+
+declare -A RESULT
+for g in "${GROUPS_[@]}"; do
+  echo
+  echo "=== VM: $g"
+  start=$SECONDS
+  case $g in
+    smoke) "$HERE/smoke.sh" ;;
+    unit) "$HERE/vm.sh" "$HERE/unit.sh" "$UNIT" && "$HERE/vm.sh" --exclusive "$HERE/unit.sh" "$UNIT" ;;
+    shared) "$HERE/vm.sh" "$HERE/plugin.sh" shared ;;
+    exclusive-stock) "$HERE/vm.sh" --exclusive "$HERE/plugin.sh" exclusive-stock ;;
+    exclusive-move) "$HERE/vm.sh" --exclusive "$HERE/plugin.sh" exclusive-move ;;
+    exclusive-move-slub) "$HERE/vm.sh" --exclusive --append slub_debug=FZP "$HERE/plugin.sh" exclusive-move ;;
+    *) echo "unknown group $g"; false ;;
+  esac
+  rc=$?
+  RESULT[$g]="$([[ $rc == 0 ]] && echo pass || echo "FAIL (exit $rc)") in $((SECONDS - start))s"
+done
+echo
+echo "=== VM summary"
+fail=0
+for g in "${GROUPS_[@]}"; do
+  echo "  $g: ${RESULT[$g]}"
+  [[ ${RESULT[$g]} == pass* ]] || fail=1
+done
+exit $fail

@@ -1,0 +1,442 @@
+#!/usr/bin/env bash
+# tests/vm/vm.sh - run a script inside a throw-away QEMU guest that boots a
+# pinned Debian 6.1 kernel with RDMA (ib_core, ib_uverbs, rdma_rxe, plus our
+# out-of-tree siw.ko and the test-only rdma_rxe_netns.ko).
+#
+# The guest's root filesystem is this machine's root, shared read-only over
+# virtio-9p under a tmpfs overlay (writes vanish at power-off), so the guest
+# runs the host's ip, rdma, ibv_devinfo, python3 ... unchanged.  The repository
+# is shared READ-WRITE at its own path, so a freshly built plugin binary can be
+# run and results written back.  The job runs as root (PID 1's child); its
+# output streams to this terminal and its exit status is ours.
+#
+# The guest always has one UNCONNECTED virtio-net-pci NIC at the fixed PCI
+# address 0000:00:05.0 with MAC 52:54:00:12:34:05 (kernel name eth0: no udev
+# renames it).  It behaves like a physical NIC: it has a PCI device in sysfs
+# and returns to init_net when the netns holding it dies.  Inside the guest
+# RDMA_VM_NIC and RDMA_VM_NIC_PCI name it.
+#
+# usage: tests/vm/vm.sh [options] SCRIPT [ARGS...]
+#        tests/vm/vm.sh [options] -c 'shell commands' [ARGS...]
+#        tests/vm/vm.sh --prepare
+set -euo pipefail
+
+HARNESS_VERSION=2            # bump to invalidate prepared kernel caches
+PROG=tests/vm/vm.sh
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+REPO=$(cd "$HERE/../.." && pwd -P)
+
+# The guest kernel, pinned: image, headers and linux-source-6.1 must exist at
+# the same Debian version so our modules match the booted kernel exactly.
+# If the archive no longer has this version, the newest matching set is used
+# (with a warning); RDMA_VM_KERNEL_ABI + RDMA_VM_KERNEL_VERSION override.
+PIN_ABI=${RDMA_VM_KERNEL_ABI:-6.1.0-48}
+PIN_VERSION=${RDMA_VM_KERNEL_VERSION:-6.1.172-1}
+FLAVOUR=amd64
+SRC_PKG=linux-source-6.1
+
+CACHE=${RDMA_VM_CACHE:-$HOME/.cache/rhd-vm}
+TIMEOUT=${RDMA_VM_TIMEOUT:-300}
+MEM=${RDMA_VM_MEM:-1024}
+SMP=${RDMA_VM_SMP:-2}
+VERBOSE=${RDMA_VM_VERBOSE:-0}
+EXTRA_APPEND=${RDMA_VM_APPEND:-}
+EXCLUSIVE=0
+PREPARE_ONLY=0
+CMD_STRING=
+HAVE_CMD=0
+
+# The guest NIC (see the header).
+NIC_SLOT=05
+NIC_PCI=0000:00:$NIC_SLOT.0
+NIC_MAC=52:54:00:12:34:05
+
+die()   { echo "$PROG: error: $*" >&2; exit 125; }
+note()  { echo "$PROG: $*" >&2; }
+vnote() { if [[ $VERBOSE == 1 ]]; then echo "$PROG: $*" >&2; fi; }
+
+usage() {
+  cat <<EOF
+usage: $PROG [options] SCRIPT [ARGS...]
+       $PROG [options] -c 'shell commands' [ARGS...]
+       $PROG --prepare
+
+Boots Debian's linux-image-$PIN_ABI-$FLAVOUR ($PIN_VERSION) under QEMU and runs
+SCRIPT (or bash -c CMDS) inside as root.  The host root is visible read-only
+(tmpfs overlay on top), the repository $REPO read-write.
+Exits with the job's status.
+
+options:
+  --exclusive      boot with ib_core.netns_mode=0 (RDMA netns exclusive mode)
+  --append ARGS    extra kernel command line arguments (repeatable),
+                   e.g. --append slub_debug=FZP
+  --timeout SEC    kill the guest after SEC seconds (default $TIMEOUT; exit 124)
+  -c CMDS          run CMDS with bash -c instead of a script file
+  --mem MB         guest memory (default $MEM)
+  --smp N          guest vCPUs (default $SMP)
+  --prepare        install host packages (apt), download the kernel, build the
+                   initramfs, siw.ko and rdma_rxe_netns.ko; then exit
+  -v, --verbose    progress and timings on stderr
+  -h, --help       this text
+
+guest: NIC $NIC_PCI (MAC $NIC_MAC, name in \$RDMA_VM_NIC, normally eth0),
+  unconnected; RDMA_VM=1, RDMA_VM_KVER, RDMA_VM_NIC, RDMA_VM_NIC_PCI are set;
+  'modprobe rdma_rxe', 'modprobe siw', 'modprobe rdma_rxe_netns' work (load
+  only one of the two rxe modules per boot).  Variables named RHD_* and RUST_*
+  are passed through.
+environment: RDMA_VM_CACHE (default \$HOME/.cache/rhd-vm), RDMA_VM_TIMEOUT,
+  RDMA_VM_MEM, RDMA_VM_SMP, RDMA_VM_APPEND, RDMA_VM_VERBOSE=1,
+  RDMA_VM_KERNEL_ABI + RDMA_VM_KERNEL_VERSION (override the pinned kernel)
+exit status: the job's; 124 timeout; 125 harness failure (or guest panic).
+EOF
+}
+
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --exclusive) EXCLUSIVE=1; shift ;;
+    --append) [[ $# -ge 2 ]] || die "--append needs an argument"; EXTRA_APPEND="$EXTRA_APPEND $2"; shift 2 ;;
+    --timeout) [[ $# -ge 2 ]] || die "--timeout needs an argument"; TIMEOUT=$2; shift 2 ;;
+    -c) [[ $# -ge 2 ]] || die "-c needs an argument"; CMD_STRING=$2; HAVE_CMD=1; shift 2 ;;
+    --mem) MEM=${2:?}; shift 2 ;;
+    --smp) SMP=${2:?}; shift 2 ;;
+    --prepare) PREPARE_ONLY=1; shift ;;
+    -v|--verbose) VERBOSE=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    -*) usage >&2; die "unknown option $1" ;;
+    *) break ;;
+  esac
+done
+[[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout wants whole seconds"
+
+if [[ $PREPARE_ONLY == 0 && $HAVE_CMD == 0 ]]; then
+  [[ $# -ge 1 ]] || { usage >&2; exit 125; }
+  SCRIPT=$1; shift
+  [[ -f $SCRIPT ]] || die "script '$SCRIPT' not found"
+  SCRIPT=$(realpath -- "$SCRIPT")
+fi
+
+T0=$(date +%s.%N)
+elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }
+
+# ------------------------------------------------------------------ host packages
+# qemu (the VMM), busybox-static (initramfs), kmod (depmod here, modprobe in the
+# guest), cpio/xz/zstd (unpacking), make/gcc-12/libc6-dev/patch (our modules;
+# Debian's 6.1 kernel is built with gcc-12), python3 (capture script), and the RDMA
+# user-space tools that the guest runs straight from this filesystem.
+HOST_PKGS=(qemu-system-x86 busybox-static kmod cpio xz-utils zstd make gcc-12
+           libc6-dev binutils patch python3 iproute2 rdma-core ibverbs-utils
+           ibverbs-providers perftest rdmacm-utils util-linux)
+APT_UPDATED=0
+apt_update() { if [[ $APT_UPDATED == 0 ]]; then apt-get update -q >&2 || true; APT_UPDATED=1; fi; }
+ensure_packages() {
+  local p missing=()
+  for p in "${HOST_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  [[ $(id -u) == 0 ]] || die "missing packages: ${missing[*]} (run as root, or apt-get install them)"
+  note "installing ${missing[*]} ..."
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 \
+    || { apt_update; apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; } \
+    || die "apt-get install ${missing[*]} failed"
+}
+command -v dpkg-query >/dev/null || die "needs a Debian host (dpkg/apt)"
+ensure_packages
+
+# ------------------------------------------------------------------ kernel choice
+img_pkg() { echo "linux-image-$1-$FLAVOUR"; }
+hdr_pkg() { echo "linux-headers-$1-$FLAVOUR"; }
+has_version() {  # PKG VERSION: does apt know PKG at exactly VERSION?
+  apt-cache madison "$1" 2>/dev/null | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -qxF "$2"
+}
+kernel_set_available() {  # ABI VERSION
+  has_version "$(img_pkg "$1")" "$2" && has_version "$(hdr_pkg "$1")" "$2" && has_version "$SRC_PKG" "$2"
+}
+# Newest ABI whose image, headers and linux-source-6.1 share one version.
+resolve_fallback() {
+  local abi ver
+  for abi in $(apt-cache pkgnames "linux-image-6.1.0-" 2>/dev/null \
+                 | sed -nE "s/^linux-image-(6\.1\.0-[0-9]+)-$FLAVOUR\$/\1/p" | sort -t- -k2,2nr); do
+    for ver in $(apt-cache madison "$(img_pkg "$abi")" | awk -F'|' '{gsub(/ /,"",$2); print $2}'); do
+      if kernel_set_available "$abi" "$ver"; then echo "$abi $ver"; return 0; fi
+    done
+  done
+  return 1
+}
+
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9        # one preparation at a time; runs share the finished cache
+
+ABI=$PIN_ABI VERSION=$PIN_VERSION
+if [[ ! -f $CACHE/k-$ABI-$VERSION/.ready ]]; then
+  if [[ -f $CACHE/fallback && -z ${RDMA_VM_KERNEL_ABI:-} ]]; then
+    read -r ABI VERSION <"$CACHE/fallback"
+  fi
+  if [[ ! -f $CACHE/k-$ABI-$VERSION/.ready ]] && ! ls "$CACHE/debs/$(img_pkg "$ABI")_${VERSION}_"*.deb >/dev/null 2>&1; then
+    kernel_set_available "$ABI" "$VERSION" || { apt_update; kernel_set_available "$ABI" "$VERSION"; } || {
+      [[ -n ${RDMA_VM_KERNEL_ABI:-} ]] && die "kernel $ABI $VERSION (image+headers+$SRC_PKG) not available from apt"
+      read -r ABI VERSION < <(resolve_fallback) || die "no linux-image-6.1.0-*-$FLAVOUR with matching headers and $SRC_PKG in apt"
+      note "warning: pinned kernel $PIN_ABI $PIN_VERSION is gone from the archive; using $ABI $VERSION"
+      echo "$ABI $VERSION" >"$CACHE/fallback"
+    }
+  fi
+fi
+KVER=$ABI-$FLAVOUR
+KDIR=$CACHE/k-$ABI-$VERSION
+DEBS=$CACHE/debs
+
+fetch_debs() {  # PKG... (each pinned at $VERSION) into $DEBS
+  local p want=()
+  mkdir -p "$DEBS"
+  for p in "$@"; do
+    ls "$DEBS/${p}_${VERSION}_"*.deb >/dev/null 2>&1 || want+=("$p=$VERSION")
+  done
+  [[ ${#want[@]} -eq 0 ]] && return 0
+  note "downloading ${want[*]} ..."
+  ( cd "$DEBS" && apt-get download -q -o APT::Sandbox::User=root "${want[@]}" >&2 ) \
+    || { apt_update; ( cd "$DEBS" && apt-get download -q -o APT::Sandbox::User=root "${want[@]}" >&2 ); } \
+    || die "apt-get download ${want[*]} failed"
+}
+deb_of() { ls "$DEBS/${1}_${VERSION}_"*.deb | head -1; }
+
+# modules the initramfs loads: virtio transport, 9p + overlay for the root,
+# virtio_net for the test NIC
+INITRD_MODS=(virtio_pci 9pnet_virtio 9p overlay virtio_net)
+
+write_init() {  # $1 = file: the initramfs /init (busybox)
+  cat >"$1" <<'INIT_EOF'
+#!/bin/busybox sh
+# rhd-vm initramfs: host root (9p, ro) under a tmpfs overlay, the per-run share,
+# the guest modules and the repository; then switch_root into stage2.sh.
+B=/bin/busybox
+$B mount -t proc proc /proc
+$B mount -t sysfs sysfs /sys
+$B mount -t devtmpfs devtmpfs /dev
+exec </dev/console >/dev/console 2>&1
+fail() { echo "rhd-vm initramfs: $*"; echo o >/proc/sysrq-trigger; $B sleep 5; $B poweroff -f; }
+for m in $($B cat /modules.list); do $B insmod /lib/modules/$m || fail "insmod $m failed"; done
+O="trans=virtio,version=9p2000.L,msize=512000"
+R=/newroot
+$B mount -t 9p -o $O,ro,cache=loose hostroot /mnt/lower || fail "mount hostroot failed"
+$B mount -t tmpfs -o mode=755 tmpfs /mnt/rw
+$B mkdir -p /mnt/rw/upper /mnt/rw/work
+$B mount -t overlay -o lowerdir=/mnt/lower,upperdir=/mnt/rw/upper,workdir=/mnt/rw/work overlay $R \
+  || fail "overlay mount failed"
+$B mount -t tmpfs -o mode=755,nosuid,nodev tmpfs $R/run
+$B mkdir -p $R/run/rhd-vm
+$B mount -t 9p -o $O,cache=none vmrun $R/run/rhd-vm || fail "mount of the run share failed"
+{ IFS= read -r KVER; IFS= read -r MODDIR; IFS= read -r REPO; } <$R/run/rhd-vm/init.env || fail "no init.env"
+$B mount --move /dev $R/dev
+$B mount --move /sys $R/sys
+$B mount --move /proc $R/proc
+$B mkdir -p $R/dev/pts $R/dev/shm
+$B mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts $R/dev/pts
+$B mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs $R/dev/shm
+$B mount -t cgroup2 cgroup2 $R/sys/fs/cgroup 2>/dev/null
+$B mount -t debugfs debugfs $R/sys/kernel/debug 2>/dev/null
+$B mount -t bpf bpf $R/sys/fs/bpf 2>/dev/null
+$B ln -sfn /proc/self/fd $R/dev/fd
+$B ln -sfn /proc/self/fd/0 $R/dev/stdin
+$B ln -sfn /proc/self/fd/1 $R/dev/stdout
+$B ln -sfn /proc/self/fd/2 $R/dev/stderr
+$B mkdir -p "$R/lib/modules/$KVER"
+# from the lower (host) tree: $MODDIR may be under a path the overlay shadows (/run)
+$B mount --bind "/mnt/lower$MODDIR" "$R/lib/modules/$KVER" || fail "bind mount of $MODDIR failed"
+$B mkdir -p "$R$REPO"
+$B mount -t 9p -o $O,cache=mmap repo "$R$REPO" || fail "mount of the repository share failed"
+$B hostname rhd-vm
+$B ip link set lo up
+$B stty -onlcr </dev/console 2>/dev/null
+exec $B switch_root $R /bin/bash /run/rhd-vm/stage2.sh
+INIT_EOF
+  chmod 755 "$1"
+}
+
+# The uncompressed ELF vmlinux inside a bzImage: QEMU boots it through its PVH
+# entry point, skipping in-guest decompression (seconds under TCG).
+extract_vmlinux() {  # vmlinuz out
+  local img=$1 out=$2 spec tool off
+  for spec in 'xz:\xfd7zXZ\x00' 'zstd:\x28\xb5\x2f\xfd' 'gzip:\x1f\x8b\x08'; do
+    tool=${spec%%:*}
+    for off in $(LC_ALL=C grep -obUaP "${spec#*:}" "$img" 2>/dev/null | head -3 | cut -d: -f1); do
+      tail -c +$((off+1)) "$img" | "$tool" -dc 2>/dev/null >"$out" || true
+      [[ $(head -c 4 "$out" 2>/dev/null | od -An -tx1 | tr -d ' \n') == 7f454c46 ]] && return 0
+    done
+  done
+  rm -f "$out"; return 1
+}
+
+prepare_kernel() {
+  local t=$SECONDS tmp img vmlinuz moddir m ko name n=0 ir
+  fetch_debs "$(img_pkg "$ABI")"
+  note "preparing kernel $(img_pkg "$ABI") $VERSION in $KDIR ..."
+  tmp=$(mktemp -d "$CACHE/.prep.XXXXXX"); chmod 755 "$tmp"
+  img=$(deb_of "$(img_pkg "$ABI")")
+  dpkg-deb -x "$img" "$tmp/root"
+  vmlinuz=$tmp/root/boot/vmlinuz-$KVER
+  [[ -f $vmlinuz ]] || die "no /boot/vmlinuz-$KVER in $img"
+  moddir=$tmp/root/lib/modules/$KVER
+  [[ -d $moddir ]] || die "no modules directory in $img"
+  depmod -b "$tmp/root" "$KVER"
+  ir=$tmp/initramfs
+  mkdir -p "$ir"/{bin,dev,proc,sys,mnt/lower,mnt/rw,newroot,lib/modules}
+  cp /bin/busybox "$ir/bin/busybox"
+  : >"$ir/modules.list"
+  declare -A seen=()
+  for m in "${INITRD_MODS[@]}"; do
+    grep -qE "/$m\.ko" "$moddir/modules.builtin" && continue
+    modprobe -d "$tmp/root" -S "$KVER" --show-depends "$m" >/dev/null 2>&1 || die "module $m not in $img"
+    while read -r ko; do
+      [[ -n ${seen[$ko]:-} ]] && continue; seen[$ko]=1
+      n=$((n+1)); name=$(printf '%02d-%s' "$n" "$(basename "${ko%.xz}")")
+      case $ko in *.xz) xz -dc "$ko" >"$ir/lib/modules/$name" ;; *) cp "$ko" "$ir/lib/modules/$name" ;; esac
+      echo "$name" >>"$ir/modules.list"
+    done < <(modprobe -d "$tmp/root" -S "$KVER" --show-depends "$m" | awk '$1=="insmod"{print $2}')
+  done
+  write_init "$ir/init"
+  ( cd "$ir" && find . | cpio -o -H newc --quiet ) | gzip -1 >"$tmp/initramfs.gz"
+  rm -rf "$ir"
+  if extract_vmlinux "$vmlinuz" "$tmp/vmlinux"; then ln -s vmlinux "$tmp/kernel"
+  else ln -s "root/boot/vmlinuz-$KVER" "$tmp/kernel"; fi
+  echo "$KVER" >"$tmp/KVER"
+  echo "$(img_pkg "$ABI") $VERSION" >"$tmp/PACKAGE"
+  echo "$HARNESS_VERSION" >"$tmp/.ready"
+  rm -rf "$KDIR"; mv "$tmp" "$KDIR"
+  note "kernel $KVER ($VERSION) prepared in $((SECONDS-t)) s"
+}
+
+# ------------------------------------------------------------------ our modules
+# siw.ko (Debian builds the kernel without CONFIG_RDMA_SIW) and the test-only
+# rdma_rxe_netns.ko (rxe + tests/vm/rxe-netns.patch), built out of tree from
+# linux-source-6.1 against linux-headers at exactly the booted version, and
+# installed as updates/ in the cached modules tree.  Rebuilt when the patch or
+# this script's module recipe changes (MODS_STAMP).
+MODS_RECIPE=1
+mods_stamp() { echo "$MODS_RECIPE $VERSION $(sha256sum "$HERE/rxe-netns.patch" | cut -d' ' -f1)"; }
+
+build_modules() {
+  local t=$SECONDS src=$KDIR/src hdr x p mm=6.1 upd=$KDIR/root/lib/modules/$KVER/updates
+  fetch_debs "$SRC_PKG" "$(hdr_pkg "$ABI")" "linux-headers-$ABI-common" "linux-kbuild-$mm"
+  note "building siw.ko and rdma_rxe_netns.ko for $KVER ..."
+  rm -rf "$src"; mkdir -p "$src"; x=$src/x
+  # headers: the flavour tree includes the -common tree and kbuild by absolute
+  # path; unpack all three into $x and point the include there
+  for p in "$(hdr_pkg "$ABI")" "linux-headers-$ABI-common" "linux-kbuild-$mm"; do
+    dpkg-deb -x "$(deb_of "$p")" "$x"
+  done
+  hdr=$x/usr/src/linux-headers-$KVER
+  sed -i "s|^include /usr/src/|include $x/usr/src/|" "$hdr/Makefile"
+  # only the two driver directories out of the 140 MB source tarball
+  dpkg-deb --fsys-tarfile "$(deb_of "$SRC_PKG")" \
+    | tar -x -O "./usr/src/linux-source-$mm.tar.xz" \
+    | tar -xJ -C "$src" "linux-source-$mm/drivers/infiniband/sw/rxe" "linux-source-$mm/drivers/infiniband/sw/siw" \
+    || die "rxe/siw sources not found in $SRC_PKG"
+  ( cd "$src/linux-source-$mm" && patch -s -p1 <"$HERE/rxe-netns.patch" ) \
+    || die "tests/vm/rxe-netns.patch does not apply to $SRC_PKG $VERSION"
+  mv "$src/linux-source-$mm/drivers/infiniband/sw/siw" "$src/siw"
+  mv "$src/linux-source-$mm/drivers/infiniband/sw/rxe" "$src/rxe_netns"
+  rm -rf "$src/linux-source-$mm"
+  for p in siw rxe_netns; do
+    # BTF for modules needs pahole + vmlinux BTF: not wanted for test modules
+    nice make -s -C "$hdr" M="$src/$p" CONFIG_RDMA_SIW=m CONFIG_DEBUG_INFO_BTF_MODULES= \
+      -j"$(nproc)" modules >&2 || die "building $p failed"
+  done
+  mkdir -p "$upd"
+  for ko in "$src/siw/siw.ko" "$src/rxe_netns/rdma_rxe_netns.ko"; do
+    strip --strip-debug "$ko"
+    install -m 644 "$ko" "$upd/"
+  done
+  depmod -b "$KDIR/root" "$KVER"
+  rm -rf "$x"        # keep the patched sources (small) for reference, drop headers
+  mods_stamp >"$KDIR/.mods-ready"
+  note "modules built and installed in $((SECONDS-t)) s (updates/siw.ko, updates/rdma_rxe_netns.ko)"
+}
+
+if [[ ! -f $KDIR/.ready || $(cat "$KDIR/.ready") != "$HARNESS_VERSION" ]]; then prepare_kernel; fi
+if [[ ! -f $KDIR/.mods-ready || $(cat "$KDIR/.mods-ready") != "$(mods_stamp)" ]]; then build_modules; fi
+flock -u 9
+vnote "kernel $(cat "$KDIR/PACKAGE") ready at $(elapsed) s"
+if [[ $PREPARE_ONLY == 1 ]]; then note "ready: $(cat "$KDIR/PACKAGE") ($KVER) in $KDIR"; exit 0; fi
+
+# ------------------------------------------------------------------ one run
+# /dev/kvm here may be PVM (cannot run a stock kernel); use KVM only when it is
+# a normal kvm_intel/kvm_amd, else TCG.
+if [[ -r /dev/kvm && -w /dev/kvm && ( -d /sys/module/kvm_intel || -d /sys/module/kvm_amd ) && ! -d /sys/module/kvm_pvm && ${RDMA_VM_ACCEL:-} != tcg ]]; then
+  ACCEL=(-accel kvm -cpu host); ACCEL_NAME=kvm
+else
+  ACCEL=(-accel tcg,thread=multi -cpu max); ACCEL_NAME=tcg
+fi
+
+RUNDIR=$(mktemp -d "${TMPDIR:-/tmp}/rhd-vm.XXXXXX")
+QPID=
+cleanup() { if [[ -n $QPID ]]; then kill "$QPID" 2>/dev/null || true; fi; rm -rf "$RUNDIR"; }
+trap cleanup EXIT
+trap 'exit 130' INT; trap 'exit 143' TERM HUP
+
+CWD=$(pwd -P)
+if [[ $HAVE_CMD == 1 ]]; then ARGV=(/bin/bash -c "$CMD_STRING" vm.sh "$@")
+elif [[ -x $SCRIPT ]]; then  ARGV=("$SCRIPT" "$@")
+else                         ARGV=(/bin/bash "$SCRIPT" "$@"); fi
+{
+  printf 'VM_KVER=%q\nVM_CWD=%q\nVM_TERM=%q\nVM_VERBOSE=%q\n' "$KVER" "$CWD" "${TERM:-dumb}" "$VERBOSE"
+  printf 'VM_NIC_PCI=%q\n' "$NIC_PCI"
+  printf 'VM_ARGV=('; printf '%q ' "${ARGV[@]}"; printf ')\n'
+  # pass-through environment
+  while IFS= read -r v; do printf 'export %s=%q\n' "$v" "${!v}"; done < <(compgen -e | grep -E '^(RHD_|RUST_)' || true)
+} >"$RUNDIR/job.sh"
+printf '%s\n' "$KVER" "$(realpath "$KDIR/root/lib/modules/$KVER")" "$REPO" >"$RUNDIR/init.env"
+
+cat >"$RUNDIR/stage2.sh" <<'STAGE2_EOF'
+#!/bin/bash
+# rhd-vm stage 2: PID 1 on the overlay root.  Runs the job, reports its status
+# through the run share, then makes QEMU exit (isa-debug-exit).
+. /run/rhd-vm/job.sh
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=$VM_TERM
+export LANG=C.UTF-8 RDMA_VM=1 RDMA_VM_KVER=$VM_KVER RDMA_VM_NIC_PCI=$VM_NIC_PCI
+# a virtio NIC's netdev hangs off the virtio device under the PCI function
+RDMA_VM_NIC=$(ls "/sys/bus/pci/devices/$VM_NIC_PCI"/virtio*/net 2>/dev/null | head -1)
+export RDMA_VM_NIC
+cd "$VM_CWD" 2>/dev/null || cd /
+[[ $VM_VERBOSE == 1 ]] && echo "vm.sh: guest $(uname -r) up at $(cut -d' ' -f1 /proc/uptime) s (NIC $RDMA_VM_NIC at $VM_NIC_PCI)" >&2
+"${VM_ARGV[@]}" </dev/null
+rc=$?
+[[ $VM_VERBOSE == 1 ]] && echo "vm.sh: job exited $rc at guest uptime $(cut -d' ' -f1 /proc/uptime) s" >&2
+echo "$rc" >/run/rhd-vm/status
+sync
+/bin/busybox dd if=/dev/zero of=/dev/port bs=1 seek=244 count=1 2>/dev/null  # isa-debug-exit
+echo o >/proc/sysrq-trigger; sleep 10; /bin/busybox poweroff -f
+STAGE2_EOF
+chmod 755 "$RUNDIR/stage2.sh"
+
+# quiet console; any oops panics and the guest stops (-no-reboot): we then
+# report "no exit status" (125) with the console showing the oops
+APPEND="console=ttyS0 quiet loglevel=4 panic=-1 oops=panic rdinit=/init"
+[[ $EXCLUSIVE == 1 ]] && APPEND="$APPEND ib_core.netns_mode=0"
+APPEND="$APPEND $EXTRA_APPEND"
+
+# The test NIC has no -netdev peer: unconnected, like a cable-less port.
+QEMU=(qemu-system-x86_64 "${ACCEL[@]}" -M pc -m "$MEM" -smp "$SMP"
+      -nodefaults -no-user-config -display none -no-reboot
+      -serial stdio -device isa-debug-exit,iobase=0xf4,iosize=0x04
+      -kernel "$KDIR/kernel" -initrd "$KDIR/initramfs.gz" -append "$APPEND"
+      -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap
+      -virtfs "local,path=${RUNDIR//,/,,},mount_tag=vmrun,security_model=none"
+      -virtfs "local,path=${REPO//,/,,},mount_tag=repo,security_model=none,multidevs=remap"
+      -device "virtio-net-pci,addr=0x$NIC_SLOT,mac=$NIC_MAC")
+
+vnote "booting ($ACCEL_NAME, $SMP vCPU, $MEM MiB) at $(elapsed) s: $APPEND"
+set +e
+timeout -k 5 "$TIMEOUT" "${QEMU[@]}" </dev/null 2>"$RUNDIR/qemu.err" &
+QPID=$!
+wait "$QPID"; qrc=$?
+QPID=
+set -e
+vnote "guest gone (qemu rc $qrc) at $(elapsed) s"
+if [[ $qrc == 124 || $qrc == 137 ]]; then note "timed out after ${TIMEOUT} s"; exit 124; fi
+if [[ -f $RUNDIR/status ]]; then exit "$(cat "$RUNDIR/status")"; fi
+note "guest did not report an exit status (qemu rc $qrc; kernel panic?); qemu stderr:"
+sed 's/^/  /' "$RUNDIR/qemu.err" >&2
+exit 125
