@@ -6,7 +6,7 @@
 #
 # usage (on the host, from the repo root):
 #   cargo test --no-run      # prints the binary: target/debug/deps/rdma_host_device-HASH
-#   RIG=../shared/tools/rdma-vm.sh   # or any rig that boots an RDMA kernel and runs a script
+#   RIG=tests/vm/vm.sh
 #   $RIG            tests/vm/rdma_netlink_probe.sh target/debug/deps/rdma_host_device-HASH
 #   $RIG --exclusive tests/vm/rdma_netlink_probe.sh target/debug/deps/rdma_host_device-HASH
 set -euo pipefail
