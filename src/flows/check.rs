@@ -2,11 +2,13 @@
 //! promised; then IPAM's own CHECK.
 
 use crate::cni::env::Env;
-use crate::cni::netconf::NetConf;
+use crate::cni::netconf::{Isolation, NetConf};
 use crate::error::{Code, Error, Result, invalid_config};
 use crate::ipam::Ipam;
 use crate::link::Links;
 use crate::netns::Netns;
+use crate::state::Store;
+use std::net::IpAddr;
 use std::path::Path;
 
 fn mismatch(msg: String) -> Error {
@@ -95,6 +97,15 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
                 gw.map(|g| g.to_string()).unwrap_or_default()
             )));
         }
+    }
+    // The RDMA device ADD paired (the state file says which): verified again from inside.
+    let record = Store::new(&conf.state_dir).load(&env.container_id, &env.ifname)?;
+    if conf.rdma.isolation != Isolation::None
+        && let Some(device) = record.and_then(|r| r.rdma_device)
+    {
+        let addrs: Vec<IpAddr> = ours.iter().map(|ip| ip.address.addr()).collect();
+        super::rdma::verify(&device, &addrs, conf.rdma.gid_timeout_ms, &pod_ns)
+            .map_err(|e| mismatch(e.msg))?;
     }
     if let Some(t) = &conf.ipam_type {
         Ipam::new(t, env)?.check(&conf.raw)?;
