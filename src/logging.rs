@@ -29,8 +29,8 @@ impl Log for Logger {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         let line = format!(
-            "{}.{:03} {} rdma-host-device[{}]{}: {}\n",
-            now.as_secs(),
+            "{}.{:03}Z {} rdma-host-device[{}]{}: {}\n",
+            utc(now.as_secs()),
             now.subsec_millis(),
             r.level(),
             std::process::id(),
@@ -46,6 +46,27 @@ impl Log for Logger {
     }
 
     fn flush(&self) {}
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` in UTC (Howard Hinnant's civil-from-days), without a date crate.
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let tod = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+        tod / 3600,
+        tod % 3600 / 60,
+        tod % 60
+    )
 }
 
 fn open_bounded(path: &Path) -> Option<File> {
@@ -67,5 +88,15 @@ pub fn init(level: LevelFilter, file: Option<&Path>, tag: String) {
     };
     if log::set_boxed_logger(Box::new(logger)).is_ok() {
         log::set_max_level(level);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_formatting() {
+        assert_eq!(super::utc(0), "1970-01-01T00:00:00");
+        assert_eq!(super::utc(951_782_400), "2000-02-29T00:00:00");
+        assert_eq!(super::utc(1_795_262_139), "2026-11-21T11:55:39");
     }
 }
