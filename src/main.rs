@@ -5,6 +5,7 @@ mod cli;
 mod cni;
 mod error;
 mod flows;
+mod inspect;
 mod ipam;
 mod link;
 mod logging;

@@ -84,6 +84,18 @@ pub async fn resolve(sel: &Selector, host: &Links, records: &[Record]) -> Result
     if let Some(lost) = find_lost(sel, host).await? {
         return Ok(lost);
     }
+    if let Selector::RdmaDevice(dev) = sel {
+        // The network asked for RDMA by name: say that RDMA is what is missing.
+        let why = if Path::new("/sys/class/infiniband").exists() {
+            "no RDMA device of that name has a network interface in the host network namespace (see `rdma link show`)"
+        } else {
+            "this node has no RDMA devices at all (no /sys/class/infiniband: load the NIC's RDMA driver)"
+        };
+        return Err(Error::new(
+            Code::RdmaNotFound,
+            format!("rdmaDevice {dev:?}: {why}"),
+        ));
+    }
     Err(not_found(
         sel,
         "it is not in the host network namespace (check the name with `ip link`, or whether another pod holds it)",

@@ -360,6 +360,12 @@ fn selector(
         }
         (a, b) => a.or(b),
     };
+    // Multus (LoadDelegateNetConf) injects a device plugin's device as BOTH deviceID and
+    // pciBusID, with the same value: that is one selector as well.
+    let pci = match (pci, &device_id) {
+        (Some(p), Some(d)) if p == *d => None,
+        (p, _) => p,
+    };
     let mut found = Vec::new();
     if let Some(v) = device {
         crate::cni::env::validate_ifname(&v).map_err(|m| invalid_config(format!("device: {m}")))?;
@@ -482,6 +488,14 @@ mod tests {
     fn same_device_id_twice_is_one_selector() {
         let c = parse(r#"{"cniVersion":"1.0.0","name":"n","deviceID":"0000:00:05.0","runtimeConfig":{"deviceID":"0000:00:05.0"}}"#).unwrap();
         assert_eq!(c.selector, Some(Selector::DeviceId("0000:00:05.0".into())));
+    }
+
+    #[test]
+    fn multus_device_id_and_pci_bus_id_are_one_selector() {
+        let c = parse(r#"{"cniVersion":"1.0.0","name":"n","deviceID":"0000:00:05.0","pciBusID":"0000:00:05.0","runtimeConfig":{"deviceID":"0000:00:05.0"}}"#).unwrap();
+        assert_eq!(c.selector, Some(Selector::DeviceId("0000:00:05.0".into())));
+        let e = parse(r#"{"cniVersion":"1.0.0","name":"n","deviceID":"0000:00:05.0","pciBusID":"0000:00:06.0"}"#).unwrap_err();
+        assert_eq!(e.code, Code::DeviceAmbiguous);
     }
 
     #[test]

@@ -1,0 +1,75 @@
+#!/bin/sh
+# install.sh: put rdma-host-device into the node's CNI bin dir and report whether the node is
+# ready for RDMA. Run by the DaemonSet's init container (conf/k8s/daemonset.yaml, which carries
+# a copy of this file in its ConfigMap), or by hand on a node: it needs only a POSIX shell and
+# coreutils, no Rust toolchain.
+#
+#   sudo SRC=dist/rdma-host-device CNI_BIN_DIR=/opt/cni/bin HOST_ROOT=/ sh deploy/install.sh
+#
+# environment:
+#   SRC          the binary to install (default /usr/local/bin/rdma-host-device, the image's)
+#   CNI_BIN_DIR  where runtimes look for plugins (default /host/opt/cni/bin: the node's
+#                /opt/cni/bin as the DaemonSet mounts it)
+#   HOST_ROOT    the node's root filesystem, if mounted (default /host; / on the node itself;
+#                empty to skip): the installed plugin is then also run with the NODE's own
+#                libc (chroot), which proves the node's glibc is new enough (2.28 or later)
+#   SHA256       expected sha256 of SRC (optional; dist/rdma-host-device.sha256 has it)
+#
+# It replaces the plugin atomically (copy to a temporary name in the same directory, then
+# rename), so a runtime executing the plugin during an upgrade runs the old or the new binary,
+# never a half-written one; an identical binary is left alone. Exit status: 0 installed (or
+# already up to date), 1 anything failed (the old plugin, if any, is still in place).
+set -eu
+
+SRC=${SRC:-/usr/local/bin/rdma-host-device}
+CNI_BIN_DIR=${CNI_BIN_DIR:-/host/opt/cni/bin}
+HOST_ROOT=${HOST_ROOT-/host}
+NAME=rdma-host-device
+DEST=$CNI_BIN_DIR/$NAME
+
+say() { echo "install.sh: $*"; }
+fail() { echo "install.sh: error: $*" >&2; exit 1; }
+
+[ -f "$SRC" ] || fail "$SRC does not exist"
+if [ -n "${SHA256:-}" ]; then
+  got=$(sha256sum "$SRC" | cut -d' ' -f1)
+  [ "$got" = "$SHA256" ] || fail "$SRC has sha256 $got, expected $SHA256"
+fi
+version=$("$SRC" --version) || fail "$SRC does not run here"
+say "installing $version into $CNI_BIN_DIR"
+
+mkdir -p "$CNI_BIN_DIR"
+if [ -f "$DEST" ] && cmp -s "$SRC" "$DEST"; then
+  say "$DEST is already this build; left alone"
+else
+  tmp=$CNI_BIN_DIR/.$NAME.install.$$
+  trap 'rm -f "$tmp"' EXIT
+  cp "$SRC" "$tmp"
+  chmod 0755 "$tmp"
+  # The CNI VERSION verb, as a runtime would call it, on the new copy before it goes live.
+  echo '{"cniVersion":"1.0.0"}' | CNI_COMMAND=VERSION "$tmp" >/dev/null ||
+    fail "the copied plugin does not answer CNI VERSION"
+  mv -f "$tmp" "$DEST"
+  trap - EXIT
+  say "installed $DEST"
+fi
+
+# With the node's own libc: what the runtime on the node will do.
+if [ -n "$HOST_ROOT" ]; then
+  case $HOST_ROOT in
+    /) rel=$DEST ;;
+    *) rel=${DEST#"${HOST_ROOT%/}"} ;;
+  esac
+  if [ "$HOST_ROOT" != / ] && [ "$rel" = "$DEST" ]; then
+    say "CNI_BIN_DIR is not under HOST_ROOT; skipping the run with the node's libc"
+  elif [ ! -d "$HOST_ROOT/bin" ] && [ ! -d "$HOST_ROOT/usr/bin" ]; then
+    say "$HOST_ROOT does not look like a root filesystem; skipping the run with the node's libc"
+  elif out=$(chroot "$HOST_ROOT" "$rel" --version 2>&1); then
+    say "runs with the node's libc: $out"
+  else
+    fail "the plugin does not run with the node's libc (it needs glibc 2.28 or later): $out"
+  fi
+fi
+
+# What the node offers: NICs, RDMA devices, the RDMA netns mode and what it means.
+"$DEST" inspect --color=never || say "inspect failed (the plugin is installed nonetheless)"

@@ -1,0 +1,494 @@
+//! Every example in conf/ parses, and every CNI config in it is accepted by the plugin's own
+//! validation (`rdma-host-device validate`, which runs the same NetConf::parse as ADD). Also:
+//! the DaemonSet's ConfigMap carries deploy/install.sh verbatim, the install script installs
+//! into a directory on this machine (no Rust needed to run it), and the NCCL pod names a
+//! network that conf/ defines. No root needed except for the install script's chroot check.
+
+mod conf_yaml;
+
+use serde_json::{Value, json};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const PLUGIN: &str = env!("CARGO_BIN_EXE_rdma-host-device");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn conf_dir() -> PathBuf {
+    Path::new(ROOT).join("conf")
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn ext(p: &Path) -> &str {
+    p.extension().and_then(|e| e.to_str()).unwrap_or("")
+}
+
+fn rel(p: &Path) -> String {
+    p.strip_prefix(ROOT).unwrap_or(p).display().to_string()
+}
+
+/// Every document of every example file, as JSON, with the file it came from.
+fn documents() -> Vec<(PathBuf, Value)> {
+    let mut docs = Vec::new();
+    for f in files_under(&conf_dir()) {
+        let text = fs::read_to_string(&f).unwrap();
+        match ext(&f) {
+            "json" | "conf" | "conflist" => {
+                let v: Value = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("{} is not valid JSON: {e}", rel(&f)));
+                docs.push((f, v));
+            }
+            "yaml" | "yml" => {
+                let vs = conf_yaml::parse_all(&text)
+                    .unwrap_or_else(|e| panic!("{}: YAML: {e}", rel(&f)));
+                assert!(!vs.is_empty(), "{} holds no YAML document", rel(&f));
+                docs.extend(vs.into_iter().map(|v| (f.clone(), v)));
+            }
+            "md" => {}
+            other => panic!(
+                "{}: unknown example type .{other}: teach tests/conf_examples.rs to check it",
+                rel(&f)
+            ),
+        }
+    }
+    docs
+}
+
+#[test]
+fn every_example_file_parses() {
+    let docs = documents();
+    assert!(docs.len() >= 7, "conf/ looks empty: {docs:?}");
+    for (f, d) in &docs {
+        if ext(f).starts_with("y") {
+            assert!(
+                d["apiVersion"].is_string() && d["kind"].is_string(),
+                "{}: a Kubernetes manifest needs apiVersion and kind: {d}",
+                rel(f)
+            );
+            assert!(
+                d["metadata"]["name"].is_string(),
+                "{}: no metadata.name",
+                rel(f)
+            );
+        }
+    }
+}
+
+/// Our YAML reader agrees with a real YAML library on every file (when python3 has PyYAML;
+/// the Debian CI image does: python3-yaml).
+#[test]
+fn yaml_reader_agrees_with_pyyaml() {
+    let have = Command::new("python3")
+        .args(["-c", "import yaml"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        eprintln!("python3 with PyYAML not found: cross-check skipped");
+        return;
+    }
+    for f in files_under(&conf_dir()) {
+        if !matches!(ext(&f), "yaml" | "yml") {
+            continue;
+        }
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import json,sys,yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d is not None]))",
+            ])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "PyYAML rejects {}: {}",
+            rel(&f),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let theirs: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let ours = Value::Array(conf_yaml::parse_all(&fs::read_to_string(&f).unwrap()).unwrap());
+        assert_eq!(
+            ours,
+            theirs,
+            "{}: our YAML reading differs from PyYAML's",
+            rel(&f)
+        );
+    }
+}
+
+/// The CNI-config-bearing documents: (label, JSON document as `validate` takes it).
+fn cni_documents() -> Vec<(String, Value)> {
+    documents()
+        .into_iter()
+        .filter(|(_, d)| {
+            d["kind"] == "NetworkAttachmentDefinition"
+                || d["type"].is_string()
+                || d["plugins"].is_array()
+        })
+        .map(|(f, d)| {
+            let label = match d["metadata"]["name"].as_str() {
+                Some(n) => format!("{} ({n})", rel(&f)),
+                None => rel(&f),
+            };
+            (label, d)
+        })
+        .collect()
+}
+
+fn validate(doc: &Value) -> (bool, String) {
+    let mut child = Command::new(PLUGIN)
+        .args(["validate", "-"])
+        .env_remove("CNI_COMMAND")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(doc.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn every_cni_config_is_accepted_by_the_plugin() {
+    let docs = cni_documents();
+    let nads = docs
+        .iter()
+        .filter(|(_, d)| d["kind"] == "NetworkAttachmentDefinition")
+        .count();
+    assert!(nads >= 4, "expected the four NADs, found {nads}");
+    assert!(
+        docs.iter().any(|(_, d)| d["plugins"].is_array()),
+        "no conflist in conf/"
+    );
+    for (label, doc) in &docs {
+        let (ok, out) = validate(doc);
+        assert!(ok, "{label}: the plugin rejects it:\n{out}");
+        assert!(out.contains(": ok ("), "{label}: {out}");
+    }
+}
+
+/// The check bites: a typo'd key in any example is rejected with the spec's code 2.
+#[test]
+fn a_typo_in_an_example_is_rejected_with_code_2() {
+    for (label, mut doc) in cni_documents() {
+        if doc["kind"] == "NetworkAttachmentDefinition" {
+            let mut c: Value =
+                serde_json::from_str(doc["spec"]["config"].as_str().unwrap()).unwrap();
+            c["devcie"] = json!("eth9");
+            doc["spec"]["config"] = json!(c.to_string());
+        } else if let Some(ps) = doc["plugins"].as_array_mut() {
+            for p in ps.iter_mut().filter(|p| p["type"] == "rdma-host-device") {
+                p["devcie"] = json!("eth9");
+            }
+        } else {
+            doc["devcie"] = json!("eth9");
+        }
+        let (ok, out) = validate(&doc);
+        assert!(!ok, "{label} with a typo was accepted:\n{out}");
+        assert!(out.contains("rejected with code 2"), "{label}: {out}");
+    }
+}
+
+#[test]
+fn nad_names_match_their_cni_network_names() {
+    for (label, d) in cni_documents() {
+        if d["kind"] != "NetworkAttachmentDefinition" {
+            continue;
+        }
+        let c: Value = serde_json::from_str(d["spec"]["config"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            c["name"], d["metadata"]["name"],
+            "{label}: keep the CNI network name equal to the NAD name (logs and state records use it)"
+        );
+        assert_eq!(c["type"], "rdma-host-device", "{label}");
+    }
+}
+
+#[test]
+fn the_deviceid_nad_names_a_device_plugin_resource() {
+    let docs = cni_documents();
+    let (label, d) = docs
+        .iter()
+        .find(|(_, d)| d["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"].is_string())
+        .expect("a NAD with a k8s.v1.cni.cncf.io/resourceName annotation");
+    let c: Value = serde_json::from_str(d["spec"]["config"].as_str().unwrap()).unwrap();
+    for k in [
+        "device",
+        "hwaddr",
+        "kernelpath",
+        "pciBusID",
+        "deviceID",
+        "rdmaDevice",
+    ] {
+        assert!(
+            c.get(k).is_none(),
+            "{label}: the device plugin picks the NIC; drop {k}"
+        );
+    }
+}
+
+#[test]
+fn daemonset_configmap_carries_the_install_script_verbatim() {
+    let script = fs::read_to_string(Path::new(ROOT).join("deploy/install.sh")).unwrap();
+    let docs = documents();
+    let cm = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "ConfigMap")
+        .map(|(_, d)| d)
+        .expect("a ConfigMap in conf/");
+    assert_eq!(
+        cm["data"]["install.sh"].as_str(),
+        Some(script.as_str()),
+        "the ConfigMap's install.sh differs from deploy/install.sh: copy it over"
+    );
+    let ds = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "DaemonSet")
+        .map(|(_, d)| d)
+        .expect("a DaemonSet in conf/");
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(
+        spec["hostNetwork"], true,
+        "inspect must see the host's NICs"
+    );
+    let init = &spec["initContainers"][0];
+    assert!(
+        init["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "/install/install.sh"),
+        "the init container runs the ConfigMap's script"
+    );
+    let vols = spec["volumes"].as_array().unwrap();
+    assert!(
+        vols.iter().any(|v| v["hostPath"]["path"] == "/opt/cni/bin"),
+        "/opt/cni/bin is mounted from the host"
+    );
+    assert!(
+        vols.iter()
+            .any(|v| v["configMap"]["name"] == cm["metadata"]["name"]),
+        "the DaemonSet mounts the ConfigMap"
+    );
+}
+
+#[test]
+fn nccl_pod_uses_a_network_conf_defines_and_its_interface() {
+    let docs = documents();
+    let pod = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "Pod")
+        .map(|(_, d)| d)
+        .expect("a Pod in conf/");
+    let nets: Value = serde_json::from_str(
+        pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+            .as_str()
+            .expect("networks annotation"),
+    )
+    .expect("the networks annotation is JSON");
+    let net = &nets[0];
+    let nad_names: Vec<&str> = docs
+        .iter()
+        .filter(|(_, d)| d["kind"] == "NetworkAttachmentDefinition")
+        .filter_map(|(_, d)| d["metadata"]["name"].as_str())
+        .collect();
+    assert!(
+        nad_names.contains(&net["name"].as_str().unwrap()),
+        "pod asks for {} but conf/ defines {nad_names:?}",
+        net["name"]
+    );
+    let env: Vec<(String, String)> = pod["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["value"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let get = |k: &str| {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("pod env lacks {k}"))
+    };
+    assert_eq!(
+        get("NCCL_SOCKET_IFNAME").trim_start_matches('='),
+        net["interface"].as_str().unwrap(),
+        "NCCL_SOCKET_IFNAME must be the attached interface"
+    );
+    assert!(get("NCCL_IB_HCA").contains("mlx5_0"));
+}
+
+// ---------------------------------------------------------------- the install script
+
+fn install(src: &Path, bin_dir: &Path, host_root: &str) -> std::process::Output {
+    Command::new("sh")
+        .arg(Path::new(ROOT).join("deploy/install.sh"))
+        .env("SRC", src)
+        .env("CNI_BIN_DIR", bin_dir)
+        .env("HOST_ROOT", host_root)
+        .env_remove("CNI_COMMAND")
+        .output()
+        .unwrap()
+}
+
+/// The binary a release would ship: dist/rdma-host-device when scripts/release.sh made one,
+/// else the one cargo built for this test.
+fn release_binary() -> PathBuf {
+    let dist = Path::new(ROOT).join("dist/rdma-host-device");
+    if dist.is_file() {
+        dist
+    } else {
+        PathBuf::from(PLUGIN)
+    }
+}
+
+#[test]
+fn install_script_installs_atomically_and_idempotently() {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("install-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let bin_dir = dir.join("opt/cni/bin");
+    let src = release_binary();
+    let show = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+
+    // HOST_ROOT empty: no chroot (this is how it runs in a container without /host).
+    let o = install(&src, &bin_dir, "");
+    assert!(o.status.success(), "install failed:\n{}", show(&o));
+    let dest = bin_dir.join("rdma-host-device");
+    assert_eq!(
+        fs::read(&dest).unwrap(),
+        fs::read(&src).unwrap(),
+        "copied bytes differ"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        fs::metadata(&dest).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    let text = show(&o);
+    assert!(text.contains("installed "), "{text}");
+    assert!(
+        text.contains("RDMA"),
+        "the node report (inspect) is missing:\n{text}"
+    );
+    assert!(
+        files_under(&bin_dir).len() == 1,
+        "temporary files left behind: {:?}",
+        files_under(&bin_dir)
+    );
+
+    // Again: nothing to do.
+    let o = install(&src, &bin_dir, "");
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(show(&o).contains("already this build"), "{}", show(&o));
+
+    // A different old binary is replaced.
+    fs::write(&dest, b"#!/bin/sh\necho old\n").unwrap();
+    let o = install(&src, &bin_dir, "");
+    assert!(o.status.success(), "{}", show(&o));
+    assert_eq!(fs::read(&dest).unwrap(), fs::read(&src).unwrap());
+
+    // The installed plugin answers the CNI VERSION verb as a runtime calls it.
+    let mut child = Command::new(&dest)
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"cniVersion":"1.0.0"}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("1.1.0"))
+    );
+
+    // A missing source fails and leaves the installed plugin alone.
+    let o = install(&dir.join("nope"), &bin_dir, "");
+    assert!(!o.status.success());
+    assert_eq!(fs::read(&dest).unwrap(), fs::read(&src).unwrap());
+
+    // A checksum mismatch is refused before anything is copied.
+    let o = Command::new("sh")
+        .arg(Path::new(ROOT).join("deploy/install.sh"))
+        .env("SRC", &src)
+        .env("CNI_BIN_DIR", dir.join("other"))
+        .env("HOST_ROOT", "")
+        .env("SHA256", "0".repeat(64))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", show(&o));
+    assert!(!dir.join("other/rdma-host-device").exists());
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// With HOST_ROOT the installed copy runs under chroot, with the node's own libc: here the node
+/// is this machine itself (HOST_ROOT=/, CNI_BIN_DIR under it).
+#[test]
+fn install_script_runs_the_plugin_with_the_nodes_libc() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: chroot check skipped");
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("install-chroot-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let o = install(&release_binary(), &dir, "/");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("runs with the node's libc: rdma-host-device"),
+        "{text}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
