@@ -71,7 +71,9 @@ fn utc(secs: u64) -> String {
 
 fn open_bounded(path: &Path) -> Option<File> {
     if std::fs::metadata(path).is_ok_and(|m| m.len() > MAX_LOG_BYTES) {
-        let _ = std::fs::rename(path, path.with_extension("1"));
+        let mut old = path.as_os_str().to_owned();
+        old.push(".1");
+        let _ = std::fs::rename(path, old);
     }
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
