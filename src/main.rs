@@ -4,10 +4,14 @@
 mod cli;
 mod cni;
 mod error;
+mod fault;
 mod flows;
+#[cfg(test)]
+mod fuzz;
 mod inspect;
 mod ipam;
 mod link;
+mod lock;
 mod logging;
 mod netns;
 // Wired into the flows by the RDMA work; parts are not called yet.
@@ -22,6 +26,7 @@ use cni::version::{Version, version_json};
 use error::{Code, Error};
 use std::io::{Read, Write};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The cniVersion errors are reported in: the config's, once known.
 static REPLY_VERSION: OnceLock<String> = OnceLock::new();
@@ -33,19 +38,26 @@ fn reply_version() -> &'static str {
         .unwrap_or(Version::LATEST.as_str())
 }
 
+/// Set by the panic hook: its error JSON is the answer, whatever happens next.
+static PANICKED: AtomicBool = AtomicBool::new(false);
+
 fn main() {
     std::panic::set_hook(Box::new(|info| {
         let e = Error::new(
             Code::Internal,
             format!("rdma-host-device hit a bug: {info}; please report it"),
         );
-        println!("{}", e.to_json(reply_version()));
-        eprintln!("rdma-host-device: {e}");
+        if !PANICKED.swap(true, Ordering::SeqCst) {
+            let _ = writeln!(std::io::stdout(), "{}", e.to_json(reply_version()));
+        }
+        let _ = writeln!(std::io::stderr(), "rdma-host-device: {e}");
     }));
     if std::env::var_os("CNI_COMMAND").is_none() && std::env::args().len() > 1 {
         std::process::exit(cli::main());
     }
     let code = match run() {
+        // A panic caught on the way (a runtime task) already printed error 999.
+        _ if PANICKED.load(Ordering::SeqCst) => 1,
         Ok(out) => {
             let _ = std::io::stdout().write_all(out.as_bytes());
             0

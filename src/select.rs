@@ -5,7 +5,7 @@
 use crate::cni::netconf::Selector;
 use crate::error::{Code, Error, Result};
 use crate::link::{LinkInfo, Links};
-use crate::state::{Record, Tag};
+use crate::state::{Record, Store, Tag};
 use std::path::{Path, PathBuf};
 
 /// The host link a selector resolved to.
@@ -26,16 +26,18 @@ fn not_found(sel: &Selector, why: &str) -> Error {
     )
 }
 
-/// Resolve `sel` against the host's links. `records` are the attachments we hold, to tell
-/// "not there" from "in use by a pod".
-pub async fn resolve(sel: &Selector, host: &Links, records: &[Record]) -> Result<Resolved> {
+/// Resolve `sel` against the host's links. `store` holds our attachments, to tell "not there"
+/// from "in use by a pod". It is read after the host lookups: ADD saves its record before it
+/// moves a NIC and DEL forgets it after the NIC is back, so a NIC missing from the host is
+/// always explained by a record read afterwards, even while other calls run.
+pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Resolved> {
     let names = match sel {
         Selector::Name(n) => vec![n.clone()],
         Selector::Mac(mac) => {
             let all = host.all().await?;
             let hits: Vec<&LinkInfo> = all.iter().filter(|l| l.mac == *mac).collect();
             match hits.as_slice() {
-                [one] => return finish((*one).clone(), host, records, sel).await,
+                [one] => return finish((*one).clone(), host, store, sel).await,
                 [] => Vec::new(),
                 many => {
                     return Err(Error::new(
@@ -59,7 +61,7 @@ pub async fn resolve(sel: &Selector, host: &Links, records: &[Record]) -> Result
         [] => {}
         [name] => {
             if let Some(link) = host.by_name(name).await? {
-                return finish(link, host, records, sel).await;
+                return finish(link, host, store, sel).await;
             }
         }
         many => {
@@ -72,7 +74,11 @@ pub async fn resolve(sel: &Selector, host: &Links, records: &[Record]) -> Result
             ));
         }
     }
-    if let Some(r) = records.iter().find(|r| holds(r, sel)) {
+    // A NIC on the host with our tag is free whatever the records say: its pod is gone.
+    if let Some(lost) = find_lost(sel, host).await? {
+        return Ok(lost);
+    }
+    if let Some(r) = store.all()?.iter().find(|r| holds(r, sel)) {
         return Err(Error::new(
             Code::DeviceBusy,
             format!(
@@ -80,9 +86,6 @@ pub async fn resolve(sel: &Selector, host: &Links, records: &[Record]) -> Result
                 r.container_id, r.ifname, r.netns
             ),
         ));
-    }
-    if let Some(lost) = find_lost(sel, host).await? {
-        return Ok(lost);
     }
     if let Selector::RdmaDevice(dev) = sel {
         // The network asked for RDMA by name: say that RDMA is what is missing.
@@ -102,26 +105,23 @@ pub async fn resolve(sel: &Selector, host: &Links, records: &[Record]) -> Result
     ))
 }
 
-async fn finish(
-    link: LinkInfo,
-    host: &Links,
-    records: &[Record],
-    sel: &Selector,
-) -> Result<Resolved> {
+/// A link found on the host. One that carries our tag is lost (our tag only leaves the pod
+/// with a dead netns: every move sets or clears it in the same request), so it is free even
+/// when its old attachment's record is still there; the caller restores it.
+async fn finish(link: LinkInfo, host: &Links, store: &Store, sel: &Selector) -> Result<Resolved> {
     let _ = host;
+    // A tagged NIC on the host is one the kernel gave back when its pod's netns died: the
+    // attachment that tagged it is stale (its DEL will still release its IP), the NIC is free.
     let lost = link.alias.as_deref().and_then(Tag::decode);
     if let Some(tag) = &lost
-        && let Some(r) = records
-            .iter()
-            .find(|r| crate::state::owner_key(&r.container_id, &r.ifname) == tag.owner)
+        && let Some(r) = store.all()?.into_iter().find(|r| r.owner() == tag.owner)
     {
-        return Err(Error::new(
-            Code::DeviceBusy,
-            format!(
-                "{sel} ({}) is held by container {} as {}; DEL that attachment first",
-                link.name, r.container_id, r.ifname
-            ),
-        ));
+        log::info!(
+            "{sel} ({}) came back from container {}'s dead netns {}; taking it over",
+            link.name,
+            r.container_id,
+            r.netns
+        );
     }
     Ok(Resolved {
         pci: pci_of(&link.name),

@@ -4,15 +4,19 @@
 use super::rdma::{self, Plan};
 use super::undo::{Scene, Undo, UndoStack};
 use crate::cni::env::Env;
-use crate::cni::netconf::NetConf;
+use crate::cni::netconf::{NetConf, Selector};
 use crate::cni::result::{CniResult, Interface, IpConfig};
 use crate::error::{Code, Error, Result};
+use crate::fault;
 use crate::ipam::Ipam;
 use crate::link::{Arrival, LinkInfo, Links};
+use crate::lock;
 use crate::netns::Netns;
 use crate::select::{self, Resolved};
 use crate::state::{Record, Store};
+use futures::FutureExt;
 use std::net::IpAddr;
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 
 pub async fn add(env: &Env, conf: &NetConf) -> Result<CniResult> {
@@ -31,6 +35,8 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<CniResult> {
     let host = Links::open()?;
     let pod = Links::open_in(&pod_ns)?;
     let store = Store::new(&conf.state_dir);
+    let _attachment = lock::attachment(&conf.state_dir, &env.container_id, &env.ifname)?;
+    fault::hit("add:locked")?;
 
     if let Some(old) = store.load(&env.container_id, &env.ifname)? {
         return Err(Error::new(
@@ -41,8 +47,7 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<CniResult> {
             ),
         ));
     }
-    let records = store.all()?;
-    let resolved = select::resolve(selector, &host, &records).await?;
+    let (resolved, _nic) = resolve_locked(selector, &host, &store, conf).await?;
     log::info!(
         "{selector} is {} (mac {}, mtu {}{})",
         resolved.link.name,
@@ -74,18 +79,74 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<CniResult> {
         pod: Some(&pod),
     };
     let mut undo = UndoStack::default();
-    match attach(&scene, &link, &resolved, &mut undo).await {
-        Ok(result) => {
+    // A panic is a bug, but it must not strand the NIC in the pod: roll back, then let the
+    // panic go on to the hook in main.rs, which prints error 999.
+    let attached = AssertUnwindSafe(attach(&scene, &link, &resolved, &mut undo))
+        .catch_unwind()
+        .await;
+    match attached {
+        Ok(Ok(result)) => {
             undo.disarm();
             log::info!("done");
             Ok(result)
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             log::error!("failed: {e}; rolling back");
             undo.unwind(&scene).await;
             Err(e)
         }
+        Err(panic) => {
+            log::error!("panicked; rolling back");
+            undo.unwind(&scene).await;
+            std::panic::resume_unwind(panic)
+        }
     }
+}
+
+/// Resolve the selector and lock the NIC it names (by its original host name); what decides is
+/// the resolution made under the lock, since every call that moves a NIC holds its lock. A
+/// loser of a race for the NIC gets "device busy" (102) from it, or 11 if the wait ran out,
+/// and has changed nothing.
+async fn resolve_locked(
+    sel: &Selector,
+    host: &Links,
+    store: &Store,
+    conf: &NetConf,
+) -> Result<(Resolved, lock::Guard)> {
+    fn identity(r: &Resolved) -> &str {
+        r.lost.as_ref().map_or(&r.link.name, |t| &t.host_name)
+    }
+    // By name, the identity is known up front: lock, then look.
+    let guess = match sel {
+        Selector::Name(n) => n.clone(),
+        // Otherwise look first, without the lock. A NIC being moved by another call is briefly
+        // in no namespace at all, so "not found" there is only believed when it lasts.
+        _ => {
+            let mut tries = 0;
+            loop {
+                match select::resolve(sel, host, store).await {
+                    Ok(r) => break identity(&r).to_string(),
+                    Err(e) if e.code == Code::DeviceNotFound && tries < 3 => {
+                        tries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    };
+    let guard = lock::device(&conf.state_dir, &guess)?;
+    let now = select::resolve(sel, host, store).await?;
+    if identity(&now) != guess {
+        return Err(Error::new(
+            Code::TryAgain,
+            format!(
+                "{sel} was {guess} and became {} while this call waited for it; try again",
+                identity(&now)
+            ),
+        ));
+    }
+    Ok((now, guard))
 }
 
 /// A NIC back from a dead pod still bears the pod-side name: give it its own first.
@@ -147,6 +208,7 @@ async fn attach(
         ifname: env.ifname.clone(),
     });
     Store::new(&conf.state_dir).save(&record)?;
+    fault::hit("add:after-state")?;
 
     // 3. Exclusive mode: the RDMA device goes first (see flows/rdma.rs for why).
     if let Some(Plan::Move { device, index }) = &plan {
@@ -154,6 +216,7 @@ async fn attach(
             device: device.clone(),
         });
         rdma::move_in(device, *index, pod_ns)?;
+        fault::hit("add:after-rdma-move")?;
     }
 
     // 4. Move, rename, MTU, tag and up, in one request.
@@ -173,6 +236,7 @@ async fn attach(
             },
         )
         .await?;
+    fault::hit("add:after-nic-move")?;
     let inside = pod.by_name(&env.ifname).await?.ok_or_else(|| {
         Error::new(
             Code::Netlink,
@@ -194,6 +258,7 @@ async fn attach(
     // 5. No RDMA hardware: a software device on the NIC, made inside the pod.
     if let Some(Plan::Soft { kind, name }) = &plan {
         rdma::create_soft(*kind, name, &env.ifname, pod_ns)?;
+        fault::hit("add:after-soft-rdma")?;
     }
 
     // 6. Addresses from IPAM, applied inside the pod.
@@ -211,6 +276,7 @@ async fn attach(
         // Registered first: a plugin may allocate and then fail.
         undo.push(Undo::ReleaseIpam);
         let got = ipam.add(&conf.raw)?;
+        fault::hit("add:after-ipam")?;
         apply_ipam(pod, inside.index, &got, ours, &mut result).await?;
         if conf.dns.is_none() && !got.dns.is_empty() {
             result.dns = got.dns;
@@ -219,6 +285,7 @@ async fn attach(
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
     }
+    fault::hit("add:after-addresses")?;
 
     // 7. The RDMA device, seen from inside the pod, has a RoCE v2 GID for every address.
     if let Some(p) = &plan {
@@ -230,6 +297,7 @@ async fn attach(
             .collect();
         rdma::verify(p.device(), &addrs, conf.rdma.gid_timeout_ms, pod_ns)?;
     }
+    fault::hit("add:before-result")?;
     Ok(result)
 }
 

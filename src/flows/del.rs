@@ -6,13 +6,17 @@ use super::undo::{Scene, first_error, open_pod_ns, owner_of, return_nic};
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
 use crate::error::Result;
+use crate::fault;
 use crate::ipam::Ipam;
 use crate::link::Links;
+use crate::lock;
 use crate::netns::Netns;
 use crate::state::{Record, Store};
 
 pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
     let store = Store::new(&conf.state_dir);
+    let _attachment = lock::attachment(&conf.state_dir, &env.container_id, &env.ifname)?;
+    fault::hit("del:locked")?;
     let record = store.load(&env.container_id, &env.ifname)?;
     let netns = if env.netns.is_empty() {
         record.as_ref().map(|r| r.netns.clone()).unwrap_or_default()
@@ -22,7 +26,8 @@ pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
     release(env, conf, &store, record.as_ref(), &netns).await
 }
 
-/// Undo one attachment: NIC home, IPAM released, state forgotten. Shared with GC.
+/// Undo one attachment: NIC home, IPAM released, state forgotten. Shared with GC, which holds
+/// the attachment's lock as DEL does.
 pub async fn release(
     env: &Env,
     conf: &NetConf,
@@ -53,7 +58,10 @@ pub async fn release(
         pod: pod.as_ref(),
     };
     match return_nic(&scene, &owner_of(env), record).await {
-        Ok(true) => log::info!("NIC returned to the host"),
+        Ok(true) => {
+            log::info!("NIC returned to the host");
+            fault::hit("del:after-nic-return")?;
+        }
         Ok(false) => log::info!(
             "no NIC held by {} in the pod or on the host; nothing to return",
             env.ifname
@@ -62,7 +70,10 @@ pub async fn release(
     }
     if let Some(t) = &conf.ipam_type {
         match Ipam::new(t, env).and_then(|i| i.del(&conf.raw)) {
-            Ok(()) => log::info!("IPAM {t} released"),
+            Ok(()) => {
+                log::info!("IPAM {t} released");
+                fault::hit("del:after-ipam-release")?;
+            }
             Err(e) => errors.push(e),
         }
     }

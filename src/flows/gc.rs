@@ -1,37 +1,44 @@
 //! GC: undo every attachment of this network that the runtime no longer lists in
-//! `cni.dev/valid-attachments`. Keeps going past individual failures and reports them all.
+//! `cni.dev/valid-attachments`, and give lost NICs (back on the host from a dead pod, still
+//! bearing our tag) their names back. Keeps going past individual failures and reports them
+//! all: the first as the error, the others in its details.
 
 use super::del::release;
 use super::undo::first_error;
 use crate::cni::env::Env;
-use crate::cni::netconf::NetConf;
-use crate::error::Result;
+use crate::cni::netconf::{Attachment, NetConf};
+use crate::error::{Error, Result};
+use crate::fault;
 use crate::ipam::Ipam;
-use crate::state::Store;
+use crate::link::{Arrival, LinkInfo, Links};
+use crate::lock;
+use crate::state::{Record, Store, Tag, owner_key};
+use std::collections::HashSet;
 
 pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
     let valid = conf.valid_attachments.clone().unwrap_or_default();
     let store = Store::new(&conf.state_dir);
     let mut errors = Vec::new();
-    for r in store.all()? {
+    let records = store.all().unwrap_or_else(|e| {
+        errors.push(e);
+        Vec::new()
+    });
+    // Attachments handled here, whatever the outcome: their lost NICs were tried already.
+    let mut tried = HashSet::new();
+    for r in &records {
         let listed = valid
             .iter()
             .any(|a| a.container_id == r.container_id && a.ifname == r.ifname);
         if r.network != conf.name || listed {
             continue;
         }
-        log::info!(
-            "GC: {} of container {} is not a valid attachment any more; releasing it",
-            r.ifname,
-            r.container_id
-        );
-        let mut stale = env.clone();
-        stale.container_id = r.container_id.clone();
-        stale.ifname = r.ifname.clone();
-        stale.netns = r.netns.clone();
-        if let Err(e) = release(&stale, conf, &store, Some(&r), &r.netns).await {
+        tried.insert(r.owner());
+        if let Err(e) = release_stale(env, conf, &store, r).await {
             errors.push(e.context(format!("GC of {}/{}", r.container_id, r.ifname)));
         }
+    }
+    if let Err(e) = recover_lost(conf, &valid, &tried, &records, &mut errors).await {
+        errors.push(e.context("GC: looking for lost NICs"));
     }
     if let Some(t) = &conf.ipam_type {
         match Ipam::new(t, env).and_then(|i| i.optional("GC", &conf.raw)) {
@@ -39,5 +46,107 @@ pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
             Err(e) => errors.push(e),
         }
     }
+    if !errors.is_empty() {
+        log::error!("GC finished with {} error(s)", errors.len());
+    }
     first_error(errors)
+}
+
+/// One attachment the runtime no longer lists. One that another call is working on right now
+/// (an ADD still running, a DEL) is left to that call.
+async fn release_stale(env: &Env, conf: &NetConf, store: &Store, r: &Record) -> Result<()> {
+    let Some(_attachment) = lock::try_attachment(&conf.state_dir, &r.container_id, &r.ifname)?
+    else {
+        log::info!(
+            "GC: {}/{} is busy with another call; leaving it to that call",
+            r.container_id,
+            r.ifname
+        );
+        return Ok(());
+    };
+    // Re-read under the lock: a DEL may have finished meanwhile.
+    let Some(r) = store.load(&r.container_id, &r.ifname)? else {
+        return Ok(());
+    };
+    fault::hit("gc:release")?;
+    log::info!(
+        "GC: {} of container {} is not a valid attachment any more; releasing it",
+        r.ifname,
+        r.container_id
+    );
+    let mut stale = env.clone();
+    stale.container_id = r.container_id.clone();
+    stale.ifname = r.ifname.clone();
+    stale.netns = r.netns.clone();
+    release(&stale, conf, store, Some(&r), &r.netns).await
+}
+
+/// Tagged links on the host whose attachment is not valid: NICs that came back from a pod
+/// deleted without DEL (or after a DEL that ran before the kernel returned them). Restore each
+/// under its original name, MTU and admin state.
+async fn recover_lost(
+    conf: &NetConf,
+    valid: &[Attachment],
+    tried: &HashSet<String>,
+    records: &[Record],
+    errors: &mut Vec<Error>,
+) -> Result<()> {
+    let valid: HashSet<String> = valid
+        .iter()
+        .map(|a| owner_key(&a.container_id, &a.ifname))
+        .collect();
+    let host = Links::open()?;
+    for l in host.all().await? {
+        let Some(tag) = l.alias.as_deref().and_then(Tag::decode) else {
+            continue;
+        };
+        if valid.contains(&tag.owner) || tried.contains(&tag.owner) {
+            continue;
+        }
+        let alias = records
+            .iter()
+            .find(|r| r.owner() == tag.owner)
+            .and_then(|r| r.host_alias.clone());
+        if let Err(e) = restore_lost(conf, &host, &l, &tag, alias.as_deref()).await {
+            errors.push(e.context(format!(
+                "GC: restoring lost NIC {} (originally {})",
+                l.name, tag.host_name
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn restore_lost(
+    conf: &NetConf,
+    host: &Links,
+    l: &LinkInfo,
+    tag: &Tag,
+    alias: Option<&str>,
+) -> Result<()> {
+    fault::hit("gc:lost-nic")?;
+    let _nic = lock::device(&conf.state_dir, &tag.host_name)?;
+    // Under the lock: still here, still lost? (An ADD or DEL may have restored it.)
+    let Some(now) = host.by_index(l.index).await? else {
+        return Ok(());
+    };
+    if now.alias.as_deref().and_then(Tag::decode).as_ref() != Some(tag) {
+        return Ok(());
+    }
+    log::info!(
+        "GC: {} is a lost NIC (no valid attachment holds it); restoring it as {} (mtu {})",
+        now.name,
+        tag.host_name,
+        tag.host_mtu
+    );
+    host.restore_in_place(
+        now.index,
+        &Arrival {
+            name: &tag.host_name,
+            mtu: Some(tag.host_mtu),
+            alias: Some(alias.unwrap_or("")),
+            up: tag.host_up,
+        },
+    )
+    .await
 }

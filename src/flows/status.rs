@@ -12,9 +12,17 @@ use crate::state::Store;
 pub async fn status(env: &Env, conf: &NetConf) -> Result<()> {
     if let Some(sel) = &conf.selector {
         let host = Links::open()?;
-        let records = Store::new(&conf.state_dir).all()?;
-        match select::resolve(sel, &host, &records).await {
-            Ok(_) => {}
+        let store = Store::new(&conf.state_dir);
+        match select::resolve(sel, &host, &store).await {
+            Ok(r) => {
+                if let Some(tag) = &r.lost {
+                    log::info!(
+                        "STATUS: {sel} is {}, back on the host from a pod deleted without DEL; the next ADD or GC restores its name {}",
+                        r.link.name,
+                        tag.host_name
+                    )
+                }
+            }
             Err(e) if e.code == Code::DeviceBusy => {
                 log::info!("STATUS: {sel} is in use by a pod: {}", e.msg)
             }

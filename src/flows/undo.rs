@@ -5,8 +5,10 @@ use crate::cni::env::Env;
 use crate::cni::netconf::Isolation;
 use crate::cni::netconf::NetConf;
 use crate::error::{Code, Error, Result};
+use crate::fault;
 use crate::ipam::Ipam;
 use crate::link::{Arrival, LinkInfo, Links};
+use crate::lock;
 use crate::netns::Netns;
 use crate::state::{Record, Store, Tag, owner_key};
 
@@ -55,6 +57,10 @@ impl UndoStack {
     /// Take back every step, newest first; keep going past failures and log them.
     pub async fn unwind(&mut self, scene: &Scene<'_>) {
         while let Some(step) = self.steps.pop() {
+            if let Err(e) = fault::hit("add:undo") {
+                log::error!("undo {step:?} skipped: {e}");
+                continue;
+            }
             log::info!("undo: {step:?}");
             if let Err(e) = apply(&step, scene).await {
                 log::error!("undo {step:?} failed: {e}");
@@ -86,6 +92,16 @@ async fn apply(step: &Undo, s: &Scene<'_>) -> Result<()> {
 /// inside the pod does not hide it), then on the host (a NIC that came back from a dead pod).
 pub async fn return_nic(s: &Scene<'_>, owner: &str, record: Option<&Record>) -> Result<bool> {
     let original_alias = record.and_then(|r| r.host_alias.as_deref());
+    // Lock the NIC before touching it (re-entrant: ADD's rollback already holds it). Without a
+    // record, the tag on the link says which NIC it is.
+    let host_name = match record {
+        Some(r) => Some(r.host_name.clone()),
+        None => find_tag(s, owner).await?.map(|t| t.host_name),
+    };
+    let _nic = match &host_name {
+        Some(n) => Some(lock::device(&s.conf.state_dir, n)?),
+        None => None,
+    };
     if let (Some(pod), Some(pod_ns)) = (s.pod, s.pod_ns)
         && let Some((link, tag)) = tagged(pod, owner).await?
     {
@@ -101,6 +117,14 @@ pub async fn return_nic(s: &Scene<'_>, owner: &str, record: Option<&Record>) -> 
         );
         pod.move_to(link.index, s.host_ns, &how).await?;
         return Ok(true);
+    }
+    if let (Some(pod_ns), Some(r)) = (s.pod_ns, record)
+        && r.rdma_moved
+        && s.conf.rdma.isolation != Isolation::None
+        && let Some(dev) = &r.rdma_device
+    {
+        // Killed between moving the RDMA device and the NIC: the device is in the pod alone.
+        super::rdma::return_device(dev, pod_ns, s.host_ns)?;
     }
     if let Some((link, tag)) = tagged(s.host, owner).await? {
         log::info!(
@@ -123,6 +147,16 @@ fn arrival<'a>(tag: &'a Tag, original_alias: Option<&'a str>) -> Arrival<'a> {
         alias: Some(original_alias.unwrap_or("")),
         up: tag.host_up,
     }
+}
+
+/// `owner`'s tag, read from its NIC in the pod or on the host.
+async fn find_tag(s: &Scene<'_>, owner: &str) -> Result<Option<Tag>> {
+    if let Some(pod) = s.pod
+        && let Some((_, tag)) = tagged(pod, owner).await?
+    {
+        return Ok(Some(tag));
+    }
+    Ok(tagged(s.host, owner).await?.map(|(_, t)| t))
 }
 
 /// The link in `links`' namespace that carries `owner`'s tag.
@@ -167,7 +201,12 @@ pub fn first_error(errors: Vec<Error>) -> Result<()> {
         Some(mut first) => {
             let rest: Vec<String> = it.map(|e| e.to_string()).collect();
             if !rest.is_empty() {
-                first.details = format!("also: {}", rest.join("; "));
+                let also = format!("{} more error(s): {}", rest.len(), rest.join("; "));
+                first.details = if first.details.is_empty() {
+                    also
+                } else {
+                    format!("{}; {also}", first.details)
+                };
             }
             Err(first)
         }

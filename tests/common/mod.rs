@@ -287,9 +287,21 @@ pub fn links(ns: Option<&str>) -> Vec<Link> {
         return Vec::new();
     }
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    v.as_array()
+    let mut all: Vec<Link> = v
+        .as_array()
         .map(|a| a.iter().map(parse_link).collect())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    // `ip -j addr show` leaves out the alias; `ip -j link show` has it.
+    let out = ip_in(ns, &["-j", "link", "show"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    for l in v.as_array().into_iter().flatten() {
+        if let (Some(i), Some(a)) = (l["ifindex"].as_u64(), l["ifalias"].as_str())
+            && let Some(link) = all.iter_mut().find(|x| x.index == i)
+        {
+            link.alias = Some(a.to_owned());
+        }
+    }
+    all
 }
 
 /// The link called `name`, if any.
@@ -748,4 +760,120 @@ pub fn run_plugin(env: &[(&str, Option<&str>)], stdin: &[u8]) -> RunOut {
 pub fn version_ge(a: &str, b: &str) -> bool {
     let p = |s: &str| -> Vec<u32> { s.split('.').map(|x| x.parse().unwrap_or(0)).collect() };
     p(a) >= p(b)
+}
+
+// ---------------------------------------------------------------- direct calls per verb
+
+impl Rig {
+    /// Call the plugin directly (no libcni) with `cmd` (ADD, DEL, ...), the config `conf`, and
+    /// `extra` environment variables (e.g. `RHD_FAULT`). CNI_PATH is this rig's for the config's
+    /// version.
+    pub fn call(
+        &self,
+        cmd: &str,
+        conf: &Value,
+        netns: &str,
+        cid: &str,
+        ifname: &str,
+        extra: &[(&str, &str)],
+    ) -> RunOut {
+        let version = conf["cniVersion"].as_str().unwrap_or("1.0.0");
+        let path = self.cni_path(version);
+        let mut env: Vec<(&str, Option<&str>)> = vec![
+            ("CNI_COMMAND", Some(cmd)),
+            ("CNI_CONTAINERID", Some(cid)),
+            ("CNI_NETNS", Some(netns)),
+            ("CNI_IFNAME", Some(ifname)),
+            ("CNI_PATH", Some(&path)),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (*k, Some(*v))));
+        let mut out = run_plugin(&env, &serde_json::to_vec(conf).unwrap());
+        out.what = format!("{cmd} {cid}/{ifname} in {netns:?} env {extra:?}\n  conf {conf}");
+        out
+    }
+}
+
+impl RunOut {
+    /// Killed by SIGKILL (a `:kill` fault)?
+    pub fn killed(&self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        self.status.signal() == Some(libc::SIGKILL)
+    }
+
+    /// Failed with exactly one JSON error object on stdout carrying a non-empty msg; returns it.
+    pub fn one_error(&self) -> Value {
+        assert!(!self.success(), "expected failure\n{self}");
+        let v: Value = serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!("stdout must be exactly one JSON error object ({e})\n{self}")
+        });
+        assert!(
+            v["code"].as_u64().is_some()
+                && v["msg"].as_str().is_some_and(|m| !m.trim().is_empty())
+                && v["cniVersion"].as_str().is_some(),
+            "error object lacks cniVersion/code/msg\n{self}"
+        );
+        v
+    }
+}
+
+/// What the kernel does to a physical NIC when the netns holding it dies: it goes down and
+/// back to the host netns under the name it had in the pod, keeping its alias and MTU; then
+/// the netns goes away. Virtual links cannot show this here: veth, ifb and vxlan die with the
+/// netns and bridges cannot change netns at all, so the test does the kernel's part by hand.
+pub fn kill_netns_refunding(pod: &Netns, ifname: &str) {
+    let me = std::process::id().to_string();
+    ip(&["-n", &pod.name, "link", "set", "dev", ifname, "down"]);
+    ip(&["-n", &pod.name, "link", "set", "dev", ifname, "netns", &me]);
+    pod.delete();
+}
+
+/// A tiny deterministic PRNG (splitmix64) for the randomised tests; print the seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Seed from `$RHD_SEED` or the clock.
+    pub fn from_env() -> Rng {
+        let seed = std::env::var("RHD_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+            });
+        Rng(seed)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in 0..n.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        ((self.next() >> 11) as f64) / ((1u64 << 53) as f64) < p
+    }
+}
+
+/// Held by tests that leave a NIC lost on the host or that run GC (which restores every lost
+/// NIC on the node, whoever lost it), so that they do not restore each other's lost NICs. A
+/// file lock, so it also holds across test binaries and checkouts running at once.
+pub fn lost_nic_lock() -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/tmp/rhd-tests-lost-nics.lock")
+        .expect("open /tmp/rhd-tests-lost-nics.lock");
+    // SAFETY: flock on our own fd; released when the File drops.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock /tmp/rhd-tests-lost-nics.lock");
+    f
 }

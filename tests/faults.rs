@@ -1,0 +1,297 @@
+//! Crash safety: the plugin is killed (SIGKILL), fails, or panics at every step boundary of ADD
+//! and DEL (`RHD_FAULT`, honoured by debug builds only; see src/fault.rs). After a kill the
+//! runtime's DEL must bring everything back: the NIC on the host under its original name and
+//! MTU, the IP released, no state file; and a new ADD must succeed. After an error or a panic
+//! the plugin's own rollback must already have done that. Veth pairs stand in for NICs;
+//! host-local (Debian's) allocates the IPs. Needs root.
+//!
+//! The RDMA boundaries (`add:after-rdma-move`, `add:after-soft-rdma`) need RDMA hardware or
+//! rdma_rxe and are not reached here.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// One pod, one NIC, host-local IPAM.
+struct World {
+    rig: Rig,
+    nic: Veth,
+    pod: Netns,
+    cid: String,
+    /// CNI_IFNAME: unique per test, since a "refunded" NIC lands on the shared host under it.
+    ifname: String,
+    conf: Value,
+}
+
+impl World {
+    fn new() -> World {
+        let rig = Rig::new();
+        let nic = rig.nic(0);
+        let pod = rig.netns(0);
+        let cid = rig.cid(0);
+        let mut conf = rig.conf("1.0.0", json!({"device": nic.name, "mtu": 1400}));
+        conf["ipam"] = rig.host_local_ipam();
+        World {
+            ifname: format!("pod{}x{}", tag(), rig.n),
+            rig,
+            nic,
+            pod,
+            cid,
+            conf,
+        }
+    }
+
+    fn call(&self, cmd: &str, fault: Option<&str>) -> RunOut {
+        let extra: Vec<(&str, &str)> = fault.map(|f| ("RHD_FAULT", f)).into_iter().collect();
+        self.rig.call(
+            cmd,
+            &self.conf,
+            &self.pod.path(),
+            &self.cid,
+            &self.ifname,
+            &extra,
+        )
+    }
+
+    /// Everything as before the first ADD: NIC home with name and MTU, pod empty, no IP
+    /// allocated, no state file (lock files included).
+    fn assert_clean(&self, ctx: &dyn std::fmt::Display) {
+        self.nic.assert_home(Some(&self.pod), ctx);
+        let left: Vec<String> = links(Some(&self.pod.name))
+            .into_iter()
+            .map(|l| l.name)
+            .filter(|n| n != "lo")
+            .collect();
+        assert!(left.is_empty(), "pod still holds {left:?}\n{ctx}");
+        let a = self.rig.allocations(&self.rig.net_name());
+        assert!(a.is_empty(), "IP still allocated: {a:?}\n{ctx}");
+        self.rig.assert_state_empty(ctx);
+        let host = link(None, &self.nic.name).unwrap();
+        assert!(
+            host.alias
+                .as_deref()
+                .is_none_or(|a| !a.contains("rdma-host-device")),
+            "our tag is still on the NIC: {:?}\n{ctx}",
+            host.alias
+        );
+    }
+
+    /// The NIC is in the pod as CNI_IFNAME with an address.
+    fn assert_attached(&self, ctx: &dyn std::fmt::Display) {
+        let l = link(Some(&self.pod.name), &self.ifname).unwrap_or_else(|| {
+            panic!(
+                "pod has no {}\n{}\n{ctx}",
+                self.ifname,
+                dump(Some(&self.pod.name))
+            )
+        });
+        assert_eq!(l.mac, self.nic.mac, "wrong NIC in the pod\n{ctx}");
+        assert_eq!(l.mtu, 1400, "MTU in the pod\n{ctx}");
+        assert_eq!(l.addrs.len(), 1, "pod addresses {:?}\n{ctx}", l.addrs);
+    }
+
+    /// A fresh ADD and DEL work, leaving everything clean.
+    fn assert_usable(&self) {
+        let add = self.call("ADD", None);
+        add.ok();
+        self.assert_attached(&add);
+        let del = self.call("DEL", None);
+        del.ok();
+        self.assert_clean(&del);
+    }
+}
+
+// ---------------------------------------------------------------- ADD killed
+
+fn add_killed_at(point: &str) {
+    let w = World::new();
+    let fault = format!("{point}:kill");
+    let add = w.call("ADD", Some(&fault));
+    assert!(add.killed(), "ADD was not killed at {point}\n{add}");
+    assert!(
+        add.stdout.is_empty(),
+        "a killed plugin prints nothing\n{add}"
+    );
+    // The runtime saw ADD fail: it calls DEL (maybe more than once).
+    let del = w.call("DEL", None);
+    del.ok();
+    w.assert_clean(&del);
+    w.call("DEL", None).ok();
+    w.assert_usable();
+}
+
+#[test]
+fn add_killed_after_lock() {
+    add_killed_at("add:locked");
+}
+#[test]
+fn add_killed_after_state_saved() {
+    add_killed_at("add:after-state");
+}
+#[test]
+fn add_killed_after_nic_move() {
+    add_killed_at("add:after-nic-move");
+}
+#[test]
+fn add_killed_after_ipam() {
+    add_killed_at("add:after-ipam");
+}
+#[test]
+fn add_killed_after_addresses() {
+    add_killed_at("add:after-addresses");
+}
+#[test]
+fn add_killed_before_result() {
+    add_killed_at("add:before-result");
+}
+
+/// Killed while rolling back an ADD that failed late: at each undo step in turn.
+#[test]
+fn add_killed_during_rollback() {
+    let w = World::new();
+    let mut n = 1;
+    loop {
+        let fault = format!("add:after-addresses:error,add:undo:kill@{n}");
+        let add = w.call("ADD", Some(&fault));
+        if !add.killed() {
+            // Past the last undo step: the rollback finished by itself.
+            assert!(n > 2, "rollback has fewer steps than expected ({n})\n{add}");
+            add.err_code(5);
+            w.assert_clean(&add);
+            break;
+        }
+        let del = w.call("DEL", None);
+        del.ok();
+        w.assert_clean(&del);
+        n += 1;
+        assert!(n < 10, "more undo steps than ADD has");
+    }
+    w.assert_usable();
+}
+
+// ---------------------------------------------------------------- ADD fails or panics
+
+fn add_fails_at(point: &str) {
+    let w = World::new();
+    let add = w.call("ADD", Some(&format!("{point}:error")));
+    let e = add.one_error();
+    assert!(
+        e["msg"].as_str().unwrap().contains("injected fault"),
+        "ADD failed, but not at the injected fault\n{add}"
+    );
+    // The rollback alone restored everything.
+    w.assert_clean(&add);
+    w.call("DEL", None).ok();
+    w.assert_usable();
+}
+
+fn add_panics_at(point: &str) {
+    let w = World::new();
+    let add = w.call("ADD", Some(&format!("{point}:panic")));
+    let e = add.one_error();
+    assert_eq!(e["code"], 999, "a panic is error 999\n{add}");
+    assert_eq!(e["cniVersion"], "1.0.0", "in the config's version\n{add}");
+    assert!(
+        e["msg"].as_str().unwrap().contains("injected panic"),
+        "{add}"
+    );
+    w.assert_clean(&add);
+    w.call("DEL", None).ok();
+    w.assert_usable();
+}
+
+#[test]
+fn add_error_at_each_boundary_rolls_back() {
+    for p in [
+        "add:locked",
+        "add:after-state",
+        "add:after-nic-move",
+        "add:after-ipam",
+        "add:after-addresses",
+        "add:before-result",
+    ] {
+        add_fails_at(p);
+    }
+}
+
+#[test]
+fn add_panic_at_each_boundary_prints_999_and_rolls_back() {
+    for p in [
+        "add:locked",
+        "add:after-state",
+        "add:after-nic-move",
+        "add:after-ipam",
+        "add:after-addresses",
+        "add:before-result",
+    ] {
+        add_panics_at(p);
+    }
+}
+
+// ---------------------------------------------------------------- DEL killed, failing, panicking
+
+fn del_faulted_at(point: &str, action: &str) {
+    let w = World::new();
+    let add = w.call("ADD", None);
+    add.ok();
+    w.assert_attached(&add);
+    let del = w.call("DEL", Some(&format!("{point}:{action}")));
+    match action {
+        "kill" => assert!(del.killed(), "DEL was not killed at {point}\n{del}"),
+        "panic" => assert_eq!(del.one_error()["code"], 999, "{del}"),
+        _ => {
+            del.one_error();
+        }
+    }
+    // The runtime retries DEL until it succeeds.
+    let again = w.call("DEL", None);
+    again.ok();
+    w.assert_clean(&again);
+    w.assert_usable();
+}
+
+#[test]
+fn del_killed_at_each_boundary() {
+    for p in [
+        "del:locked",
+        "del:after-nic-return",
+        "del:after-ipam-release",
+    ] {
+        del_faulted_at(p, "kill");
+    }
+}
+
+#[test]
+fn del_error_at_each_boundary() {
+    for p in [
+        "del:locked",
+        "del:after-nic-return",
+        "del:after-ipam-release",
+    ] {
+        del_faulted_at(p, "error");
+    }
+}
+
+#[test]
+fn del_panic_prints_999() {
+    del_faulted_at("del:after-nic-return", "panic");
+}
+
+/// A kill after the NIC reached the pod but before IPAM, then the pod dies too (force delete):
+/// DEL with the netns gone still releases everything it can, and the NIC, once the kernel
+/// returns it, is recognised and restored by the next ADD.
+#[test]
+fn add_killed_then_pod_force_deleted() {
+    let _serial = lost_nic_lock();
+    let w = World::new();
+    let add = w.call("ADD", Some("add:after-ipam:kill"));
+    assert!(add.killed(), "{add}");
+    kill_netns_refunding(&w.pod, &w.ifname);
+    let del = w.call("DEL", None);
+    del.ok();
+    let a = w.rig.allocations(&w.rig.net_name());
+    assert!(a.is_empty(), "IP leaked: {a:?}\n{del}");
+    w.rig.assert_state_empty(&del);
+    w.nic.assert_home(None, &del);
+}

@@ -1,0 +1,272 @@
+//! GC (CNI 1.1.0) on a node where some things cannot be cleaned: it must clean everything else,
+//! report every failure (the first as the error, the others in its details), leave valid
+//! attachments and attachments another call is working on alone, and finish the job on a later
+//! GC once the obstacle is gone. Needs root.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::os::fd::AsRawFd;
+
+struct World {
+    rig: Rig,
+    nics: Vec<Veth>,
+    pods: Vec<Netns>,
+    ifname: String,
+    /// Declared last, so dropped last: see `lost_nic_lock`.
+    _serial: std::fs::File,
+}
+
+impl World {
+    fn new(n: u32) -> World {
+        let serial = lost_nic_lock();
+        let rig = Rig::new();
+        let nics = (0..n).map(|i| rig.nic(i)).collect();
+        let pods = (0..n).map(|i| rig.netns(i)).collect();
+        World {
+            _serial: serial,
+            ifname: format!("gc{}x{}", tag(), rig.n),
+            rig,
+            nics,
+            pods,
+        }
+    }
+
+    fn conf(&self, i: usize) -> Value {
+        let mut c = self
+            .rig
+            .conf("1.1.0", json!({"device": self.nics[i].name, "mtu": 1400}));
+        c["ipam"] = self.rig.host_local_ipam();
+        c
+    }
+
+    fn cid(&self, i: usize) -> String {
+        self.rig.cid(i as u32)
+    }
+
+    fn call(&self, cmd: &str, i: usize, extra: &[(&str, &str)]) -> RunOut {
+        self.rig.call(
+            cmd,
+            &self.conf(i),
+            &self.pods[i].path(),
+            &self.cid(i),
+            &self.ifname,
+            extra,
+        )
+    }
+
+    fn add(&self, i: usize) {
+        self.call("ADD", i, &[]).ok();
+    }
+
+    fn gc(&self, valid: &[usize], extra: &[(&str, &str)]) -> RunOut {
+        let mut c = self.conf(0);
+        c["cni.dev/valid-attachments"] = valid
+            .iter()
+            .map(|&i| json!({"containerID": self.cid(i), "ifname": self.ifname}))
+            .collect();
+        self.rig.call("GC", &c, "", "", "", extra)
+    }
+
+    fn attached(&self, i: usize) -> bool {
+        link(Some(&self.pods[i].name), &self.ifname).is_some_and(|l| l.mac == self.nics[i].mac)
+    }
+
+    fn has_record(&self, i: usize) -> bool {
+        self.rig
+            .state_dir()
+            .join(format!("{}:{}.json", self.cid(i), self.ifname))
+            .exists()
+    }
+
+    fn assert_released(&self, i: usize, ctx: &dyn std::fmt::Display) {
+        self.nics[i].assert_home(Some(&self.pods[i]), ctx);
+        assert!(!self.has_record(i), "attachment {i} still has state\n{ctx}");
+        let a = self.rig.allocations_of(&self.rig.net_name(), &self.cid(i));
+        assert!(a.is_empty(), "attachment {i} still has IP {a:?}\n{ctx}");
+    }
+}
+
+/// The whole error text a runtime would log: msg and details.
+fn error_text(out: &RunOut) -> String {
+    let e = out.one_error();
+    format!(
+        "{} {}",
+        e["msg"].as_str().unwrap_or(""),
+        e["details"].as_str().unwrap_or("")
+    )
+}
+
+#[test]
+fn gc_keeps_going_past_errors_and_reports_them_all() {
+    // 0, 2: stale, cleanable. 1: stale, but its NIC's name is taken on the host meanwhile.
+    // 3: lost on the host, its name taken too. 4: valid.
+    let w = World::new(5);
+    for i in 0..5 {
+        w.add(i);
+    }
+    kill_netns_refunding(&w.pods[3], &w.ifname);
+    let squat1 = Veth::new(&w.nics[1].name, &w.rig.peer_name(11), 1500);
+    let squat3 = Veth::new(&w.nics[3].name, &w.rig.peer_name(13), 1500);
+
+    let gc = w.gc(&[4], &[]);
+    let text = error_text(&gc);
+    for (what, name) in [("stale 1", &w.nics[1].name), ("lost 3", &w.nics[3].name)] {
+        assert!(
+            text.contains(name.as_str()),
+            "GC did not report the failure of {what} ({name})\n{gc}"
+        );
+    }
+    assert!(
+        text.contains("1 more error(s)"),
+        "the second error must be in details\n{gc}"
+    );
+    w.assert_released(0, &gc);
+    w.assert_released(2, &gc);
+    assert!(
+        w.attached(1) && w.has_record(1),
+        "1 must stay as it was\n{gc}"
+    );
+    assert!(
+        link(None, &w.ifname).is_some_and(|l| l.mac == w.nics[3].mac),
+        "3 must stay lost\n{gc}"
+    );
+    assert!(w.attached(4) && w.has_record(4), "GC touched valid 4\n{gc}");
+
+    // The obstacles go; the next GC finishes the job.
+    drop(squat1);
+    drop(squat3);
+    let gc = w.gc(&[4], &[]);
+    gc.ok();
+    w.assert_released(1, &gc);
+    w.nics[3].assert_home(None, &gc);
+    assert!(link(None, &w.ifname).is_none(), "{gc}");
+    assert!(w.attached(4), "GC touched valid 4\n{gc}");
+    let del = w.call("DEL", 4, &[]);
+    del.ok();
+    w.assert_released(4, &del);
+    w.rig.assert_state_empty(&del);
+}
+
+#[test]
+fn gc_injected_failures_do_not_stop_it() {
+    // Two stale attachments and two lost NICs; the first of each kind fails.
+    let w = World::new(4);
+    let lost_if = format!("gl{}x{}", tag(), w.rig.n);
+    for i in 0..2 {
+        w.add(i);
+    }
+    // 2, 3: the runtime's DEL ran before the kernel returned the NIC: no record is left.
+    let limbo = w.rig.netns(9);
+    for i in 2..4 {
+        let ifname = format!("{lost_if}{i}");
+        let call = |cmd| {
+            w.rig
+                .call(cmd, &w.conf(i), &w.pods[i].path(), &w.cid(i), &ifname, &[])
+        };
+        call("ADD").ok();
+        ip(&[
+            "-n",
+            &w.pods[i].name,
+            "link",
+            "set",
+            &ifname,
+            "netns",
+            &limbo.name,
+        ]);
+        w.pods[i].delete();
+        call("DEL").ok();
+        assert!(!w.has_record(i));
+    }
+    ip(&[
+        "-n",
+        &limbo.name,
+        "link",
+        "set",
+        &format!("{lost_if}2"),
+        "netns",
+        &std::process::id().to_string(),
+    ]);
+    kill_netns_refunding(&limbo, &format!("{lost_if}3"));
+    for i in 2..4 {
+        assert!(
+            link(None, &format!("{lost_if}{i}")).is_some(),
+            "{i} is not lost on the host"
+        );
+    }
+    let gc = w.gc(
+        &[],
+        &[("RHD_FAULT", "gc:release:error@1,gc:lost-nic:error@1")],
+    );
+    let text = error_text(&gc);
+    assert_eq!(
+        text.matches("injected fault").count(),
+        2,
+        "both injected failures must be reported\n{gc}"
+    );
+    let released = (0..2).filter(|&i| !w.has_record(i)).count();
+    assert_eq!(
+        released, 1,
+        "the other stale attachment must be released\n{gc}"
+    );
+    let restored = (2..4)
+        .filter(|&i| link(None, &w.nics[i].name).is_some())
+        .count();
+    assert_eq!(restored, 1, "the other lost NIC must be restored\n{gc}");
+
+    let gc = w.gc(&[], &[]);
+    gc.ok();
+    for i in 0..4 {
+        w.assert_released(i, &gc);
+    }
+    w.rig.assert_state_empty(&gc);
+}
+
+/// An attachment locked by another call (an ADD still running: the runtime may list valid
+/// attachments before it finishes) is left alone; the next GC takes it.
+#[test]
+fn gc_skips_attachment_busy_with_another_call() {
+    let w = World::new(2);
+    w.add(0);
+    w.add(1);
+    let lock = w.rig.state_dir().join(format!(
+        "locks/att-{}.lock",
+        owner_key(&w.cid(0), &w.ifname)
+    ));
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    let f = std::fs::File::create(&lock).unwrap();
+    // SAFETY: flock on our own fd.
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let gc = w.gc(&[], &[]);
+    gc.ok();
+    assert!(
+        w.attached(0) && w.has_record(0),
+        "GC took a busy attachment\n{gc}"
+    );
+    w.assert_released(1, &gc);
+    // And DEL of that attachment waits for the lock (bounded), then says "try again".
+    let del = w.call("DEL", 0, &[("RHD_LOCK_TIMEOUT_MS", "200")]);
+    assert_eq!(del.one_error()["code"], 11, "{del}");
+    assert!(w.attached(0), "{del}");
+    drop(f);
+    std::fs::remove_file(&lock).unwrap();
+    let gc = w.gc(&[], &[]);
+    gc.ok();
+    w.assert_released(0, &gc);
+    w.rig.assert_state_empty(&gc);
+}
+
+/// The plugin's attachment key (src/state.rs `owner_key`): FNV-1a 64 of "cid/ifname".
+fn owner_key(cid: &str, ifname: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in cid
+        .bytes()
+        .chain(std::iter::once(b'/'))
+        .chain(ifname.bytes())
+    {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
