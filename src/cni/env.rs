@@ -124,13 +124,16 @@ impl Env {
     }
 }
 
-/// The spec's rule for container IDs: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`. It also keeps the ID
-/// safe to use in a state file name.
+/// The spec's rule for container IDs and network names: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`. It
+/// also keeps them safe to use in file names.
+pub fn is_spec_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
 pub fn validate_container_id(id: &str) -> Result<()> {
-    let mut chars = id.chars();
-    let ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if ok {
+    if is_spec_name(id) {
         Ok(())
     } else {
         Err(invalid_env(format!(

@@ -328,11 +328,7 @@ impl NetConf {
 
 /// The spec's network name rule, which also keeps the name safe in file names.
 fn validate_network_name(name: &str) -> Result<()> {
-    let mut chars = name.chars();
-    let ok = name.len() <= 253
-        && chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if ok {
+    if name.len() <= 253 && crate::cni::env::is_spec_name(name) {
         Ok(())
     } else {
         Err(invalid_config(format!(
