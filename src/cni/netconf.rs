@@ -66,6 +66,16 @@ pub enum SoftDevice {
     Siw,
 }
 
+impl SoftDevice {
+    /// The kernel's link type, as in `rdma link add NAME type rxe netdev IF`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SoftDevice::Rxe => "rxe",
+            SoftDevice::Siw => "siw",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RdmaConf {

@@ -85,7 +85,8 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<Plan>> {
             return Err(Error::new(
                 Code::RdmaNetnsMode,
                 format!(
-                    "rdma.softDevice {kind:?} needs the RDMA netns mode \"shared\", but this node runs \"exclusive\": a software device created for the pod would land in the host's namespace, invisible to the pod. Use a NIC with RDMA hardware, or run the node in shared mode (the kernel default)"
+                    "rdma.softDevice \"{}\" needs the RDMA netns mode \"shared\", but this node runs \"exclusive\": a software device created for the pod would land in the host's namespace, invisible to the pod. Use a NIC with RDMA hardware, or run the node in shared mode (the kernel default)",
+                    kind.name()
                 ),
             ));
         }
@@ -148,10 +149,7 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<Plan>> {
 
 /// A node-unique name for a software device (names are global in shared mode).
 fn soft_name(kind: SoftDevice, env: &Env) -> String {
-    let prefix = match kind {
-        SoftDevice::Rxe => "rxe",
-        SoftDevice::Siw => "siw",
-    };
+    let prefix = kind.name();
     let cid: String = env
         .container_id
         .chars()
@@ -191,10 +189,7 @@ pub fn move_in(device: &str, index: u32, pod_ns: &Netns) -> Result<()> {
 /// Shared mode, no RDMA hardware: create a software device on the pod's interface, from a
 /// socket inside the pod's namespace (the kernel looks the netdev up in the caller's netns).
 pub fn create_soft(kind: SoftDevice, name: &str, ifname: &str, pod_ns: &Netns) -> Result<()> {
-    let link_type = match kind {
-        SoftDevice::Rxe => "rxe",
-        SoftDevice::Siw => "siw",
-    };
+    let link_type = kind.name();
     pod_ns.run(|| -> Result<()> {
         let mut sock = RdmaSocket::open().map_err(|e| rdma_error("opening RDMA netlink", e))?;
         sock.add_soft_device(name, link_type, ifname).map_err(|e| {
