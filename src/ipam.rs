@@ -3,7 +3,9 @@
 //!
 //! One addition: an IPAM plugin older than the config's cniVersion (Debian 12 ships plugins
 //! that stop at 1.0.0) answers code 1. We then ask it for VERSION and retry once with the
-//! newest version both sides speak, so a 1.1.0 network still gets its addresses.
+//! newest version both sides speak, so a 1.1.0 network still gets its addresses. The answer
+//! is remembered per plugin binary (in /run, keyed by the file's identity, so an upgrade
+//! invalidates it): later calls downgrade at once instead of paying three execs.
 
 use crate::cni::env::Env;
 use crate::cni::result::CniResult;
@@ -11,9 +13,12 @@ use crate::cni::version::Version;
 use crate::error::{Code, Error, Result, invalid_config};
 use serde_json::Value;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+
+/// Remembered IPAM plugin versions: on tmpfs, so a reboot (or an upgrade) forgets them.
+const VERSION_MEMO_DIR: &str = "/run/rdma-host-device/ipam-versions";
 
 /// One IPAM plugin, found on CNI_PATH, and the attachment it acts for.
 pub struct Ipam<'a> {
@@ -95,6 +100,16 @@ impl<'a> Ipam<'a> {
     }
 
     fn call_raw(&self, command: &str, conf: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
+        let asked = crate::cni::netconf::peek_version(conf).and_then(|v| Version::parse(&v).ok());
+        if let (Some(asked), Some(newest)) = (asked, self.remembered_version())
+            && newest < asked
+        {
+            let conf = with_version(conf, newest).map_err(|error| Failure {
+                their_code: None,
+                error,
+            })?;
+            return self.exec(command, &conf);
+        }
         match self.exec(command, conf) {
             Err(f) if f.their_code == Some(1) => {
                 let Some(older) = self.newest_version() else {
@@ -115,8 +130,11 @@ impl<'a> Ipam<'a> {
         }
     }
 
-    /// The newest version both we and the plugin speak (asks the plugin: VERSION).
+    /// The newest version both we and the plugin speak (remembered, or asked: VERSION).
     fn newest_version(&self) -> Option<Version> {
+        if let Some(v) = self.remembered_version() {
+            return Some(v);
+        }
         let out = self.exec("VERSION", b"{}").ok()?;
         let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
         let theirs: Vec<Version> = v["supportedVersions"]
@@ -128,7 +146,46 @@ impl<'a> Ipam<'a> {
                     .collect()
             })
             .unwrap_or_default();
-        theirs.into_iter().max()
+        let newest = theirs.into_iter().max();
+        if let Some(v) = newest {
+            self.remember_version(v);
+        }
+        newest
+    }
+
+    /// Where the plugin's version is remembered, and the identity of the file it was asked of.
+    fn version_memo(&self) -> Option<(PathBuf, String)> {
+        let m = std::fs::metadata(&self.exe).ok()?;
+        let key = format!(
+            "{}:{}:{}:{}",
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.mtime_nsec() + m.mtime() * 1_000_000_000
+        );
+        let name = self.exe.to_string_lossy().replace('/', "_");
+        Some((PathBuf::from(VERSION_MEMO_DIR).join(name), key))
+    }
+
+    fn remembered_version(&self) -> Option<Version> {
+        let (path, key) = self.version_memo()?;
+        let text = std::fs::read_to_string(path).ok()?;
+        let (k, v) = text.trim().split_once(' ')?;
+        (k == key).then(|| Version::parse(v).ok()).flatten()
+    }
+
+    /// Best effort: without the memo, the next call asks again.
+    fn remember_version(&self, v: Version) {
+        let Some((path, key)) = self.version_memo() else {
+            return;
+        };
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let ok = std::fs::create_dir_all(VERSION_MEMO_DIR).is_ok()
+            && std::fs::write(&tmp, format!("{key} {}\n", v.as_str())).is_ok()
+            && std::fs::rename(&tmp, &path).is_ok();
+        if !ok {
+            let _ = std::fs::remove_file(&tmp);
+        }
     }
 
     fn exec(&self, command: &str, stdin: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
@@ -235,6 +292,31 @@ mod tests {
         assert_eq!(v["prevResult"]["cniVersion"], "0.4.0");
         assert_eq!(v["prevResult"]["ips"][0]["version"], "4");
         assert!(v["prevResult"]["interfaces"][0].get("mtu").is_none());
+    }
+
+    #[test]
+    fn remembered_version_follows_the_binary() {
+        let dir = std::env::temp_dir().join(format!("rhd-ipam-memo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("fake-ipam");
+        std::fs::copy("/bin/true", &exe).unwrap();
+        let env = Env::from_lookup(|k| {
+            (k == "CNI_COMMAND").then(|| "VERSION".to_string()).or_else(|| {
+                (k == "CNI_PATH").then(|| dir.display().to_string())
+            })
+        })
+        .unwrap();
+        let ipam = Ipam::new("fake-ipam", &env).unwrap();
+        ipam.remember_version(Version::V1_0_0);
+        assert_eq!(ipam.remembered_version(), Some(Version::V1_0_0));
+        // An upgraded plugin (another file) is asked again.
+        std::fs::remove_file(&exe).unwrap();
+        std::fs::copy("/bin/ls", &exe).unwrap();
+        assert_eq!(ipam.remembered_version(), None);
+        if let Some((memo, _)) = ipam.version_memo() {
+            let _ = std::fs::remove_file(memo);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
