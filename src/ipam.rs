@@ -301,9 +301,9 @@ mod tests {
         let exe = dir.join("fake-ipam");
         std::fs::copy("/bin/true", &exe).unwrap();
         let env = Env::from_lookup(|k| {
-            (k == "CNI_COMMAND").then(|| "VERSION".to_string()).or_else(|| {
-                (k == "CNI_PATH").then(|| dir.display().to_string())
-            })
+            (k == "CNI_COMMAND")
+                .then(|| "VERSION".to_string())
+                .or_else(|| (k == "CNI_PATH").then(|| dir.display().to_string()))
         })
         .unwrap();
         let ipam = Ipam::new("fake-ipam", &env).unwrap();

@@ -24,7 +24,7 @@ use cni::env::{Command, Env};
 use cni::netconf::{MAX_CONFIG_LEN, NetConf, peek_version};
 use cni::version::{Version, version_json};
 use error::{Code, Error};
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -52,7 +52,9 @@ fn main() {
         }
         let _ = writeln!(std::io::stderr(), "rdma-host-device: {e}");
     }));
-    if std::env::var_os("CNI_COMMAND").is_none() && std::env::args().len() > 1 {
+    // A person (arguments, or a terminal on stdin) gets the operator CLI; a runtime, the CNI.
+    let by_hand = std::env::args().len() > 1 || std::io::stdin().is_terminal();
+    if std::env::var_os("CNI_COMMAND").is_none() && by_hand {
         std::process::exit(cli::main());
     }
     let code = match run() {
