@@ -22,6 +22,9 @@ pub struct LinkInfo {
     pub mtu: u32,
     pub up: bool,
     pub alias: Option<String>,
+    /// The MTU range the driver accepts, when the kernel reports it.
+    pub min_mtu: Option<u32>,
+    pub max_mtu: Option<u32>,
 }
 
 /// How a link should look once it has arrived in the target namespace.
@@ -313,6 +316,8 @@ fn info(m: &LinkMessage) -> LinkInfo {
         mtu: 0,
         up: m.header.flags.contains(LinkFlags::Up),
         alias: None,
+        min_mtu: None,
+        max_mtu: None,
     };
     for a in &m.attributes {
         match a {
@@ -320,6 +325,8 @@ fn info(m: &LinkMessage) -> LinkInfo {
             LinkAttribute::Address(mac) => li.mac = format_mac(mac),
             LinkAttribute::Mtu(mtu) => li.mtu = *mtu,
             LinkAttribute::IfAlias(al) => li.alias = Some(al.clone()),
+            LinkAttribute::MinMtu(m) => li.min_mtu = Some(*m),
+            LinkAttribute::MaxMtu(m) if *m > 0 => li.max_mtu = Some(*m),
             _ => {}
         }
     }

@@ -14,8 +14,6 @@ mod link;
 mod lock;
 mod logging;
 mod netns;
-// Wired into the flows by the RDMA work; parts are not called yet.
-#[allow(dead_code)]
 mod rdma;
 mod select;
 mod state;
@@ -66,7 +64,7 @@ fn main() {
         }
         Err(e) => {
             log::error!("{e}");
-            println!("{}", e.to_json(reply_version()));
+            let _ = writeln!(std::io::stdout(), "{}", e.to_json(reply_version()));
             1
         }
     };

@@ -103,15 +103,24 @@ impl Netns {
                 ),
             )
         })?;
-        let out = f();
-        if let Err(e) = setns(home.file.as_fd(), CloneFlags::CLONE_NEWNET) {
+        // Return on every way out of `f`, a panic included (ADD rolls back after a panic).
+        let _back = GoBack(home);
+        Ok(f())
+    }
+}
+
+/// Puts the calling thread back into its namespace when dropped.
+struct GoBack(Netns);
+
+impl Drop for GoBack {
+    fn drop(&mut self) {
+        if let Err(e) = setns(self.0.file.as_fd(), CloneFlags::CLONE_NEWNET) {
             // Carrying on in the wrong namespace could move the wrong links: stop here.
             eprintln!(
                 "rdma-host-device: cannot return to the host network namespace: {e}; aborting"
             );
             std::process::abort();
         }
-        Ok(out)
     }
 }
 
@@ -135,6 +144,24 @@ mod tests {
     fn other_namespace_kinds_are_rejected() {
         let err = Netns::open(Path::new("/proc/self/ns/uts")).unwrap_err();
         assert_eq!(err.code, Code::InvalidEnv);
+    }
+
+    #[test]
+    fn run_returns_home_even_after_a_panic() {
+        let home = Netns::current().unwrap();
+        // A fresh namespace, made on a throw-away thread (unshare acts on the calling thread).
+        let other = std::thread::spawn(|| {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET).unwrap();
+            Netns::current().unwrap()
+        })
+        .join()
+        .unwrap();
+        assert!(!other.same_as(&home));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            other.run(|| panic!("inside")).ok();
+        }));
+        assert!(r.is_err());
+        assert!(Netns::current().unwrap().same_as(&home));
     }
 
     #[test]

@@ -158,7 +158,7 @@ pub fn validate_ifname(name: &str) -> std::result::Result<(), String> {
     }
     if let Some(c) = name
         .chars()
-        .find(|c| *c == '/' || *c == ':' || c.is_whitespace() || c.is_control())
+        .find(|c| matches!(c, '/' | ':' | '%') || c.is_whitespace() || c.is_control())
     {
         return Err(format!(
             "interface name {name:?} contains {c:?}, which Linux does not allow"
@@ -215,6 +215,7 @@ mod tests {
             ("CNI_IFNAME", "."),
             ("CNI_IFNAME", "toolongname12345"),
             ("CNI_IFNAME", "a b"),
+            ("CNI_IFNAME", "net%d"),
             ("CNI_NETNS", ""),
             ("CNI_PATH", ""),
         ] {

@@ -69,6 +69,9 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<CniResult> {
         ));
     }
     let link = recover_if_lost(&host, resolved.clone()).await?;
+    if let Some(mtu) = conf.mtu {
+        check_mtu(&link, mtu)?;
+    }
 
     let scene = Scene {
         env,
@@ -167,6 +170,19 @@ async fn recover_if_lost(host: &Links, r: Resolved) -> Result<LinkInfo> {
             format!("{} vanished while being restored", tag.host_name),
         )
     })
+}
+
+/// The kernel applies a move's MTU after the move itself: an MTU the driver refuses would
+/// fail half-way, so it is checked against the driver's range before anything changes.
+fn check_mtu(nic: &LinkInfo, mtu: u32) -> Result<()> {
+    let (lo, hi) = (nic.min_mtu.unwrap_or(68), nic.max_mtu.unwrap_or(u32::MAX));
+    if (lo..=hi).contains(&mtu) {
+        return Ok(());
+    }
+    Err(crate::error::invalid_config(format!(
+        "mtu {mtu} is outside what {}'s driver accepts ({lo} to {hi})",
+        nic.name
+    )))
 }
 
 /// The steps that change the node, each registering its undo before it acts.
@@ -334,6 +350,33 @@ fn gateway_for(ips: &[IpConfig], dst: IpAddr) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mtu_outside_the_drivers_range_is_refused_before_any_change() {
+        let nic = LinkInfo {
+            index: 3,
+            name: "ens1".into(),
+            mac: String::new(),
+            mtu: 1500,
+            up: false,
+            alias: None,
+            min_mtu: Some(68),
+            max_mtu: Some(1500),
+        };
+        assert!(check_mtu(&nic, 1500).is_ok());
+        let e = check_mtu(&nic, 9000).unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig);
+        assert!(
+            e.msg.contains("ens1") && e.msg.contains("1500"),
+            "{}",
+            e.msg
+        );
+        let unknown = LinkInfo {
+            max_mtu: None,
+            ..nic
+        };
+        assert!(check_mtu(&unknown, 9000).is_ok());
+    }
 
     #[test]
     fn route_without_gw_uses_gateway_of_its_family() {

@@ -16,7 +16,12 @@ use crate::state::{Record, Store, Tag, owner_key};
 use std::collections::HashSet;
 
 pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
-    let valid = conf.valid_attachments.clone().unwrap_or_default();
+    // Without the list, every attachment would look stale: refuse rather than guess.
+    let valid = conf.valid_attachments.clone().ok_or_else(|| {
+        crate::error::invalid_config(
+            "GC needs \"cni.dev/valid-attachments\" in the network configuration (an empty list means none is valid)",
+        )
+    })?;
     let store = Store::new(&conf.state_dir);
     let mut errors = Vec::new();
     let records = store.all().unwrap_or_else(|e| {

@@ -11,7 +11,7 @@ use crate::cni::netconf::{Isolation, NetConf, Selector, SoftDevice};
 use crate::error::{Code, Error, Result};
 use crate::link::LinkInfo;
 use crate::netns::Netns;
-use crate::rdma::netlink::{NetnsMode, RdmaSocket};
+use crate::rdma::netlink::{NetnsMode, RdmaNlError, RdmaSocket};
 use crate::rdma::pair::{self, Nic, rdma_error};
 use crate::rdma::verbs::{self, Source, VerbsError, Verification};
 use crate::state::Record;
@@ -61,14 +61,14 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<Plan>> {
         || matches!(conf.selector, Some(Selector::RdmaDevice(_)));
     let mut sock = match RdmaSocket::open() {
         Ok(s) => s,
-        Err(e) if !required => {
+        Err(e @ RdmaNlError::Unavailable(_)) if !required => {
             log::info!(
                 "no RDMA on this node ({e}); attaching {} without RDMA",
                 nic.name
             );
             return Ok(None);
         }
-        Err(e) => {
+        Err(e @ RdmaNlError::Unavailable(_)) => {
             return Err(Error::new(
                 Code::RdmaNotFound,
                 format!(
@@ -76,6 +76,7 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<Plan>> {
                 ),
             ));
         }
+        Err(e) => return Err(rdma_error("opening RDMA netlink", e)),
     };
     let mode = sock
         .netns_mode()
@@ -147,21 +148,14 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<Plan>> {
     }))
 }
 
-/// A node-unique name for a software device (names are global in shared mode).
+/// A node-unique name for a software device (names are global in shared mode): the kind and
+/// the attachment's key, e.g. `rxe_3f2a9c0d1b7e4a55`.
 fn soft_name(kind: SoftDevice, env: &Env) -> String {
-    let prefix = kind.name();
-    let cid: String = env
-        .container_id
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .take(12)
-        .collect();
-    let ifname: String = env
-        .ifname
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect();
-    format!("{prefix}_{cid}_{ifname}")
+    format!(
+        "{}_{}",
+        kind.name(),
+        crate::state::owner_key(&env.container_id, &env.ifname)
+    )
 }
 
 /// Exclusive mode: move the device into the pod (before the NIC).
@@ -263,7 +257,7 @@ pub fn release(
         let mut sock = match RdmaSocket::open() {
             Ok(s) => s,
             // No RDMA in this kernel: nothing of ours can be there.
-            Err(crate::rdma::netlink::RdmaNlError::Unavailable(_)) => return Ok(()),
+            Err(RdmaNlError::Unavailable(_)) => return Ok(()),
             Err(e) => return Err(rdma_error("opening RDMA netlink in the pod", e)),
         };
         if let Some(name) = record.and_then(|r| r.soft_device.as_deref())

@@ -37,7 +37,8 @@ pub async fn status(env: &Env, conf: &NetConf) -> Result<()> {
     if let Some(t) = &conf.ipam_type {
         let ipam = Ipam::new(t, env)
             .map_err(|e| Error::new(Code::NotAvailable, format!("not ready: {}", e.msg)))?;
-        ipam.optional("STATUS", &conf.raw)?;
+        ipam.optional("STATUS", &conf.raw)
+            .map_err(|e| Error::new(Code::NotAvailable, format!("not ready: {}", e.msg)))?;
     }
     Ok(())
 }

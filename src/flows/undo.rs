@@ -55,15 +55,24 @@ impl UndoStack {
     }
 
     /// Take back every step, newest first; keep going past failures and log them.
+    /// If a step fails, the state file stays: DEL needs what it says (the RDMA device, a
+    /// software device, the original alias) to finish the job.
     pub async fn unwind(&mut self, scene: &Scene<'_>) {
+        let mut failed = false;
         while let Some(step) = self.steps.pop() {
+            if failed && matches!(step, Undo::ForgetState { .. }) {
+                log::warn!("keeping the state file: an undo step failed; DEL will finish it");
+                continue;
+            }
             if let Err(e) = fault::hit("add:undo") {
                 log::error!("undo {step:?} skipped: {e}");
+                failed = true;
                 continue;
             }
             log::info!("undo: {step:?}");
             if let Err(e) = apply(&step, scene).await {
                 log::error!("undo {step:?} failed: {e}");
+                failed = true;
             }
         }
     }
@@ -103,7 +112,7 @@ pub async fn return_nic(s: &Scene<'_>, owner: &str, record: Option<&Record>) -> 
         None => None,
     };
     if let (Some(pod), Some(pod_ns)) = (s.pod, s.pod_ns)
-        && let Some((link, tag)) = tagged(pod, owner).await?
+        && let Some((link, tag)) = ours_in_pod(pod, owner, record).await?
     {
         if s.conf.rdma.isolation != Isolation::None {
             super::rdma::release(pod_ns, s.host_ns, link.index, record)?;
@@ -160,6 +169,28 @@ async fn find_tag(s: &Scene<'_>, owner: &str) -> Result<Option<Tag>> {
 }
 
 /// The link in `links`' namespace that carries `owner`'s tag.
+/// Our NIC in the pod: by its tag or, when the tag never got there (the kernel applies a
+/// move's later attributes after the move itself, and one of them failed), by the MAC the
+/// record remembers, on an untagged link.
+async fn ours_in_pod(
+    pod: &Links,
+    owner: &str,
+    record: Option<&Record>,
+) -> Result<Option<(LinkInfo, Tag)>> {
+    if let Some(hit) = tagged(pod, owner).await? {
+        return Ok(Some(hit));
+    }
+    let Some(r) = record.filter(|r| !r.mac.is_empty()) else {
+        return Ok(None);
+    };
+    Ok(pod
+        .all()
+        .await?
+        .into_iter()
+        .find(|l| l.mac == r.mac && l.alias.as_deref().and_then(Tag::decode).is_none())
+        .map(|l| (l, r.tag())))
+}
+
 async fn tagged(links: &Links, owner: &str) -> Result<Option<(LinkInfo, Tag)>> {
     Ok(links.all().await?.into_iter().find_map(|l| {
         let tag = Tag::decode(l.alias.as_deref()?)?;

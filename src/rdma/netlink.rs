@@ -485,7 +485,8 @@ impl Reply {
         Ok(())
     }
 
-    /// The bodies, once the reply is complete.
+    /// The bodies, once the reply is complete (the pure decoders' end; the socket stops on DONE).
+    #[cfg(test)]
     fn finish(self) -> Result<Vec<Vec<u8>>, RdmaNlError> {
         if !self.done {
             return Err(decode_err(format!(
@@ -650,25 +651,30 @@ fn driver_from_attrs(body: &[u8]) -> Result<Option<String>, RdmaNlError> {
 }
 
 /// Decode a complete device dump reply (what `devices()` receives, without drivers).
+#[cfg(test)]
 fn parse_devices(reply: &[u8], seq: u32) -> Result<Vec<RdmaDevice>, RdmaNlError> {
     decode_all(&collect(reply, seq, "dev get")?, device_from_attrs)
 }
 
 /// Decode a complete port dump reply (one device's ports).
+#[cfg(test)]
 fn parse_ports(reply: &[u8], seq: u32) -> Result<Vec<RdmaPort>, RdmaNlError> {
     decode_all(&collect(reply, seq, "port get")?, port_from_attrs)
 }
 
 /// Decode a complete `SYS_GET` reply (the answer, then the ACK).
+#[cfg(test)]
 fn parse_sys(reply: &[u8], seq: u32) -> Result<NetnsMode, RdmaNlError> {
     sys_from_bodies(&collect(reply, seq, "sys get")?)
 }
 
 /// Decode a reply that should be a bare ACK; a refusal is `RdmaNlError::Kernel`.
+#[cfg(test)]
 fn parse_ack(reply: &[u8], seq: u32, op: &'static str) -> Result<(), RdmaNlError> {
     collect(reply, seq, op).map(drop)
 }
 
+#[cfg(test)]
 fn collect(reply: &[u8], seq: u32, op: &'static str) -> Result<Vec<Vec<u8>>, RdmaNlError> {
     let mut r = Reply::new(op, seq);
     r.feed(reply)?;
