@@ -28,6 +28,9 @@
 #   rdma-selector the same NIC selected by "rdmaDevice"
 #   netns-death   deviceID capability; the pod's netns is deleted without DEL: both come back to
 #                 the host (the NIC as net1); the next ADD restores the NIC's name and succeeds
+#   crash         kill -9 at every ADD step boundary (RHD_FAULT, debug build), then DEL: RDMA
+#                 device and NIC home, IP free, no state; an error after IPAM rolls back
+# (shared also has crash-soft: kill -9 after the software device / after IPAM, then DEL)
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/../.." && pwd -P)
@@ -193,6 +196,21 @@ shared() {
   mv "$WORK/hidden/"* /usr/lib/x86_64-linux-gnu/
   ip netns del p5; ip link del nic5
 
+  case_ crash-soft
+  # kill -9 after the software device was made and after IPAM, then DEL: no RDMA device left.
+  for point in add:after-soft-rdma add:after-ipam; do
+    ip netns add pc; NETNS=/var/run/netns/pc
+    veth nic7 peer7
+    conf "$WORK/c.conf" crash '"device":"nic7"' '{"softDevice":"rxe"}' "$(host_local 10.67.0.0/24)"
+    RHD_FAULT=$point:kill cni add "$WORK/c.conf" c-c >/dev/null
+    check_not "ADD killed at $point reports failure" test "$RC" = 0
+    cni del "$WORK/c.conf" c-c
+    check "DEL after a kill at $point succeeds" test "$RC" = 0
+    check "after $point: no RDMA device is left" test -z "$(rdma_devs)"
+    check "after $point: nic7 is home, no IP, no state" bash -c "ip link show nic7 >/dev/null && test \"$(ips_left)\" = 0 && test -z \"\$(find $WORK/state -name '*.json')\""
+    ip netns del pc; ip link del nic7
+  done
+
   case_ gid-timeout
   ip netns add p6; NETNS=/var/run/netns/p6
   ip link add nic6 type veth peer peer6   # peer left DOWN: no carrier, the port never goes ACTIVE
@@ -292,6 +310,32 @@ EOF
   check "DEL of the dead pod succeeds and releases its IP" test "$RC" = 0
   check "no IP is held" test "$(ips_left)" = 0
   ip netns del p4
+
+  case_ crash
+  # kill -9 the plugin at every step boundary of an exclusive-mode ADD (the debug build honours
+  # RHD_FAULT), then DEL: the RDMA device and the NIC are home under their own names and MTU,
+  # the IP is free, no state is left; then an ADD succeeds again.
+  conf "$WORK/k.conf" xcrash "\"pciBusID\":\"$PCI\"" '{}' "$(host_local 10.84.0.0/24)"
+  for point in add:after-state add:after-rdma-move add:after-nic-move add:after-ipam add:after-addresses add:before-result; do
+    ip netns add pk; NETNS=/var/run/netns/pk
+    RHD_FAULT=$point:kill cni add "$WORK/k.conf" c-k >/dev/null
+    check_not "ADD killed at $point reports failure" test "$RC" = 0
+    cni del "$WORK/k.conf" c-k
+    check "DEL after a kill at $point succeeds" test "$RC" = 0
+    check "after $point: rxens0 is on the host" bash -c "rdma dev show rxens0"
+    check "after $point: $NIC is home with MTU 1480" link_is "$NIC" 1480
+    check "after $point: no IP held, no state" test "$(ips_left)$(find "$WORK/state" -name '*.json' | wc -l)" = 00
+    ip netns del pk
+  done
+  ip netns add pk; NETNS=/var/run/netns/pk
+  RHD_FAULT=add:after-ipam:error cni add "$WORK/k.conf" c-k >/dev/null
+  check "an error after IPAM rolls back: rxens0 and $NIC home" bash -c "rdma dev show rxens0 && ip link show $NIC"
+  cni add "$WORK/k.conf" c-k
+  check "then ADD succeeds" test "$RC" = 0
+  check "and the pod lists rxens0" test "$(pod_rdma_devs pk)" = rxens0
+  cni del "$WORK/k.conf" c-k
+  check "DEL succeeds" test "$RC" = 0
+  ip netns del pk
   rdma link delete rxens0
 }
 
