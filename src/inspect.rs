@@ -10,7 +10,7 @@
 use crate::cni::netconf::DEFAULT_STATE_DIR;
 use crate::link::{LinkInfo, Links};
 use crate::rdma::netlink::{NetnsMode, RdmaDevice, RdmaNlError, RdmaPort, RdmaSocket};
-use crate::rdma::pair::guid_from_mac;
+use crate::rdma::pair;
 use crate::rdma::verbs::{self, GidType, PortState, Source};
 use crate::state::{Record, Store, Tag};
 use serde::Serialize;
@@ -443,35 +443,21 @@ pub fn mode_guidance(mode: Option<NetnsMode>, no_devices: bool) -> Vec<String> {
     g
 }
 
-/// The RDMA device (and port) paired with host link `l`, by the same rules as ADD's pairing:
-/// RDMA netlink ports, else sysfs `device/infiniband`, else the node GUID from the MAC.
+/// The RDMA device (and port) paired with host link `l`, by ADD's own rules (`pair_from`);
+/// a NIC that pairs ambiguously shows no pairing, as ADD would refuse it.
 fn pair_in_view(v: &RdmaView, l: &LinkInfo) -> Option<(RdmaDevice, Option<u32>, &'static str)> {
-    let by_port: Vec<&RdmaPort> = v
-        .ports
-        .iter()
-        .filter(|p| p.netdev_index == Some(l.index))
-        .collect();
-    if let Some(p) = by_port.first() {
-        let dev = v.devices.iter().find(|d| d.name == p.dev_name)?;
-        return Some((dev.clone(), Some(p.port), "rdma netlink port"));
-    }
-    let ib_dir = Path::new("/sys/class/net")
-        .join(&l.name)
-        .join("device/infiniband");
-    if let Ok(rd) = std::fs::read_dir(ib_dir) {
-        let names: Vec<String> = rd
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        if let Some(dev) = v.devices.iter().find(|d| names.contains(&d.name)) {
-            return Some((dev.clone(), None, "sysfs device/infiniband"));
+    let nic = pair::Nic {
+        index: l.index,
+        name: &l.name,
+        mac: &l.mac,
+    };
+    match pair::pair_from(&v.devices, &v.ports, &nic) {
+        Ok(found) => found.map(|p| (p.device, p.port, p.how)),
+        Err(e) => {
+            log::warn!("{}", e.msg);
+            None
         }
     }
-    let guid = guid_from_mac(&l.mac)?;
-    v.devices
-        .iter()
-        .find(|d| d.node_guid == Some(guid))
-        .map(|d| (d.clone(), None, "node GUID from MAC"))
 }
 
 fn rdma_row(

@@ -3,7 +3,7 @@
 //! alike); else the PCI/auxiliary device's `infiniband/` directory in sysfs; else the node GUID
 //! derived from the NIC's MAC (eRDMA is a PCI function of its own).
 
-use super::netlink::{RdmaDevice, RdmaNlError, RdmaSocket};
+use super::netlink::{RdmaDevice, RdmaNlError, RdmaPort, RdmaSocket};
 use crate::error::{Code, Error, Result};
 use std::path::Path;
 
@@ -27,11 +27,36 @@ pub fn pair(sock: &mut RdmaSocket, nic: &Nic<'_>) -> Result<Option<RdmaDevice>> 
     let ports = sock
         .ports()
         .map_err(|e| rdma_error("listing RDMA ports", e))?;
-    let mut names: Vec<String> = ports
+    Ok(pair_from(&devices, &ports, nic)?.map(|p| {
+        log::info!(
+            "{} pairs with RDMA device {} (by {})",
+            nic.name,
+            p.device.name,
+            p.how
+        );
+        p.device
+    }))
+}
+
+/// A pairing and how it was found.
+pub struct Paired {
+    pub device: RdmaDevice,
+    /// The port whose netdev is the NIC, when found that way.
+    pub port: Option<u32>,
+    pub how: &'static str,
+}
+
+/// The pairing rules over devices and ports already listed (ADD and `inspect` share them).
+pub fn pair_from(
+    devices: &[RdmaDevice],
+    ports: &[RdmaPort],
+    nic: &Nic<'_>,
+) -> Result<Option<Paired>> {
+    let by_port: Vec<&RdmaPort> = ports
         .iter()
         .filter(|p| p.netdev_index == Some(nic.index))
-        .map(|p| p.dev_name.clone())
         .collect();
+    let mut names: Vec<String> = by_port.iter().map(|p| p.dev_name.clone()).collect();
     let mut how = "RDMA netlink port netdev";
     if names.is_empty() {
         names = list_dir(
@@ -55,10 +80,11 @@ pub fn pair(sock: &mut RdmaSocket, nic: &Nic<'_>) -> Result<Option<RdmaDevice>> 
     names.dedup();
     match names.as_slice() {
         [] => Ok(None),
-        [one] => {
-            log::info!("{} pairs with RDMA device {one} (by {how})", nic.name);
-            Ok(devices.into_iter().find(|d| d.name == *one))
-        }
+        [one] => Ok(devices.iter().find(|d| d.name == *one).map(|d| Paired {
+            device: d.clone(),
+            port: by_port.first().map(|p| p.port),
+            how,
+        })),
         many => Err(Error::new(
             Code::DeviceAmbiguous,
             format!(
