@@ -75,10 +75,14 @@ pub fn try_attachment(state_dir: &Path, container_id: &str, ifname: &str) -> Res
     take(&path, Duration::ZERO, &what)
 }
 
+/// NIC locks are node-wide (on tmpfs), not per state dir: two networks that select the same
+/// NIC, whatever their `stateDir`, must exclude each other.
+pub const NIC_LOCK_DIR: &str = "/run/rdma-host-device/locks";
+
 /// The NIC whose original host name is `host_name` (a validated interface name: no '/').
-pub fn device(state_dir: &Path, host_name: &str) -> Result<Guard> {
+pub fn device(host_name: &str) -> Result<Guard> {
     let what = format!("NIC {host_name}");
-    let path = lock_dir(state_dir).join(format!("nic-{host_name}.lock"));
+    let path = Path::new(NIC_LOCK_DIR).join(format!("nic-{host_name}.lock"));
     take(&path, wait(), &what)?.ok_or_else(|| busy(&what))
 }
 
@@ -189,24 +193,17 @@ mod tests {
 
     #[test]
     fn reentrant_and_released_with_file_removed() {
-        let d = dir("reent");
-        let g1 = device(&d, "eth9").unwrap();
-        let g2 = device(&d, "eth9").unwrap();
+        let file = Path::new(NIC_LOCK_DIR).join("nic-rhdt-reent.lock");
+        let g1 = device("rhdt-reent").unwrap();
+        let g2 = device("rhdt-reent").unwrap();
         assert!(
             g2.held.is_none(),
             "second take in the same process is re-entrant"
         );
         drop(g2);
-        assert!(
-            d.join("locks/nic-eth9.lock").exists(),
-            "outer guard still holds it"
-        );
+        assert!(file.exists(), "outer guard still holds it");
         drop(g1);
-        assert!(
-            !d.join("locks/nic-eth9.lock").exists(),
-            "released lock leaves no file"
-        );
-        let _ = std::fs::remove_dir_all(&d);
+        assert!(!file.exists(), "released lock leaves no file");
     }
 
     #[test]
@@ -230,15 +227,14 @@ mod tests {
     fn holders_exclude_each_other_across_unlinks() {
         // Every release unlinks the file; waiters that locked the old inode must start over,
         // so there is never more than one holder.
-        let d = dir("unlink");
         let inside = Arc::new(AtomicU32::new(0));
         let max_inside = Arc::new(AtomicU32::new(0));
         let threads: Vec<_> = (0..4)
             .map(|_| {
-                let (d, inside, max_inside) = (d.clone(), inside.clone(), max_inside.clone());
+                let (inside, max_inside) = (inside.clone(), max_inside.clone());
                 std::thread::spawn(move || {
                     for _ in 0..25 {
-                        let g = device(&d, "x").unwrap();
+                        let g = device("rhdt-unlink").unwrap();
                         assert!(g.held.is_some(), "threads do not share re-entrancy");
                         let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
                         max_inside.fetch_max(n, Ordering::SeqCst);
@@ -253,7 +249,10 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(max_inside.load(Ordering::SeqCst), 1, "two holders at once");
-        assert!(!d.join("locks/nic-x.lock").exists());
-        let _ = std::fs::remove_dir_all(&d);
+        assert!(
+            !Path::new(NIC_LOCK_DIR)
+                .join("nic-rhdt-unlink.lock")
+                .exists()
+        );
     }
 }

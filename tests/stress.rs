@@ -107,10 +107,9 @@ fn wait_for(path: &std::path::Path) {
 /// loser changed nothing.
 fn loser_gets(code: i64, loser_env: &[(&str, &str)]) {
     let w = World::new(1, 2);
-    let lock = w
-        .rig
-        .state_dir()
-        .join(format!("locks/nic-{}.lock", w.nics[0].name));
+    // NIC locks are node-wide (src/lock.rs NIC_LOCK_DIR).
+    let lock = std::path::Path::new("/run/rdma-host-device/locks")
+        .join(format!("nic-{}.lock", w.nics[0].name));
     let (res_a, res_b) = std::thread::scope(|s| {
         let a = s.spawn(|| {
             w.call(
@@ -216,10 +215,9 @@ fn many_adds_for_one_nic_exactly_one_wins() {
 #[test]
 fn calls_on_other_nics_do_not_wait() {
     let w = World::new(3, 3);
-    let lock = w
-        .rig
-        .state_dir()
-        .join(format!("locks/nic-{}.lock", w.nics[0].name));
+    // NIC locks are node-wide (src/lock.rs NIC_LOCK_DIR).
+    let lock = std::path::Path::new("/run/rdma-host-device/locks")
+        .join(format!("nic-{}.lock", w.nics[0].name));
     let slow_done = AtomicBool::new(false);
     std::thread::scope(|s| {
         let slow = s.spawn(|| {

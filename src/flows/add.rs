@@ -47,7 +47,7 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<CniResult> {
             ),
         ));
     }
-    let (resolved, _nic) = resolve_locked(selector, &host, &store, conf).await?;
+    let (resolved, _nic) = resolve_locked(selector, &host, &store).await?;
     log::info!(
         "{selector} is {} (mac {}, mtu {}{})",
         resolved.link.name,
@@ -114,7 +114,6 @@ async fn resolve_locked(
     sel: &Selector,
     host: &Links,
     store: &Store,
-    conf: &NetConf,
 ) -> Result<(Resolved, lock::Guard)> {
     fn identity(r: &Resolved) -> &str {
         r.lost.as_ref().map_or(&r.link.name, |t| &t.host_name)
@@ -138,7 +137,7 @@ async fn resolve_locked(
             }
         }
     };
-    let guard = lock::device(&conf.state_dir, &guess)?;
+    let guard = lock::device(&guess)?;
     let now = select::resolve(sel, host, store).await?;
     if identity(&now) != guess {
         return Err(Error::new(

@@ -42,7 +42,7 @@ pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
             errors.push(e.context(format!("GC of {}/{}", r.container_id, r.ifname)));
         }
     }
-    if let Err(e) = recover_lost(conf, &valid, &tried, &records, &mut errors).await {
+    if let Err(e) = recover_lost(&valid, &tried, &records, &mut errors).await {
         errors.push(e.context("GC: looking for lost NICs"));
     }
     if let Some(t) = &conf.ipam_type {
@@ -90,7 +90,6 @@ async fn release_stale(env: &Env, conf: &NetConf, store: &Store, r: &Record) -> 
 /// deleted without DEL (or after a DEL that ran before the kernel returned them). Restore each
 /// under its original name, MTU and admin state.
 async fn recover_lost(
-    conf: &NetConf,
     valid: &[Attachment],
     tried: &HashSet<String>,
     records: &[Record],
@@ -112,7 +111,7 @@ async fn recover_lost(
             .iter()
             .find(|r| r.owner() == tag.owner)
             .and_then(|r| r.host_alias.clone());
-        if let Err(e) = restore_lost(conf, &host, &l, &tag, alias.as_deref()).await {
+        if let Err(e) = restore_lost(&host, &l, &tag, alias.as_deref()).await {
             errors.push(e.context(format!(
                 "GC: restoring lost NIC {} (originally {})",
                 l.name, tag.host_name
@@ -122,15 +121,9 @@ async fn recover_lost(
     Ok(())
 }
 
-async fn restore_lost(
-    conf: &NetConf,
-    host: &Links,
-    l: &LinkInfo,
-    tag: &Tag,
-    alias: Option<&str>,
-) -> Result<()> {
+async fn restore_lost(host: &Links, l: &LinkInfo, tag: &Tag, alias: Option<&str>) -> Result<()> {
     fault::hit("gc:lost-nic")?;
-    let _nic = lock::device(&conf.state_dir, &tag.host_name)?;
+    let _nic = lock::device(&tag.host_name)?;
     // Under the lock: still here, still lost? (An ADD or DEL may have restored it.)
     let Some(now) = host.by_index(l.index).await? else {
         return Ok(());

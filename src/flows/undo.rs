@@ -108,7 +108,7 @@ pub async fn return_nic(s: &Scene<'_>, owner: &str, record: Option<&Record>) -> 
         None => find_tag(s, owner).await?.map(|t| t.host_name),
     };
     let _nic = match &host_name {
-        Some(n) => Some(lock::device(&s.conf.state_dir, n)?),
+        Some(n) => Some(lock::device(n)?),
         None => None,
     };
     if let (Some(pod), Some(pod_ns)) = (s.pod, s.pod_ns)
