@@ -156,13 +156,8 @@ async fn recover_if_lost(host: &Links, r: Resolved) -> Result<LinkInfo> {
     let Some(tag) = r.lost else {
         return Ok(r.link);
     };
-    let how = Arrival {
-        name: &tag.host_name,
-        mtu: Some(tag.host_mtu),
-        alias: Some(""),
-        up: tag.host_up,
-    };
-    host.restore_in_place(r.link.index, &how).await?;
+    host.restore_in_place(r.link.index, &super::undo::arrival(&tag, None))
+        .await?;
     host.by_index(r.link.index).await?.ok_or_else(|| {
         Error::new(
             Code::DeviceNotFound,

@@ -10,7 +10,7 @@ use crate::cni::netconf::{Attachment, NetConf};
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::{Arrival, LinkInfo, Links};
+use crate::link::{LinkInfo, Links};
 use crate::lock;
 use crate::state::{Record, Store, Tag, owner_key};
 use std::collections::HashSet;
@@ -137,14 +137,6 @@ async fn restore_lost(host: &Links, l: &LinkInfo, tag: &Tag, alias: Option<&str>
         tag.host_name,
         tag.host_mtu
     );
-    host.restore_in_place(
-        now.index,
-        &Arrival {
-            name: &tag.host_name,
-            mtu: Some(tag.host_mtu),
-            alias: Some(alias.unwrap_or("")),
-            up: tag.host_up,
-        },
-    )
-    .await
+    host.restore_in_place(now.index, &super::undo::arrival(tag, alias))
+        .await
 }

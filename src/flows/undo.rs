@@ -149,7 +149,8 @@ pub async fn return_nic(s: &Scene<'_>, owner: &str, record: Option<&Record>) -> 
     Ok(false)
 }
 
-fn arrival<'a>(tag: &'a Tag, original_alias: Option<&'a str>) -> Arrival<'a> {
+/// How a NIC looks once restored: as its tag remembers it, with its original alias (or none).
+pub(super) fn arrival<'a>(tag: &'a Tag, original_alias: Option<&'a str>) -> Arrival<'a> {
     Arrival {
         name: &tag.host_name,
         mtu: Some(tag.host_mtu),
