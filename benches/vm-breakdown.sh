@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # benches/vm-breakdown.sh: where does an RDMA ADD spend its time? Boots the RDMA VM
-# (/work/shared/tools/rdma-vm.sh; shared RDMA netns mode, soft device rxe), runs
+# (tests/vm/vm.sh, the project's harness; shared RDMA netns mode, soft device rxe), runs
 # ADD+DEL of one veth NIC with static IPAM and "rdma":{"softDevice":"rxe"} a few times under
 # `strace --seccomp-bpf` on the step-marking syscalls only, and splits each ADD into steps (benches/strace_steps.py).
 #
@@ -12,7 +12,7 @@ set -euo pipefail
 if [[ ${RDMA_VM:-} != 1 ]]; then
   cd "$(dirname "$0")/.."
   PLUGIN=$(readlink -f "${1:-target/release/rdma-host-device}")
-  exec /work/shared/tools/rdma-vm.sh --timeout "${RDMA_VM_TIMEOUT:-600}" \
+  exec tests/vm/vm.sh --timeout "${RDMA_VM_TIMEOUT:-600}" \
     "$PWD/benches/vm-breakdown.sh" "$PLUGIN" "${2:-7}"
 fi
 
