@@ -10,6 +10,8 @@ PKGS=(
   # the RDMA VM: QEMU, a busybox initramfs, module tools, and the RDMA user space it runs
   qemu-system-x86 busybox-static kmod cpio xz-utils zstd
   rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils
+  # benches/: strace for the step breakdown
+  strace
 )
 missing=()
 for p in "${PKGS[@]}"; do
