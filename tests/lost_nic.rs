@@ -269,30 +269,33 @@ fn del_restores_its_lost_nic() {
 }
 
 #[test]
-fn status_is_ready_with_a_lost_nic() {
+fn status_restores_a_lost_nic_and_is_ready() {
     let w = World::new("1.0.0");
     let st = w.status();
     st.ok();
     w.attach_and_lose(0);
-    // Record still there (no DEL): the NIC is recognised by its tag and is free to take.
+    // Record still there (no DEL): the NIC is recognised by its tag, restored, and ready.
     let st = w.status();
     st.ok();
     assert!(
-        st.stderr.contains("back on the host") && st.stderr.contains(&w.ifname),
+        st.stderr.contains("lost NIC") && st.stderr.contains(&w.ifname),
         "STATUS did not recognise the lost NIC\n{st}"
     );
+    w.assert_home(&st);
     w.call("DEL", &w.conf, 0).ok();
     w.assert_home(&"after DEL");
     w.status().ok();
 }
 
 #[test]
-fn status_is_ready_with_a_lost_nic_without_record() {
+fn status_restores_a_lost_nic_without_record() {
     let w = World::new("1.0.0");
     lose_after_del(&w);
     let st = w.status();
     st.ok();
-    assert!(st.stderr.contains("back on the host"), "{st}");
+    assert!(st.stderr.contains("lost NIC"), "{st}");
+    w.assert_home(&st);
+    // Nothing left for GC to do.
     let gc = w.gc(&[]);
     gc.ok();
     w.assert_home(&gc);

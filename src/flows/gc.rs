@@ -5,12 +5,13 @@
 
 use super::del::release;
 use super::undo::first_error;
+use super::undo::restore_lost;
 use crate::cni::env::Env;
 use crate::cni::netconf::{Attachment, NetConf};
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::{LinkInfo, Links};
+use crate::link::Links;
 use crate::lock;
 use crate::state::{Record, Store, Tag, owner_key};
 use std::collections::HashSet;
@@ -111,7 +112,11 @@ async fn recover_lost(
             .iter()
             .find(|r| r.owner() == tag.owner)
             .and_then(|r| r.host_alias.clone());
-        if let Err(e) = restore_lost(&host, &l, &tag, alias.as_deref()).await {
+        let restored = match fault::hit("gc:lost-nic") {
+            Ok(()) => restore_lost(&host, &l, &tag, alias.as_deref(), "GC").await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = restored {
             errors.push(e.context(format!(
                 "GC: restoring lost NIC {} (originally {})",
                 l.name, tag.host_name
@@ -119,24 +124,4 @@ async fn recover_lost(
         }
     }
     Ok(())
-}
-
-async fn restore_lost(host: &Links, l: &LinkInfo, tag: &Tag, alias: Option<&str>) -> Result<()> {
-    fault::hit("gc:lost-nic")?;
-    let _nic = lock::device(&tag.host_name)?;
-    // Under the lock: still here, still lost? (An ADD or DEL may have restored it.)
-    let Some(now) = host.by_index(l.index).await? else {
-        return Ok(());
-    };
-    if now.alias.as_deref().and_then(Tag::decode).as_ref() != Some(tag) {
-        return Ok(());
-    }
-    log::info!(
-        "GC: {} is a lost NIC (no valid attachment holds it); restoring it as {} (mtu {})",
-        now.name,
-        tag.host_name,
-        tag.host_mtu
-    );
-    host.restore_in_place(now.index, &super::undo::arrival(tag, alias))
-        .await
 }

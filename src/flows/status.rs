@@ -1,5 +1,5 @@
 //! STATUS: ready when the configured NIC can be attached (or already is, to a pod) and the IPAM
-//! plugin is there and ready.
+//! plugin is there and ready. A NIC back from a pod deleted without DEL is restored first.
 
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
@@ -9,18 +9,22 @@ use crate::link::Links;
 use crate::select;
 use crate::state::Store;
 
+use super::undo::restore_lost;
+
 pub async fn status(env: &Env, conf: &NetConf) -> Result<()> {
     if let Some(sel) = &conf.selector {
         let host = Links::open()?;
         let store = Store::new(&conf.state_dir);
         match select::resolve(sel, &host, &store).await {
+            // A NIC back from a dead pod is ready once it has its own name again.
             Ok(r) => {
                 if let Some(tag) = &r.lost {
-                    log::info!(
-                        "STATUS: {sel} is {}, back on the host from a pod deleted without DEL; the next ADD or GC restores its name {}",
-                        r.link.name,
-                        tag.host_name
-                    )
+                    let alias = store
+                        .all()?
+                        .into_iter()
+                        .find(|rec| rec.owner() == tag.owner)
+                        .and_then(|rec| rec.host_alias);
+                    restore_lost(&host, &r.link, tag, alias.as_deref(), "STATUS").await?;
                 }
             }
             Err(e) if e.code == Code::DeviceBusy => {

@@ -149,6 +149,32 @@ pub async fn return_nic(s: &Scene<'_>, owner: &str, record: Option<&Record>) -> 
     Ok(false)
 }
 
+/// Give a lost NIC (back on the host from a pod's dead netns, still tagged) its original name,
+/// MTU and admin state, under its lock, if it is still lost once the lock is held (an ADD, DEL,
+/// GC or STATUS may have restored it meanwhile). `who` names the caller in the log.
+pub(super) async fn restore_lost(
+    host: &Links,
+    l: &LinkInfo,
+    tag: &Tag,
+    alias: Option<&str>,
+    who: &str,
+) -> Result<()> {
+    let _nic = lock::device(&tag.host_name)?;
+    let Some(now) = host.by_index(l.index).await? else {
+        return Ok(());
+    };
+    if now.alias.as_deref().and_then(Tag::decode).as_ref() != Some(tag) {
+        return Ok(());
+    }
+    log::info!(
+        "{who}: {} is a lost NIC (back from a pod deleted without DEL); restoring it as {} (mtu {})",
+        now.name,
+        tag.host_name,
+        tag.host_mtu
+    );
+    host.restore_in_place(now.index, &arrival(tag, alias)).await
+}
+
 /// How a NIC looks once restored: as its tag remembers it, with its original alias (or none).
 pub(super) fn arrival<'a>(tag: &'a Tag, original_alias: Option<&'a str>) -> Arrival<'a> {
     Arrival {
