@@ -90,6 +90,7 @@ pub struct NicRow {
     pub location: &'static str,
     /// The kernel's operstate ("up", "down", "lowerlayerdown", ...); None in a pod.
     pub oper_state: Option<String>,
+    /// Admin state; for a NIC in a pod, as the pod sees it (None if its netns is gone).
     pub admin_up: Option<bool>,
     pub mtu: Option<u32>,
     pub rdma: Option<RdmaRow>,
@@ -307,6 +308,7 @@ fn gather(opts: &Options) -> Result<Report, String> {
                 },
             }
         });
+        let inside = pod_link(r);
         nics.push(NicRow {
             name: r.host_name.clone(),
             ifindex: None,
@@ -315,8 +317,8 @@ fn gather(opts: &Options) -> Result<Report, String> {
             pci: r.pci.clone(),
             location: "pod",
             oper_state: None,
-            admin_up: None,
-            mtu: None,
+            admin_up: inside.as_ref().map(|l| l.up),
+            mtu: inside.as_ref().map(|l| l.mtu),
             rdma,
             attachment: Some(Attachment::from(r)),
             notes: Vec::new(),
@@ -343,6 +345,24 @@ fn gather(opts: &Options) -> Result<Report, String> {
         state_dir: opts.state_dir.clone(),
         state_error,
         hidden_links,
+    })
+}
+
+/// The attached NIC as the pod sees it (by its MAC), if the pod's netns is still there.
+fn pod_link(r: &Record) -> Option<LinkInfo> {
+    let ns = crate::netns::Netns::open(Path::new(&r.netns)).ok()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .ok()?;
+    rt.block_on(async {
+        let links = Links::open_in(&ns).ok()?;
+        links
+            .all()
+            .await
+            .ok()?
+            .into_iter()
+            .find(|l| !r.mac.is_empty() && l.mac == r.mac)
     })
 }
 
@@ -640,6 +660,8 @@ const HEADERS: [&str; 9] = [
 
 fn nic_cells(n: &NicRow) -> Vec<Cell> {
     let link = match (n.location, n.admin_up, n.oper_state.as_deref()) {
+        ("pod", Some(true), _) => colored("in pod, up", YELLOW),
+        ("pod", Some(false), _) => colored("in pod, down", RED),
         ("pod", ..) => colored("in pod", YELLOW),
         (_, Some(false), _) => colored("down (admin)", RED),
         (_, _, Some("up")) => colored("up", GREEN),
