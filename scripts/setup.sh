@@ -23,4 +23,4 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q "${missing[@]}" >&2 || { apt-get update -q >&2 && apt-get install -y -q "${missing[@]}" >&2; }
 fi
-command -v cargo >/dev/null || { echo "setup: cargo not found: install Rust (rustup.rs), 1.85 or newer" >&2; exit 1; }
+command -v cargo >/dev/null || { echo "setup: cargo not found: install Rust (rustup.rs), 1.88 or newer" >&2; exit 1; }
