@@ -102,7 +102,8 @@ async fn apply(step: &Undo, s: &Scene<'_>) -> Result<()> {
 pub async fn return_nic(s: &Scene<'_>, owner: &str, record: Option<&Record>) -> Result<bool> {
     let original_alias = record.and_then(|r| r.host_alias.as_deref());
     // Lock the NIC before touching it (re-entrant: ADD's rollback already holds it). Without a
-    // record, the tag on the link says which NIC it is.
+    // record, the tag on the link says which NIC it is; the links are then looked at again
+    // under the lock, since another call may have moved the NIC in between.
     let host_name = match record {
         Some(r) => Some(r.host_name.clone()),
         None => find_tag(s, owner).await?.map(|t| t.host_name),
@@ -195,34 +196,37 @@ async fn find_tag(s: &Scene<'_>, owner: &str) -> Result<Option<Tag>> {
     Ok(tagged(s.host, owner).await?.map(|(_, t)| t))
 }
 
-/// The link in `links`' namespace that carries `owner`'s tag.
 /// Our NIC in the pod: by its tag or, when the tag never got there (the kernel applies a
 /// move's later attributes after the move itself, and one of them failed), by the MAC the
-/// record remembers, on an untagged link.
+/// record remembers, on an untagged link. One dump of the pod's links serves both.
 async fn ours_in_pod(
     pod: &Links,
     owner: &str,
     record: Option<&Record>,
 ) -> Result<Option<(LinkInfo, Tag)>> {
-    if let Some(hit) = tagged(pod, owner).await? {
+    let links = pod.all().await?;
+    if let Some(hit) = find_tagged(&links, owner) {
         return Ok(Some(hit));
     }
     let Some(r) = record.filter(|r| !r.mac.is_empty()) else {
         return Ok(None);
     };
-    Ok(pod
-        .all()
-        .await?
+    Ok(links
         .into_iter()
         .find(|l| l.mac == r.mac && l.alias.as_deref().and_then(Tag::decode).is_none())
         .map(|l| (l, r.tag())))
 }
 
+/// The link in `links`' namespace that carries `owner`'s tag.
 async fn tagged(links: &Links, owner: &str) -> Result<Option<(LinkInfo, Tag)>> {
-    Ok(links.all().await?.into_iter().find_map(|l| {
+    Ok(find_tagged(&links.all().await?, owner))
+}
+
+fn find_tagged(links: &[LinkInfo], owner: &str) -> Option<(LinkInfo, Tag)> {
+    links.iter().find_map(|l| {
         let tag = Tag::decode(l.alias.as_deref()?)?;
-        (tag.owner == owner).then_some((l, tag))
-    }))
+        (tag.owner == owner).then(|| (l.clone(), tag))
+    })
 }
 
 /// The attachment key of this call.
