@@ -75,13 +75,16 @@ cleanup() {
 }
 trap cleanup EXIT
 cleanup
+# Node settings (where state and logs go) belong to the node, not to the network config.
+mkdir -p "$BINDIR"
+echo "{\"stateDir\":\"$BINDIR/state\",\"logDir\":\"$BINDIR/log\"}" >"$BINDIR/node.json"
+export RDMA_HOST_DEVICE_NODE_CONFIG=$BINDIR/node.json
 ip netns add "$POD"
 ip link add "$NIC" mtu 1500 type veth peer "$NIC-peer"
 ip link set "$NIC-peer" up
 
 CONF=$(cat <<EOF
 {"cniVersion":"1.1.0","name":"demo","type":"rdma-host-device","device":"$NIC","mtu":9000,
- "stateDir":"$BINDIR/state",
  "ipam":{"type":"static","addresses":[{"address":"10.55.0.2/24","gateway":"10.55.0.1"}],
          "routes":[{"dst":"10.56.0.0/16"}]}}
 EOF

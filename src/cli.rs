@@ -20,8 +20,8 @@ network config. By hand:
       Every NIC of this node with its RDMA device, driver, PCI address, link state, MTU,
       GID table summary and the pod it is attached to; the RDMA netns mode and what it
       means. Run it first when a pod has no RDMA. --json for machines; --all also lists
-      virtual links without RDMA; --state-dir if the networks set \"stateDir\"
-      (default /var/lib/cni/rdma-host-device). Colour only on a terminal (NO_COLOR works).
+      virtual links without RDMA; --state-dir to read another state directory
+      (default: the node configuration's stateDir, /var/lib/cni/rdma-host-device). Colour only on a terminal (NO_COLOR works).
 
   rdma-host-device validate FILE|- ...
       Check network configurations as the plugin would on ADD: a .conf, a .conflist (each
@@ -32,10 +32,12 @@ network config. By hand:
   rdma-host-device --version   the version and the CNI versions it speaks
   rdma-host-device --help      this text
 
-Logs: one line per step with the container ID, on stderr and in \"logFile\" if set
+Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG):
+stateDir, logDir, allowedNics, allowedUplinks; see the README. Logs: one line per step with
+the container ID, on stderr and in \"logFile\" (a file name in the node's logDir) if set
 (rotated at 10 MiB). Error codes: 1-11 are the CNI spec's; 100+ are this plugin's
-(100 NIC not found, 101 ambiguous, 102 busy, 110 no RDMA device, 111 RDMA netns mode,
-112 RDMA device cannot move, 113 GID timeout); see the README.
+(100 NIC not found, 101 ambiguous, 102 busy, 107 refused by node policy, 110 no RDMA
+device, 111 RDMA netns mode, 112 RDMA device cannot move, 113 GID timeout); see the README.
 ";
 
 /// Returns the process exit code.
@@ -199,7 +201,8 @@ pub fn check_config(raw: &[u8]) -> Result<String, Error> {
             ),
         ));
     }
-    let conf = NetConf::parse(raw.to_vec())?;
+    let node = crate::node::Node::load()?;
+    let conf = NetConf::parse_strict(raw.to_vec(), &node)?;
     let selector = match &conf.selector {
         Some(Selector::DeviceId(d)) => format!("deviceID {d:?}"),
         Some(s) => s.to_string(),

@@ -27,6 +27,8 @@ pub enum Code {
     Netlink = 104,
     Ipam = 105,
     CheckFailed = 106,
+    /// The node policy does not allow handing this NIC to a pod.
+    NotAllowed = 107,
     RdmaNotFound = 110,
     RdmaNetnsMode = 111,
     RdmaMoveUnsupported = 112,

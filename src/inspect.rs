@@ -7,8 +7,8 @@
 //! Read-only: it changes nothing on the node. Gathering (`gather`) is kept apart from printing
 //! (`render_table`, `--json`) so the printing is testable on a made-up report.
 
-use crate::cni::netconf::DEFAULT_STATE_DIR;
 use crate::link::{LinkInfo, Links};
+use crate::node::DEFAULT_STATE_DIR;
 use crate::rdma::netlink::{NetnsMode, RdmaDevice, RdmaNlError, RdmaPort, RdmaSocket};
 use crate::rdma::pair;
 use crate::rdma::verbs::{self, GidType, PortState, Source};
@@ -38,7 +38,9 @@ impl Default for Options {
             json: false,
             all: false,
             color: Color::Auto,
-            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            state_dir: crate::node::Node::load()
+                .map(|n| n.state_dir)
+                .unwrap_or_else(|_| PathBuf::from(DEFAULT_STATE_DIR)),
         }
     }
 }
@@ -557,7 +559,7 @@ fn pci_driver(pci: &str) -> Option<String> {
 }
 
 /// The NIC's driver: sysfs for devices with a bus, else the ethtool driver name (veth, bond...).
-fn nic_driver(ifname: &str) -> Option<String> {
+pub fn nic_driver(ifname: &str) -> Option<String> {
     link_basename(format!("/sys/class/net/{ifname}/device/driver"))
         .or_else(|| ethtool_driver(ifname))
 }

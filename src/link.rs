@@ -25,6 +25,11 @@ pub struct LinkInfo {
     /// The MTU range the driver accepts, when the kernel reports it.
     pub min_mtu: Option<u32>,
     pub max_mtu: Option<u32>,
+    /// The bond or bridge this link is a port of (IFLA_MASTER).
+    pub master: Option<u32>,
+    /// The permanent hardware address (IFLA_PERM_ADDRESS): set by the NIC's firmware, not
+    /// changeable from a pod. Empty for virtual links, which have none.
+    pub perm_mac: String,
 }
 
 /// How a link should look once it has arrived in the target namespace.
@@ -250,6 +255,86 @@ impl Links {
             .map_err(|e| nl_error(what(), e))
     }
 
+    /// Why the node itself needs link `link`, in words: it carries a default route (any
+    /// table), a global address, or it is a port of a bond or bridge. Empty when it does not.
+    pub async fn node_uses(&self, link: &LinkInfo) -> Result<Vec<String>> {
+        let mut why = Vec::new();
+        if let Some(m) = link.master {
+            let master = self.by_index(m).await?.map(|l| l.name);
+            why.push(format!(
+                "it is a port of {}",
+                master.unwrap_or_else(|| format!("link #{m}"))
+            ));
+        }
+        let msgs: Vec<AddressMessage> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(link.index)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| nl_error(format!("listing addresses of {}", link.name), e))?;
+        for m in msgs.iter().filter(|m| {
+            m.header.index == link.index
+                && m.header.scope == netlink_packet_route::address::AddressScope::Universe
+        }) {
+            if let Some(ip) = m.attributes.iter().find_map(|a| match a {
+                AddressAttribute::Address(ip) => Some(*ip),
+                _ => None,
+            }) {
+                why.push(format!(
+                    "it has the global address {ip}/{}",
+                    m.header.prefix_len
+                ));
+            }
+        }
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            let mut q = RouteMessage::default();
+            q.header.address_family = family;
+            let msgs: Vec<RouteMessage> = self
+                .handle
+                .route()
+                .get(q)
+                .execute()
+                .try_collect()
+                .await
+                .map_err(|e| nl_error(format!("listing routes of {}", link.name), e))?;
+            for m in msgs
+                .iter()
+                .filter(|m| m.header.destination_prefix_length == 0)
+            {
+                let via_link = m.attributes.iter().any(|a| match a {
+                    RouteAttribute::Oif(i) => *i == link.index,
+                    RouteAttribute::MultiPath(hops) => {
+                        hops.iter().any(|h| h.interface_index == link.index)
+                    }
+                    _ => false,
+                });
+                if via_link {
+                    let table = m
+                        .attributes
+                        .iter()
+                        .find_map(|a| match a {
+                            RouteAttribute::Table(t) => Some(*t),
+                            _ => None,
+                        })
+                        .unwrap_or(u32::from(m.header.table));
+                    let fam = if family == AddressFamily::Inet {
+                        "IPv4"
+                    } else {
+                        "IPv6"
+                    };
+                    why.push(format!(
+                        "the node's {fam} default route (table {table}) goes through it"
+                    ));
+                }
+            }
+        }
+        why.dedup();
+        Ok(why)
+    }
+
     /// Routes out of link `index` in the main table: (destination, gateway).
     pub async fn routes(&self, index: u32) -> Result<Vec<(IpNet, Option<IpAddr>)>> {
         let mut out = Vec::new();
@@ -318,6 +403,8 @@ fn info(m: &LinkMessage) -> LinkInfo {
         alias: None,
         min_mtu: None,
         max_mtu: None,
+        master: None,
+        perm_mac: String::new(),
     };
     for a in &m.attributes {
         match a {
@@ -327,6 +414,10 @@ fn info(m: &LinkMessage) -> LinkInfo {
             LinkAttribute::IfAlias(al) => li.alias = Some(al.clone()),
             LinkAttribute::MinMtu(m) => li.min_mtu = Some(*m),
             LinkAttribute::MaxMtu(m) if *m > 0 => li.max_mtu = Some(*m),
+            LinkAttribute::Controller(i) if *i > 0 => li.master = Some(*i),
+            LinkAttribute::PermAddress(mac) if mac.iter().any(|b| *b != 0) => {
+                li.perm_mac = format_mac(mac)
+            }
             _ => {}
         }
     }

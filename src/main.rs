@@ -14,6 +14,7 @@ mod link;
 mod lock;
 mod logging;
 mod netns;
+mod node;
 mod rdma;
 mod select;
 mod state;
@@ -94,12 +95,21 @@ fn run() -> Result<String, Error> {
     if env.command == Command::Version {
         return Ok(version_json(peek_version(&stdin).as_deref()));
     }
-    let conf = NetConf::parse(stdin)?;
+    let node = node::Node::load()?;
+    // ADD is strict; DEL is lenient: it must undo what ADD did even if the config changed since.
+    let (conf, ignored) = if env.command == Command::Del {
+        NetConf::parse_lenient(stdin, &node)?
+    } else {
+        (NetConf::parse_strict(stdin, &node)?, Vec::new())
+    };
     logging::init(
         conf.log_level.unwrap_or(log::LevelFilter::Info),
         conf.log_file.as_deref(),
         format!(" {} {}", env.command.name(), env.container_id),
     );
+    for i in &ignored {
+        log::warn!("ignoring in the network configuration: {i}");
+    }
     if matches!(env.command, Command::Status | Command::Gc) && !conf.cni_version.has_status_and_gc()
     {
         return Err(Error::new(
@@ -111,7 +121,7 @@ fn run() -> Result<String, Error> {
             ),
         ));
     }
-    match flows::run(&env, &conf)? {
+    match flows::run(&env, &conf, &node)? {
         flows::Output::Result(r) => Ok(r.to_json(conf.cni_version)),
         flows::Output::Nothing => Ok(String::new()),
     }

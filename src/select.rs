@@ -5,6 +5,7 @@
 use crate::cni::netconf::Selector;
 use crate::error::{Code, Error, Result};
 use crate::link::{LinkInfo, Links};
+use crate::node::{self, NicFacts, Node};
 use crate::state::{Record, Store, Tag};
 use std::path::{Path, PathBuf};
 
@@ -103,6 +104,26 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
         sel,
         "it is not in the host network namespace (check the name with `ip link`, or whether another pod holds it)",
     ))
+}
+
+/// The node policy's say on the NIC `r`, before anything changes: it must be allowed by the
+/// node configuration, and, unless listed in its `allowedUplinks`, not be one the node itself
+/// uses (default route, global address, bond or bridge port).
+pub async fn admit(node: &Node, host: &Links, r: &Resolved, sel: &Selector) -> Result<()> {
+    let name = r.lost.as_ref().map_or(&r.link.name, |t| &t.host_name);
+    let driver = crate::inspect::nic_driver(&r.link.name);
+    let rdma = match sel {
+        Selector::RdmaDevice(d) => Some(d.clone()),
+        _ => node::rdma_of(&r.link.name),
+    };
+    let uplink = host.node_uses(&r.link).await?;
+    node.admit(&NicFacts {
+        name,
+        pci: r.pci.as_deref(),
+        driver: driver.as_deref(),
+        rdma_device: rdma.as_deref(),
+        uplink,
+    })
 }
 
 /// A link found on the host. One that carries our tag is lost (our tag only leaves the pod

@@ -38,6 +38,10 @@ fn case(code: i64, stdin: Stdin, env_edit: impl FnOnce(&mut Env, &Rig)) {
     env.insert("CNI_NETNS", Some(pod.path()));
     env.insert("CNI_IFNAME", Some("net1".into()));
     env.insert("CNI_PATH", Some(rig.cni_path("1.0.0")));
+    env.insert(
+        NODE_CONFIG_ENV,
+        Some(rig.node_config().display().to_string()),
+    );
     env_edit(&mut env, &rig);
     let env_v: Vec<(&str, Option<&str>)> = env.iter().map(|(k, v)| (*k, v.as_deref())).collect();
     let out = run_plugin(&env_v, &bytes);

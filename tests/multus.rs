@@ -66,15 +66,14 @@ fn ours_mut(conf: &mut Value) -> Vec<&mut Value> {
 }
 
 /// Point the example at this test's world: `nic` instead of the example's NIC name (if it
-/// names one), host-local instead of whereabouts, the rig's stateDir and a log file.
+/// names one), host-local instead of whereabouts, and a log file (in the rig's node logDir).
 fn localize(rig: &Rig, conf: &mut Value, nic: Option<&Veth>) -> PathBuf {
-    let log = rig.dir.path().join("plugin.log");
+    let log = rig.log_dir().join("plugin.log");
     for p in ours_mut(conf) {
         if let (Some(nic), true) = (nic, p.get("device").is_some()) {
             p["device"] = json!(nic.name);
         }
-        p["stateDir"] = json!(rig.state_dir());
-        p["logFile"] = json!(log);
+        p["logFile"] = json!("plugin.log");
         match p["ipam"]["type"].as_str() {
             Some("whereabouts") => {
                 let range = p["ipam"]["range"].clone();

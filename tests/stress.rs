@@ -38,6 +38,7 @@ impl World {
             .conf("1.0.0", json!({"device": self.nics[k].name, "mtu": 1400}));
         c["ipam"] = self.rig.host_local_ipam();
         if let Ok(f) = std::env::var("RHD_STRESS_LOG") {
+            // A file name: it lands in the rig's node logDir.
             c["logFile"] = json!(f);
         }
         c

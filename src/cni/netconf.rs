@@ -3,14 +3,24 @@
 use super::result::CniResult;
 use super::version::Version;
 use crate::error::{Code, Error, Result, invalid_config};
+use crate::node::Node;
 use serde::Deserialize;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Largest config we read: configs come from the cluster and are untrusted.
 pub const MAX_CONFIG_LEN: usize = 1 << 20;
 
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/rdma-host-device";
+/// Keys that select the NIC: ADD needs one; DEL works from its record and ignores them.
+const SELECTOR_KEYS: &[&str] = &[
+    "device",
+    "hwaddr",
+    "kernelpath",
+    "pciBusID",
+    "deviceID",
+    "rdmaDevice",
+    "runtimeConfig",
+];
 
 /// Top-level keys we understand; anything else is rejected with code 2 so typos surface.
 const KNOWN_KEYS: &[&str] = &[
@@ -175,8 +185,10 @@ pub struct NetConf {
     pub selector: Option<Selector>,
     pub mtu: Option<u32>,
     pub rdma: RdmaConf,
+    /// The log file inside the node's log directory, when the config names one.
     pub log_file: Option<PathBuf>,
     pub log_level: Option<log::LevelFilter>,
+    /// The node's state directory (a node setting; the config may only repeat it).
     pub state_dir: PathBuf,
     pub valid_attachments: Option<Vec<Attachment>>,
     /// Exactly what the runtime sent; IPAM plugins get the same bytes.
@@ -191,25 +203,15 @@ pub fn peek_version(raw: &[u8]) -> Option<String> {
 }
 
 impl NetConf {
+    /// Parse strictly (ADD, CHECK, STATUS, GC) with the built-in node defaults.
+    #[cfg(test)]
     pub fn parse(raw: Vec<u8>) -> Result<Self> {
-        if raw.len() > MAX_CONFIG_LEN {
-            return Err(invalid_config(format!(
-                "network configuration is {} bytes; the limit is {MAX_CONFIG_LEN}",
-                raw.len()
-            )));
-        }
-        let value: Value = serde_json::from_slice(&raw).map_err(|e| {
-            Error::new(
-                Code::Decode,
-                format!("network configuration on stdin is not valid JSON: {e}"),
-            )
-        })?;
-        let Some(obj) = value.as_object() else {
-            return Err(Error::new(
-                Code::Decode,
-                "network configuration must be a JSON object",
-            ));
-        };
+        Self::parse_strict(raw, &Node::default())
+    }
+
+    /// Parse strictly: every key known, every value valid. What ADD and the other verbs use.
+    pub fn parse_strict(raw: Vec<u8>, node: &Node) -> Result<Self> {
+        let obj = Self::object(&raw)?;
         if let Some(k) = obj.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
             return Err(Error::new(
                 Code::UnsupportedField,
@@ -220,12 +222,78 @@ impl NetConf {
                 ),
             ));
         }
-        let rc: RawConf = serde_json::from_value(value)
-            .map_err(|e| invalid_config(format!("network configuration: {e}")))?;
-        Self::validate(rc, raw)
+        Self::from_object(obj, raw, node)
     }
 
-    fn validate(rc: RawConf, raw: Vec<u8>) -> Result<Self> {
+    /// Parse for DEL, which must undo an attachment even when its config was edited since ADD
+    /// (a typo key, a value now invalid, another selector or stateDir): unknown keys and
+    /// invalid values are dropped (and returned, to be logged), selectors are not needed (DEL
+    /// works from the state record). Only a config that is not a JSON object is refused.
+    pub fn parse_lenient(raw: Vec<u8>, node: &Node) -> Result<(Self, Vec<String>)> {
+        let mut obj = Self::object(&raw)?;
+        let mut ignored = Vec::new();
+        obj.retain(|k, v| {
+            let known = KNOWN_KEYS.contains(&k.as_str());
+            if !known {
+                ignored.push(format!("unknown field {k:?} = {v}"));
+            }
+            known && !SELECTOR_KEYS.contains(&k.as_str())
+        });
+        // Each value on its own, beside a valid version and name.
+        let probe_base = |k: &str, v: &Value| {
+            let mut p = serde_json::Map::new();
+            p.insert("cniVersion".into(), Value::from(Version::LATEST.as_str()));
+            p.insert("name".into(), Value::from("lenient"));
+            p.insert(k.to_owned(), v.clone());
+            Self::from_object(p, Vec::new(), node).err()
+        };
+        let keys: Vec<String> = obj.keys().cloned().collect();
+        for k in keys {
+            if let Some(e) = probe_base(&k, &obj[&k]) {
+                ignored.push(format!("{k}: {}", e.msg));
+                obj.remove(&k);
+            }
+        }
+        if !obj.contains_key("cniVersion") {
+            obj.insert("cniVersion".into(), Value::from(Version::LATEST.as_str()));
+        }
+        if !obj.contains_key("name") {
+            obj.insert("name".into(), Value::from("unnamed"));
+        }
+        let conf = Self::from_object(obj, raw, node)?;
+        Ok((conf, ignored))
+    }
+
+    /// The config as a JSON object, within the size limit.
+    fn object(raw: &[u8]) -> Result<serde_json::Map<String, Value>> {
+        if raw.len() > MAX_CONFIG_LEN {
+            return Err(invalid_config(format!(
+                "network configuration is {} bytes; the limit is {MAX_CONFIG_LEN}",
+                raw.len()
+            )));
+        }
+        let value: Value = serde_json::from_slice(raw).map_err(|e| {
+            Error::new(
+                Code::Decode,
+                format!("network configuration on stdin is not valid JSON: {e}"),
+            )
+        })?;
+        match value {
+            Value::Object(o) => Ok(o),
+            _ => Err(Error::new(
+                Code::Decode,
+                "network configuration must be a JSON object",
+            )),
+        }
+    }
+
+    fn from_object(obj: serde_json::Map<String, Value>, raw: Vec<u8>, node: &Node) -> Result<Self> {
+        let rc: RawConf = serde_json::from_value(Value::Object(obj))
+            .map_err(|e| invalid_config(format!("network configuration: {e}")))?;
+        Self::validate(rc, raw, node)
+    }
+
+    fn validate(rc: RawConf, raw: Vec<u8>, node: &Node) -> Result<Self> {
         let cni_version = Version::parse(rc.cni_version.as_deref().unwrap_or(""))?;
         let name = rc
             .name
@@ -276,23 +344,21 @@ impl NetConf {
                 ))
             })?),
         };
-        let state_dir = rc
-            .state_dir
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-        if !state_dir.is_absolute() {
-            return Err(invalid_config(format!(
-                "stateDir {} must be an absolute path",
-                state_dir.display()
-            )));
-        }
-        if let Some(f) = &rc.log_file
-            && !f.is_absolute()
+        // The state directory is the node's: a config may only repeat it (older configs did).
+        if let Some(d) = &rc.state_dir
+            && d != &node.state_dir
         {
             return Err(invalid_config(format!(
-                "logFile {} must be an absolute path",
-                f.display()
+                "stateDir {} is a node setting: the node keeps its state in {} ({}); remove stateDir from the network configuration",
+                d.display(),
+                node.state_dir.display(),
+                node.source
             )));
         }
+        let log_file = match &rc.log_file {
+            None => None,
+            Some(f) => Some(node.log_dir.join(log_file_name(f, &node.log_dir)?)),
+        };
         let prev_result = match rc.prev_result {
             None => None,
             Some(v) => Some(
@@ -318,9 +384,9 @@ impl NetConf {
             selector,
             mtu: rc.mtu,
             rdma,
-            log_file: rc.log_file,
+            log_file,
             log_level,
-            state_dir,
+            state_dir: node.state_dir.clone(),
             valid_attachments: rc.valid_attachments.or(rc.legacy_attachments),
             raw,
         })
@@ -333,6 +399,41 @@ impl NetConf {
                 "no device selected: set one of \"device\", \"hwaddr\", \"kernelpath\", \"pciBusID\", \"rdmaDevice\", or \"deviceID\" (top level or runtimeConfig)",
             )
         })
+    }
+}
+
+/// `logFile`: a plain file name, placed in the node's log directory. An absolute path is
+/// accepted only when it already names a file directly in that directory.
+fn log_file_name(f: &Path, log_dir: &Path) -> Result<String> {
+    let name = if f.is_absolute() {
+        match (f.parent(), f.file_name()) {
+            (Some(parent), Some(name)) if parent == log_dir => name,
+            _ => {
+                return Err(invalid_config(format!(
+                    "logFile {} is outside the node's log directory {}; give a file name, it is placed there",
+                    f.display(),
+                    log_dir.display()
+                )));
+            }
+        }
+    } else {
+        f.as_os_str()
+    };
+    let name = name.to_string_lossy();
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(name.into_owned())
+    } else {
+        Err(invalid_config(format!(
+            "logFile {:?} must be a file name of letters, digits, '.', '_' and '-' (not starting with '.'); it is placed in the node's log directory {}",
+            f.display().to_string(),
+            log_dir.display()
+        )))
     }
 }
 
@@ -471,7 +572,62 @@ mod tests {
         assert_eq!(c.selector, Some(Selector::Name("eth1".into())));
         assert_eq!(c.rdma.isolation, Isolation::Auto);
         assert_eq!(c.rdma.gid_timeout_ms, 5000);
-        assert_eq!(c.state_dir, PathBuf::from(DEFAULT_STATE_DIR));
+        assert_eq!(c.state_dir, PathBuf::from(crate::node::DEFAULT_STATE_DIR));
+    }
+
+    #[test]
+    fn log_file_is_a_name_in_the_nodes_log_dir() {
+        let node = Node {
+            log_dir: PathBuf::from("/l"),
+            ..Node::default()
+        };
+        let p = |f: &str| {
+            NetConf::parse_strict(
+                format!(r#"{{"cniVersion":"1.0.0","name":"n","logFile":{f:?}}}"#).into_bytes(),
+                &node,
+            )
+        };
+        assert_eq!(
+            p("a.log").unwrap().log_file,
+            Some(PathBuf::from("/l/a.log"))
+        );
+        assert_eq!(
+            p("/l/b.log").unwrap().log_file,
+            Some(PathBuf::from("/l/b.log"))
+        );
+        for bad in ["/l/sub/c.log", "/tmp/c.log", ".hidden", "", "a/b", "x y"] {
+            assert_eq!(p(bad).unwrap_err().code, Code::InvalidConfig, "{bad}");
+        }
+    }
+
+    #[test]
+    fn del_is_lenient_and_says_what_it_ignored() {
+        let node = Node::default();
+        let raw = br#"{"cniVersion":"1.0.0","name":"n","device":"e","hwaddr":"x","typo":1,
+            "mtu":7,"stateDir":"/etc","logFile":"/etc/passwd",
+            "rdma":{"gidTimeoutMs":99999999},"ipam":{"type":"host-local","subnet":"10.0.0.0/24"}}"#;
+        assert!(NetConf::parse_strict(raw.to_vec(), &node).is_err());
+        let (c, ignored) = NetConf::parse_lenient(raw.to_vec(), &node).unwrap();
+        assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
+        assert_eq!(c.state_dir, node.state_dir);
+        assert_eq!(c.log_file, None);
+        assert_eq!(c.mtu, None);
+        assert_eq!(c.selector, None);
+        assert_eq!(c.raw, raw.to_vec(), "IPAM gets the bytes the runtime sent");
+        let all = ignored.join("\n");
+        for k in ["typo", "mtu", "stateDir", "logFile", "rdma"] {
+            assert!(all.contains(k), "{k} not reported in {all}");
+        }
+        // A bad version or name does not stop DEL either; only non-JSON does.
+        let (c, _) =
+            NetConf::parse_lenient(br#"{"cniVersion":"9","name":"a b"}"#.to_vec(), &node).unwrap();
+        assert_eq!(c.cni_version, Version::LATEST);
+        assert_eq!(
+            NetConf::parse_lenient(b"nope".to_vec(), &node)
+                .unwrap_err()
+                .code,
+            Code::Decode
+        );
     }
 
     #[test]
@@ -481,9 +637,13 @@ mod tests {
                 "hwaddr":"AA-BB-CC-DD-EE-FF","mtu":9000,
                 "ipam":{"type":"host-local","subnet":"10.1.0.0/24"},
                 "rdma":{"isolation":"exclusive","gidTimeoutMs":100,"softDevice":"siw"},
-                "logLevel":"debug","logFile":"/tmp/x.log","stateDir":"/tmp/s"}"#,
+                "logLevel":"debug","logFile":"x.log","stateDir":"/var/lib/cni/rdma-host-device"}"#,
         )
         .unwrap();
+        assert_eq!(
+            c.log_file,
+            Some(PathBuf::from("/var/log/rdma-host-device/x.log"))
+        );
         assert_eq!(c.selector, Some(Selector::Mac("aa:bb:cc:dd:ee:ff".into())));
         assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
         assert_eq!(c.rdma.soft_device, Some(SoftDevice::Siw));
@@ -573,6 +733,32 @@ mod tests {
             ),
             (
                 &format!("{{{base},\"device\":\"e\",\"stateDir\":\"rel\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"stateDir\":\"/etc\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"logFile\":\"/etc/passwd\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"logFile\":\"../x.log\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!(
+                    "{{{base},\"device\":\"e\",\"logFile\":\"/var/log/rdma-host-device/../x\"}}"
+                ),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"logFile\":\"..\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"logFile\":\"a\\u0000b\"}}"),
                 Code::InvalidConfig,
             ),
             (

@@ -12,6 +12,7 @@ use crate::ipam::Ipam;
 use crate::link::{Arrival, LinkInfo, Links};
 use crate::lock;
 use crate::netns::Netns;
+use crate::node::Node;
 use crate::select::{self, Resolved};
 use crate::state::{Record, Store};
 use futures::FutureExt;
@@ -19,7 +20,7 @@ use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 
-pub async fn add(env: &Env, conf: &NetConf) -> Result<CniResult> {
+pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
     let selector = conf.require_selector()?;
     let pod_ns = Netns::open(Path::new(&env.netns))?;
     let host_ns = Netns::current()?;
@@ -59,6 +60,7 @@ pub async fn add(env: &Env, conf: &NetConf) -> Result<CniResult> {
             .map(|p| format!(", pci {p}"))
             .unwrap_or_default()
     );
+    select::admit(node, &host, &resolved, selector).await?;
     if pod.by_name(&env.ifname).await?.is_some() {
         return Err(Error::new(
             Code::IfnameExists,
@@ -356,6 +358,8 @@ mod tests {
             alias: None,
             min_mtu: Some(68),
             max_mtu: Some(1500),
+            master: None,
+            perm_mac: String::new(),
         };
         assert!(check_mtu(&nic, 1500).is_ok());
         let e = check_mtu(&nic, 9000).unwrap_err();

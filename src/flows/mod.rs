@@ -13,6 +13,7 @@ use crate::cni::env::{Command, Env};
 use crate::cni::netconf::NetConf;
 use crate::cni::result::CniResult;
 use crate::error::{Code, Error, Result};
+use crate::node::Node;
 
 /// What a verb prints on success.
 pub enum Output {
@@ -22,17 +23,19 @@ pub enum Output {
 
 /// Run one verb to completion on a current-thread runtime (setns is per thread, and one
 /// thread is all a plugin call needs).
-pub fn run(env: &Env, conf: &NetConf) -> Result<Output> {
+pub fn run(env: &Env, conf: &NetConf, node: &Node) -> Result<Output> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
         .map_err(|e| Error::new(Code::Io, format!("cannot start the async runtime: {e}")))?;
     rt.block_on(async {
         match env.command {
-            Command::Add => add::add(env, conf).await.map(Output::Result),
+            Command::Add => add::add(env, conf, node).await.map(Output::Result),
             Command::Del => del::del(env, conf).await.map(|()| Output::Nothing),
             Command::Check => check::check(env, conf).await.map(|()| Output::Nothing),
-            Command::Status => status::status(env, conf).await.map(|()| Output::Nothing),
+            Command::Status => status::status(env, conf, node)
+                .await
+                .map(|()| Output::Nothing),
             Command::Gc => gc::gc(env, conf).await.map(|()| Output::Nothing),
             Command::Version => Ok(Output::Nothing),
         }

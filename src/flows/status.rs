@@ -6,18 +6,22 @@ use crate::cni::netconf::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::ipam::Ipam;
 use crate::link::Links;
+use crate::node::Node;
 use crate::select;
 use crate::state::Store;
 
 use super::undo::restore_lost;
 
-pub async fn status(env: &Env, conf: &NetConf) -> Result<()> {
+pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     if let Some(sel) = &conf.selector {
         let host = Links::open()?;
         let store = Store::new(&conf.state_dir);
         match select::resolve(sel, &host, &store).await {
             // A NIC back from a dead pod is ready once it has its own name again.
             Ok(r) => {
+                select::admit(node, &host, &r, sel)
+                    .await
+                    .map_err(|e| Error::new(Code::NotAvailable, format!("not ready: {}", e.msg)))?;
                 if let Some(tag) = &r.lost {
                     let alias = store
                         .all()?

@@ -43,6 +43,9 @@ pub fn tag() -> String {
     format!("{:03x}", std::process::id() & 0xfff)
 }
 
+/// Where the plugin reads the node configuration from (see src/node.rs).
+pub const NODE_CONFIG_ENV: &str = "RDMA_HOST_DEVICE_NODE_CONFIG";
+
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
@@ -502,11 +505,36 @@ impl Rig {
         let bin = dir.path().join("bin");
         fs::create_dir_all(&bin).unwrap();
         std::os::unix::fs::symlink(plugin(), bin.join("rdma-host-device")).unwrap();
-        Rig {
+        let rig = Rig {
             n,
             dir,
             calls: AtomicU32::new(0),
+        };
+        rig.set_node(json!({}));
+        rig
+    }
+
+    /// The node configuration file every call of this rig uses (through
+    /// [`NODE_CONFIG_ENV`]): this rig's stateDir and logDir, plus `extra` keys (a policy).
+    pub fn set_node(&self, extra: Value) {
+        let mut node = json!({"stateDir": self.state_dir(), "logDir": self.log_dir()});
+        if let Value::Object(m) = extra {
+            for (k, v) in m {
+                node[k] = v;
+            }
         }
+        fs::write(
+            self.node_config(),
+            serde_json::to_vec_pretty(&node).unwrap(),
+        )
+        .unwrap();
+    }
+    pub fn node_config(&self) -> PathBuf {
+        self.dir.path().join("node.json")
+    }
+    /// The node's log directory: the only place a config's `logFile` lands.
+    pub fn log_dir(&self) -> PathBuf {
+        self.dir.path().join("log")
     }
 
     /// Host NIC name for slot `i` (a test may need several).
@@ -630,14 +658,13 @@ impl Rig {
         })
     }
 
-    /// Our plugin's config: `selector` (an object of selector keys) merged in, static IPAM,
-    /// this rig's stateDir.
+    /// Our plugin's config: `selector` (an object of selector keys) merged in, static IPAM.
+    /// (The stateDir is the node's: see [`Rig::set_node`].)
     pub fn conf(&self, version: &str, selector: Value) -> Value {
         let mut c = json!({
             "cniVersion": version,
             "name": self.net_name(),
             "type": "rdma-host-device",
-            "stateDir": self.state_dir(),
             "ipam": self.static_ipam(),
         });
         if let Value::Object(sel) = selector {
@@ -693,6 +720,7 @@ impl Rig {
         args.extend(extra.iter().map(|s| s.to_string()));
         let out = Command::new(driver())
             .args(&args)
+            .env(NODE_CONFIG_ENV, self.node_config())
             .stdin(Stdio::null())
             .output()
             .expect("run libcni driver");
@@ -786,6 +814,8 @@ impl Rig {
             ("CNI_IFNAME", Some(ifname)),
             ("CNI_PATH", Some(&path)),
         ];
+        let node = self.node_config().display().to_string();
+        env.push((NODE_CONFIG_ENV, Some(&node)));
         env.extend(extra.iter().map(|(k, v)| (*k, Some(*v))));
         let mut out = run_plugin(&env, &serde_json::to_vec(conf).unwrap());
         out.what = format!("{cmd} {cid}/{ifname} in {netns:?} env {extra:?}\n  conf {conf}");

@@ -42,6 +42,9 @@ GROUP=${1:?usage: plugin.sh shared|exclusive-stock|exclusive-move}
 BIN=${RHD_BIN:-$REPO/target/debug/rdma-host-device}
 DRIVER=${RHD_DRIVER:-$REPO/target/vm/libcni-driver}
 WORK=$(mktemp -d)
+# The node's settings (state and log directories) come from the node configuration, not the NAD.
+echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\"}" >"$WORK/node.json"
+export RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/node.json
 PLUGINS=$WORK/bin
 mkdir -p "$PLUGINS"
 ln -s "$BIN" "$PLUGINS/rdma-host-device"
@@ -75,7 +78,7 @@ json() { python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(eval(sys.
 conf() {  # conf FILE NAME SELECTOR-JSON RDMA-JSON IPAM-JSON [VERSION]
   cat >"$1" <<EOF
 {"cniVersion":"${6:-1.0.0}","name":"$2","type":"rdma-host-device",$3,
- "rdma":$4,"ipam":$5,"stateDir":"$WORK/state","logFile":"$WORK/plugin.log","logLevel":"debug"}
+ "rdma":$4,"ipam":$5,"logFile":"plugin.log","logLevel":"debug"}
 EOF
 }
 host_local() { echo "{\"type\":\"host-local\",\"subnet\":\"$1\",\"dataDir\":\"$WORK/ipam\"}"; }
@@ -291,7 +294,7 @@ exclusive_move() {
   ip netns add p3; NETNS=/var/run/netns/p3
   cat >"$WORK/d.conf" <<EOF
 {"cniVersion":"1.0.0","name":"xdeath","type":"rdma-host-device","capabilities":{"deviceID":true},
- "ipam":$(host_local 10.82.0.0/24),"stateDir":"$WORK/state","logFile":"$WORK/plugin.log"}
+ "ipam":$(host_local 10.82.0.0/24),"logFile":"plugin.log"}
 EOF
   cni add "$WORK/d.conf" c-d -cap "deviceID=$PCI"
   check "ADD by the deviceID capability succeeds" test "$RC" = 0

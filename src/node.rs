@@ -1,0 +1,272 @@
+//! The node's own settings, written by the node operator (the DaemonSet installs them from a
+//! ConfigMap), never by a NetworkAttachmentDefinition: where the plugin keeps its state and its
+//! log files, and which NICs may be handed to pods. The plugin works without the file.
+//!
+//! The file is `/etc/rdma-host-device/node.json`, or the path in `RDMA_HOST_DEVICE_NODE_CONFIG`
+//! (the environment of a CNI plugin is the runtime's, a node-level component, not the tenant's).
+
+use crate::error::{Code, Error, Result};
+use serde::Deserialize;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_PATH: &str = "/etc/rdma-host-device/node.json";
+pub const PATH_ENV: &str = "RDMA_HOST_DEVICE_NODE_CONFIG";
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/rdma-host-device";
+pub const DEFAULT_LOG_DIR: &str = "/var/log/rdma-host-device";
+
+/// Larger than any sane node config; the file is the operator's, but we never read unbounded.
+const MAX_LEN: u64 = 1 << 20;
+
+/// Which NICs may be handed to pods. Absent: any NIC except the node's own uplinks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NicPolicy {
+    /// Host interface names (the primary name, as `ip link` shows it).
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// PCI functions, `0000:3b:00.1`.
+    #[serde(default)]
+    pub pci_addresses: Vec<String>,
+    /// Kernel drivers, `mlx5_core`, `irdma`'s `ice`, ...
+    #[serde(default)]
+    pub drivers: Vec<String>,
+    /// RDMA devices, `mlx5_0`.
+    #[serde(default)]
+    pub rdma_devices: Vec<String>,
+}
+
+/// The node configuration file's content.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Node {
+    /// Where attachments are remembered (and per-attachment locks live).
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    /// The only directory a netconf `logFile` may name a file in.
+    #[serde(default = "default_log_dir")]
+    pub log_dir: PathBuf,
+    /// Only these NICs may be handed to pods (any entry matching is enough).
+    #[serde(default)]
+    pub allowed_nics: Option<NicPolicy>,
+    /// NICs (by name or PCI address) that may be handed to pods although they carry the node's
+    /// default route, a global address, or are a port of a bond or bridge. Their host addresses
+    /// and routes are not restored on DEL.
+    #[serde(default)]
+    pub allowed_uplinks: Vec<String>,
+    /// Where this came from, for messages.
+    #[serde(skip)]
+    pub source: String,
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_STATE_DIR)
+}
+
+fn default_log_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_LOG_DIR)
+}
+
+impl Default for Node {
+    fn default() -> Self {
+        Node {
+            state_dir: default_state_dir(),
+            log_dir: default_log_dir(),
+            allowed_nics: None,
+            allowed_uplinks: Vec::new(),
+            source: "built-in defaults".into(),
+        }
+    }
+}
+
+/// What the NIC is, as far as the node policy cares.
+#[derive(Debug, Default)]
+pub struct NicFacts<'a> {
+    pub name: &'a str,
+    pub pci: Option<&'a str>,
+    pub driver: Option<&'a str>,
+    pub rdma_device: Option<&'a str>,
+    /// Why the node itself needs this NIC (default route, global address, bond port), if it does.
+    pub uplink: Vec<String>,
+}
+
+impl Node {
+    /// The node configuration: the file named by the environment or the default path; the
+    /// built-in defaults when the default file does not exist.
+    pub fn load() -> Result<Node> {
+        match std::env::var_os(PATH_ENV) {
+            Some(p) if !p.is_empty() => Self::from_file(Path::new(&p), true),
+            _ => Self::from_file(Path::new(DEFAULT_PATH), false),
+        }
+    }
+
+    fn from_file(path: &Path, required: bool) -> Result<Node> {
+        let bad = |what: String| {
+            Error::new(
+                Code::InvalidConfig,
+                format!("node configuration {}: {what}", path.display()),
+            )
+        };
+        let f = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+                return Ok(Node::default());
+            }
+            Err(e) => return Err(bad(format!("cannot open it: {e}"))),
+        };
+        let mut body = Vec::new();
+        f.take(MAX_LEN + 1)
+            .read_to_end(&mut body)
+            .map_err(|e| bad(format!("cannot read it: {e}")))?;
+        if body.len() as u64 > MAX_LEN {
+            return Err(bad(format!("larger than {MAX_LEN} bytes")));
+        }
+        let mut node: Node = serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?;
+        node.source = path.display().to_string();
+        for (key, dir) in [("stateDir", &node.state_dir), ("logDir", &node.log_dir)] {
+            if !dir.is_absolute() || dir.components().any(|c| c.as_os_str() == "..") {
+                return Err(bad(format!(
+                    "{key} {} must be an absolute path without '..'",
+                    dir.display()
+                )));
+            }
+        }
+        Ok(node)
+    }
+
+    /// Why this NIC may not be handed to a pod, or `Ok` when it may.
+    pub fn admit(&self, nic: &NicFacts<'_>) -> Result<()> {
+        let refuse = |why: String| {
+            Error::new(
+                Code::NotAllowed,
+                format!(
+                    "{} may not be handed to a pod: {why} (node policy: {})",
+                    nic.name, self.source
+                ),
+            )
+        };
+        if let Some(p) = &self.allowed_nics {
+            let any =
+                |list: &[String], v: Option<&str>| v.is_some_and(|v| list.iter().any(|x| x == v));
+            let allowed = any(&p.names, Some(nic.name))
+                || any(&p.pci_addresses, nic.pci)
+                || any(&p.drivers, nic.driver)
+                || any(&p.rdma_devices, nic.rdma_device);
+            if !allowed {
+                return Err(refuse(format!(
+                    "it is not in allowedNics (name {}, pci {}, driver {}, rdma device {})",
+                    nic.name,
+                    nic.pci.unwrap_or("none"),
+                    nic.driver.unwrap_or("none"),
+                    nic.rdma_device.unwrap_or("none"),
+                )));
+            }
+        }
+        if !nic.uplink.is_empty() {
+            let listed = self
+                .allowed_uplinks
+                .iter()
+                .any(|u| u == nic.name || Some(u.as_str()) == nic.pci);
+            if !listed {
+                return Err(refuse(format!(
+                    "the node itself uses it ({}); list it in allowedUplinks to hand it over anyway",
+                    nic.uplink.join("; ")
+                )));
+            }
+            log::warn!(
+                "{} is used by the node ({}) and allowed by allowedUplinks; its host addresses and routes will not come back on DEL",
+                nic.name,
+                nic.uplink.join("; ")
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The RDMA device on the same device as a net device (`/sys/class/net/<name>/device/infiniband`),
+/// for the policy's `rdmaDevices`; ADD's own pairing (RDMA netlink) decides what moves.
+pub fn rdma_of(ifname: &str) -> Option<String> {
+    let rd = std::fs::read_dir(format!("/sys/class/net/{ifname}/device/infiniband")).ok()?;
+    let mut names: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names.into_iter().next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(body: &str) -> PathBuf {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("rhd-node-{}-{n}.json", std::process::id()));
+        std::fs::write(&p, body).unwrap();
+        p
+    }
+
+    #[test]
+    fn defaults_without_a_file() {
+        let n = Node::from_file(Path::new("/nonexistent/rhd/node.json"), false).unwrap();
+        assert_eq!(n.state_dir, PathBuf::from(DEFAULT_STATE_DIR));
+        assert_eq!(n.log_dir, PathBuf::from(DEFAULT_LOG_DIR));
+        // Named explicitly (by the environment) but missing: an error, not silent defaults.
+        let e = Node::from_file(Path::new("/nonexistent/rhd/node.json"), true).unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig);
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_path() {
+        for body in [
+            "{",
+            r#"{"stateDir":"relative"}"#,
+            r#"{"logDir":"/var/log/../../etc"}"#,
+            r#"{"stateDir":"/x","typo":1}"#,
+            r#"{"allowedNics":{"name":["x"]}}"#,
+        ] {
+            let p = write(body);
+            let e = Node::from_file(&p, true).unwrap_err();
+            assert_eq!(e.code, Code::InvalidConfig, "{body}");
+            assert!(e.msg.contains(&p.display().to_string()), "{}", e.msg);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    #[test]
+    fn policy() {
+        let p = write(
+            r#"{"stateDir":"/s","logDir":"/l","allowedNics":{"names":["a"],"drivers":["mlx5_core"]},"allowedUplinks":["up0"]}"#,
+        );
+        let n = Node::from_file(&p, true).unwrap();
+        let _ = std::fs::remove_file(p);
+        let nic = |name, driver, uplink: &[&str]| NicFacts {
+            name,
+            driver,
+            uplink: uplink.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        assert!(n.admit(&nic("a", None, &[])).is_ok());
+        assert!(n.admit(&nic("b", Some("mlx5_core"), &[])).is_ok());
+        let e = n.admit(&nic("b", Some("ice"), &[])).unwrap_err();
+        assert_eq!(e.code, Code::NotAllowed);
+        assert!(
+            e.msg.contains("allowedNics") && e.msg.contains("ice"),
+            "{}",
+            e.msg
+        );
+        let e = n
+            .admit(&nic("a", None, &["carries the default route"]))
+            .unwrap_err();
+        assert!(e.msg.contains("default route"), "{}", e.msg);
+        let free = Node::default();
+        assert!(free.admit(&nic("z", None, &[])).is_ok());
+        assert!(free.admit(&nic("up0", None, &["x"])).is_err());
+        let n2 = Node {
+            allowed_uplinks: vec!["up0".into()],
+            ..Node::default()
+        };
+        assert!(n2.admit(&nic("up0", None, &["x"])).is_ok());
+    }
+}

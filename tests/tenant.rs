@@ -1,0 +1,289 @@
+//! A tenant writes the network configuration (a NetworkAttachmentDefinition is a namespaced
+//! object) that this plugin runs as root: each test here is one thing a hostile or careless
+//! tenant tries, and what the node operator needs to stay true. The rows of docs/trust.md that
+//! say "refused" or "confined" point here. Needs root (see tests/common/mod.rs).
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::fs;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const IF: &str = "net1";
+
+/// Run one plugin call on its own thread and fail the test if it has not finished within
+/// `limit`: no tenant input may make the plugin block.
+fn call_within(
+    rig: &std::sync::Arc<Rig>,
+    limit: Duration,
+    cmd: &'static str,
+    conf: &Value,
+    pod: &Netns,
+    cid: &str,
+) -> RunOut {
+    let (tx, rx) = mpsc::channel();
+    let (r, conf, path, cid) = (rig.clone(), conf.clone(), pod.path(), cid.to_owned());
+    let start = Instant::now();
+    std::thread::spawn(move || {
+        let _ = tx.send(r.call(cmd, &conf, &path, &cid, IF, &[]));
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out,
+        Err(_) => panic!(
+            "{cmd} did not finish within {limit:?} (started {:?} ago): the plugin blocked",
+            start.elapsed()
+        ),
+    }
+}
+
+fn code(out: &RunOut) -> u64 {
+    out.one_error()["code"].as_u64().unwrap_or(0)
+}
+
+fn msg(out: &RunOut) -> String {
+    out.one_error()["msg"].as_str().unwrap_or("").to_owned()
+}
+
+// ---------------------------------------------------------------- paths
+
+#[test]
+fn log_file_or_state_dir_outside_the_nodes_directories_is_refused() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let victim = rig.dir.path().join("victim.log");
+    let cases = [
+        json!({"logFile": victim}),
+        json!({"logFile": "../victim.log"}),
+        json!({"logFile": "/proc/self/attr/current"}),
+        json!({"stateDir": "/etc"}),
+        json!({"stateDir": rig.dir.path().join("other-state")}),
+    ];
+    for extra in cases {
+        let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+        for (k, v) in extra.as_object().unwrap() {
+            conf[k] = v.clone();
+        }
+        let out = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+        assert_eq!(code(&out), 7, "{extra}\n{out}");
+        let m = msg(&out);
+        assert!(
+            m.contains("node") && (m.contains("logFile") || m.contains("stateDir")),
+            "the message says it is a node setting: {m}"
+        );
+        nic.assert_home(Some(&pod), &out);
+        assert!(!victim.exists(), "wrote {}\n{out}", victim.display());
+        assert!(!rig.dir.path().join("other-state").exists());
+        assert!(!Path::new("/etc/locks").exists(), "created /etc/locks");
+    }
+    rig.assert_state_empty(&"refused configs");
+}
+
+#[test]
+fn log_file_is_placed_in_the_nodes_log_dir() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["logFile"] = json!("tenant.log");
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    let log = fs::read_to_string(rig.log_dir().join("tenant.log")).unwrap();
+    assert!(log.starts_with("# rdma-host-device log\n"), "{log}");
+    assert!(log.contains(" ADD ") && log.contains(" DEL "), "{log}");
+    nic.assert_home(Some(&pod), &del);
+}
+
+#[test]
+fn a_symlink_in_the_log_dir_is_not_followed() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let victim = rig.dir.path().join("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    fs::create_dir_all(rig.log_dir()).unwrap();
+    std::os::unix::fs::symlink(&victim, rig.log_dir().join("link.log")).unwrap();
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["logFile"] = json!("link.log");
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    add.ok();
+    assert!(
+        add.stderr.contains("not logging to a file"),
+        "says why\n{add}"
+    );
+    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+}
+
+#[test]
+fn a_fifo_in_the_log_dir_blocks_neither_add_nor_del() {
+    let rig = std::sync::Arc::new(Rig::new());
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    fs::create_dir_all(rig.log_dir()).unwrap();
+    let fifo = rig.log_dir().join("fifo.log");
+    let out = run("mkfifo", &[fifo.to_str().unwrap()]);
+    assert!(out.status.success());
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["logFile"] = json!("fifo.log");
+    let limit = Duration::from_secs(5);
+    call_within(&rig, limit, "ADD", &conf, &pod, &rig.cid(0)).ok();
+    let del = call_within(&rig, limit, "DEL", &conf, &pod, &rig.cid(0));
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    // A reader on the FIFO does not make it a log file either.
+    let reader = std::process::Command::new("cat")
+        .arg(&fifo)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    call_within(&rig, limit, "ADD", &conf, &pod, &rig.cid(1)).ok();
+    call_within(&rig, limit, "DEL", &conf, &pod, &rig.cid(1)).ok();
+    let _ = fs::remove_file(&fifo);
+    let mut reader = reader;
+    let _ = reader.kill();
+    let got = reader.wait_with_output().unwrap();
+    assert!(got.stdout.is_empty(), "wrote to the FIFO");
+}
+
+#[test]
+fn only_log_files_the_plugin_created_are_written_or_rotated() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    fs::create_dir_all(rig.log_dir()).unwrap();
+    let big = vec![b'x'; 11 << 20];
+    // Someone else's file in the log dir, over the rotation size.
+    let foreign = rig.log_dir().join("foreign.log");
+    fs::write(&foreign, &big).unwrap();
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["logFile"] = json!("foreign.log");
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    assert_eq!(fs::read(&foreign).unwrap(), big, "foreign file changed");
+    assert!(!rig.log_dir().join("foreign.log.1").exists(), "rotated it");
+
+    // Our own file grows past 10 MiB: it is rotated to .1 and a new one started.
+    conf["logFile"] = json!("ours.log");
+    let ours = rig.log_dir().join("ours.log");
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(1), IF, &[])
+        .ok();
+    let mut f = fs::OpenOptions::new().append(true).open(&ours).unwrap();
+    std::io::Write::write_all(&mut f, &big).unwrap();
+    drop(f);
+    rig.call("DEL", &conf, &pod.path(), &rig.cid(1), IF, &[])
+        .ok();
+    let old = rig.log_dir().join("ours.log.1");
+    assert!(old.exists(), "not rotated");
+    assert!(
+        fs::metadata(&ours).unwrap().len() < 1 << 20,
+        "not restarted"
+    );
+    nic.assert_home(Some(&pod), &"after rotation");
+}
+
+// ---------------------------------------------------------------- the node's own NICs
+
+/// ADD is refused with 107 naming the NIC and `why`; STATUS agrees (50); nothing changed.
+fn assert_refused(rig: &Rig, nic: &Veth, pod: &Netns, why: &str) {
+    let conf = rig.conf("1.1.0", json!({"device": nic.name}));
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    assert_eq!(code(&add), 107, "{add}");
+    let m = msg(&add);
+    assert!(m.contains(&nic.name) && m.contains(why), "{m}");
+    assert!(link(None, &nic.name).is_some(), "NIC left the host\n{add}");
+    assert!(link(Some(&pod.name), IF).is_none());
+    rig.assert_state_empty(&add);
+    let status = rig.call("STATUS", &conf, "", "", "", &[]);
+    assert_eq!(
+        code(&status),
+        50,
+        "STATUS says ready for a refused NIC\n{status}"
+    );
+    assert!(msg(&status).contains(why), "{status}");
+}
+
+fn assert_allowed(rig: &Rig, nic: &Veth, pod: &Netns) {
+    let conf = rig.conf("1.1.0", json!({"device": nic.name}));
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    assert!(link(None, &nic.name).is_some(), "NIC not home\n{del}");
+}
+
+#[test]
+fn a_nic_with_a_global_host_address_is_refused_unless_the_node_allows_it() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let addr = format!("10.99.{}.1/24", rig.octet());
+    ip(&["addr", "add", &addr, "dev", &nic.name]);
+    assert_refused(&rig, &nic, &pod, &addr);
+    rig.set_node(json!({"allowedUplinks": [nic.name]}));
+    assert_allowed(&rig, &nic, &pod);
+}
+
+#[test]
+fn a_nic_carrying_a_default_route_is_refused() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    ip(&["link", "set", &nic.name, "up"]);
+    ip(&["link", "set", &nic.peer, "up"]);
+    let table = (40_000 + rig.n).to_string();
+    ip(&["route", "add", "default", "dev", &nic.name, "table", &table]);
+    assert_refused(&rig, &nic, &pod, "default route");
+    ip(&["route", "del", "default", "dev", &nic.name, "table", &table]);
+    assert_allowed(&rig, &nic, &pod);
+}
+
+#[test]
+fn a_bridge_port_is_refused() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let br = format!("rh{}b{}", tag(), rig.n);
+    ip(&["link", "add", &br, "type", "bridge"]);
+    ip(&["link", "set", &nic.name, "master", &br]);
+    assert_refused(&rig, &nic, &pod, &format!("port of {br}"));
+    let _ = run("ip", &["link", "del", &br]);
+}
+
+#[test]
+fn the_node_policy_names_the_nics_pods_may_have() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    rig.set_node(json!({"allowedNics": {"names": ["someothernic"], "drivers": ["mlx5_core"]}}));
+    assert_refused(&rig, &nic, &pod, "allowedNics");
+    rig.set_node(json!({"allowedNics": {"names": [nic.name]}}));
+    assert_allowed(&rig, &nic, &pod);
+    rig.set_node(json!({"allowedNics": {"drivers": ["veth"]}}));
+    assert_allowed(&rig, &nic, &pod);
+}
+
+#[test]
+fn a_broken_node_configuration_stops_add_with_its_path() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    fs::write(rig.node_config(), "{\"stateDir\": \"relative\"}").unwrap();
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    assert_eq!(code(&add), 7, "{add}");
+    assert!(
+        msg(&add).contains(&rig.node_config().display().to_string()),
+        "{add}"
+    );
+    nic.assert_home(Some(&pod), &add);
+}
