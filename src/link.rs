@@ -30,6 +30,9 @@ pub struct LinkInfo {
     /// The permanent hardware address (IFLA_PERM_ADDRESS): set by the NIC's firmware, not
     /// changeable from a pod. Empty for virtual links, which have none.
     pub perm_mac: String,
+    /// Alternative names (`ip link property add ... altname`): they select the link as its
+    /// name does, and travel with it between namespaces.
+    pub altnames: Vec<String>,
 }
 
 /// How a link should look once it has arrived in the target namespace.
@@ -40,6 +43,16 @@ pub struct Arrival<'a> {
     /// `Some("")` clears the alias.
     pub alias: Option<&'a str>,
     pub up: bool,
+    /// Set this MAC (colon form) if given: a pod may have changed it.
+    pub mac: Option<&'a str>,
+}
+
+/// `aa:bb:..` to bytes; `None` if it is not a MAC.
+fn mac_bytes(mac: &str) -> Option<Vec<u8>> {
+    mac.split(':')
+        .map(|p| u8::from_str_radix(p, 16).ok())
+        .collect::<Option<Vec<u8>>>()
+        .filter(|b| b.len() == 6)
 }
 
 /// An rtnetlink socket bound to one network namespace.
@@ -127,6 +140,9 @@ impl Links {
         if let Some(alias) = how.alias {
             b = b.alias(alias.to_string());
         }
+        if let Some(mac) = how.mac.and_then(mac_bytes) {
+            b = b.address(mac);
+        }
         b = if how.up { b.up() } else { b.down() };
         self.handle
             .link()
@@ -163,6 +179,9 @@ impl Links {
         }
         if let Some(alias) = how.alias {
             b = b.alias(alias.to_string());
+        }
+        if let Some(mac) = how.mac.and_then(mac_bytes) {
+            b = b.address(mac);
         }
         // A rename needs the link down; bring it up afterwards if it should be.
         let b = b.down();
@@ -405,6 +424,7 @@ fn info(m: &LinkMessage) -> LinkInfo {
         max_mtu: None,
         master: None,
         perm_mac: String::new(),
+        altnames: Vec::new(),
     };
     for a in &m.attributes {
         match a {
@@ -415,6 +435,13 @@ fn info(m: &LinkMessage) -> LinkInfo {
             LinkAttribute::MinMtu(m) => li.min_mtu = Some(*m),
             LinkAttribute::MaxMtu(m) if *m > 0 => li.max_mtu = Some(*m),
             LinkAttribute::Controller(i) if *i > 0 => li.master = Some(*i),
+            LinkAttribute::PropList(props) => {
+                for p in props {
+                    if let netlink_packet_route::link::Prop::AltIfName(n) = p {
+                        li.altnames.push(n.clone());
+                    }
+                }
+            }
             LinkAttribute::PermAddress(mac) if mac.iter().any(|b| *b != 0) => {
                 li.perm_mac = format_mac(mac)
             }

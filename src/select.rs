@@ -154,7 +154,7 @@ async fn finish(link: LinkInfo, host: &Links, store: &Store, sel: &Selector) -> 
 /// Does attachment `r` hold the NIC that `sel` names?
 fn holds(r: &Record, sel: &Selector) -> bool {
     match sel {
-        Selector::Name(n) => r.host_name == *n,
+        Selector::Name(n) => r.host_name == *n || r.altnames.contains(n),
         Selector::Mac(m) => r.mac == *m,
         Selector::Pci(id) | Selector::DeviceId(id) => r.pci.as_deref() == Some(id.as_str()),
         Selector::RdmaDevice(d) => r.rdma_device.as_deref() == Some(d.as_str()),
@@ -168,7 +168,7 @@ fn holds(r: &Record, sel: &Selector) -> bool {
 /// original name: find it by that identity.
 async fn find_lost(sel: &Selector, host: &Links) -> Result<Option<Resolved>> {
     let wanted = |l: &LinkInfo, tag: &Tag| match sel {
-        Selector::Name(n) => tag.host_name == *n,
+        Selector::Name(n) => tag.host_name == *n || l.altnames.contains(n),
         Selector::Mac(m) => l.mac == *m,
         Selector::Pci(id) | Selector::DeviceId(id) => pci_of(&l.name).as_deref() == Some(id),
         Selector::KernelPath(p) => {

@@ -84,6 +84,19 @@ pub struct Record {
     #[serde(default)]
     pub host_alias: Option<String>,
     pub mac: String,
+    /// The permanent MAC (IFLA_PERM_ADDRESS) of a real NIC: what a pod cannot change. Empty
+    /// for virtual links.
+    #[serde(default)]
+    pub perm_mac: String,
+    /// The NIC's alternative names: a selector may name it by any of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub altnames: Vec<String>,
+    /// The NIC's ifindex on the host when ADD found it.
+    #[serde(default)]
+    pub host_index: u32,
+    /// Its ifindex inside the pod, once ADD saw it arrive: a pod cannot change an ifindex.
+    #[serde(default)]
+    pub pod_index: Option<u32>,
     /// The NIC's PCI address, when it has one.
     #[serde(default)]
     pub pci: Option<String>,
@@ -245,6 +258,10 @@ mod tests {
             host_up: false,
             host_alias: None,
             mac: "aa:bb:cc:dd:ee:ff".into(),
+            perm_mac: String::new(),
+            altnames: Vec::new(),
+            host_index: 7,
+            pod_index: Some(7),
             pci: None,
             rdma_device: None,
             rdma_moved: false,

@@ -103,23 +103,17 @@ fn wait_for(path: &std::path::Path) {
 
 // ---------------------------------------------------------------- two ADDs, one NIC
 
-/// The first ADD holds the NIC (delayed after the move); the second waits for it and, once the
-/// first is done, finds the NIC taken: 102. With a short wait instead: 11. Either way the
-/// loser changed nothing.
+/// The first ADD holds the NIC (delayed before the move, so the NIC is still on the host);
+/// the second waits for it and, once the first is done, finds the NIC taken: 102. With a short
+/// wait instead: 11. Either way the loser changed nothing. (Once the NIC has left the host, a
+/// second ADD sees it attached and answers 102 at once.)
 fn loser_gets(code: i64, loser_env: &[(&str, &str)]) {
     let w = World::new(1, 2);
     // NIC locks are node-wide (src/lock.rs NIC_LOCK_DIR).
     let lock = std::path::Path::new("/run/rdma-host-device/locks")
         .join(format!("nic-{}.lock", w.nics[0].name));
     let (res_a, res_b) = std::thread::scope(|s| {
-        let a = s.spawn(|| {
-            w.call(
-                "ADD",
-                0,
-                0,
-                &[("RHD_FAULT", "add:after-nic-move:sleep=1500")],
-            )
-        });
+        let a = s.spawn(|| w.call("ADD", 0, 0, &[("RHD_FAULT", "add:after-state:sleep=1500")]));
         wait_for(&lock);
         let b = s.spawn(|| w.call("ADD", 0, 1, loser_env));
         (a.join().unwrap(), b.join().unwrap())

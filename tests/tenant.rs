@@ -287,3 +287,154 @@ fn a_broken_node_configuration_stops_add_with_its_path() {
     );
     nic.assert_home(Some(&pod), &add);
 }
+
+// ---------------------------------------------------------------- DEL tells the truth
+
+/// ADD with host-local IPAM (so a leaked IP shows) into pod 0 as net1.
+fn attach(rig: &Rig, nic: &Veth, pod: &Netns) -> Value {
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["ipam"] = rig.host_local_ipam();
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    conf
+}
+
+fn in_pod(pod: &Netns, args: &[&str]) {
+    let mut a = vec!["-n", pod.name.as_str()];
+    a.extend_from_slice(args);
+    ip(&a);
+}
+
+#[test]
+fn a_pod_that_rewrites_its_alias_mac_and_name_still_gets_its_nic_taken_back() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = attach(&rig, &nic, &pod);
+    // What a pod with NET_ADMIN may do to its own interface.
+    in_pod(&pod, &["link", "set", IF, "down"]);
+    in_pod(&pod, &["link", "set", IF, "alias", "mine now"]);
+    in_pod(&pod, &["link", "set", IF, "address", "02:11:22:33:44:55"]);
+    in_pod(&pod, &["link", "set", IF, "name", "eth9"]);
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    // Home under its name, MTU and MAC; nothing of it left in the pod; IP and state released.
+    nic.assert_home(Some(&pod), &del);
+    assert!(
+        link(Some(&pod.name), "eth9").is_none(),
+        "still in the pod\n{del}"
+    );
+    assert!(
+        rig.allocations_of(&rig.net_name(), &rig.cid(0)).is_empty(),
+        "IP leaked\n{del}"
+    );
+    rig.assert_state_empty(&del);
+}
+
+#[test]
+fn a_forged_tag_cannot_redirect_del_to_another_link() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let decoy = rig.nic(1);
+    let pod = rig.netns(0);
+    let index = link(None, &nic.name).unwrap().index;
+    let conf = attach(&rig, &nic, &pod);
+    let tag = link(Some(&pod.name), IF).unwrap().alias.expect("tagged");
+    // The pod moves our tag and the NIC's MAC onto another link of its own, and hides the NIC.
+    ip(&["link", "set", &decoy.name, "netns", &pod.name]);
+    in_pod(&pod, &["link", "set", &decoy.name, "name", "decoy"]);
+    in_pod(&pod, &["link", "set", IF, "alias", ""]);
+    in_pod(&pod, &["link", "set", IF, "address", "02:11:22:33:44:56"]);
+    in_pod(&pod, &["link", "set", "decoy", "address", &nic.mac]);
+    in_pod(&pod, &["link", "set", "decoy", "alias", &tag]);
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    let home = link(None, &nic.name).expect("the NIC is home");
+    assert_eq!(
+        home.index, index,
+        "the host got another link as {}\n{del}",
+        nic.name
+    );
+    assert_eq!(home.mac, nic.mac, "MAC restored\n{del}");
+    assert!(
+        link(Some(&pod.name), "decoy").is_some(),
+        "the decoy was moved\n{del}"
+    );
+    assert!(
+        del.stderr.contains("ignoring decoy"),
+        "the log says why\n{del}"
+    );
+    rig.assert_state_empty(&del);
+}
+
+#[test]
+fn del_that_cannot_bring_the_nic_home_fails_and_keeps_the_state() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = attach(&rig, &nic, &pod);
+    // Something on the host took the NIC's name: the NIC cannot come home under it.
+    let squatter = Veth::new(&nic.name, &format!("rh{}q{}", tag(), rig.n), 1500);
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    assert!(
+        !del.success(),
+        "DEL said success with the NIC not home\n{del}"
+    );
+    assert!(link(None, &nic.name).is_some_and(|l| l.mac != nic.mac));
+    assert!(!rig.state_files().is_empty(), "state forgotten\n{del}");
+    drop(squatter);
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    rig.assert_state_empty(&del);
+}
+
+#[test]
+fn del_works_from_the_record_when_the_config_was_edited_since_add() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let other = rig.nic(1);
+    let pod = rig.netns(0);
+    let mut conf = attach(&rig, &nic, &pod);
+    // The NAD was edited: a typo key, out-of-range values, another NIC, a foreign stateDir.
+    conf["devcie"] = json!("x");
+    conf["mtu"] = json!(7);
+    conf["rdma"] = json!({"gidTimeoutMs": 99_999_999});
+    conf["device"] = json!(other.name);
+    conf["stateDir"] = json!("/etc");
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    assert!(
+        link(None, &other.name).is_some(),
+        "the other NIC was touched"
+    );
+    rig.assert_state_empty(&del);
+    assert!(
+        del.stderr.contains("ignoring") && del.stderr.contains("devcie"),
+        "DEL logs what it ignored\n{del}"
+    );
+}
+
+// ---------------------------------------------------------------- altnames
+
+#[test]
+fn any_name_the_kernel_accepts_selects_the_nic() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let alt = format!("rhalt{}x{}", tag(), rig.n);
+    ip(&["link", "property", "add", "dev", &nic.name, "altname", &alt]);
+    let conf = rig.conf("1.1.0", json!({"device": alt}));
+    rig.call("STATUS", &conf, "", "", "", &[]).ok();
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    assert!(link(None, &nic.name).is_none(), "NIC still on the host");
+    // While attached, the altname (which travelled with the NIC) names a busy NIC.
+    let other = rig.call("ADD", &conf, &pod.path(), &rig.cid(1), "net2", &[]);
+    assert_eq!(code(&other), 102, "{other}");
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    rig.assert_state_empty(&del);
+}

@@ -70,7 +70,7 @@ pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
             ),
         ));
     }
-    let link = recover_if_lost(&host, resolved.clone()).await?;
+    let link = recover_if_lost(&host, resolved.clone(), &store).await?;
     if let Some(mtu) = conf.mtu {
         check_mtu(&link, mtu)?;
     }
@@ -120,22 +120,20 @@ async fn resolve_locked(
     fn identity(r: &Resolved) -> &str {
         r.lost.as_ref().map_or(&r.link.name, |t| &t.host_name)
     }
-    // By name, the identity is known up front: lock, then look.
-    let guess = match sel {
-        Selector::Name(n) => n.clone(),
-        // Otherwise look first, without the lock. A NIC being moved by another call is briefly
-        // in no namespace at all, so "not found" there is only believed when it lasts.
-        _ => {
-            let mut tries = 0;
-            loop {
-                match select::resolve(sel, host, store).await {
-                    Ok(r) => break identity(&r).to_string(),
-                    Err(e) if e.code == Code::DeviceNotFound && tries < 3 => {
-                        tries += 1;
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                    }
-                    Err(e) => return Err(e),
+    // Look first, without the lock, to learn which NIC the selector names: the lock is on the
+    // NIC's own (primary, original) name, never the selector's string, which may be an altname.
+    // A NIC being moved by another call is briefly in no namespace at all, so "not found"
+    // there is only believed when it lasts.
+    let guess = {
+        let mut tries = 0;
+        loop {
+            match select::resolve(sel, host, store).await {
+                Ok(r) => break identity(&r).to_string(),
+                Err(e) if e.code == Code::DeviceNotFound && tries < 3 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
                 }
+                Err(e) => return Err(e),
             }
         }
     };
@@ -153,13 +151,13 @@ async fn resolve_locked(
     Ok((now, guard))
 }
 
-/// A NIC back from a dead pod still bears the pod-side name: give it its own first.
-async fn recover_if_lost(host: &Links, r: Resolved) -> Result<LinkInfo> {
+/// A NIC back from a dead pod still bears the pod-side name: give it its own first, as its
+/// old attachment's record says (see `restore_lost` for what happens without one).
+async fn recover_if_lost(host: &Links, r: Resolved, store: &Store) -> Result<LinkInfo> {
     let Some(tag) = r.lost else {
         return Ok(r.link);
     };
-    host.restore_in_place(r.link.index, &super::undo::arrival(&tag, None))
-        .await?;
+    super::undo::restore_lost(host, &r.link, &tag, &store.all()?, "ADD").await?;
     host.by_index(r.link.index).await?.ok_or_else(|| {
         Error::new(
             Code::DeviceNotFound,
@@ -202,6 +200,10 @@ async fn attach(
         host_up: nic.up,
         host_alias: nic.alias.clone().filter(|a| !a.is_empty()),
         mac: nic.mac.clone(),
+        perm_mac: nic.perm_mac.clone(),
+        altnames: nic.altnames.clone(),
+        host_index: nic.index,
+        pod_index: None,
         pci: resolved.pci.clone(),
         rdma_device: None,
         rdma_moved: false,
@@ -234,7 +236,7 @@ async fn attach(
     // 4. Move, rename, MTU, tag and up, in one request.
     let tag = record.tag().encode();
     undo.push(Undo::ReturnNic {
-        record: Box::new(record),
+        record: Box::new(record.clone()),
     });
     s.host
         .move_to(
@@ -245,6 +247,7 @@ async fn attach(
                 mtu: conf.mtu,
                 alias: Some(&tag),
                 up: true,
+                mac: None,
             },
         )
         .await?;
@@ -258,6 +261,10 @@ async fn attach(
             ),
         )
     })?;
+    // From now on DEL knows the NIC by its index in the pod, which the pod cannot change.
+    record.pod_index = Some(inside.index);
+    Store::new(&conf.state_dir).save(&record)?;
+    undo.update_record(&record);
     log::info!(
         "moved {} into {} as {} (index {}, mtu {})",
         nic.name,
@@ -360,6 +367,7 @@ mod tests {
             max_mtu: Some(1500),
             master: None,
             perm_mac: String::new(),
+            altnames: Vec::new(),
         };
         assert!(check_mtu(&nic, 1500).is_ok());
         let e = check_mtu(&nic, 9000).unwrap_err();

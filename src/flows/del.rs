@@ -2,7 +2,7 @@
 //! without a netns, with the netns gone, and after the interface was renamed in the pod; it
 //! always tries every step and reports what failed so the runtime retries.
 
-use super::undo::{Scene, first_error, open_pod_ns, owner_of, return_nic};
+use super::undo::{Scene, first_error, open_pod_ns, return_nic};
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
 use crate::error::Result;
@@ -57,7 +57,7 @@ pub async fn release(
         pod_ns: pod_ns.as_ref(),
         pod: pod.as_ref(),
     };
-    match return_nic(&scene, &owner_of(env), record).await {
+    match return_nic(&scene, record).await {
         Ok(true) => {
             log::info!("NIC returned to the host");
             fault::hit("del:after-nic-return")?;

@@ -108,12 +108,8 @@ async fn recover_lost(
         if valid.contains(&tag.owner) || tried.contains(&tag.owner) {
             continue;
         }
-        let alias = records
-            .iter()
-            .find(|r| r.owner() == tag.owner)
-            .and_then(|r| r.host_alias.clone());
         let restored = match fault::hit("gc:lost-nic") {
-            Ok(()) => restore_lost(&host, &l, &tag, alias.as_deref(), "GC").await,
+            Ok(()) => restore_lost(&host, &l, &tag, records, "GC").await,
             Err(e) => Err(e),
         };
         if let Err(e) = restored {

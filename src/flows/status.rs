@@ -23,12 +23,7 @@ pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
                     .await
                     .map_err(|e| Error::new(Code::NotAvailable, format!("not ready: {}", e.msg)))?;
                 if let Some(tag) = &r.lost {
-                    let alias = store
-                        .all()?
-                        .into_iter()
-                        .find(|rec| rec.owner() == tag.owner)
-                        .and_then(|rec| rec.host_alias);
-                    restore_lost(&host, &r.link, tag, alias.as_deref(), "STATUS").await?;
+                    restore_lost(&host, &r.link, tag, &store.all()?, "STATUS").await?;
                 }
             }
             Err(e) if e.code == Code::DeviceBusy => {
