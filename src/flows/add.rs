@@ -5,11 +5,11 @@ use super::rdma::{self, Plan};
 use super::undo::{Scene, Undo, UndoStack};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, Selector};
-use crate::cni::result::{CniResult, Interface, IpConfig};
+use crate::cni::result::{CniResult, Interface, IpConfig, Route};
 use crate::error::{Code, Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::{Arrival, LinkInfo, Links};
+use crate::link::{Arrival, LinkInfo, Links, RouteSpec};
 use crate::lock;
 use crate::netns::Netns;
 use crate::select::{self, Resolved};
@@ -329,10 +329,25 @@ async fn apply_ipam(
     }
     for r in &got.routes {
         let gw = r.gw.or_else(|| gateway_for(&got.ips, r.dst.addr()));
-        pod.add_route(index, r.dst, gw, r.priority).await?;
+        pod.add_route(index, &route_spec(r, gw)).await?;
         result.routes.push(r.clone());
     }
     Ok(())
+}
+
+/// A result route as the kernel is asked for it, every 1.1.0 field included. `mtu`, `advmss`
+/// and `priority` 0 mean unset (libcni omits them when 0); `table` and `scope` 0 are values.
+pub(super) fn route_spec(r: &Route, gw: Option<IpAddr>) -> RouteSpec {
+    RouteSpec {
+        dst: r.dst,
+        gw,
+        table: r.table,
+        scope: r.scope,
+        priority: r.priority.filter(|&p| p != 0),
+        tos: r.tos,
+        mtu: r.mtu.filter(|&m| m != 0),
+        advmss: r.advmss.filter(|&m| m != 0),
+    }
 }
 
 fn gateway_for(ips: &[IpConfig], dst: IpAddr) -> Option<IpAddr> {
