@@ -139,9 +139,8 @@ impl Links {
         let (dev, now) = self.name_of(index).await;
         let hint = match errno(&e) {
             Some(libc::EEXIST) => format!(
-                "; the NIC stays where it was, as {now}, because {:?} is taken in {}",
-                how.name,
-                target.path().display()
+                "; the NIC stays where it was, as {now}, because {} is taken there",
+                how.name
             ),
             _ => String::new(),
         };
