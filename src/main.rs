@@ -1,6 +1,7 @@
 //! rdma-host-device: a CNI plugin that gives a pod a whole host NIC and its RDMA device.
 //! This file only decides who is calling (a runtime or a person) and prints the answer.
 
+mod announce;
 mod cli;
 mod cni;
 mod error;

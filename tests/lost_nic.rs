@@ -119,6 +119,37 @@ impl World {
     }
 }
 
+/// DEL cannot give a lost NIC its name back because another link took the name meanwhile:
+/// the error says so plainly, by names (not by interface index), so the operator knows which
+/// link to rename.
+#[test]
+fn del_of_a_lost_nic_whose_name_is_taken_says_so_by_name() {
+    let w = World::new("1.0.0");
+    w.attach_and_lose(0);
+    let squat = Veth::new(&w.nic.name, &w.rig.peer_name(11), 1500);
+    let del = w.call("DEL", &w.conf, 0);
+    let e = del.err();
+    let msg = format!(
+        "{} {}",
+        e["msg"].as_str().unwrap_or(""),
+        e["details"].as_str().unwrap_or("")
+    );
+    let want = format!(
+        "the NIC is back on the host as {} because {} is taken",
+        w.ifname, w.nic.name
+    );
+    assert!(msg.contains(&want), "the error must say {want:?}\n{del}");
+    assert!(
+        !msg.contains("link #"),
+        "links are named by name, not index\n{del}"
+    );
+    drop(squat);
+    let del = w.call("DEL", &w.conf, 0);
+    del.ok();
+    w.assert_home(&del);
+    w.assert_no_ip_no_state(&del);
+}
+
 // ---------------------------------------------------------------- ADD
 
 fn add_takes_lost_nic(selector: impl FnOnce(&World) -> Value) {

@@ -49,6 +49,9 @@ pub struct Route {
     pub table: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<u8>,
+    /// The route's TOS (rtm_tos, IPv4 only); a 1.1.0 field like the five above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tos: Option<u8>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -121,7 +124,7 @@ impl CniResult {
                 strip(obj.get_mut("interfaces"), &["mtu", "pciID", "socketPath"]);
                 strip(
                     obj.get_mut("routes"),
-                    &["mtu", "advmss", "priority", "table", "scope"],
+                    &["mtu", "advmss", "priority", "table", "scope", "tos"],
                 );
             }
         }
@@ -169,8 +172,9 @@ mod tests {
             mtu: Some(1400),
             advmss: None,
             priority: None,
-            table: None,
-            scope: None,
+            table: Some(100),
+            scope: Some(0),
+            tos: Some(8),
         });
         r
     }
@@ -188,7 +192,9 @@ mod tests {
             assert_eq!(j["ips"][1]["version"], "6");
             assert!(j["interfaces"][0].get("mtu").is_none());
             assert!(j["interfaces"][0].get("pciID").is_none());
-            assert!(j["routes"][0].get("mtu").is_none());
+            for k in ["mtu", "table", "scope", "tos"] {
+                assert!(j["routes"][0].get(k).is_none(), "{k} in {v:?}");
+            }
         }
     }
 
@@ -196,6 +202,8 @@ mod tests {
     fn v1_0_drops_ip_version() {
         let j = json(&sample(), Version::V1_0_0);
         assert!(j["ips"][0].get("version").is_none());
+        assert!(j["routes"][0].get("tos").is_none());
+        assert!(j["routes"][0].get("table").is_none());
         assert_eq!(j["ips"][0]["interface"], 0);
         assert!(j["interfaces"][0].get("mtu").is_none());
     }
@@ -206,6 +214,9 @@ mod tests {
         assert_eq!(j["interfaces"][0]["mtu"], 9000);
         assert_eq!(j["interfaces"][0]["pciID"], "0000:3b:00.1");
         assert_eq!(j["routes"][0]["mtu"], 1400);
+        assert_eq!(j["routes"][0]["table"], 100);
+        assert_eq!(j["routes"][0]["scope"], 0);
+        assert_eq!(j["routes"][0]["tos"], 8);
         assert!(j.get("dns").is_none());
     }
 

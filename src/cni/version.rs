@@ -66,7 +66,7 @@ impl Version {
     }
 
     /// 1.1.0 added interface `mtu`, `pciID`, `socketPath` and route `mtu`, `advmss`,
-    /// `priority`, `table`, `scope`.
+    /// `priority`, `table`, `scope` (and our route `tos`, which older results never carry).
     pub fn has_1_1_fields(self) -> bool {
         self >= Version::V1_1_0
     }

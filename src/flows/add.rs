@@ -5,11 +5,11 @@ use super::rdma::{self, Plan};
 use super::undo::{Scene, Undo, UndoStack};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, Selector};
-use crate::cni::result::{CniResult, Interface, IpConfig};
+use crate::cni::result::{CniResult, Interface, IpConfig, Route};
 use crate::error::{Code, Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::{Arrival, LinkInfo, Links};
+use crate::link::{Arrival, LinkInfo, Links, RouteSpec};
 use crate::lock;
 use crate::netns::Netns;
 use crate::node::Node;
@@ -73,6 +73,12 @@ pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
     let link = recover_if_lost(&host, resolved.clone(), &store).await?;
     if let Some(mtu) = conf.mtu {
         check_mtu(&link, mtu)?;
+    }
+    let ipam_conf = serde_json::from_slice::<serde_json::Value>(&conf.raw)
+        .map(|v| v["ipam"].clone())
+        .unwrap_or_default();
+    if ipv6_declared(&ipam_conf) {
+        check_ipv6_mtu(conf.mtu.unwrap_or(link.mtu), "the config's ipam")?;
     }
 
     let scene = Scene {
@@ -177,6 +183,52 @@ fn check_mtu(nic: &LinkInfo, mtu: u32) -> Result<()> {
         "mtu {mtu} is outside what {}'s driver accepts ({lo} to {hi})",
         nic.name
     )))
+}
+
+/// IPv6 needs a link MTU of at least 1280 (RFC 8200): below it the kernel disables IPv6 on
+/// the link and drops its addresses, so a pod would come up without the address its result
+/// promises.
+const IPV6_MIN_MTU: u32 = 1280;
+
+fn check_ipv6_mtu(mtu: u32, whence: &str) -> Result<()> {
+    if mtu >= IPV6_MIN_MTU {
+        return Ok(());
+    }
+    Err(crate::error::invalid_config(format!(
+        "{whence} has an IPv6 address, and IPv6 needs MTU >= {IPV6_MIN_MTU}, but the pod's MTU would be {mtu}; raise mtu or drop the IPv6 address"
+    )))
+}
+
+/// Does the ipam config name IPv6 addresses or ranges (static `addresses`, host-local
+/// `ranges`/`subnet`, whereabouts `range`/`ipRanges`)? Checked before anything changes; the
+/// IPAM result is checked again once it is known.
+fn ipv6_declared(ipam: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    const KEYS: [&str; 6] = [
+        "addresses",
+        "address",
+        "ranges",
+        "subnet",
+        "range",
+        "ipRanges",
+    ];
+    fn any_v6(v: &Value) -> bool {
+        match v {
+            Value::String(s) => {
+                let ip = s.split('/').next().unwrap_or(s);
+                ip.parse::<std::net::Ipv6Addr>().is_ok()
+            }
+            Value::Array(a) => a.iter().any(any_v6),
+            Value::Object(o) => o
+                .iter()
+                .any(|(k, v)| KEYS.contains(&k.as_str()) && any_v6(v)),
+            _ => false,
+        }
+    }
+    ipam.as_object().is_some_and(|o| {
+        o.iter()
+            .any(|(k, v)| KEYS.contains(&k.as_str()) && any_v6(v))
+    })
 }
 
 /// The steps that change the node, each registering its undo before it acts.
@@ -296,6 +348,9 @@ async fn attach(
         undo.push(Undo::ReleaseIpam);
         let got = ipam.add(&conf.raw)?;
         fault::hit("add:after-ipam")?;
+        if got.ips.iter().any(|ip| ip.address.addr().is_ipv6()) {
+            check_ipv6_mtu(inside.mtu, &format!("IPAM plugin {t:?}'s result"))?;
+        }
         apply_ipam(pod, inside.index, &got, ours, &mut result).await?;
         if conf.dns.is_none() && !got.dns.is_empty() {
             result.dns = got.dns;
@@ -304,17 +359,18 @@ async fn attach(
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
     }
+    let ours_ips: Vec<IpAddr> = result
+        .ips
+        .iter()
+        .filter(|ip| ip.interface == Some(ours))
+        .map(|ip| ip.address.addr())
+        .collect();
+    crate::announce::announce(pod_ns, &env.ifname, inside.index, &inside.mac, &ours_ips);
     fault::hit("add:after-addresses")?;
 
     // 7. The RDMA device, seen from inside the pod, has a RoCE v2 GID for every address.
     if let Some(p) = &plan {
-        let addrs: Vec<IpAddr> = result
-            .ips
-            .iter()
-            .filter(|ip| ip.interface == Some(ours))
-            .map(|ip| ip.address.addr())
-            .collect();
-        rdma::verify(p.device(), &addrs, conf.rdma.gid_timeout_ms, pod_ns)?;
+        rdma::verify(p.device(), &ours_ips, conf.rdma.gid_timeout_ms, pod_ns)?;
     }
     fault::hit("add:before-result")?;
     Ok(result)
@@ -338,10 +394,25 @@ async fn apply_ipam(
     }
     for r in &got.routes {
         let gw = r.gw.or_else(|| gateway_for(&got.ips, r.dst.addr()));
-        pod.add_route(index, r.dst, gw, r.priority).await?;
+        pod.add_route(index, &route_spec(r, gw)).await?;
         result.routes.push(r.clone());
     }
     Ok(())
+}
+
+/// A result route as the kernel is asked for it, every 1.1.0 field included. `mtu`, `advmss`
+/// and `priority` 0 mean unset (libcni omits them when 0); `table` and `scope` 0 are values.
+pub(super) fn route_spec(r: &Route, gw: Option<IpAddr>) -> RouteSpec {
+    RouteSpec {
+        dst: r.dst,
+        gw,
+        table: r.table,
+        scope: r.scope,
+        priority: r.priority.filter(|&p| p != 0),
+        tos: r.tos,
+        mtu: r.mtu.filter(|&m| m != 0),
+        advmss: r.advmss.filter(|&m| m != 0),
+    }
 }
 
 fn gateway_for(ips: &[IpConfig], dst: IpAddr) -> Option<IpAddr> {
@@ -382,6 +453,42 @@ mod tests {
             ..nic
         };
         assert!(check_mtu(&unknown, 9000).is_ok());
+    }
+
+    #[test]
+    fn ipv6_in_the_ipam_config_is_seen() {
+        use serde_json::json;
+        for (ipam, want) in [
+            (
+                json!({"type": "static", "addresses": [{"address": "fd00::2/64"}]}),
+                true,
+            ),
+            (
+                json!({"type": "static", "addresses": [{"address": "10.0.0.2/24"}]}),
+                false,
+            ),
+            (
+                json!({"type": "host-local", "ranges": [[{"subnet": "fd00::/64"}]]}),
+                true,
+            ),
+            (
+                json!({"type": "host-local", "subnet": "10.0.0.0/24"}),
+                false,
+            ),
+            (json!({"type": "whereabouts", "range": "fd00::/120"}), true),
+            (
+                json!({"type": "whereabouts", "ipRanges": [{"range": "fd00::/120"}]}),
+                true,
+            ),
+            (json!({"type": "dhcp", "dataDir": "/var/a:b"}), false),
+            (json!(null), false),
+        ] {
+            assert_eq!(ipv6_declared(&ipam), want, "{ipam}");
+        }
+        assert!(check_ipv6_mtu(1280, "x").is_ok());
+        let e = check_ipv6_mtu(1279, "x").unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig);
+        assert!(e.msg.contains("IPv6 needs MTU >= 1280"), "{}", e.msg);
     }
 
     #[test]

@@ -89,13 +89,29 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
                 .find(|g| g.is_ipv4() == r.dst.addr().is_ipv4())
         });
         let on_our_link = gw.is_some_and(|g| ours.iter().any(|i| i.address.contains(&g)));
-        if on_our_link && !routes.iter().any(|(dst, _)| *dst == r.dst) {
-            return Err(mismatch(format!(
-                "{} lacks route {} (via {})",
-                env.ifname,
-                r.dst,
-                gw.map(|g| g.to_string()).unwrap_or_default()
-            )));
+        if !on_our_link {
+            continue;
+        }
+        let want = super::add::route_spec(r, gw);
+        match routes.iter().find(|k| want.same_key(k)) {
+            None => {
+                return Err(mismatch(format!(
+                    "{} lacks route {want} (in table {})",
+                    env.ifname,
+                    want.table_or_main()
+                )));
+            }
+            Some(k) => {
+                let d = want.differences(k);
+                if !d.is_empty() {
+                    return Err(mismatch(format!(
+                        "{}'s route {} has {}",
+                        env.ifname,
+                        want.dst,
+                        d.join(", ")
+                    )));
+                }
+            }
         }
     }
     // The RDMA device ADD paired (the state file says which): verified again from inside.

@@ -636,6 +636,26 @@ impl Rig {
             .collect()
     }
 
+    /// A test IPAM plugin `name`, written into this rig's CNI_PATH (bin dir): a shell script
+    /// that answers ADD with `result` as given (a 1.1.0-style result, e.g. routes with
+    /// `table`/`mtu`/`tos`, which Debian's 1.0.0-era plugins never emit), VERSION with every
+    /// version, and DEL/CHECK with nothing. Returns the config's `ipam` object for it.
+    pub fn fixed_ipam(&self, name: &str, result: &Value) -> Value {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.bin_dir().join(name);
+        let script = format!(
+            "#!/bin/sh\n\
+             cat >/dev/null\n\
+             case \"$CNI_COMMAND\" in\n\
+             ADD) cat <<'RESULT_EOF'\n{result}\nRESULT_EOF\n;;\n\
+             VERSION) echo '{{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"0.3.0\",\"0.3.1\",\"0.4.0\",\"1.0.0\",\"1.1.0\"]}}';;\n\
+             esac\n"
+        );
+        fs::write(&p, script).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        json!({ "type": name })
+    }
+
     /// Static IPAM: 10.77.X.2/24 via 10.77.X.1, plus a gateway-less route to 10.78.0.0/16.
     pub fn static_ipam(&self) -> Value {
         let o = self.octet();
