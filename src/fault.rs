@@ -31,8 +31,8 @@ pub const POINTS: &[&str] = &[
     "add:undo",
     // DEL
     "del:locked",
-    "del:after-nic-return",
     "del:after-ipam-release",
+    "del:after-nic-return",
     // GC: before each stale attachment, before each lost NIC
     "gc:release",
     "gc:lost-nic",
