@@ -20,6 +20,8 @@ use crate::error::Result;
 pub const POINTS: &[&str] = &[
     // ADD
     "add:locked",
+    // inside the state file's atomic write (ADD), between the temp file and its rename
+    "state:before-rename",
     "add:after-state",
     "add:after-rdma-move",
     "add:after-nic-move",
@@ -212,6 +214,7 @@ mod tests {
             "flows/del.rs",
             "flows/gc.rs",
             "flows/undo.rs",
+            "state.rs",
         ]
         .iter()
         .map(|f| {

@@ -81,6 +81,7 @@ pub async fn release(
         Err(e) => errors.push(e.context("returning the NIC to the host")),
     }
     if errors.is_empty() {
+        // The state file, and a temp file left by an ADD killed while writing it.
         store.remove(&env.container_id, &env.ifname)?;
     }
     first_error(errors)
