@@ -5,6 +5,8 @@ set -euo pipefail
 PKGS=(
   # the real CNI world: libcni (Go source) for the test client, Debian's IPAM/meta plugins
   golang-go golang-github-appc-cni-dev containernetworking-plugins iproute2
+  # tests/dhcp.rs: a DHCP server on the test NIC's wire, for the dhcp IPAM plugin's daemon
+  dnsmasq-base
   # rdma-mummy-sys builds its bundled headers with cmake and bindgen (libclang)
   cmake clang libclang-dev make gcc
   # the RDMA VM: QEMU, a busybox initramfs, module tools, and the RDMA user space it runs

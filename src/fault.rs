@@ -20,6 +20,8 @@ use crate::error::Result;
 pub const POINTS: &[&str] = &[
     // ADD
     "add:locked",
+    // inside the state file's atomic write (ADD), between the temp file and its rename
+    "state:before-rename",
     "add:after-state",
     "add:after-rdma-move",
     "add:after-nic-move",
@@ -31,8 +33,8 @@ pub const POINTS: &[&str] = &[
     "add:undo",
     // DEL
     "del:locked",
-    "del:after-nic-return",
     "del:after-ipam-release",
+    "del:after-nic-return",
     // GC: before each stale attachment, before each lost NIC
     "gc:release",
     "gc:lost-nic",
@@ -212,6 +214,7 @@ mod tests {
             "flows/del.rs",
             "flows/gc.rs",
             "flows/undo.rs",
+            "state.rs",
         ]
         .iter()
         .map(|f| {

@@ -126,6 +126,16 @@ impl Record {
     }
 }
 
+const TEMP_SUFFIX: &str = ".json.tmp";
+
+fn remove_if_present(p: &Path, what: &str) -> Result<()> {
+    match fs::remove_file(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_error(format!("removing {what} {}", p.display()), e)),
+    }
+}
+
 /// The directory of state files.
 pub struct Store {
     dir: PathBuf,
@@ -160,30 +170,76 @@ impl Store {
         }
     }
 
-    /// Write atomically: a crash leaves the old file or the new one, never half of one.
+    /// Where [`save`](Self::save) writes before renaming. A writer killed in between leaves it
+    /// behind; only ever useless (the state file is the old one or none), so it is removed
+    /// under the attachment's lock by the next ADD, DEL or GC.
+    fn temp_path(&self, container_id: &str, ifname: &str) -> PathBuf {
+        self.dir
+            .join(format!("{container_id}:{ifname}{TEMP_SUFFIX}"))
+    }
+
+    /// Write atomically: a crash leaves the old file or the new one, never half of one. The
+    /// caller holds the attachment's lock, which is what keeps GC off the temp file.
     pub fn save(&self, r: &Record) -> Result<()> {
         fs::create_dir_all(&self.dir)
             .map_err(|e| io_error(format!("creating state dir {}", self.dir.display()), e))?;
         let p = self.path(&r.container_id, &r.ifname);
-        let tmp = p.with_extension("json.tmp");
+        let tmp = self.temp_path(&r.container_id, &r.ifname);
         let body = serde_json::to_vec_pretty(r).unwrap_or_default();
         let write = || -> std::io::Result<()> {
             let mut f = fs::File::create(&tmp)?;
             f.write_all(&body)?;
             f.sync_all()?;
+            crate::fault::hit("state:before-rename")
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
             fs::rename(&tmp, &p)?;
             fs::File::open(&self.dir)?.sync_all()
         };
         write().map_err(|e| io_error(format!("writing state file {}", p.display()), e))
     }
 
+    /// Forget the attachment: its state file and any temp file a killed write left.
     pub fn remove(&self, container_id: &str, ifname: &str) -> Result<()> {
-        let p = self.path(container_id, ifname);
-        match fs::remove_file(&p) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error(format!("removing state file {}", p.display()), e)),
+        self.remove_temp(container_id, ifname)?;
+        remove_if_present(&self.path(container_id, ifname), "state file")
+    }
+
+    /// Remove the temp file a write killed before its rename left behind, if any. Only under
+    /// the attachment's lock: without it, the file may be a live call's write in progress.
+    pub fn remove_temp(&self, container_id: &str, ifname: &str) -> Result<()> {
+        let p = self.temp_path(container_id, ifname);
+        if p.exists() {
+            log::info!(
+                "removing {}, left by a plugin killed while writing it",
+                p.display()
+            );
         }
+        remove_if_present(&p, "stale temp state file")
+    }
+
+    /// The attachments (container ID, interface) that have a temp file in the store: writes
+    /// in progress, or left by a killed writer. Foreign files are skipped.
+    pub fn temps(&self) -> Result<Vec<(String, String)>> {
+        let rd = match fs::read_dir(&self.dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(io_error(
+                    format!("listing state dir {}", self.dir.display()),
+                    e,
+                ));
+            }
+        };
+        Ok(rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let (cid, ifname) = name.strip_suffix(TEMP_SUFFIX)?.rsplit_once(':')?;
+                crate::cni::env::validate_container_id(cid).ok()?;
+                crate::cni::env::validate_ifname(ifname).ok()?;
+                Some((cid.to_string(), ifname.to_string()))
+            })
+            .collect())
     }
 
     /// Every record in the store (for GC, STATUS and busy checks). Unreadable files are skipped.
@@ -274,6 +330,34 @@ mod tests {
         s.remove("c1", "net1").unwrap();
         s.remove("c1", "net1").unwrap();
         assert!(s.all().unwrap().is_empty());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn temp_files_are_listed_and_removed_with_the_attachment() {
+        let dir = std::env::temp_dir().join(format!("rhd-state-temps-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        for f in [
+            "c1:net1.json.tmp",
+            "c2:net2.json.tmp",
+            "c1:net1.json",
+            "junk.json.tmp",
+            ":net1.json.tmp",
+            "c3:bad name.json.tmp",
+        ] {
+            let _ = fs::write(dir.join(f), b"{");
+        }
+        let s = Store::new(&dir);
+        let mut t = s.temps().unwrap();
+        t.sort();
+        let want = |c: &str, i: &str| (c.to_string(), i.to_string());
+        assert_eq!(t, vec![want("c1", "net1"), want("c2", "net2")]);
+        s.remove("c1", "net1").unwrap();
+        s.remove_temp("c2", "net2").unwrap();
+        s.remove_temp("c2", "net2").unwrap();
+        assert!(s.temps().unwrap().is_empty());
+        assert!(!dir.join("c1:net1.json").exists());
         let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -295,3 +295,62 @@ fn add_killed_then_pod_force_deleted() {
     w.rig.assert_state_empty(&del);
     w.nic.assert_home(None, &del);
 }
+
+// ---------------------------------------------------------------- killed inside the state write
+
+impl World {
+    /// The temp file `Store::save` writes before its rename.
+    fn temp_file(&self) -> std::path::PathBuf {
+        self.rig
+            .state_dir()
+            .join(format!("{}:{}.json.tmp", self.cid, self.ifname))
+    }
+
+    /// ADD killed between writing the state's temp file and renaming it: the temp file is
+    /// left, and no state file.
+    fn add_killed_mid_state_write(&self) {
+        let add = self.call("ADD", Some("state:before-rename:kill"));
+        assert!(
+            add.killed(),
+            "ADD was not killed inside the state write\n{add}"
+        );
+        let files = self.rig.state_files();
+        assert!(
+            files.contains(&self.temp_file())
+                && !files
+                    .iter()
+                    .any(|f| f.extension().is_some_and(|x| x == "json")),
+            "expected the temp file and no state file, found {files:?}\n{add}"
+        );
+    }
+}
+
+/// DEL removes the temp file a killed ADD left: nothing of the attachment survives.
+#[test]
+fn add_killed_mid_state_write_then_del_leaves_nothing() {
+    let w = World::new();
+    w.add_killed_mid_state_write();
+    let del = w.call("DEL", None);
+    del.ok();
+    w.assert_clean(&del);
+    w.assert_usable();
+}
+
+/// The next ADD of the attachment removes it too, even one that fails before writing state.
+#[test]
+fn add_killed_mid_state_write_then_failing_add_removes_temp() {
+    let w = World::new();
+    w.add_killed_mid_state_write();
+    let mut conf = w.conf.clone();
+    conf["device"] = json!(format!("nx{}x{}", tag(), w.rig.n));
+    let add = w
+        .rig
+        .call("ADD", &conf, &w.pod.path(), &w.cid, &w.ifname, &[]);
+    add.err_code(100);
+    assert!(
+        !w.temp_file().exists(),
+        "ADD left the stale temp file of its own attachment\n{add}"
+    );
+    w.rig.assert_state_empty(&add);
+    w.assert_usable();
+}

@@ -270,3 +270,48 @@ fn owner_key(cid: &str, ifname: &str) -> String {
     }
     format!("{h:016x}")
 }
+
+/// An ADD killed between writing its state's temp file and renaming it leaves the temp file;
+/// GC removes it, whether the attachment is still listed as valid or not, but never while
+/// another call holds the attachment (it may be writing that file right now).
+#[test]
+fn gc_removes_temp_files_left_by_killed_writes() {
+    let w = World::new(2);
+    let temp = |i: usize| {
+        w.rig
+            .state_dir()
+            .join(format!("{}:{}.json.tmp", w.cid(i), w.ifname))
+    };
+    for i in 0..2 {
+        let add = w.call("ADD", i, &[("RHD_FAULT", "state:before-rename:kill")]);
+        assert!(
+            add.killed(),
+            "ADD {i} was not killed inside the state write\n{add}"
+        );
+        assert!(temp(i).exists(), "no temp file left by ADD {i}\n{add}");
+    }
+    // 0 is busy with another call: its temp file may be a write in progress.
+    let lock = w.rig.state_dir().join(format!(
+        "locks/att-{}.lock",
+        owner_key(&w.cid(0), &w.ifname)
+    ));
+    let f = std::fs::File::open(&lock)
+        .unwrap_or_else(|e| panic!("the killed ADD's lock file {}: {e}", lock.display()));
+    // SAFETY: flock on our own fd.
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+    // 1 is listed as valid (the runtime may still think the ADD is running): still garbage.
+    let gc = w.gc(&[1], &[]);
+    gc.ok();
+    assert!(
+        temp(0).exists(),
+        "GC removed a temp file under a held lock\n{gc}"
+    );
+    assert!(!temp(1).exists(), "GC left a stale temp file\n{gc}");
+    drop(f);
+    let gc = w.gc(&[], &[]);
+    gc.ok();
+    w.rig.assert_state_empty(&gc);
+    for i in 0..2 {
+        w.nics[i].assert_home(Some(&w.pods[i]), &gc);
+    }
+}

@@ -38,6 +38,9 @@ pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
     let store = Store::new(&conf.state_dir);
     let _attachment = lock::attachment(&conf.state_dir, &env.container_id, &env.ifname)?;
     fault::hit("add:locked")?;
+    // A temp file of ours can only be what an earlier call killed mid-write left (we hold the
+    // lock every writer holds).
+    store.remove_temp(&env.container_id, &env.ifname)?;
 
     if let Some(old) = store.load(&env.container_id, &env.ifname)? {
         return Err(Error::new(

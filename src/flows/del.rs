@@ -1,4 +1,4 @@
-//! DEL: give the NIC back to the host as it was and release IPAM. It succeeds when repeated,
+//! DEL: release IPAM and give the NIC back to the host as it was. It succeeds when repeated,
 //! without a netns, with the netns gone, and after the interface was renamed in the pod; it
 //! always tries every step and reports what failed so the runtime retries.
 
@@ -26,7 +26,7 @@ pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
     release(env, conf, &store, record.as_ref(), &netns).await
 }
 
-/// Undo one attachment: NIC home, IPAM released, state forgotten. Shared with GC, which holds
+/// Undo one attachment: IPAM released, NIC home, state forgotten. Shared with GC, which holds
 /// the attachment's lock as DEL does.
 pub async fn release(
     env: &Env,
@@ -57,6 +57,18 @@ pub async fn release(
         pod_ns: pod_ns.as_ref(),
         pod: pod.as_ref(),
     };
+    // IPAM first, while the interface is still in the pod: a plugin may need it to give its
+    // address back (the dhcp daemon sends DHCPRELEASE from it; once the NIC has left, the
+    // lease would leak). Whatever IPAM says, the NIC is still returned.
+    if let Some(t) = &conf.ipam_type {
+        match Ipam::new(t, env).and_then(|i| i.del(&conf.raw)) {
+            Ok(()) => {
+                log::info!("IPAM {t} released");
+                fault::hit("del:after-ipam-release")?;
+            }
+            Err(e) => errors.push(e),
+        }
+    }
     match return_nic(&scene, record).await {
         Ok(true) => {
             log::info!("NIC returned to the host");
@@ -68,16 +80,8 @@ pub async fn release(
         ),
         Err(e) => errors.push(e.context("returning the NIC to the host")),
     }
-    if let Some(t) = &conf.ipam_type {
-        match Ipam::new(t, env).and_then(|i| i.del(&conf.raw)) {
-            Ok(()) => {
-                log::info!("IPAM {t} released");
-                fault::hit("del:after-ipam-release")?;
-            }
-            Err(e) => errors.push(e),
-        }
-    }
     if errors.is_empty() {
+        // The state file, and a temp file left by an ADD killed while writing it.
         store.remove(&env.container_id, &env.ifname)?;
     }
     first_error(errors)

@@ -43,6 +43,7 @@ pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
             errors.push(e.context(format!("GC of {}/{}", r.container_id, r.ifname)));
         }
     }
+    remove_stale_temps(conf, &store, &mut errors);
     if let Err(e) = recover_lost(&valid, &tried, &records, &mut errors).await {
         errors.push(e.context("GC: looking for lost NICs"));
     }
@@ -85,6 +86,34 @@ async fn release_stale(env: &Env, conf: &NetConf, store: &Store, r: &Record) -> 
     stale.ifname = r.ifname.clone();
     stale.netns = r.netns.clone();
     release(&stale, conf, store, Some(&r), &r.netns).await
+}
+
+/// Temp files of state writes killed before their rename (any attachment in the state dir,
+/// valid or not: such a file is never of use). One whose attachment is locked may be a write
+/// in progress and is left to its writer.
+fn remove_stale_temps(conf: &NetConf, store: &Store, errors: &mut Vec<Error>) {
+    let temps = match store.temps() {
+        Ok(t) => t,
+        Err(e) => {
+            errors.push(e.context("GC: looking for stale temp state files"));
+            return;
+        }
+    };
+    for (cid, ifname) in temps {
+        let removed = match lock::try_attachment(&conf.state_dir, &cid, &ifname) {
+            Ok(Some(_attachment)) => store.remove_temp(&cid, &ifname),
+            Ok(None) => {
+                log::info!(
+                    "GC: {cid}/{ifname} is busy; its temp state file may be a write in progress"
+                );
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = removed {
+            errors.push(e.context(format!("GC: stale temp state file of {cid}/{ifname}")));
+        }
+    }
 }
 
 /// Tagged links on the host whose attachment is not valid: NICs that came back from a pod
