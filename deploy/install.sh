@@ -14,6 +14,9 @@
 #                empty to skip): the installed plugin is then also run with the NODE's own
 #                libc (chroot), which proves the node's glibc is new enough (2.28 or later)
 #   SHA256       expected sha256 of SRC (optional; dist/rdma-host-device.sha256 has it)
+#   NODE_CONFIG  a node configuration to install (optional; the DaemonSet's ConfigMap has one):
+#                checked with `rdma-host-device node-config`, then put atomically into
+#   NODE_CONFIG_DIR  (default $HOST_ROOT/etc/rdma-host-device) as node.json
 #
 # It replaces the plugin atomically (copy to a temporary name in the same directory, then
 # rename), so a runtime executing the plugin during an upgrade runs the old or the new binary,
@@ -69,6 +72,20 @@ if [ -n "$HOST_ROOT" ]; then
   else
     fail "the plugin does not run with the node's libc (it needs glibc 2.28 or later): $out"
   fi
+fi
+
+# The node configuration (which NICs pods may have, where state and logs go): checked by the
+# new plugin, then installed atomically where the plugin reads it. Without one, the plugin's
+# defaults apply (any NIC but the node's own uplinks).
+if [ -n "${NODE_CONFIG:-}" ] && [ -f "$NODE_CONFIG" ]; then
+  NODE_CONFIG_DIR=${NODE_CONFIG_DIR:-${HOST_ROOT%/}/etc/rdma-host-device}
+  "$SRC" node-config "$NODE_CONFIG" >/dev/null || fail "$NODE_CONFIG is not a valid node configuration"
+  mkdir -p "$NODE_CONFIG_DIR"
+  ntmp=$NODE_CONFIG_DIR/.node.json.install.$$
+  cp "$NODE_CONFIG" "$ntmp"
+  chmod 0644 "$ntmp"
+  mv -f "$ntmp" "$NODE_CONFIG_DIR/node.json"
+  say "installed the node configuration $NODE_CONFIG_DIR/node.json"
 fi
 
 # What the node offers: NICs, RDMA devices, the RDMA netns mode and what it means.

@@ -23,6 +23,11 @@ network config. By hand:
       virtual links without RDMA; --state-dir to read another state directory
       (default: the node configuration's stateDir, /var/lib/cni/rdma-host-device). Colour only on a terminal (NO_COLOR works).
 
+  rdma-host-device node-config [FILE]
+      The node configuration (FILE, or what the plugin reads: $RDMA_HOST_DEVICE_NODE_CONFIG or
+      /etc/rdma-host-device/node.json) with its defaults filled in, as JSON; exit 1 and the
+      reason if it is invalid. The DaemonSet's installer checks a new one with it.
+
   rdma-host-device validate FILE|- ...
       Check network configurations as the plugin would on ADD: a .conf, a .conflist (each
       rdma-host-device entry, with the list's name and cniVersion, as libcni passes them),
@@ -60,6 +65,7 @@ fn dispatch(args: &[String]) -> i32 {
             Ok(opts) => inspect::run(&opts),
             Err(msg) => usage_error(&msg),
         },
+        Some("node-config") => node_config(args.get(1).map(String::as_str)),
         Some("validate") => {
             if args.len() < 2 {
                 return usage_error("validate needs at least one FILE (or - for stdin)");
@@ -68,6 +74,25 @@ fn dispatch(args: &[String]) -> i32 {
         }
         Some(other) => usage_error(&format!("unknown command {other:?}")),
         None => usage_error("no command"),
+    }
+}
+
+/// `node-config [FILE]`: the node configuration the plugin would use (FILE, or the one the
+/// plugin finds), printed as JSON with the defaults filled in; exit 1 if it is invalid.
+fn node_config(file: Option<&str>) -> i32 {
+    let node = match file {
+        Some(f) => crate::node::Node::load_from(std::path::Path::new(f)),
+        None => crate::node::Node::load(),
+    };
+    match node {
+        Ok(n) => {
+            println!("{}", n.to_json());
+            0
+        }
+        Err(e) => {
+            eprintln!("rdma-host-device: {e}");
+            1
+        }
     }
 }
 

@@ -100,6 +100,30 @@ impl Node {
         }
     }
 
+    /// The node configuration in `path`, which must exist.
+    pub fn load_from(path: &Path) -> Result<Node> {
+        Self::from_file(path, true)
+    }
+
+    /// The effective settings, defaults filled in, as the operator would write them.
+    pub fn to_json(&self) -> String {
+        let mut v = serde_json::json!({
+            "stateDir": self.state_dir,
+            "logDir": self.log_dir,
+            "allowedUplinks": self.allowed_uplinks,
+            "source": self.source,
+        });
+        if let Some(p) = &self.allowed_nics {
+            v["allowedNics"] = serde_json::json!({
+                "names": p.names,
+                "pciAddresses": p.pci_addresses,
+                "drivers": p.drivers,
+                "rdmaDevices": p.rdma_devices,
+            });
+        }
+        serde_json::to_string_pretty(&v).unwrap_or_default()
+    }
+
     fn from_file(path: &Path, required: bool) -> Result<Node> {
         let bad = |what: String| {
             Error::new(

@@ -492,3 +492,56 @@ fn install_script_runs_the_plugin_with_the_nodes_libc() {
     );
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn install_script_installs_a_valid_node_configuration_and_refuses_a_broken_one() {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("install-node-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let bin_dir = dir.join("opt/cni/bin");
+    let conf_dir = dir.join("etc/rdma-host-device");
+    let run = |node: &str| {
+        let src = dir.join("node-src.json");
+        fs::write(&src, node).unwrap();
+        Command::new("sh")
+            .arg(Path::new(ROOT).join("deploy/install.sh"))
+            .env("SRC", release_binary())
+            .env("CNI_BIN_DIR", &bin_dir)
+            .env("HOST_ROOT", "")
+            .env("NODE_CONFIG", &src)
+            .env("NODE_CONFIG_DIR", &conf_dir)
+            .env_remove("CNI_COMMAND")
+            .output()
+            .unwrap()
+    };
+    // The DaemonSet's own ConfigMap node.json is what a first install puts in place.
+    let cm = fs::read_to_string(Path::new(ROOT).join("conf/k8s/daemonset.yaml")).unwrap();
+    let start = cm
+        .find("  node.json: |\n")
+        .expect("the ConfigMap carries node.json")
+        + 15;
+    let body: String = cm[start..]
+        .lines()
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| format!("{}\n", &l[4..]))
+        .collect();
+    let o = run(&body);
+    assert!(o.status.success(), "{o:?}");
+    let installed = conf_dir.join("node.json");
+    assert_eq!(fs::read_to_string(&installed).unwrap(), body);
+    // A broken one is refused and the installed one stays.
+    let o = run(r#"{"stateDir": "relative", "typo": 1}"#);
+    assert!(
+        !o.status.success(),
+        "a broken node configuration was installed"
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a valid node configuration"));
+    assert_eq!(fs::read_to_string(&installed).unwrap(), body);
+    assert_eq!(
+        files_under(&conf_dir),
+        vec![installed],
+        "temporary files left"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
