@@ -249,6 +249,12 @@ fn netns_regular_file_is_4() {
 }
 
 #[test]
+fn netns_of_the_host_itself_is_4() {
+    // The runtime (or whoever sets CNI_NETNS) cannot make ADD move a NIC into the host netns.
+    case(4, Stdin::Conf(|_| {}), set("CNI_NETNS", "/proc/1/ns/net"));
+}
+
+#[test]
 fn netns_nonexistent_for_add_is_3() {
     case(3, Stdin::Conf(|_| {}), |env, rig| {
         let f = rig.dir.path().join("no-such-netns");

@@ -438,3 +438,42 @@ fn any_name_the_kernel_accepts_selects_the_nic() {
     nic.assert_home(Some(&pod), &del);
     rig.assert_state_empty(&del);
 }
+
+// ---------------------------------------------------------------- the document
+
+/// docs/trust.md names a test for each row: each must exist, so the table cannot drift from
+/// the suite (`file::name` in tests/, `file::prefix*` for a group, `unit: name` in src/).
+#[test]
+fn the_trust_table_names_tests_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = fs::read_to_string(root.join("docs/trust.md")).unwrap();
+    let src = files_under(&root.join("src"))
+        .into_iter()
+        .filter_map(|p| fs::read_to_string(p).ok())
+        .collect::<String>();
+    let mut checked = 0;
+    for cell in doc.split('`').skip(1).step_by(2) {
+        let (hay, name) = if let Some(n) = cell.strip_prefix("unit: ") {
+            (src.clone(), n.split("::").last().unwrap_or(n).to_owned())
+        } else if let Some((file, name)) = cell.split_once("::")
+            && file.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        {
+            match fs::read_to_string(root.join("tests").join(format!("{file}.rs"))) {
+                Ok(t) => (t, name.to_owned()),
+                Err(_) => panic!("docs/trust.md names tests/{file}.rs, which does not exist"),
+            }
+        } else {
+            continue;
+        };
+        let found = match name.strip_suffix('*') {
+            Some(prefix) => hay.contains(&format!("fn {prefix}")),
+            None => hay.contains(&format!("fn {name}(")),
+        };
+        assert!(found, "docs/trust.md names {cell}, which is not a test");
+        checked += 1;
+    }
+    assert!(
+        checked > 40,
+        "only {checked} test references found in docs/trust.md"
+    );
+}

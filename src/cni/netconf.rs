@@ -766,6 +766,30 @@ mod tests {
                 Code::InvalidConfig,
             ),
             (
+                &format!("{{{base},\"device\":\"e\",\"rdma\":{{\"gidTimeoutMs\":600001}}}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"rdma\":{{\"softDevice\":\"mlx5\"}}}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"rdmaDevice\":\"../mlx5_0\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"a/b\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"hwaddr\":\"zz\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
+                &format!("{{{base},\"device\":\"e\",\"type\":\"../rdma-host-device\"}}"),
+                Code::InvalidConfig,
+            ),
+            (
                 &format!(
                     "{{{base},\"device\":\"e\",\"prevResult\":{{\"ips\":[{{\"address\":\"nope\"}}]}}}}"
                 ),
