@@ -279,6 +279,32 @@ exclusive_move() {
   check "the IP is released" test "$(ips_left)" = 0
   ip netns del p1
 
+  case_ pod-tampering
+  # A pod with NET_ADMIN rewrites its interface's MAC, alias and name, then hides the NIC in a
+  # netns of its own: DEL must not say success while the NIC is held, and must bring it home
+  # (with its own MAC) once it can see it again. A real NIC has a permanent MAC; veths do not.
+  ip netns add p5; NETNS=/var/run/netns/p5
+  MAC=$(cat /sys/class/net/"$NIC"/address)
+  conf "$WORK/t.conf" xtamper "\"pciBusID\":\"$PCI\"" '{}' "$(host_local 10.85.0.0/24)"
+  cni add "$WORK/t.conf" c-t
+  check "ADD succeeds" test "$RC" = 0
+  ip -n p5 link set net1 down
+  ip -n p5 link set net1 address 02:00:00:00:00:99 alias "mine now" name eth9
+  ip netns add p5in
+  ip -n p5 link set eth9 netns p5in
+  cni del "$WORK/t.conf" c-t
+  check_not "DEL with the NIC hidden by the pod fails" test "$RC" = 0
+  check "it says where the NIC is not" grep -q "neither in pod" <<<"$OUT"
+  check "the state is kept" test "$(find "$WORK/state" -name 'c-t:*.json' | wc -l)" = 1
+  ip -n p5in link set eth9 netns p5
+  cni del "$WORK/t.conf" c-t
+  check "DEL once the NIC is back in the pod succeeds" test "$RC" = 0
+  check "$NIC is home with MTU 1480" link_is "$NIC" 1480
+  check "$NIC has its own MAC again" test "$(cat /sys/class/net/"$NIC"/address)" = "$MAC"
+  check "rxens0 is home" bash -c "rdma dev show rxens0"
+  check "no IP held, no state" test "$(ips_left)$(find "$WORK/state" -name '*.json' | wc -l)" = 00
+  ip netns del p5in; ip netns del p5
+
   case_ rdma-selector
   ip netns add p2; NETNS=/var/run/netns/p2
   conf "$WORK/r.conf" xsel '"rdmaDevice":"rxens0"' '{"isolation":"exclusive"}' "$(host_local 10.81.0.0/24)"
