@@ -5,15 +5,12 @@
 //! the flows rely on (names safe in paths, absolute dirs, MTU in range, results that print
 //! and re-read in every version).
 
-#[path = "fuzz/mutate.rs"]
-mod mutate;
-
 use crate::cni::env::validate_ifname;
 use crate::cni::netconf::{NetConf, Selector, peek_version};
 use crate::cni::result::CniResult;
 use crate::cni::version::SUPPORTED;
 use crate::error::Code;
-use mutate::Rng;
+use crate::mutate::{self, Rng};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 

@@ -1,29 +1,11 @@
 //! rdma-host-device: a CNI plugin that gives a pod a whole host NIC and its RDMA device.
 //! This file only decides who is calling (a runtime or a person) and prints the answer.
 
-mod announce;
-mod cli;
-mod cni;
-mod error;
-mod fault;
-mod flows;
-#[cfg(test)]
-mod fuzz;
-mod inspect;
-mod ipam;
-mod link;
-mod lock;
-mod logging;
-mod netns;
-mod node;
-mod rdma;
-mod select;
-mod state;
-
 use cni::env::{Command, Env};
 use cni::netconf::{MAX_CONFIG_LEN, NetConf, peek_version};
 use cni::version::{Version, version_json};
 use error::{Code, Error};
+use rdma_host_device::{cli, cni, error, flows, logging, node};
 use std::io::{IsTerminal, Read, Write};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -239,14 +239,10 @@ fn the_deviceid_nad_names_a_device_plugin_resource() {
         .find(|(_, d)| d["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"].is_string())
         .expect("a NAD with a k8s.v1.cni.cncf.io/resourceName annotation");
     let c: Value = serde_json::from_str(d["spec"]["config"].as_str().unwrap()).unwrap();
-    for k in [
-        "device",
-        "hwaddr",
-        "kernelpath",
-        "pciBusID",
-        "deviceID",
-        "rdmaDevice",
-    ] {
+    for k in rdma_host_device::cni::netconf::SELECTOR_KEYS
+        .iter()
+        .filter(|k| **k != "runtimeConfig")
+    {
         assert!(
             c.get(k).is_none(),
             "{label}: the device plugin picks the NIC; drop {k}"

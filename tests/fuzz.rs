@@ -6,11 +6,8 @@
 
 mod common;
 
-#[path = "../src/fuzz/mutate.rs"]
-#[allow(dead_code)]
-mod mutate;
-
 use common::*;
+use rdma_host_device::mutate;
 use std::path::Path;
 
 /// ADD/CHECK with a netns that does not exist: a config that survives parsing stops there,

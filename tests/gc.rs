@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use rdma_host_device::state::owner_key;
 use serde_json::{Value, json};
 use std::os::fd::AsRawFd;
 
@@ -255,20 +256,6 @@ fn gc_skips_attachment_busy_with_another_call() {
     gc.ok();
     w.assert_released(0, &gc);
     w.rig.assert_state_empty(&gc);
-}
-
-/// The plugin's attachment key (src/state.rs `owner_key`): FNV-1a 64 of "cid/ifname".
-fn owner_key(cid: &str, ifname: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in cid
-        .bytes()
-        .chain(std::iter::once(b'/'))
-        .chain(ifname.bytes())
-    {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
 }
 
 /// An ADD killed between writing its state's temp file and renaming it leaves the temp file;

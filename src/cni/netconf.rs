@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 pub const MAX_CONFIG_LEN: usize = 1 << 20;
 
 /// Keys that select the NIC: ADD needs one; DEL works from its record and ignores them.
-const SELECTOR_KEYS: &[&str] = &[
+pub const SELECTOR_KEYS: &[&str] = &[
     "device",
     "hwaddr",
     "kernelpath",

@@ -1,14 +1,35 @@
 //! A small deterministic mutation engine for the fuzz tests (no nightly, no extra crates):
 //! byte edits, JSON token insertions, JSON values replaced at random paths, splices. Shared by
-//! the in-process fuzzer (src/fuzz.rs) and the binary one (tests/fuzz.rs).
+//! the in-process fuzzer (src/fuzz.rs), the binary one (tests/fuzz.rs) and the randomised
+//! integration tests (through the library: `rdma_host_device::mutate`).
 
 use serde_json::{Value, json};
 use std::path::Path;
 
-/// splitmix64.
+/// splitmix64: a tiny deterministic PRNG; tests print its seed.
 pub struct Rng(pub u64);
 
+#[allow(clippy::should_implement_trait)]
 impl Rng {
+    /// Seed from `$RHD_SEED` or the clock.
+    pub fn from_env() -> Rng {
+        let seed = std::env::var("RHD_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0x5eed)
+            });
+        Rng(seed)
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        ((self.next() >> 11) as f64) / ((1u64 << 53) as f64) < p
+    }
+
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;

@@ -877,39 +877,9 @@ pub fn kill_netns_refunding(pod: &Netns, ifname: &str) {
     pod.delete();
 }
 
-/// A tiny deterministic PRNG (splitmix64) for the randomised tests; print the seed.
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// Seed from `$RHD_SEED` or the clock.
-    pub fn from_env() -> Rng {
-        let seed = std::env::var("RHD_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-            });
-        Rng(seed)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in 0..n.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        ((self.next() >> 11) as f64) / ((1u64 << 53) as f64) < p
-    }
-}
+/// The randomised tests' PRNG, the library's own (src/fuzz/mutate.rs).
+#[allow(unused_imports)]
+pub use rdma_host_device::mutate::Rng;
 
 /// Held by tests that leave a NIC lost on the host or that run GC (which restores every lost
 /// NIC on the node, whoever lost it), so that they do not restore each other's lost NICs. A

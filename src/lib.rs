@@ -1,0 +1,24 @@
+//! rdma-host-device as a library: the CNI plugin's modules, for the binary (src/main.rs) and
+//! for the tests, which import what they need instead of copying it. Each module owns one
+//! concern; docs/DESIGN.md is the map.
+
+pub mod announce;
+pub mod cli;
+pub mod cni;
+pub mod error;
+pub mod fault;
+pub mod flows;
+#[cfg(test)]
+mod fuzz;
+pub mod inspect;
+pub mod ipam;
+pub mod link;
+pub mod lock;
+pub mod logging;
+#[path = "fuzz/mutate.rs"]
+pub mod mutate;
+pub mod netns;
+pub mod node;
+pub mod rdma;
+pub mod select;
+pub mod state;
