@@ -118,6 +118,26 @@ pub fn io_error(what: impl fmt::Display, e: std::io::Error) -> Error {
     Error::new(Code::Io, format!("{what}: {e}"))
 }
 
+/// Combine errors from steps that all had to be tried.
+pub fn first_error(errors: Vec<Error>) -> Result<()> {
+    let mut it = errors.into_iter();
+    match it.next() {
+        None => Ok(()),
+        Some(mut first) => {
+            let rest: Vec<String> = it.map(|e| e.to_string()).collect();
+            if !rest.is_empty() {
+                let also = format!("{} more error(s): {}", rest.len(), rest.join("; "));
+                first.details = if first.details.is_empty() {
+                    also
+                } else {
+                    format!("{}; {also}", first.details)
+                };
+            }
+            Err(first)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -213,6 +213,7 @@ mod tests {
             "flows/add.rs",
             "flows/del.rs",
             "flows/gc.rs",
+            "flows/give_back.rs",
             "flows/undo.rs",
             "state.rs",
         ]

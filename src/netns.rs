@@ -44,6 +44,28 @@ impl Netns {
     }
 
     /// The namespace the calling thread is in now (the host's, for a plugin run by a runtime).
+    /// A pod netns that may be gone: `None` (logged) when it is, so DEL and GC carry on
+    /// without it.
+    pub fn open_if_alive(path: &str) -> Option<Netns> {
+        if path.is_empty() {
+            return None;
+        }
+        match Netns::open(std::path::Path::new(path)) {
+            Ok(ns) => Some(ns),
+            Err(e) if e.code == Code::UnknownContainer || e.code == Code::InvalidEnv => {
+                log::info!(
+                    "pod netns {path} is gone ({}); looking for the NIC on the host",
+                    e.msg
+                );
+                None
+            }
+            Err(e) => {
+                log::warn!("cannot open pod netns {path}: {e}");
+                None
+            }
+        }
+    }
+
     pub fn current() -> Result<Self> {
         Self::open(Path::new("/proc/thread-self/ns/net"))
     }

@@ -1,8 +1,9 @@
 //! ADD: select the NIC, remember it, move it into the pod renamed, get addresses from IPAM and
 //! apply them, and answer with the result. Any failure takes back every step already done.
 
+use super::give_back::{self, Places};
 use super::rdma::{self, Plan};
-use super::undo::{Scene, Undo, UndoStack};
+use super::undo::{Undo, UndoStack};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, Selector};
 use crate::cni::result::{CniResult, Interface, IpConfig, Route};
@@ -84,7 +85,7 @@ pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
         check_ipv6_mtu(conf.mtu.unwrap_or(link.mtu), "the config's ipam")?;
     }
 
-    let scene = Scene {
+    let places = Places {
         env,
         conf,
         host_ns: &host_ns,
@@ -95,7 +96,7 @@ pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
     let mut undo = UndoStack::default();
     // A panic is a bug, but it must not strand the NIC in the pod: roll back, then let the
     // panic go on to the hook in main.rs, which prints error 999.
-    let attached = AssertUnwindSafe(attach(&scene, &link, &resolved, &mut undo))
+    let attached = AssertUnwindSafe(attach(&places, &link, &resolved, &mut undo))
         .catch_unwind()
         .await;
     match attached {
@@ -106,12 +107,12 @@ pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
         }
         Ok(Err(e)) => {
             log::error!("failed: {e}; rolling back");
-            undo.unwind(&scene).await;
+            undo.unwind(&places).await;
             Err(e)
         }
         Err(panic) => {
             log::error!("panicked; rolling back");
-            undo.unwind(&scene).await;
+            undo.unwind(&places).await;
             std::panic::resume_unwind(panic)
         }
     }
@@ -166,7 +167,7 @@ async fn recover_if_lost(host: &Links, r: Resolved, store: &Store) -> Result<Lin
     let Some(tag) = r.lost else {
         return Ok(r.link);
     };
-    super::undo::restore_lost(host, &r.link, &tag, &store.all()?, "ADD").await?;
+    give_back::restore_lost(host, &r.link, &tag, &store.all()?, "ADD").await?;
     host.by_index(r.link.index).await?.ok_or_else(|| {
         Error::new(
             Code::DeviceNotFound,
@@ -236,7 +237,7 @@ fn ipv6_declared(ipam: &serde_json::Value) -> bool {
 
 /// The steps that change the node, each registering its undo before it acts.
 async fn attach(
-    s: &Scene<'_>,
+    s: &Places<'_>,
     nic: &LinkInfo,
     resolved: &Resolved,
     undo: &mut UndoStack,

@@ -3,11 +3,10 @@
 //! bearing our tag) their names back. Keeps going past individual failures and reports them
 //! all: the first as the error, the others in its details.
 
-use super::del::release;
-use super::undo::first_error;
-use super::undo::restore_lost;
+use super::give_back::{release_attachment, restore_lost};
 use crate::cni::env::Env;
 use crate::cni::netconf::{Attachment, NetConf};
+use crate::error::first_error;
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
@@ -85,7 +84,7 @@ async fn release_stale(env: &Env, conf: &NetConf, store: &Store, r: &Record) -> 
     stale.container_id = r.container_id.clone();
     stale.ifname = r.ifname.clone();
     stale.netns = r.netns.clone();
-    release(&stale, conf, store, Some(&r), &r.netns).await
+    release_attachment(&stale, conf, store, Some(&r), &r.netns).await
 }
 
 /// Temp files of state writes killed before their rename (any attachment in the state dir,

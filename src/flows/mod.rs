@@ -5,6 +5,7 @@ mod add;
 mod check;
 mod del;
 mod gc;
+mod give_back;
 mod rdma;
 mod status;
 mod undo;

@@ -10,7 +10,7 @@ use crate::node::Node;
 use crate::select;
 use crate::state::Store;
 
-use super::undo::restore_lost;
+use super::give_back::restore_lost;
 
 pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     if let Some(sel) = &conf.selector {
