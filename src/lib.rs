@@ -18,6 +18,7 @@ pub mod logging;
 #[path = "fuzz/mutate.rs"]
 pub mod mutate;
 pub mod netns;
+pub mod nexthop;
 pub mod node;
 pub mod rdma;
 pub mod select;

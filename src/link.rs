@@ -35,6 +35,14 @@ pub struct LinkInfo {
     /// Alternative names (`ip link property add ... altname`): they select the link as its
     /// name does, and travel with it between namespaces.
     pub altnames: Vec<String>,
+    /// The device behind the netdev (IFLA_PARENT_DEV_NAME, e.g. the PCI function
+    /// `0000:3b:00.1`, and its bus, `pci`): hardware a pod cannot create. `None` for virtual
+    /// links.
+    pub parent: Option<(String, String)>,
+    /// The link type (IFLA_INFO_KIND: `veth`, `macvlan`, `vlan`, ...); `None` for hardware.
+    pub kind: Option<String>,
+    /// The link it is stacked on (IFLA_LINK: a macvlan's or VLAN's lower device, a veth's peer).
+    pub lower: Option<u32>,
 }
 
 /// How a link should look once it has arrived in the target namespace.
@@ -320,6 +328,21 @@ impl Links {
     /// table), a global address, or it is a port of a bond or bridge. Empty when it does not.
     pub async fn node_uses(&self, link: &LinkInfo) -> Result<Vec<String>> {
         let mut why = Vec::new();
+        // Devices stacked on it (macvlan, ipvlan, VLAN, ...) stay on the host and lose their
+        // wire when it leaves: whatever they carry is the node's. A veth's IFLA_LINK is its
+        // peer, not a lower device.
+        for upper in self.all().await? {
+            if upper.lower == Some(link.index)
+                && upper.index != link.index
+                && upper.kind.as_deref() != Some("veth")
+            {
+                why.push(format!(
+                    "{} {} is stacked on it",
+                    upper.kind.as_deref().unwrap_or("link"),
+                    upper.name
+                ));
+            }
+        }
         if let Some(m) = link.master {
             let master = self.by_index(m).await?.map(|l| l.name);
             why.push(format!(
@@ -350,6 +373,14 @@ impl Links {
                 ));
             }
         }
+        // Nexthop objects leaving through it (routes that name only `nhid`). The socket is
+        // opened in this thread's namespace, which is the host's: node_uses runs there.
+        let nh_ids = crate::nexthop::ids_through(link.index).map_err(|e| {
+            Error::new(
+                Code::Netlink,
+                format!("listing nexthop objects of {}: {e}", link.name),
+            )
+        })?;
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
             let mut q = RouteMessage::default();
             q.header.address_family = family;
@@ -370,6 +401,7 @@ impl Links {
                     RouteAttribute::MultiPath(hops) => {
                         hops.iter().any(|h| h.interface_index == link.index)
                     }
+                    RouteAttribute::NhId(id) => nh_ids.contains(id),
                     _ => false,
                 });
                 if via_link {
@@ -795,7 +827,11 @@ fn info(m: &LinkMessage) -> LinkInfo {
         master: None,
         perm_mac: String::new(),
         altnames: Vec::new(),
+        parent: None,
+        kind: None,
+        lower: None,
     };
+    let (mut parent, mut bus) = (None, None);
     for a in &m.attributes {
         match a {
             LinkAttribute::IfName(n) => li.name = n.clone(),
@@ -805,6 +841,16 @@ fn info(m: &LinkMessage) -> LinkInfo {
             LinkAttribute::MinMtu(m) => li.min_mtu = Some(*m),
             LinkAttribute::MaxMtu(m) if *m > 0 => li.max_mtu = Some(*m),
             LinkAttribute::Controller(i) if *i > 0 => li.master = Some(*i),
+            LinkAttribute::ParentDevName(n) => parent = Some(n.clone()),
+            LinkAttribute::ParentDevBusName(b) => bus = Some(b.clone()),
+            LinkAttribute::Link(i) if *i > 0 => li.lower = Some(*i),
+            LinkAttribute::LinkInfo(infos) => {
+                for i in infos {
+                    if let netlink_packet_route::link::LinkInfo::Kind(k) = i {
+                        li.kind = Some(k.to_string());
+                    }
+                }
+            }
             LinkAttribute::PropList(props) => {
                 for p in props {
                     if let netlink_packet_route::link::Prop::AltIfName(n) = p {
@@ -818,6 +864,7 @@ fn info(m: &LinkMessage) -> LinkInfo {
             _ => {}
         }
     }
+    li.parent = parent.map(|p| (p, bus.unwrap_or_default()));
     li
 }
 

@@ -109,8 +109,25 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
 /// The node policy's say on the NIC `r`, before anything changes: it must be allowed by the
 /// node configuration, and, unless listed in its `allowedUplinks`, not be one the node itself
 /// uses (default route, global address, bond or bridge port).
-pub async fn admit(node: &Node, host: &Links, r: &Resolved, sel: &Selector) -> Result<()> {
-    let name = r.lost.as_ref().map_or(&r.link.name, |t| &t.host_name);
+pub async fn admit(
+    node: &Node,
+    host: &Links,
+    r: &Resolved,
+    sel: &Selector,
+    records: &[Record],
+) -> Result<()> {
+    // A lost NIC's tag was writable by its pod: its original name counts only when its
+    // attachment's record says the same; otherwise the policy sees the name it has now.
+    let name = match &r.lost {
+        Some(tag)
+            if records
+                .iter()
+                .any(|rec| rec.owner() == tag.owner && rec.host_name == tag.host_name) =>
+        {
+            &tag.host_name
+        }
+        _ => &r.link.name,
+    };
     let driver = crate::inspect::nic_driver(&r.link.name);
     let rdma = match sel {
         Selector::RdmaDevice(d) => Some(d.clone()),

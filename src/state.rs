@@ -88,6 +88,13 @@ pub struct Record {
     /// for virtual links.
     #[serde(default)]
     pub perm_mac: String,
+    /// The device behind the NIC, `bus/device` (`pci/0000:3b:00.1`): what identifies a
+    /// hardware NIC wherever it is. `None` for virtual links.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// The link kind of a virtual NIC (`veth`); `None` for hardware.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// The NIC's alternative names: a selector may name it by any of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub altnames: Vec<String>,
@@ -106,6 +113,10 @@ pub struct Record {
     /// The RDMA device was moved into the pod (exclusive mode).
     #[serde(default)]
     pub rdma_moved: bool,
+    /// The `ipam` object ADD allocated with: DEL releases with it, whatever the config says by
+    /// then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam: Option<serde_json::Value>,
     /// A software RDMA device we created in the pod (deleted on DEL).
     #[serde(default)]
     pub soft_device: Option<String>,
@@ -156,15 +167,17 @@ impl Store {
     pub fn load(&self, container_id: &str, ifname: &str) -> Result<Option<Record>> {
         let p = self.path(container_id, ifname);
         match fs::read(&p) {
-            Ok(b) => match serde_json::from_slice(&b) {
-                Ok(r) => Ok(Some(r)),
-                Err(e) => {
-                    // A torn or foreign file must not block DEL forever: the alias tag on the
-                    // link still says what to restore.
-                    log::warn!("ignoring unreadable state file {}: {e}", p.display());
-                    Ok(None)
-                }
-            },
+            // Writes are atomic, so an unreadable file is foreign or damaged: say so rather than
+            // guess (without the record DEL could not tell whether the NIC is still held).
+            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
+                crate::error::Error::new(
+                    crate::error::Code::Io,
+                    format!(
+                        "state file {} is unreadable ({e}); check where its NIC is (`rdma-host-device inspect`), then remove the file",
+                        p.display()
+                    ),
+                )
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_error(format!("reading state file {}", p.display()), e)),
         }
@@ -316,11 +329,14 @@ mod tests {
             mac: "aa:bb:cc:dd:ee:ff".into(),
             perm_mac: String::new(),
             altnames: Vec::new(),
+            parent: None,
+            kind: Some("veth".into()),
             host_index: 7,
             pod_index: Some(7),
             pci: None,
             rdma_device: None,
             rdma_moved: false,
+            ipam: None,
             soft_device: None,
         };
         assert_eq!(s.load("c1", "net1").unwrap(), None);
@@ -329,6 +345,11 @@ mod tests {
         assert_eq!(s.all().unwrap(), vec![r]);
         s.remove("c1", "net1").unwrap();
         s.remove("c1", "net1").unwrap();
+        // A damaged record is an error naming the file, never "nothing attached".
+        fs::write(dir.join("c2:net1.json"), b"{\"containerId\":").unwrap();
+        let e = s.load("c2", "net1").unwrap_err();
+        assert!(e.msg.contains("c2:net1.json"), "{}", e.msg);
+        fs::remove_file(dir.join("c2:net1.json")).unwrap();
         assert!(s.all().unwrap().is_empty());
         let _ = fs::remove_dir_all(&dir);
     }

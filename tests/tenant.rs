@@ -477,3 +477,70 @@ fn the_trust_table_names_tests_that_exist() {
         "only {checked} test references found in docs/trust.md"
     );
 }
+
+#[test]
+fn del_releases_with_the_ipam_add_used_even_if_the_config_now_names_another() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let mut conf = attach(&rig, &nic, &pod);
+    assert_eq!(rig.allocations_of(&rig.net_name(), &rig.cid(0)).len(), 1);
+    // The NAD now names another IPAM plugin: one that, if run, would leave a mark.
+    let mark = rig.dir.path().join("evil-ran");
+    let evil = rig.bin_dir().join("evil-ipam");
+    fs::write(
+        &evil,
+        format!("#!/bin/sh\ntouch {}\necho '{{}}'\n", mark.display()),
+    )
+    .unwrap();
+    run("chmod", &["755", evil.to_str().unwrap()]);
+    conf["ipam"] = json!({"type": "evil-ipam"});
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    assert!(
+        !mark.exists(),
+        "DEL ran the IPAM plugin the edited config names\n{del}"
+    );
+    assert!(
+        rig.allocations_of(&rig.net_name(), &rig.cid(0)).is_empty(),
+        "the address ADD got was not released\n{del}"
+    );
+    nic.assert_home(Some(&pod), &del);
+    rig.assert_state_empty(&del);
+}
+
+#[test]
+fn a_nic_with_a_macvlan_on_it_is_refused() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let mv = format!("rh{}m{}", tag(), rig.n);
+    ip(&["link", "add", &mv, "link", &nic.name, "type", "macvlan"]);
+    assert_refused(&rig, &nic, &pod, &format!("macvlan {mv} is stacked on it"));
+    let _ = run("ip", &["link", "del", &mv]);
+    assert_allowed(&rig, &nic, &pod);
+}
+
+#[test]
+fn a_default_route_through_a_nexthop_object_is_seen() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    ip(&["link", "set", &nic.name, "up"]);
+    ip(&["link", "set", &nic.peer, "up"]);
+    let id = (50_000 + rig.n).to_string();
+    let table = (41_000 + rig.n).to_string();
+    ip(&["nexthop", "add", "id", &id, "dev", &nic.name]);
+    ip(&["route", "add", "default", "nhid", &id, "table", &table]);
+    // Without the compat mode, the route dump carries only the nexthop id.
+    let compat = fs::read_to_string("/proc/sys/net/ipv4/nexthop_compat_mode").unwrap_or_default();
+    let _ = fs::write("/proc/sys/net/ipv4/nexthop_compat_mode", "0");
+    let conf = rig.conf("1.1.0", json!({"device": nic.name}));
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    let _ = fs::write("/proc/sys/net/ipv4/nexthop_compat_mode", compat.trim());
+    let _ = run("ip", &["route", "del", "default", "table", &table]);
+    let _ = run("ip", &["nexthop", "del", "id", &id]);
+    assert_eq!(code(&add), 107, "{add}");
+    assert!(msg(&add).contains("default route"), "{add}");
+    nic.assert_home(Some(&pod), &add);
+}

@@ -64,7 +64,7 @@ pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
             .map(|p| format!(", pci {p}"))
             .unwrap_or_default()
     );
-    select::admit(node, &host, &resolved, selector).await?;
+    select::admit(node, &host, &resolved, selector, &store.all()?).await?;
     if pod.by_name(&env.ifname).await?.is_some() {
         return Err(Error::new(
             Code::IfnameExists,
@@ -235,6 +235,13 @@ fn ipv6_declared(ipam: &serde_json::Value) -> bool {
     })
 }
 
+/// The `ipam` object to release with on DEL, when the config has a usable one.
+fn ipam_recorded(conf: &NetConf) -> Option<serde_json::Value> {
+    conf.ipam_type.as_ref()?;
+    let v: serde_json::Value = serde_json::from_slice(&conf.raw).ok()?;
+    v.get("ipam").cloned()
+}
+
 /// The steps that change the node, each registering its undo before it acts.
 async fn attach(
     s: &Places<'_>,
@@ -258,11 +265,14 @@ async fn attach(
         mac: nic.mac.clone(),
         perm_mac: nic.perm_mac.clone(),
         altnames: nic.altnames.clone(),
+        parent: nic.parent.as_ref().map(give_back::parent_key),
+        kind: nic.kind.clone(),
         host_index: nic.index,
         pod_index: None,
         pci: resolved.pci.clone(),
         rdma_device: None,
         rdma_moved: false,
+        ipam: ipam_recorded(conf),
         soft_device: None,
     };
 
@@ -443,6 +453,9 @@ mod tests {
             master: None,
             perm_mac: String::new(),
             altnames: Vec::new(),
+            parent: None,
+            kind: None,
+            lower: None,
         };
         assert!(check_mtu(&nic, 1500).is_ok());
         let e = check_mtu(&nic, 9000).unwrap_err();

@@ -57,8 +57,8 @@ pub async fn release_attachment(
     // IPAM first, while the interface is still in the pod: a plugin may need it to give its
     // address back (the dhcp daemon sends DHCPRELEASE from it; once the NIC has left, the
     // lease would leak). Whatever IPAM says, the NIC is still returned.
-    if let Some(t) = &conf.ipam_type {
-        match Ipam::new(t, env).and_then(|i| i.del(&conf.raw)) {
+    if let Some((t, raw)) = ipam_of(conf, record) {
+        match Ipam::new(&t, env).and_then(|i| i.del(&raw)) {
             Ok(()) => {
                 log::info!("IPAM {t} released");
                 fault::hit("del:after-ipam-release")?;
@@ -82,6 +82,29 @@ pub async fn release_attachment(
         store.remove(&env.container_id, &env.ifname)?;
     }
     crate::error::first_error(errors)
+}
+
+/// The IPAM plugin and configuration to release with: what ADD used (in the record), whatever
+/// the network's config says now, which its writer may have changed since (another plugin,
+/// another pool). The config sent is the current one with ADD's `ipam` object in it. Records
+/// older than this rule carry no `ipam`: the current config's is used.
+fn ipam_of(conf: &NetConf, record: Option<&Record>) -> Option<(String, Vec<u8>)> {
+    let recorded = record.and_then(|r| r.ipam.clone());
+    let Some(ipam) = recorded else {
+        return conf.ipam_type.clone().map(|t| (t, conf.raw.clone()));
+    };
+    let t = ipam.get("type")?.as_str()?.to_owned();
+    let mut v: serde_json::Value = serde_json::from_slice(&conf.raw)
+        .ok()
+        .filter(serde_json::Value::is_object)
+        .unwrap_or_else(
+            || serde_json::json!({"cniVersion": conf.cni_version.as_str(), "name": conf.name}),
+        );
+    if v.get("ipam") != Some(&ipam) {
+        log::warn!("the network's ipam changed since ADD; releasing with what ADD used ({t})");
+    }
+    v["ipam"] = ipam;
+    Some((t, serde_json::to_vec(&v).unwrap_or_default()))
 }
 
 /// Give the NIC of attachment `record` back to the host as it was. Returns whether a NIC was
@@ -137,22 +160,36 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
             .await?;
         return Ok(true);
     }
-    let home = s.host.all().await?.into_iter().find(|l| {
-        if r.perm_mac.is_empty() {
-            l.name == r.host_name && l.mac == r.mac
-        } else {
-            l.perm_mac == r.perm_mac
-        }
+    // Not in the pod, not lost on the host: at home already, or gone. A hardware NIC whose
+    // device still exists but whose netdev is in neither namespace was moved on by the pod
+    // (into a namespace of its own): DEL must not say it is done. One whose device is gone
+    // (a VF destroyed, a NIC unplugged) has nothing left to return.
+    let Some(parent) = r.parent.as_deref().filter(|_| !legacy(r)) else {
+        return Ok(false);
+    };
+    let home = s
+        .host
+        .all()
+        .await?
+        .into_iter()
+        .any(|l| l.parent.as_ref().map(parent_key).as_deref() == Some(parent));
+    let device_exists = parent.split_once('/').is_some_and(|(bus, dev)| {
+        std::path::Path::new(&format!("/sys/bus/{bus}/devices/{dev}")).exists()
     });
-    if home.is_none() && s.pod.is_some() && r.pod_index.is_some() && !r.perm_mac.is_empty() {
-        // A real NIC cannot vanish: the pod moved it on (into a namespace of its own).
+    if !home && s.pod.is_some() && device_exists {
         return Err(Error::new(
             Code::Netlink,
             format!(
-                "{} (permanent mac {}) is neither in pod {} nor on the host: the pod may have moved it into another network namespace; keeping the attachment's state so that DEL can be retried",
-                r.host_name, r.perm_mac, r.netns
+                "{} ({parent}) is neither in pod {} nor on the host, though its device exists: the pod may have moved it into another network namespace; keeping the attachment's state so that DEL can be retried",
+                r.host_name, r.netns
             ),
         ));
+    }
+    if !home && !device_exists {
+        log::warn!(
+            "{} ({parent}) no longer exists on this node (removed or unplugged); nothing to return",
+            r.host_name
+        );
     }
     Ok(false)
 }
@@ -165,6 +202,29 @@ enum Where {
     Host,
 }
 
+/// Is `l` the NIC that `r` describes, by what a pod cannot forge? A NIC with a parent device
+/// (a PCI function, an SF, a virtio device) is that device: no link a pod creates has one. A
+/// virtual "NIC" (tests' veths) can only be matched by its kind, the permanent MAC where it
+/// has one, and where it is; a pod can imitate those, so virtual NICs are not protected.
+fn is_the_nic(l: &LinkInfo, r: &Record) -> bool {
+    let perm_ok = r.perm_mac.is_empty() || l.perm_mac == r.perm_mac;
+    match &r.parent {
+        Some(p) => perm_ok && l.parent.as_ref().map(parent_key).as_deref() == Some(p.as_str()),
+        None => perm_ok && l.parent.is_none() && l.kind == r.kind,
+    }
+}
+
+/// `bus/device` as the record keeps it.
+pub(super) fn parent_key((dev, bus): &(String, String)) -> String {
+    format!("{bus}/{dev}")
+}
+
+/// Records written before ADD noted the NIC's identity (host index, parent, kind): DEL falls
+/// back to the alias tag and MAC for them, as those versions did.
+fn legacy(r: &Record) -> bool {
+    r.host_index == 0
+}
+
 /// The NIC of `r` among `links`, by what a pod cannot forge. A link bearing our tag that is
 /// not the NIC is ignored, and said so.
 fn find_ours(links: &[LinkInfo], r: &Record, owner: &str, place: Where) -> Option<LinkInfo> {
@@ -174,49 +234,42 @@ fn find_ours(links: &[LinkInfo], r: &Record, owner: &str, place: Where) -> Optio
             .and_then(Tag::decode)
             .is_some_and(|t| t.owner == owner)
     };
-    let perm_ok = |l: &LinkInfo| r.perm_mac.is_empty() || l.perm_mac == r.perm_mac;
-    let hit = match (place, r.pod_index) {
-        // The pod cannot change an ifindex, and the permanent MAC guards against a pod link
-        // that took the index after the NIC left.
-        (Where::Pod, Some(index)) => links.iter().find(|l| l.index == index && perm_ok(l)),
-        // ADD died between the move and noting the pod-side index: the permanent MAC, or the
-        // host index (kept by a move when it is free), or our tag or MAC on a link that has
-        // the MAC we recorded.
-        (Where::Pod, None) => links
+    let hit = if legacy(r) {
+        links
             .iter()
-            .find(|l| !r.perm_mac.is_empty() && l.perm_mac == r.perm_mac)
-            .or_else(|| {
-                links.iter().find(|l| {
-                    r.perm_mac.is_empty()
-                        && l.mac == r.mac
-                        && (l.index == r.host_index || tagged(l) || l.alias.is_none())
-                })
+            .find(|l| tagged(l) || (place == Where::Pod && l.mac == r.mac && l.alias.is_none()))
+    } else {
+        match (place, r.pod_index, r.parent.is_some()) {
+            // Hardware: the device itself, wherever its index is now.
+            (Where::Pod, _, true) => links.iter().find(|l| is_the_nic(l, r)),
+            // Virtual: the index the pod cannot change (though it can reuse it).
+            (Where::Pod, Some(index), false) => {
+                links.iter().find(|l| l.index == index && is_the_nic(l, r))
+            }
+            // ADD died between the move and noting the pod-side index: the host index (kept
+            // by a move when it is free), our tag or the recorded MAC, on a link of its kind.
+            (Where::Pod, None, false) => links.iter().find(|l| {
+                is_the_nic(l, r)
+                    && l.mac == r.mac
+                    && (l.index == r.host_index || tagged(l) || l.alias.is_none())
             }),
-        (Where::Host, _) => links.iter().find(|l| {
-            tagged(l)
-                && if r.perm_mac.is_empty() {
-                    l.mac == r.mac
-                } else {
-                    l.perm_mac == r.perm_mac
-                }
-        }),
+            // On the host only a lost NIC (still tagged) is ours to restore.
+            (Where::Host, _, _) => links
+                .iter()
+                .find(|l| tagged(l) && is_the_nic(l, r) && (r.parent.is_some() || l.mac == r.mac)),
+        }
     };
     for l in links.iter().filter(|l| tagged(l)) {
         if hit.is_none_or(|h| h.index != l.index) {
             log::warn!(
-                "ignoring {} (index {}, mac {}): it bears the tag of {}/{} but is not its NIC {} (mac {}{})",
+                "ignoring {} (index {}, mac {}): it bears the tag of {}/{} but is not its NIC {} ({})",
                 l.name,
                 l.index,
                 l.mac,
                 r.container_id,
                 r.ifname,
                 r.host_name,
-                r.mac,
-                if r.perm_mac.is_empty() {
-                    String::new()
-                } else {
-                    format!(", permanent mac {}", r.perm_mac)
-                }
+                r.parent.clone().unwrap_or_else(|| format!("mac {}", r.mac))
             );
         }
     }
@@ -285,11 +338,14 @@ pub(super) async fn restore_lost(
                 mac: l.mac.clone(),
                 perm_mac: l.perm_mac.clone(),
                 altnames: Vec::new(),
+                parent: l.parent.as_ref().map(parent_key),
+                kind: l.kind.clone(),
                 host_index: l.index,
                 pod_index: None,
                 pci: None,
                 rdma_device: None,
                 rdma_moved: false,
+                ipam: None,
                 soft_device: None,
             };
             &from_tag

@@ -288,14 +288,21 @@ exclusive_move() {
   conf "$WORK/t.conf" xtamper "\"pciBusID\":\"$PCI\"" '{}' "$(host_local 10.85.0.0/24)"
   cni add "$WORK/t.conf" c-t
   check "ADD succeeds" test "$RC" = 0
+  TAG=$(ip -n p5 -j link show net1 | python3 -c 'import json,sys; print(json.load(sys.stdin)[0].get("ifalias",""))')
   ip -n p5 link set net1 down
   ip -n p5 link set net1 address 02:00:00:00:00:99 alias "mine now" name eth9
   ip netns add p5in
   ip -n p5 link set eth9 netns p5in
+  # ... and puts a link of its own at the NIC's index, with the NIC's MAC and our tag.
+  IDX=$(python3 -c 'import json,glob; print(json.load(open(glob.glob("'"$WORK"'/state/c-t:*.json")[0]))["podIndex"])')
+  ip -n p5 link add decoy index "$IDX" address "$MAC" type veth peer decoyp
+  ip -n p5 link set decoy alias "$TAG"
   cni del "$WORK/t.conf" c-t
   check_not "DEL with the NIC hidden by the pod fails" test "$RC" = 0
   check "it says where the NIC is not" grep -q "neither in pod" <<<"$OUT"
   check "the state is kept" test "$(find "$WORK/state" -name 'c-t:*.json' | wc -l)" = 1
+  check "the decoy at the NIC's index stayed in the pod" ip -n p5 link show decoy
+  ip -n p5 link del decoy
   ip -n p5in link set eth9 netns p5
   cni del "$WORK/t.conf" c-t
   check "DEL once the NIC is back in the pod succeeds" test "$RC" = 0
