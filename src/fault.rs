@@ -214,6 +214,7 @@ mod tests {
             "flows/del.rs",
             "flows/gc.rs",
             "flows/give_back.rs",
+            "flows/plan.rs",
             "flows/undo.rs",
             "state.rs",
         ]

@@ -297,13 +297,69 @@ fn restored<'a>(r: &'a Record, original_alias: Option<&'a str>, now: &LinkInfo) 
     }
 }
 
-/// Give a lost NIC (back on the host from a pod's dead netns, still tagged) its original name,
-/// MTU and admin state, under its lock, if it is still lost once the lock is held (an ADD, DEL,
-/// GC or STATUS may have restored it meanwhile). What it is restored to comes from its
-/// attachment's record when there is one, which must match the link. Without a record (a DEL
-/// ran while the NIC was still on its way home) only the tag is left, and the pod could have
-/// written it: it may then only rename this NIC, never to a name another attachment's NIC had.
-/// `who` names the caller in the log.
+/// How a lost NIC (back on the host from a pod's dead netns, still tagged) is to be restored:
+/// from its attachment's record when there is one. Without a record (a DEL ran while the NIC
+/// was still on its way home) only the tag is left, and the pod could have written it: it may
+/// then only rename this NIC, never to a name another attachment's NIC had. `None`: leave the
+/// link as it is. `who` names the caller in the log.
+pub(super) fn restoration(
+    l: &LinkInfo,
+    tag: &Tag,
+    records: &[Record],
+    who: &str,
+) -> Option<Record> {
+    if let Some(r) = records.iter().find(|r| r.owner() == tag.owner) {
+        return Some(r.clone());
+    }
+    if let Some(other) = records.iter().find(|r| r.host_name == tag.host_name) {
+        log::warn!(
+            "{who}: {} bears a tag naming {}, the NIC of attachment {}/{}; not renaming it",
+            l.name,
+            tag.host_name,
+            other.container_id,
+            other.ifname
+        );
+        return None;
+    }
+    Some(Record {
+        container_id: String::new(),
+        ifname: String::new(),
+        network: String::new(),
+        netns: String::new(),
+        host_name: tag.host_name.clone(),
+        host_mtu: tag.host_mtu,
+        host_up: tag.host_up,
+        host_alias: None,
+        mac: l.mac.clone(),
+        perm_mac: l.perm_mac.clone(),
+        altnames: Vec::new(),
+        parent: l.parent.as_ref().map(parent_key),
+        kind: l.kind.clone(),
+        host_index: l.index,
+        pod_index: None,
+        pci: None,
+        rdma_device: None,
+        rdma_moved: false,
+        ipam: None,
+        soft_device: None,
+    })
+}
+
+/// Restore lost NIC `l` as `r` says, where it is (on the host).
+pub(super) async fn restore(host: &Links, l: &LinkInfo, r: &Record, who: &str) -> Result<()> {
+    log::info!(
+        "{who}: {} is a lost NIC (back from a pod deleted without DEL); restoring it as {} (mtu {})",
+        l.name,
+        r.host_name,
+        r.host_mtu
+    );
+    host.restore_in_place(l.index, &restored(r, r.host_alias.as_deref(), l))
+        .await
+}
+
+/// Give a lost NIC its own name, MTU and admin state back (see [`restoration`]), under its
+/// lock, if it is still lost once the lock is held (an ADD, DEL, GC or STATUS may have
+/// restored it meanwhile). GC and STATUS call this; ADD plans and acts in two steps.
 pub(super) async fn restore_lost(
     host: &Links,
     l: &LinkInfo,
@@ -311,59 +367,15 @@ pub(super) async fn restore_lost(
     records: &[Record],
     who: &str,
 ) -> Result<()> {
-    let record = records.iter().find(|r| r.owner() == tag.owner);
-    let from_tag;
-    let r = match record {
-        Some(r) => r,
-        None => {
-            if let Some(other) = records.iter().find(|r| r.host_name == tag.host_name) {
-                log::warn!(
-                    "{who}: {} bears a tag naming {}, the NIC of attachment {}/{}; not renaming it",
-                    l.name,
-                    tag.host_name,
-                    other.container_id,
-                    other.ifname
-                );
-                return Ok(());
-            }
-            from_tag = Record {
-                container_id: String::new(),
-                ifname: String::new(),
-                network: String::new(),
-                netns: String::new(),
-                host_name: tag.host_name.clone(),
-                host_mtu: tag.host_mtu,
-                host_up: tag.host_up,
-                host_alias: None,
-                mac: l.mac.clone(),
-                perm_mac: l.perm_mac.clone(),
-                altnames: Vec::new(),
-                parent: l.parent.as_ref().map(parent_key),
-                kind: l.kind.clone(),
-                host_index: l.index,
-                pod_index: None,
-                pci: None,
-                rdma_device: None,
-                rdma_moved: false,
-                ipam: None,
-                soft_device: None,
-            };
-            &from_tag
-        }
+    let Some(r) = restoration(l, tag, records, who) else {
+        return Ok(());
     };
     let _nic = lock::device(&r.host_name)?;
     let Some(now) = host.by_index(l.index).await? else {
         return Ok(());
     };
-    if find_ours(std::slice::from_ref(&now), r, &tag.owner, Where::Host).is_none() {
+    if find_ours(std::slice::from_ref(&now), &r, &tag.owner, Where::Host).is_none() {
         return Ok(());
     }
-    log::info!(
-        "{who}: {} is a lost NIC (back from a pod deleted without DEL); restoring it as {} (mtu {})",
-        now.name,
-        r.host_name,
-        r.host_mtu
-    );
-    host.restore_in_place(now.index, &restored(r, r.host_alias.as_deref(), &now))
-        .await
+    restore(host, &now, &r, who).await
 }

@@ -6,6 +6,7 @@ mod check;
 mod del;
 mod gc;
 mod give_back;
+mod plan;
 mod rdma;
 mod status;
 mod undo;

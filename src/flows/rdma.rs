@@ -22,7 +22,7 @@ const EXCLUSIVE_HOWTO: &str = "set it at boot: `options ib_core netns_mode=0` in
 
 /// What ADD will do with RDMA, decided before the first change.
 #[derive(Debug, Clone)]
-pub enum Plan {
+pub enum RdmaPlan {
     /// Move this hardware device into the pod (exclusive mode).
     Move { device: String, index: u32 },
     /// Leave the device where it is (shared mode: the pod sees it anyway); verify it.
@@ -31,27 +31,27 @@ pub enum Plan {
     Soft { kind: SoftDevice, name: String },
 }
 
-impl Plan {
+impl RdmaPlan {
     pub fn device(&self) -> &str {
         match self {
-            Plan::Move { device, .. } | Plan::Stay { device } => device,
-            Plan::Soft { name, .. } => name,
+            RdmaPlan::Move { device, .. } | RdmaPlan::Stay { device } => device,
+            RdmaPlan::Soft { name, .. } => name,
         }
     }
 
     /// Fill the state record with the plan, before acting on it.
     pub fn record_into(&self, r: &mut Record) {
         r.rdma_device = Some(self.device().to_string());
-        r.rdma_moved = matches!(self, Plan::Move { .. });
+        r.rdma_moved = matches!(self, RdmaPlan::Move { .. });
         r.soft_device = match self {
-            Plan::Soft { name, .. } => Some(name.clone()),
+            RdmaPlan::Soft { name, .. } => Some(name.clone()),
             _ => None,
         };
     }
 }
 
 /// Pair and check. `None`: RDMA is not involved in this attachment.
-pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<Plan>> {
+pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan>> {
     let rc = &conf.rdma;
     if rc.isolation == Isolation::None {
         return Ok(None);
@@ -91,7 +91,7 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<Plan>> {
                 ),
             ));
         }
-        return Ok(Some(Plan::Soft {
+        return Ok(Some(RdmaPlan::Soft {
             kind,
             name: soft_name(kind, env),
         }));
@@ -140,11 +140,11 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<Plan>> {
         ));
     }
     Ok(Some(match mode {
-        NetnsMode::Exclusive => Plan::Move {
+        NetnsMode::Exclusive => RdmaPlan::Move {
             device: dev.name,
             index: dev.index,
         },
-        NetnsMode::Shared => Plan::Stay { device: dev.name },
+        NetnsMode::Shared => RdmaPlan::Stay { device: dev.name },
     }))
 }
 

@@ -295,7 +295,7 @@ exclusive_move() {
   ip -n p5 link set eth9 netns p5in
   # ... and puts a link of its own at the NIC's index, with the NIC's MAC and our tag.
   IDX=$(python3 -c 'import json,glob; print(json.load(open(glob.glob("'"$WORK"'/state/c-t:*.json")[0]))["podIndex"])')
-  ip -n p5 link add decoy index "$IDX" address "$MAC" type veth peer decoyp
+  ip -n p5 link add decoy index "$IDX" address "$MAC" type veth peer decoyp index $((IDX + 100))
   ip -n p5 link set decoy alias "$TAG"
   cni del "$WORK/t.conf" c-t
   check_not "DEL with the NIC hidden by the pod fails" test "$RC" = 0

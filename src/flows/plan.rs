@@ -1,0 +1,342 @@
+//! ADD's plan: which NIC (and how a lost one is restored), which RDMA device, which
+//! namespaces, and the record DEL will need, all decided and checked before the first change.
+//! `add::attach` only acts on it. Planning takes the attachment's and the NIC's locks and
+//! keeps them in the plan, so nothing it decided can change under it.
+
+use super::give_back::{self, parent_key};
+use super::rdma::{self, RdmaPlan};
+use crate::cni::env::Env;
+use crate::cni::netconf::{NetConf, Selector};
+use crate::error::{Code, Error, Result};
+use crate::fault;
+use crate::link::{LinkInfo, Links};
+use crate::lock;
+use crate::netns::Netns;
+use crate::node::Node;
+use crate::select::{self, Resolved};
+use crate::state::{Record, Store};
+use std::path::Path;
+
+/// Everything ADD will do, decided before it changes anything.
+pub struct Plan {
+    pub host_ns: Netns,
+    pub pod_ns: Netns,
+    /// rtnetlink sockets opened in each namespace.
+    pub host: Links,
+    pub pod: Links,
+    /// The NIC as it is on the host now (a lost one still bears its pod-side name).
+    pub nic: LinkInfo,
+    /// A NIC lost to a pod deleted without DEL: the record to restore it from, first.
+    pub restore: Option<Record>,
+    /// The NIC's PCI address, for the result's `pciID`.
+    pub pci: Option<String>,
+    pub rdma: Option<RdmaPlan>,
+    /// What DEL needs, written before the first change.
+    pub record: Record,
+    /// The attachment's and the NIC's locks, held until ADD ends.
+    _locks: (lock::Guard, lock::Guard),
+}
+
+/// Plan ADD of `env`'s attachment: resolve the selector under the NIC's lock, apply the node
+/// policy, pair RDMA, and check every value the kernel could refuse half-way.
+pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
+    let selector = conf.require_selector()?;
+    let pod_ns = Netns::open(Path::new(&env.netns))?;
+    let host_ns = Netns::current()?;
+    if pod_ns.same_as(&host_ns) {
+        return Err(Error::new(
+            Code::InvalidEnv,
+            format!(
+                "CNI_NETNS {} is the host's own network namespace",
+                env.netns
+            ),
+        ));
+    }
+    let host = Links::open()?;
+    let pod = Links::open_in(&pod_ns)?;
+    let store = Store::new(&conf.state_dir);
+    let attachment = lock::attachment(&conf.state_dir, &env.container_id, &env.ifname)?;
+    fault::hit("add:locked")?;
+    // A temp file of ours can only be what an earlier call killed mid-write left (we hold the
+    // lock every writer holds).
+    store.remove_temp(&env.container_id, &env.ifname)?;
+    if let Some(old) = store.load(&env.container_id, &env.ifname)? {
+        return Err(Error::new(
+            Code::DeviceBusy,
+            format!(
+                "container {} already has {} attached as {} (an earlier ADD that was not deleted); the runtime must DEL it first",
+                env.container_id, old.host_name, env.ifname
+            ),
+        ));
+    }
+    let (resolved, nic_lock) = resolve_locked(selector, &host, &store).await?;
+    log::info!(
+        "{selector} is {} (mac {}, mtu {}{})",
+        resolved.link.name,
+        resolved.link.mac,
+        resolved.link.mtu,
+        resolved
+            .pci
+            .as_deref()
+            .map(|p| format!(", pci {p}"))
+            .unwrap_or_default()
+    );
+    let records = store.all()?;
+    select::admit(node, &host, &resolved, selector, &records).await?;
+    if pod.by_name(&env.ifname).await?.is_some() {
+        return Err(Error::new(
+            Code::IfnameExists,
+            format!(
+                "interface {} already exists in {}; pick another CNI_IFNAME",
+                env.ifname, env.netns
+            ),
+        ));
+    }
+    let restore = resolved
+        .lost
+        .as_ref()
+        .and_then(|tag| give_back::restoration(&resolved.link, tag, &records, "ADD"));
+    // The NIC as it will be once restored: what the record remembers as its own.
+    let home = match &restore {
+        Some(r) => LinkInfo {
+            name: r.host_name.clone(),
+            mtu: r.host_mtu,
+            up: r.host_up,
+            alias: r.host_alias.clone(),
+            mac: r.mac.clone(),
+            ..resolved.link.clone()
+        },
+        None => resolved.link.clone(),
+    };
+    if let Some(mtu) = conf.mtu {
+        check_mtu(&home, mtu)?;
+    }
+    let ipam_conf = serde_json::from_slice::<serde_json::Value>(&conf.raw)
+        .map(|v| v["ipam"].clone())
+        .unwrap_or_default();
+    if ipv6_declared(&ipam_conf) {
+        check_ipv6_mtu(conf.mtu.unwrap_or(home.mtu), "the config's ipam")?;
+    }
+    // Pairing reads the kernel's view of the NIC as it is now (sysfs by its current name).
+    let rdma = rdma::plan(env, conf, &resolved.link)?;
+    let mut record = Record {
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+        network: conf.name.clone(),
+        netns: env.netns.clone(),
+        host_name: home.name.clone(),
+        host_mtu: home.mtu,
+        host_up: home.up,
+        host_alias: home.alias.clone().filter(|a| !a.is_empty()),
+        mac: home.mac.clone(),
+        perm_mac: home.perm_mac.clone(),
+        altnames: home.altnames.clone(),
+        parent: home.parent.as_ref().map(parent_key),
+        kind: home.kind.clone(),
+        host_index: home.index,
+        pod_index: None,
+        pci: resolved.pci.clone(),
+        rdma_device: None,
+        rdma_moved: false,
+        ipam: ipam_recorded(conf),
+        soft_device: None,
+    };
+    if let Some(p) = &rdma {
+        p.record_into(&mut record);
+    }
+    Ok(Plan {
+        host_ns,
+        pod_ns,
+        host,
+        pod,
+        nic: resolved.link.clone(),
+        restore,
+        pci: resolved.pci,
+        rdma,
+        record,
+        _locks: (attachment, nic_lock),
+    })
+}
+
+/// Resolve the selector and lock the NIC it names (by its original host name); what decides is
+/// the resolution made under the lock, since every call that moves a NIC holds its lock. A
+/// loser of a race for the NIC gets "device busy" (102) from it, or 11 if the wait ran out,
+/// and has changed nothing.
+async fn resolve_locked(
+    sel: &Selector,
+    host: &Links,
+    store: &Store,
+) -> Result<(Resolved, lock::Guard)> {
+    fn identity(r: &Resolved) -> &str {
+        r.lost.as_ref().map_or(&r.link.name, |t| &t.host_name)
+    }
+    // Look first, without the lock, to learn which NIC the selector names: the lock is on the
+    // NIC's own (primary, original) name, never the selector's string, which may be an altname.
+    // A NIC being moved by another call is briefly in no namespace at all, so "not found"
+    // there is only believed when it lasts.
+    let guess = {
+        let mut tries = 0;
+        loop {
+            match select::resolve(sel, host, store).await {
+                Ok(r) => break identity(&r).to_string(),
+                Err(e) if e.code == Code::DeviceNotFound && tries < 3 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let guard = lock::device(&guess)?;
+    let now = select::resolve(sel, host, store).await?;
+    if identity(&now) != guess {
+        return Err(Error::new(
+            Code::TryAgain,
+            format!(
+                "{sel} was {guess} and became {} while this call waited for it; try again",
+                identity(&now)
+            ),
+        ));
+    }
+    Ok((now, guard))
+}
+
+/// The kernel applies a move's MTU after the move itself: an MTU the driver refuses would
+/// fail half-way, so it is checked against the driver's range before anything changes.
+fn check_mtu(nic: &LinkInfo, mtu: u32) -> Result<()> {
+    let (lo, hi) = (nic.min_mtu.unwrap_or(68), nic.max_mtu.unwrap_or(u32::MAX));
+    if (lo..=hi).contains(&mtu) {
+        return Ok(());
+    }
+    Err(crate::error::invalid_config(format!(
+        "mtu {mtu} is outside what {}'s driver accepts ({lo} to {hi})",
+        nic.name
+    )))
+}
+
+/// IPv6 needs a link MTU of at least 1280 (RFC 8200): below it the kernel disables IPv6 on
+/// the link and drops its addresses, so a pod would come up without the address its result
+/// promises.
+const IPV6_MIN_MTU: u32 = 1280;
+
+pub(super) fn check_ipv6_mtu(mtu: u32, whence: &str) -> Result<()> {
+    if mtu >= IPV6_MIN_MTU {
+        return Ok(());
+    }
+    Err(crate::error::invalid_config(format!(
+        "{whence} has an IPv6 address, and IPv6 needs MTU >= {IPV6_MIN_MTU}, but the pod's MTU would be {mtu}; raise mtu or drop the IPv6 address"
+    )))
+}
+
+/// Does the ipam config name IPv6 addresses or ranges (static `addresses`, host-local
+/// `ranges`/`subnet`, whereabouts `range`/`ipRanges`)? Checked before anything changes; the
+/// IPAM result is checked again once it is known.
+fn ipv6_declared(ipam: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    const KEYS: [&str; 6] = [
+        "addresses",
+        "address",
+        "ranges",
+        "subnet",
+        "range",
+        "ipRanges",
+    ];
+    fn any_v6(v: &Value) -> bool {
+        match v {
+            Value::String(s) => {
+                let ip = s.split('/').next().unwrap_or(s);
+                ip.parse::<std::net::Ipv6Addr>().is_ok()
+            }
+            Value::Array(a) => a.iter().any(any_v6),
+            Value::Object(o) => o
+                .iter()
+                .any(|(k, v)| KEYS.contains(&k.as_str()) && any_v6(v)),
+            _ => false,
+        }
+    }
+    ipam.as_object().is_some_and(|o| {
+        o.iter()
+            .any(|(k, v)| KEYS.contains(&k.as_str()) && any_v6(v))
+    })
+}
+
+/// The `ipam` object to release with on DEL, when the config has a usable one.
+fn ipam_recorded(conf: &NetConf) -> Option<serde_json::Value> {
+    conf.ipam_type.as_ref()?;
+    let v: serde_json::Value = serde_json::from_slice(&conf.raw).ok()?;
+    v.get("ipam").cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_outside_the_drivers_range_is_refused_before_any_change() {
+        let nic = LinkInfo {
+            index: 3,
+            name: "ens1".into(),
+            mac: String::new(),
+            mtu: 1500,
+            up: false,
+            alias: None,
+            min_mtu: Some(68),
+            max_mtu: Some(1500),
+            master: None,
+            perm_mac: String::new(),
+            altnames: Vec::new(),
+            parent: None,
+            kind: None,
+            lower: None,
+        };
+        assert!(check_mtu(&nic, 1500).is_ok());
+        let e = check_mtu(&nic, 9000).unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig);
+        assert!(
+            e.msg.contains("ens1") && e.msg.contains("1500"),
+            "{}",
+            e.msg
+        );
+        let unknown = LinkInfo {
+            max_mtu: None,
+            ..nic
+        };
+        assert!(check_mtu(&unknown, 9000).is_ok());
+    }
+
+    #[test]
+    fn ipv6_in_the_ipam_config_is_seen() {
+        use serde_json::json;
+        for (ipam, want) in [
+            (
+                json!({"type": "static", "addresses": [{"address": "fd00::2/64"}]}),
+                true,
+            ),
+            (
+                json!({"type": "static", "addresses": [{"address": "10.0.0.2/24"}]}),
+                false,
+            ),
+            (
+                json!({"type": "host-local", "ranges": [[{"subnet": "fd00::/64"}]]}),
+                true,
+            ),
+            (
+                json!({"type": "host-local", "subnet": "10.0.0.0/24"}),
+                false,
+            ),
+            (json!({"type": "whereabouts", "range": "fd00::/120"}), true),
+            (
+                json!({"type": "whereabouts", "ipRanges": [{"range": "fd00::/120"}]}),
+                true,
+            ),
+            (json!({"type": "dhcp", "dataDir": "/var/a:b"}), false),
+            (json!(null), false),
+        ] {
+            assert_eq!(ipv6_declared(&ipam), want, "{ipam}");
+        }
+        assert!(check_ipv6_mtu(1280, "x").is_ok());
+        let e = check_ipv6_mtu(1279, "x").unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig);
+        assert!(e.msg.contains("IPv6 needs MTU >= 1280"), "{}", e.msg);
+    }
+}
