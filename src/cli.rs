@@ -40,9 +40,9 @@ network config. By hand:
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG):
 stateDir, logDir, allowedNics, allowedUplinks; see the README. Logs: one line per step with
 the container ID, on stderr and in \"logFile\" (a file name in the node's logDir) if set
-(rotated at 10 MiB). Error codes: 1-11 are the CNI spec's; 100+ are this plugin's
-(100 NIC not found, 101 ambiguous, 102 busy, 107 refused by node policy, 110 no RDMA
-device, 111 RDMA netns mode, 112 RDMA device cannot move, 113 GID timeout); see the README.
+(rotated at 10 MiB).
+
+Error codes (1-99 are the CNI spec's, 100+ this plugin's; the README says what to do):
 ";
 
 /// Returns the process exit code.
@@ -59,6 +59,9 @@ fn dispatch(args: &[String]) -> i32 {
         }
         Some("--help" | "-h" | "help") => {
             print!("{HELP}");
+            for c in crate::error::TABLE {
+                println!("  {:>3}  {}", c.code as u32, c.meaning.replace('`', ""));
+            }
             0
         }
         Some("inspect") => match inspect_options(&args[1..]) {

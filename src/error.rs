@@ -38,6 +38,145 @@ pub enum Code {
     Internal = 999,
 }
 
+/// One row of the error-code table: the README's table, `--help` and the error type all come
+/// from [`TABLE`] (a test keeps the README's copy equal to it).
+pub struct CodeInfo {
+    pub code: Code,
+    pub meaning: &'static str,
+    pub action: &'static str,
+}
+
+/// Every code the plugin answers with, but 999 (a bug).
+pub const TABLE: &[CodeInfo] = &[
+    CodeInfo {
+        code: Code::IncompatibleVersion,
+        meaning: "unsupported or missing `cniVersion` (or a verb the version lacks)",
+        action: "use 0.3.0-1.1.0",
+    },
+    CodeInfo {
+        code: Code::UnsupportedField,
+        meaning: "unknown field in the config",
+        action: "the message names it; fix the typo",
+    },
+    CodeInfo {
+        code: Code::UnknownContainer,
+        meaning: "the pod's netns does not exist",
+        action: "the runtime lost the sandbox",
+    },
+    CodeInfo {
+        code: Code::InvalidEnv,
+        meaning: "bad `CNI_*` variable (missing, invalid ifname, not a netns)",
+        action: "runtime bug or misconfiguration",
+    },
+    CodeInfo {
+        code: Code::Io,
+        meaning: "I/O error (state dir, stdin)",
+        action: "check `/var/lib/cni/rdma-host-device`",
+    },
+    CodeInfo {
+        code: Code::Decode,
+        meaning: "the config is not valid JSON",
+        action: "",
+    },
+    CodeInfo {
+        code: Code::InvalidConfig,
+        meaning: "invalid config value (mtu, selector, ipam, paths)",
+        action: "the message names the field",
+    },
+    CodeInfo {
+        code: Code::TryAgain,
+        meaning: "try again later (another call holds the NIC)",
+        action: "retried by the runtime",
+    },
+    CodeInfo {
+        code: Code::NotAvailable,
+        meaning: "STATUS: the NIC or the IPAM plugin is not available",
+        action: "",
+    },
+    CodeInfo {
+        code: Code::DeviceNotFound,
+        meaning: "no host NIC matches the selector",
+        action: "check `ip link`, `rdma-host-device inspect`",
+    },
+    CodeInfo {
+        code: Code::DeviceAmbiguous,
+        meaning: "ambiguous: several selectors, or one matching several NICs/RDMA devices",
+        action: "give one precise selector",
+    },
+    CodeInfo {
+        code: Code::DeviceBusy,
+        meaning: "the NIC is attached to another pod",
+        action: "DEL that attachment first",
+    },
+    CodeInfo {
+        code: Code::IfnameExists,
+        meaning: "`CNI_IFNAME` already exists in the pod",
+        action: "pick another interface name",
+    },
+    CodeInfo {
+        code: Code::Netlink,
+        meaning: "a link/address/route netlink operation failed",
+        action: "the message names it",
+    },
+    CodeInfo {
+        code: Code::Ipam,
+        meaning: "the IPAM plugin failed (its code and message in `details`)",
+        action: "",
+    },
+    CodeInfo {
+        code: Code::CheckFailed,
+        meaning: "CHECK found a difference",
+        action: "the message says which",
+    },
+    CodeInfo {
+        code: Code::NotAllowed,
+        meaning: "the node policy does not allow handing this NIC to a pod (not in `allowedNics`, or the node's own uplink)",
+        action: "pick another NIC, or change the node configuration",
+    },
+    CodeInfo {
+        code: Code::RdmaNotFound,
+        meaning: "RDMA required but no RDMA device pairs with the NIC (or no RDMA in the kernel)",
+        action: "load the RDMA driver, or `softDevice`, or `isolation: \"none\"`",
+    },
+    CodeInfo {
+        code: Code::RdmaNetnsMode,
+        meaning: "the RDMA netns mode does not allow what was asked (exclusive required, or `softDevice` in exclusive mode)",
+        action: "see [RDMA modes](#rdma-modes)",
+    },
+    CodeInfo {
+        code: Code::RdmaMoveUnsupported,
+        meaning: "the RDMA device cannot change netns (EOPNOTSUPP), or a software device would die with the move",
+        action: "`isolation: \"none\"`, shared mode, or `softDevice`",
+    },
+    CodeInfo {
+        code: Code::GidTimeout,
+        meaning: "verification timed out: missing RoCE v2 GIDs (named) or a port not ACTIVE",
+        action: "check the link's carrier; raise `gidTimeoutMs`",
+    },
+    CodeInfo {
+        code: Code::Rdma,
+        meaning: "another RDMA netlink or verbs failure",
+        action: "the message names it",
+    },
+];
+
+/// The table as the README prints it (markdown, one row per code).
+pub fn markdown_table() -> String {
+    let mut out = String::from("| code | meaning | what to do |\n|---|---|---|\n");
+    for c in TABLE {
+        let action = if c.action.is_empty() {
+            String::new()
+        } else {
+            format!("{} ", c.action)
+        };
+        out.push_str(&format!(
+            "| {} | {} | {action}|\n",
+            c.code as u32, c.meaning
+        ));
+    }
+    out
+}
+
 #[derive(Debug, Clone)]
 pub struct Error {
     pub code: Code,
@@ -141,6 +280,29 @@ pub fn first_error(errors: Vec<Error>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_readme_prints_the_codes_table() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let start = readme
+            .find("| code | meaning | what to do |")
+            .expect("README has the error-code table");
+        let table: String = readme[start..]
+            .lines()
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            table,
+            markdown_table(),
+            "README's error-code table differs from src/error.rs TABLE: copy markdown_table() over"
+        );
+        // Every code of the enum but 999 is in the table.
+        for c in TABLE {
+            assert_ne!(c.code, Code::Internal);
+        }
+    }
 
     #[test]
     fn json_carries_code_msg_and_version() {
