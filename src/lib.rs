@@ -23,3 +23,4 @@ pub mod node;
 pub mod rdma;
 pub mod select;
 pub mod state;
+pub mod validate;
