@@ -13,6 +13,7 @@ use crate::rdma::netlink::{NetnsMode, RdmaDevice, RdmaNlError, RdmaPort, RdmaSoc
 use crate::rdma::pair;
 use crate::rdma::verbs::{self, GidType, PortState, Source};
 use crate::state::{Record, Store, Tag};
+use crate::sysfs;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -260,10 +261,10 @@ fn gather(opts: &Options) -> Result<Report, String> {
             name: l.name.clone(),
             ifindex: Some(l.index),
             mac: l.mac.clone(),
-            driver: nic_driver(&l.name),
-            pci: crate::select::pci_of(&l.name),
+            driver: sysfs::nic_driver(&l.name),
+            pci: crate::sysfs::pci_of(&l.name),
             location: "host",
-            oper_state: read_trimmed(&format!("/sys/class/net/{}/operstate", l.name)),
+            oper_state: sysfs::read_trimmed(&format!("/sys/class/net/{}/operstate", l.name)),
             admin_up: Some(l.up),
             mtu: Some(l.mtu),
             rdma,
@@ -315,7 +316,7 @@ fn gather(opts: &Options) -> Result<Report, String> {
             name: r.host_name.clone(),
             ifindex: None,
             mac: r.mac.clone(),
-            driver: r.pci.as_deref().and_then(pci_driver),
+            driver: r.pci.as_deref().and_then(sysfs::pci_driver),
             pci: r.pci.clone(),
             location: "pod",
             oper_state: None,
@@ -339,7 +340,7 @@ fn gather(opts: &Options) -> Result<Report, String> {
         summary.gid_source = "libibverbs";
     }
     Ok(Report {
-        node: read_trimmed("/proc/sys/kernel/hostname").unwrap_or_default(),
+        node: sysfs::read_trimmed("/proc/sys/kernel/hostname").unwrap_or_default(),
         plugin_version: env!("CARGO_PKG_VERSION"),
         rdma: summary,
         nics,
@@ -538,77 +539,6 @@ fn gid_summary(r: &verbs::DeviceReport, port: Option<u32>) -> GidSummary {
             Source::Sysfs => "sysfs",
         },
     }
-}
-
-fn read_trimmed(path: &str) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-}
-
-fn link_basename(path: impl AsRef<Path>) -> Option<String> {
-    std::fs::read_link(path)
-        .ok()?
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-}
-
-fn pci_driver(pci: &str) -> Option<String> {
-    link_basename(format!("/sys/bus/pci/devices/{pci}/driver"))
-}
-
-/// The NIC's driver: sysfs for devices with a bus, else the ethtool driver name (veth, bond...).
-pub fn nic_driver(ifname: &str) -> Option<String> {
-    link_basename(format!("/sys/class/net/{ifname}/device/driver"))
-        .or_else(|| ethtool_driver(ifname))
-}
-
-/// `ETHTOOL_GDRVINFO`: what `ethtool -i` prints as "driver".
-fn ethtool_driver(ifname: &str) -> Option<String> {
-    const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
-    #[repr(C)]
-    struct DrvInfo {
-        cmd: u32,
-        driver: [u8; 32],
-        version: [u8; 32],
-        fw_version: [u8; 32],
-        bus_info: [u8; 32],
-        erom_version: [u8; 32],
-        reserved2: [u8; 12],
-        n_priv_flags: u32,
-        n_stats: u32,
-        testinfo_len: u32,
-        eedump_len: u32,
-        regdump_len: u32,
-    }
-    if ifname.len() >= libc::IFNAMSIZ {
-        return None;
-    }
-    // SAFETY: all-zero is a valid value for these plain C structs.
-    let mut info: DrvInfo = unsafe { std::mem::zeroed() };
-    info.cmd = ETHTOOL_GDRVINFO;
-    // SAFETY: as above.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes()) {
-        *d = s as libc::c_char;
-    }
-    ifr.ifr_ifru.ifru_data = (&mut info as *mut DrvInfo).cast();
-    // SAFETY: a plain datagram socket, closed below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: `ifr` names the interface and points at `info`, which outlives the call.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCETHTOOL, &mut ifr) };
-    // SAFETY: `fd` is ours and closed once.
-    unsafe { libc::close(fd) };
-    if rc != 0 {
-        return None;
-    }
-    let end = info.driver.iter().position(|&b| b == 0).unwrap_or(32);
-    let name = String::from_utf8_lossy(&info.driver[..end]).into_owned();
-    (!name.is_empty()).then_some(name)
 }
 
 fn short_id(id: &str) -> &str {
@@ -1067,8 +997,8 @@ mod tests {
     #[test]
     fn ethtool_knows_loopback_or_nothing() {
         // lo has no ethtool driver info; the call must simply answer None, not fail.
-        assert_eq!(ethtool_driver("lo"), None);
-        assert_eq!(ethtool_driver("no-such-if0"), None);
+        assert_eq!(crate::sysfs::ethtool_driver("lo"), None);
+        assert_eq!(crate::sysfs::ethtool_driver("no-such-if0"), None);
     }
 
     fn strip_ansi(s: &str) -> String {

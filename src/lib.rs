@@ -23,4 +23,5 @@ pub mod node;
 pub mod rdma;
 pub mod select;
 pub mod state;
+pub mod sysfs;
 pub mod validate;

@@ -207,18 +207,6 @@ impl Node {
     }
 }
 
-/// The RDMA device on the same device as a net device (`/sys/class/net/<name>/device/infiniband`),
-/// for the policy's `rdmaDevices`; ADD's own pairing (RDMA netlink) decides what moves.
-pub fn rdma_of(ifname: &str) -> Option<String> {
-    let rd = std::fs::read_dir(format!("/sys/class/net/{ifname}/device/infiniband")).ok()?;
-    let mut names: Vec<String> = rd
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names.into_iter().next()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,9 +5,10 @@
 use crate::cni::netconf::Selector;
 use crate::error::{Code, Error, Result};
 use crate::link::{LinkInfo, Links};
-use crate::node::{self, NicFacts, Node};
+use crate::node::{NicFacts, Node};
 use crate::state::{Record, Store, Tag};
-use std::path::{Path, PathBuf};
+use crate::sysfs;
+use std::path::Path;
 
 /// The host link a selector resolved to.
 #[derive(Debug, Clone)]
@@ -54,8 +55,8 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
                 }
             }
         }
-        Selector::KernelPath(p) => netdevs_under(Path::new(p)),
-        Selector::Pci(id) | Selector::DeviceId(id) => netdevs_of_bus_device(id),
+        Selector::KernelPath(p) => sysfs::netdevs_under(Path::new(p)),
+        Selector::Pci(id) | Selector::DeviceId(id) => sysfs::netdevs_of_bus_device(id),
         Selector::RdmaDevice(dev) => crate::rdma::pair::netdevs_of_rdma_device(dev)?,
     };
     match names.as_slice() {
@@ -128,10 +129,10 @@ pub async fn admit(
         }
         _ => &r.link.name,
     };
-    let driver = crate::inspect::nic_driver(&r.link.name);
+    let driver = sysfs::nic_driver(&r.link.name);
     let rdma = match sel {
         Selector::RdmaDevice(d) => Some(d.clone()),
-        _ => node::rdma_of(&r.link.name),
+        _ => sysfs::rdma_of(&r.link.name),
     };
     let uplink = host.node_uses(&r.link).await?;
     node.admit(&NicFacts {
@@ -162,7 +163,7 @@ async fn finish(link: LinkInfo, host: &Links, store: &Store, sel: &Selector) -> 
         );
     }
     Ok(Resolved {
-        pci: pci_of(&link.name),
+        pci: sysfs::pci_of(&link.name),
         link,
         lost,
     })
@@ -187,9 +188,9 @@ async fn find_lost(sel: &Selector, host: &Links) -> Result<Option<Resolved>> {
     let wanted = |l: &LinkInfo, tag: &Tag| match sel {
         Selector::Name(n) => tag.host_name == *n || l.altnames.contains(n),
         Selector::Mac(m) => l.mac == *m,
-        Selector::Pci(id) | Selector::DeviceId(id) => pci_of(&l.name).as_deref() == Some(id),
+        Selector::Pci(id) | Selector::DeviceId(id) => sysfs::pci_of(&l.name).as_deref() == Some(id),
         Selector::KernelPath(p) => {
-            netdevs_under(Path::new(p)).contains(&l.name) || tag.host_name == file_name(p)
+            sysfs::netdevs_under(Path::new(p)).contains(&l.name) || tag.host_name == file_name(p)
         }
         Selector::RdmaDevice(_) => false,
     };
@@ -203,7 +204,7 @@ async fn find_lost(sel: &Selector, host: &Links) -> Result<Option<Resolved>> {
                 tag.host_name
             );
             return Ok(Some(Resolved {
-                pci: pci_of(&l.name),
+                pci: sysfs::pci_of(&l.name),
                 link: l,
                 lost: Some(tag),
             }));
@@ -217,97 +218,4 @@ fn file_name(p: &str) -> String {
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default()
-}
-
-fn list_dir(p: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(p)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
-/// Net devices of a device directory: its `net/`, or its virtio child's `net/`.
-fn netdevs_of_device_dir(dir: &Path) -> Vec<String> {
-    let mut names = list_dir(&dir.join("net"));
-    for child in list_dir(dir).iter().filter(|c| c.starts_with("virtio")) {
-        names.extend(list_dir(&dir.join(child).join("net")));
-    }
-    names
-}
-
-/// `kernelpath`: a device directory under /sys/devices, or a net device's own directory.
-fn netdevs_under(p: &Path) -> Vec<String> {
-    let names = netdevs_of_device_dir(p);
-    if !names.is_empty() {
-        return names;
-    }
-    let is_netdev_dir = p.parent().and_then(Path::file_name) == Some("net".as_ref());
-    match (is_netdev_dir && p.exists(), p.file_name()) {
-        (true, Some(f)) => vec![f.to_string_lossy().into_owned()],
-        _ => Vec::new(),
-    }
-}
-
-/// `pciBusID` / `deviceID`: a PCI function or an auxiliary-bus device (SF).
-fn netdevs_of_bus_device(id: &str) -> Vec<String> {
-    ["/sys/bus/pci/devices", "/sys/bus/auxiliary/devices"]
-        .iter()
-        .map(|bus| PathBuf::from(bus).join(id))
-        .flat_map(|d| netdevs_of_device_dir(&d))
-        .collect()
-}
-
-/// The PCI address behind a net device (through a virtio hop if there is one).
-pub fn pci_of(ifname: &str) -> Option<String> {
-    let dev = std::fs::canonicalize(format!("/sys/class/net/{ifname}/device")).ok()?;
-    let base = dev.file_name()?.to_string_lossy().into_owned();
-    if is_pci_address(&base) {
-        return Some(base);
-    }
-    let parent = dev.parent()?.file_name()?.to_string_lossy().into_owned();
-    (base.starts_with("virtio") && is_pci_address(&parent)).then_some(parent)
-}
-
-/// `dddd:bb:dd.f`
-pub fn is_pci_address(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 12
-        && b[4] == b':'
-        && b[7] == b':'
-        && b[10] == b'.'
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pci_address_shape() {
-        assert!(is_pci_address("0000:3b:00.1"));
-        assert!(!is_pci_address("mlx5_core.sf.2"));
-        assert!(!is_pci_address("0000:3b:00"));
-    }
-
-    #[test]
-    fn kernelpath_of_a_virtual_netdev_is_its_name() {
-        // lo always exists and lives under /sys/devices/virtual/net/lo.
-        assert_eq!(
-            netdevs_under(Path::new("/sys/devices/virtual/net/lo")),
-            ["lo"]
-        );
-        assert!(netdevs_under(Path::new("/sys/devices/virtual/net/nope0")).is_empty());
-    }
-
-    #[test]
-    fn unknown_bus_device_has_no_netdevs() {
-        assert!(netdevs_of_bus_device("0000:ff:1f.7").is_empty());
-    }
 }

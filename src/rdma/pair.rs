@@ -59,7 +59,7 @@ pub fn pair_from(
     let mut names: Vec<String> = by_port.iter().map(|p| p.dev_name.clone()).collect();
     let mut how = "RDMA netlink port netdev";
     if names.is_empty() {
-        names = list_dir(
+        names = crate::sysfs::list_dir(
             &Path::new("/sys/class/net")
                 .join(nic.name)
                 .join("device/infiniband"),
@@ -110,7 +110,7 @@ pub fn netdevs_of_rdma_device(dev: &str) -> Result<Vec<String>> {
         Err(e) => return Err(rdma_error("opening RDMA netlink", e)),
     };
     if names.is_empty() {
-        names = list_dir(
+        names = crate::sysfs::list_dir(
             &Path::new("/sys/class/infiniband")
                 .join(dev)
                 .join("device/net"),
@@ -136,16 +136,6 @@ pub fn guid_from_mac(mac: &str) -> Option<u64> {
 /// Software RDMA drivers: their device dies when its netdev changes namespace.
 pub fn is_soft_driver(d: &RdmaDevice) -> bool {
     matches!(d.driver.as_deref(), Some("rxe" | "siw"))
-}
-
-fn list_dir(p: &Path) -> Vec<String> {
-    std::fs::read_dir(p)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

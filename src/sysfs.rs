@@ -1,0 +1,181 @@
+//! What sysfs (and, for a virtual link's driver, one ethtool ioctl) says about net devices:
+//! the devices behind them, their PCI addresses, drivers and RDMA devices. Every read of
+//! /sys/class/net, /sys/bus and /sys/devices the plugin makes lives here.
+
+use std::path::{Path, PathBuf};
+
+pub fn list_dir(p: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(p)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Net devices of a device directory: its `net/`, or its virtio child's `net/`.
+pub fn netdevs_of_device_dir(dir: &Path) -> Vec<String> {
+    let mut names = list_dir(&dir.join("net"));
+    for child in list_dir(dir).iter().filter(|c| c.starts_with("virtio")) {
+        names.extend(list_dir(&dir.join(child).join("net")));
+    }
+    names
+}
+
+/// `kernelpath`: a device directory under /sys/devices, or a net device's own directory.
+pub fn netdevs_under(p: &Path) -> Vec<String> {
+    let names = netdevs_of_device_dir(p);
+    if !names.is_empty() {
+        return names;
+    }
+    let is_netdev_dir = p.parent().and_then(Path::file_name) == Some("net".as_ref());
+    match (is_netdev_dir && p.exists(), p.file_name()) {
+        (true, Some(f)) => vec![f.to_string_lossy().into_owned()],
+        _ => Vec::new(),
+    }
+}
+
+/// `pciBusID` / `deviceID`: a PCI function or an auxiliary-bus device (SF).
+pub fn netdevs_of_bus_device(id: &str) -> Vec<String> {
+    ["/sys/bus/pci/devices", "/sys/bus/auxiliary/devices"]
+        .iter()
+        .map(|bus| PathBuf::from(bus).join(id))
+        .flat_map(|d| netdevs_of_device_dir(&d))
+        .collect()
+}
+
+/// The PCI address behind a net device (through a virtio hop if there is one).
+pub fn pci_of(ifname: &str) -> Option<String> {
+    let dev = std::fs::canonicalize(format!("/sys/class/net/{ifname}/device")).ok()?;
+    let base = dev.file_name()?.to_string_lossy().into_owned();
+    if is_pci_address(&base) {
+        return Some(base);
+    }
+    let parent = dev.parent()?.file_name()?.to_string_lossy().into_owned();
+    (base.starts_with("virtio") && is_pci_address(&parent)).then_some(parent)
+}
+
+/// `dddd:bb:dd.f`
+pub fn is_pci_address(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+}
+
+pub fn read_trimmed(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+pub fn link_basename(path: impl AsRef<Path>) -> Option<String> {
+    std::fs::read_link(path)
+        .ok()?
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+}
+
+pub fn pci_driver(pci: &str) -> Option<String> {
+    link_basename(format!("/sys/bus/pci/devices/{pci}/driver"))
+}
+
+/// The NIC's driver: sysfs for devices with a bus, else the ethtool driver name (veth, bond...).
+pub fn nic_driver(ifname: &str) -> Option<String> {
+    link_basename(format!("/sys/class/net/{ifname}/device/driver"))
+        .or_else(|| ethtool_driver(ifname))
+}
+
+/// `ETHTOOL_GDRVINFO`: what `ethtool -i` prints as "driver".
+pub fn ethtool_driver(ifname: &str) -> Option<String> {
+    const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
+    #[repr(C)]
+    struct DrvInfo {
+        cmd: u32,
+        driver: [u8; 32],
+        version: [u8; 32],
+        fw_version: [u8; 32],
+        bus_info: [u8; 32],
+        erom_version: [u8; 32],
+        reserved2: [u8; 12],
+        n_priv_flags: u32,
+        n_stats: u32,
+        testinfo_len: u32,
+        eedump_len: u32,
+        regdump_len: u32,
+    }
+    if ifname.len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    // SAFETY: all-zero is a valid value for these plain C structs.
+    let mut info: DrvInfo = unsafe { std::mem::zeroed() };
+    info.cmd = ETHTOOL_GDRVINFO;
+    // SAFETY: as above.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes()) {
+        *d = s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = (&mut info as *mut DrvInfo).cast();
+    // SAFETY: a plain datagram socket, closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `ifr` names the interface and points at `info`, which outlives the call.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCETHTOOL, &mut ifr) };
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return None;
+    }
+    let end = info.driver.iter().position(|&b| b == 0).unwrap_or(32);
+    let name = String::from_utf8_lossy(&info.driver[..end]).into_owned();
+    (!name.is_empty()).then_some(name)
+}
+
+/// The RDMA device on the same device as a net device (`/sys/class/net/<name>/device/infiniband`),
+/// for the policy's `rdmaDevices`; ADD's own pairing (RDMA netlink) decides what moves.
+pub fn rdma_of(ifname: &str) -> Option<String> {
+    let rd = std::fs::read_dir(format!("/sys/class/net/{ifname}/device/infiniband")).ok()?;
+    let mut names: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names.into_iter().next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_address_shape() {
+        assert!(is_pci_address("0000:3b:00.1"));
+        assert!(!is_pci_address("mlx5_core.sf.2"));
+        assert!(!is_pci_address("0000:3b:00"));
+    }
+
+    #[test]
+    fn kernelpath_of_a_virtual_netdev_is_its_name() {
+        // lo always exists and lives under /sys/devices/virtual/net/lo.
+        assert_eq!(
+            netdevs_under(Path::new("/sys/devices/virtual/net/lo")),
+            ["lo"]
+        );
+        assert!(netdevs_under(Path::new("/sys/devices/virtual/net/nope0")).is_empty());
+    }
+
+    #[test]
+    fn unknown_bus_device_has_no_netdevs() {
+        assert!(netdevs_of_bus_device("0000:ff:1f.7").is_empty());
+    }
+}
