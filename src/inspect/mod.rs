@@ -1,0 +1,252 @@
+//! `rdma-host-device inspect`: what an operator runs first when a pod has no RDMA. One view of
+//! the node: every NIC in the host netns with the RDMA device it pairs with (RDMA netlink port
+//! netdev, else sysfs, else node GUID: the same order as ADD), its driver, PCI address, link
+//! state and MTU; the RDMA netns mode with what it means for this plugin; a GID table summary
+//! per RDMA device; and which NICs are attached to pods (the state dir's records).
+//!
+//! Read-only: it changes nothing on the node. Gathering (`gather`) is kept apart from printing
+//! (`render_table`, `--json`) so the printing is testable on a made-up report: `report.rs`
+//! holds the types, `gather.rs` reads the node, `render.rs` prints.
+
+mod gather;
+mod render;
+mod report;
+
+pub use gather::mode_guidance;
+pub use render::render_table;
+pub use report::*;
+
+use crate::node::DEFAULT_STATE_DIR;
+use gather::*;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub json: bool,
+    pub all: bool,
+    pub color: Color,
+    pub state_dir: PathBuf,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            json: false,
+            all: false,
+            color: Color::Auto,
+            state_dir: crate::node::Node::load()
+                .map(|n| n.state_dir)
+                .unwrap_or_else(|_| PathBuf::from(DEFAULT_STATE_DIR)),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- entry point
+
+/// Run `inspect`; returns the process exit code.
+pub fn run(opts: &Options) -> i32 {
+    let report = match gather(opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rdma-host-device inspect: {e}");
+            return 1;
+        }
+    };
+    if opts.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("rdma-host-device inspect: cannot print JSON: {e}");
+                return 1;
+            }
+        }
+    } else {
+        let color = match opts.color {
+            Color::Always => true,
+            Color::Never => false,
+            Color::Auto => stdout_is_terminal(),
+        };
+        print!("{}", render_table(&report, color));
+    }
+    0
+}
+
+fn stdout_is_terminal() -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    let tty = unsafe { libc::isatty(libc::STDOUT_FILENO) } == 1;
+    tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && std::env::var("TERM").map_or(true, |t| t != "dumb")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render::GREEN;
+    use super::*;
+    use crate::rdma::netlink::NetnsMode;
+
+    fn report() -> Report {
+        Report {
+            node: "node-1".into(),
+            plugin_version: "0.1.0",
+            rdma: RdmaSummary {
+                available: true,
+                netns_mode: Some("shared"),
+                gid_source: "libibverbs",
+                error: None,
+                guidance: mode_guidance(Some(NetnsMode::Shared), false),
+            },
+            nics: vec![
+                NicRow {
+                    name: "ens1f0".into(),
+                    ifindex: Some(4),
+                    mac: "0c:42:a1:00:00:01".into(),
+                    driver: Some("mlx5_core".into()),
+                    pci: Some("0000:3b:00.0".into()),
+                    location: "host",
+                    oper_state: Some("up".into()),
+                    admin_up: Some(true),
+                    mtu: Some(9000),
+                    rdma: Some(RdmaRow {
+                        device: "mlx5_0".into(),
+                        driver: Some("mlx5".into()),
+                        protocol: Some("roce".into()),
+                        port: Some(1),
+                        port_state: Some("ACTIVE".into()),
+                        paired_by: Some("rdma netlink port"),
+                        gids: Some(GidSummary {
+                            total: 4,
+                            roce_v2: 2,
+                            roce_v1: 2,
+                            roce_v2_ipv4: 1,
+                            source: "verbs",
+                        }),
+                        gid_error: None,
+                    }),
+                    attachment: None,
+                    notes: vec![],
+                },
+                NicRow {
+                    name: "ens1f1".into(),
+                    ifindex: None,
+                    mac: "0c:42:a1:00:00:02".into(),
+                    driver: Some("mlx5_core".into()),
+                    pci: Some("0000:3b:00.1".into()),
+                    location: "pod",
+                    oper_state: None,
+                    admin_up: None,
+                    mtu: None,
+                    rdma: None,
+                    attachment: Some(Attachment {
+                        container_id: "0123456789abcdef0123".into(),
+                        ifname: "net1".into(),
+                        netns: "/var/run/netns/cni-1".into(),
+                        network: "rdma-a".into(),
+                        rdma_moved: false,
+                        soft_device: None,
+                    }),
+                    notes: vec![],
+                },
+            ],
+            unpaired_rdma_devices: vec![],
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            state_error: None,
+            hidden_links: 3,
+        }
+    }
+
+    #[test]
+    fn table_without_color_has_no_escapes_and_aligns_columns() {
+        let t = render_table(&report(), false);
+        assert!(!t.contains('\x1b'), "{t}");
+        let lines: Vec<&str> = t.lines().collect();
+        let header = lines.iter().position(|l| l.starts_with("NIC ")).unwrap();
+        let col = lines[header].find("RDMA ").unwrap();
+        assert_eq!(&lines[header + 1][col..col + 6], "mlx5_0", "{t}");
+        assert!(lines[header + 2].contains("in pod"), "{t}");
+        assert!(lines[header + 2].contains("0123456789ab as net1"), "{t}");
+        assert!(t.contains("2 of 4"), "{t}");
+        assert!(t.contains("1 ACTIVE"), "{t}");
+        assert!(t.contains("netns mode shared"), "{t}");
+        assert!(t.contains("3 virtual links without RDMA hidden"), "{t}");
+        assert!(t.contains("1 host NIC(s) ready for RDMA"), "{t}");
+    }
+
+    #[test]
+    fn table_with_color_pads_by_visible_width() {
+        let plain = render_table(&report(), false);
+        let colored = render_table(&report(), true);
+        assert!(colored.contains(GREEN));
+        let stripped = strip_ansi(&colored);
+        assert_eq!(stripped, plain);
+    }
+
+    #[test]
+    fn no_rdma_is_said_plainly() {
+        let mut r = report();
+        r.rdma = RdmaSummary {
+            available: false,
+            netns_mode: None,
+            gid_source: "sysfs",
+            error: Some("x".into()),
+            guidance: vec!["RDMA: not available in this kernel (no ib_core)".into()],
+        };
+        r.nics.truncate(1);
+        r.nics[0].rdma = None;
+        let t = render_table(&r, false);
+        assert!(t.contains("RDMA: not available in this kernel"), "{t}");
+        assert!(t.contains("0 host NIC(s) ready"), "{t}");
+    }
+
+    #[test]
+    fn json_field_names_are_camel_case() {
+        let v = serde_json::to_value(report()).unwrap();
+        assert_eq!(v["rdma"]["netnsMode"], "shared");
+        assert_eq!(v["nics"][0]["rdma"]["gids"]["roceV2"], 2);
+        assert_eq!(
+            v["nics"][1]["attachment"]["containerID"],
+            "0123456789abcdef0123"
+        );
+        assert_eq!(v["nics"][1]["location"], "pod");
+        assert_eq!(v["unpairedRdmaDevices"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn guidance_names_the_boot_setting() {
+        let g = mode_guidance(Some(NetnsMode::Shared), true).join("\n");
+        assert!(g.contains("ib_core netns_mode=0"));
+        assert!(g.contains("No RDMA devices"));
+        let g = mode_guidance(Some(NetnsMode::Exclusive), false).join("\n");
+        assert!(g.contains("code 111"));
+    }
+
+    #[test]
+    fn ethtool_knows_loopback_or_nothing() {
+        // lo has no ethtool driver info; the call must simply answer None, not fail.
+        assert_eq!(crate::sysfs::ethtool_driver("lo"), None);
+        assert_eq!(crate::sysfs::ethtool_driver("no-such-if0"), None);
+    }
+
+    fn strip_ansi(s: &str) -> String {
+        let mut out = String::new();
+        let mut chars = s.chars();
+        while let Some(c) = chars.next() {
+            if c == '\x1b' {
+                for c in chars.by_ref() {
+                    if c == 'm' {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+}

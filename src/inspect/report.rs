@@ -1,0 +1,118 @@
+//! The inspect report: what `gather` finds and `render` prints (or `--json` serialises).
+
+use crate::state::Record;
+use serde::Serialize;
+use std::path::PathBuf;
+
+// ---------------------------------------------------------------- the report
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub node: String,
+    pub plugin_version: &'static str,
+    pub rdma: RdmaSummary,
+    pub nics: Vec<NicRow>,
+    /// RDMA devices visible here that pair with no listed NIC (IB-only ports, NICs in pods).
+    pub unpaired_rdma_devices: Vec<RdmaRow>,
+    pub state_dir: PathBuf,
+    /// Why the attachments could not be read, if they could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_error: Option<String>,
+    /// Links left out of the table (virtual ones without RDMA, unless `--all`).
+    pub hidden_links: usize,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RdmaSummary {
+    pub available: bool,
+    /// "shared" or "exclusive"; None when RDMA is unavailable or the query failed.
+    pub netns_mode: Option<&'static str>,
+    /// How GID tables are read: "libibverbs" or "sysfs" (libibverbs.so.1 not loadable).
+    pub gid_source: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What the mode (or the lack of RDMA) means for networks using this plugin.
+    pub guidance: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NicRow {
+    pub name: String,
+    /// None for a NIC that is in a pod (known from the state dir only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ifindex: Option<u32>,
+    pub mac: String,
+    pub driver: Option<String>,
+    pub pci: Option<String>,
+    /// "host" or "pod".
+    pub location: &'static str,
+    /// The kernel's operstate ("up", "down", "lowerlayerdown", ...); None in a pod.
+    pub oper_state: Option<String>,
+    /// Admin state; for a NIC in a pod, as the pod sees it (None if its netns is gone).
+    pub admin_up: Option<bool>,
+    pub mtu: Option<u32>,
+    pub rdma: Option<RdmaRow>,
+    pub attachment: Option<Attachment>,
+    /// Anything the operator should know about this NIC.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RdmaRow {
+    pub device: String,
+    pub driver: Option<String>,
+    /// "roce", "iw", "ib", ...
+    pub protocol: Option<String>,
+    pub port: Option<u32>,
+    /// "ACTIVE", "DOWN", ...
+    pub port_state: Option<String>,
+    /// How the pairing was found (for unpaired devices: None).
+    pub paired_by: Option<&'static str>,
+    pub gids: Option<GidSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gid_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GidSummary {
+    /// Valid GIDs on the port (all ports when the port is unknown).
+    pub total: usize,
+    pub roce_v2: usize,
+    pub roce_v1: usize,
+    /// RoCE v2 GIDs derived from IPv4 addresses (::ffff:a.b.c.d): what NCCL/UCX pick by default.
+    pub roce_v2_ipv4: usize,
+    /// "verbs" or "sysfs".
+    pub source: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+    pub netns: String,
+    pub network: String,
+    pub rdma_moved: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soft_device: Option<String>,
+}
+
+impl From<&Record> for Attachment {
+    fn from(r: &Record) -> Self {
+        Attachment {
+            container_id: r.container_id.clone(),
+            ifname: r.ifname.clone(),
+            netns: r.netns.clone(),
+            network: r.network.clone(),
+            rdma_moved: r.rdma_moved,
+            soft_device: r.soft_device.clone(),
+        }
+    }
+}
