@@ -1,0 +1,387 @@
+//! Link verbs over rtnetlink, against one network namespace per `Links` handle: look links up,
+//! move+rename+MTU+alias+up in one request, addresses. Routes are `route.rs`'s; what the node
+//! itself uses a link for (uplink checks) is `uses.rs`'s.
+
+mod route;
+mod uses;
+
+pub use route::{KernelRoute, MAIN_TABLE, RouteSpec};
+
+use crate::error::{Code, Error, Result};
+use crate::netns::Netns;
+use futures::TryStreamExt;
+use ipnet::IpNet;
+use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use rtnetlink::{Handle, LinkUnspec};
+use std::net::IpAddr;
+
+/// What we need to know about a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkInfo {
+    pub index: u32,
+    pub name: String,
+    /// Lower-case colon form; empty for links without a hardware address.
+    pub mac: String,
+    pub mtu: u32,
+    pub up: bool,
+    pub alias: Option<String>,
+    /// The MTU range the driver accepts, when the kernel reports it.
+    pub min_mtu: Option<u32>,
+    pub max_mtu: Option<u32>,
+    /// The bond or bridge this link is a port of (IFLA_MASTER).
+    pub master: Option<u32>,
+    /// The permanent hardware address (IFLA_PERM_ADDRESS): set by the NIC's firmware, not
+    /// changeable from a pod. Empty for virtual links, which have none.
+    pub perm_mac: String,
+    /// Alternative names (`ip link property add ... altname`): they select the link as its
+    /// name does, and travel with it between namespaces.
+    pub altnames: Vec<String>,
+    /// The device behind the netdev (IFLA_PARENT_DEV_NAME, e.g. the PCI function
+    /// `0000:3b:00.1`, and its bus, `pci`): hardware a pod cannot create. `None` for virtual
+    /// links.
+    pub parent: Option<(String, String)>,
+    /// The link type (IFLA_INFO_KIND: `veth`, `macvlan`, `vlan`, ...); `None` for hardware.
+    pub kind: Option<String>,
+    /// The link it is stacked on (IFLA_LINK: a macvlan's or VLAN's lower device, a veth's peer).
+    pub lower: Option<u32>,
+}
+
+/// How a link should look once it has arrived in the target namespace.
+#[derive(Debug, Clone)]
+pub struct Arrival<'a> {
+    pub name: &'a str,
+    pub mtu: Option<u32>,
+    /// `Some("")` clears the alias.
+    pub alias: Option<&'a str>,
+    pub up: bool,
+    /// Set this MAC (colon form) if given: a pod may have changed it.
+    pub mac: Option<&'a str>,
+}
+
+/// `aa:bb:..` to bytes; `None` if it is not a MAC.
+fn mac_bytes(mac: &str) -> Option<Vec<u8>> {
+    mac.split(':')
+        .map(|p| u8::from_str_radix(p, 16).ok())
+        .collect::<Option<Vec<u8>>>()
+        .filter(|b| b.len() == 6)
+}
+
+/// An rtnetlink socket bound to one network namespace.
+pub struct Links {
+    pub(super) handle: Handle,
+}
+
+pub(super) fn errno(e: &rtnetlink::Error) -> Option<i32> {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => Some(-m.raw_code()),
+        _ => None,
+    }
+}
+
+pub(super) fn nl_error(what: impl std::fmt::Display, e: rtnetlink::Error) -> Error {
+    let detail = match errno(&e) {
+        Some(n) => std::io::Error::from_raw_os_error(n).to_string(),
+        None => e.to_string(),
+    };
+    Error::new(Code::Netlink, format!("{what}: {detail}"))
+}
+
+impl Links {
+    /// A socket in the calling thread's current namespace. Must run inside the tokio runtime.
+    pub fn open() -> Result<Self> {
+        let (conn, handle, _) = rtnetlink::new_connection()
+            .map_err(|e| Error::new(Code::Netlink, format!("cannot open rtnetlink socket: {e}")))?;
+        tokio::spawn(conn);
+        Ok(Links { handle })
+    }
+
+    /// A socket in `ns`: opened there, used from here.
+    pub fn open_in(ns: &Netns) -> Result<Self> {
+        ns.run(Self::open)?
+    }
+
+    pub async fn by_name(&self, name: &str) -> Result<Option<LinkInfo>> {
+        let req = self.handle.link().get().match_name(name.to_string());
+        self.one(req.execute(), &format!("looking up link {name:?}"))
+            .await
+    }
+
+    pub async fn by_index(&self, index: u32) -> Result<Option<LinkInfo>> {
+        let req = self.handle.link().get().match_index(index);
+        self.one(
+            req.execute(),
+            &format!("looking up the link with index {index}"),
+        )
+        .await
+    }
+
+    /// How error messages name link `index`: by its name, the index only as an extra.
+    async fn describe(&self, index: u32) -> String {
+        self.name_of(index).await.0
+    }
+
+    async fn one(
+        &self,
+        mut stream: impl futures::Stream<Item = std::result::Result<LinkMessage, rtnetlink::Error>>
+        + Unpin,
+        what: &str,
+    ) -> Result<Option<LinkInfo>> {
+        match stream.try_next().await {
+            Ok(m) => Ok(m.map(|m| info(&m))),
+            Err(e) if errno(&e) == Some(libc::ENODEV) => Ok(None),
+            Err(e) => Err(nl_error(what, e)),
+        }
+    }
+
+    /// Every link in the namespace. Only for lookups the kernel cannot filter (by MAC, alias).
+    pub async fn all(&self) -> Result<Vec<LinkInfo>> {
+        let msgs: Vec<LinkMessage> = self
+            .handle
+            .link()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| nl_error("listing links", e))?;
+        Ok(msgs.iter().map(info).collect())
+    }
+
+    /// Move link `index` into `target`, renamed, with MTU, alias and admin state, in ONE
+    /// RTM_SETLINK: the kernel renames during the move, so no other process ever sees the link
+    /// under a half-way name or in a half-way place.
+    pub async fn move_to(&self, index: u32, target: &Netns, how: &Arrival<'_>) -> Result<()> {
+        let mut b = LinkUnspec::new_with_index(index)
+            .setns_by_fd(target.raw_fd())
+            .name(how.name.to_string());
+        if let Some(mtu) = how.mtu {
+            b = b.mtu(mtu);
+        }
+        if let Some(alias) = how.alias {
+            b = b.alias(alias.to_string());
+        }
+        if let Some(mac) = how.mac.and_then(mac_bytes) {
+            b = b.address(mac);
+        }
+        b = if how.up { b.up() } else { b.down() };
+        let Err(e) = self.handle.link().set(b.build()).execute().await else {
+            return Ok(());
+        };
+        let (dev, now) = self.name_of(index).await;
+        let hint = match errno(&e) {
+            Some(libc::EEXIST) => format!(
+                "; the NIC stays where it was, as {now}, because {} is taken there",
+                how.name
+            ),
+            _ => String::new(),
+        };
+        let mut err = nl_error(
+            format!(
+                "moving {dev} to {} as {:?}",
+                target.path().display(),
+                how.name
+            ),
+            e,
+        );
+        err.msg.push_str(&hint);
+        Err(err)
+    }
+
+    /// Rename / re-MTU / re-alias a link where it is (recovering a NIC lost to a dead netns).
+    pub async fn restore_in_place(&self, index: u32, how: &Arrival<'_>) -> Result<()> {
+        let mut b = LinkUnspec::new_with_index(index).name(how.name.to_string());
+        if let Some(mtu) = how.mtu {
+            b = b.mtu(mtu);
+        }
+        if let Some(alias) = how.alias {
+            b = b.alias(alias.to_string());
+        }
+        if let Some(mac) = how.mac.and_then(mac_bytes) {
+            b = b.address(mac);
+        }
+        // A rename needs the link down; bring it up afterwards if it should be.
+        let b = b.down();
+        if let Err(e) = self.handle.link().set(b.build()).execute().await {
+            let (dev, now) = self.name_of(index).await;
+            let hint = match errno(&e) {
+                Some(libc::EEXIST) => format!(
+                    "; the NIC is back on the host as {now} because {} is taken",
+                    how.name
+                ),
+                _ => String::new(),
+            };
+            let mut err = nl_error(format!("restoring {dev} as {:?}", how.name), e);
+            err.msg.push_str(&hint);
+            return Err(err);
+        }
+        if how.up {
+            self.set_up(index).await?;
+        }
+        Ok(())
+    }
+
+    /// Link `index`'s description for messages ("net1 (index 7)") and its bare name.
+    async fn name_of(&self, index: u32) -> (String, String) {
+        match self.by_index(index).await {
+            Ok(Some(l)) if !l.name.is_empty() => (format!("{} (index {index})", l.name), l.name),
+            _ => {
+                let d = format!("the link with index {index}");
+                (d.clone(), d)
+            }
+        }
+    }
+
+    pub async fn set_up(&self, index: u32) -> Result<()> {
+        let msg = LinkUnspec::new_with_index(index).up().build();
+        match self.handle.link().set(msg).execute().await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(nl_error(
+                format!("setting {} up", self.describe(index).await),
+                e,
+            )),
+        }
+    }
+
+    /// Add `addr` to link `index`. IPv6 addresses skip duplicate address detection
+    /// (IFA_F_NODAD), so they are usable the moment ADD returns rather than `tentative` for a
+    /// second or more: the address came from IPAM, which owns its uniqueness.
+    pub async fn add_address(&self, index: u32, addr: IpNet) -> Result<()> {
+        let mut req = self
+            .handle
+            .address()
+            .add(index, addr.addr(), addr.prefix_len());
+        if addr.addr().is_ipv6() {
+            let m = req.message_mut();
+            m.header.flags.insert(AddressHeaderFlags::Nodad);
+        }
+        match req.execute().await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(nl_error(
+                format!("adding address {addr} to {}", self.describe(index).await),
+                e,
+            )),
+        }
+    }
+
+    /// Addresses on link `index` (with their prefix), link-local IPv6 excluded.
+    pub async fn addresses(&self, index: u32) -> Result<Vec<IpNet>> {
+        let got: std::result::Result<Vec<AddressMessage>, _> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(index)
+            .execute()
+            .try_collect()
+            .await;
+        let msgs = match got {
+            Ok(m) => m,
+            Err(e) => {
+                return Err(nl_error(
+                    format!("listing addresses of {}", self.describe(index).await),
+                    e,
+                ));
+            }
+        };
+        Ok(msgs
+            .iter()
+            .filter(|m| m.header.index == index)
+            .filter_map(|m| {
+                m.attributes.iter().find_map(|a| match a {
+                    AddressAttribute::Address(ip) => IpNet::new(*ip, m.header.prefix_len).ok(),
+                    _ => None,
+                })
+            })
+            .filter(|n| !is_link_local(n.addr()))
+            .collect())
+    }
+}
+
+fn is_link_local(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    }
+}
+
+fn info(m: &LinkMessage) -> LinkInfo {
+    let mut li = LinkInfo {
+        index: m.header.index,
+        name: String::new(),
+        mac: String::new(),
+        mtu: 0,
+        up: m.header.flags.contains(LinkFlags::Up),
+        alias: None,
+        min_mtu: None,
+        max_mtu: None,
+        master: None,
+        perm_mac: String::new(),
+        altnames: Vec::new(),
+        parent: None,
+        kind: None,
+        lower: None,
+    };
+    let (mut parent, mut bus) = (None, None);
+    for a in &m.attributes {
+        match a {
+            LinkAttribute::IfName(n) => li.name = n.clone(),
+            LinkAttribute::Address(mac) => li.mac = format_mac(mac),
+            LinkAttribute::Mtu(mtu) => li.mtu = *mtu,
+            LinkAttribute::IfAlias(al) => li.alias = Some(al.clone()),
+            LinkAttribute::MinMtu(m) => li.min_mtu = Some(*m),
+            LinkAttribute::MaxMtu(m) if *m > 0 => li.max_mtu = Some(*m),
+            LinkAttribute::Controller(i) if *i > 0 => li.master = Some(*i),
+            LinkAttribute::ParentDevName(n) => parent = Some(n.clone()),
+            LinkAttribute::ParentDevBusName(b) => bus = Some(b.clone()),
+            LinkAttribute::Link(i) if *i > 0 => li.lower = Some(*i),
+            LinkAttribute::LinkInfo(infos) => {
+                for i in infos {
+                    if let netlink_packet_route::link::LinkInfo::Kind(k) = i {
+                        li.kind = Some(k.to_string());
+                    }
+                }
+            }
+            LinkAttribute::PropList(props) => {
+                for p in props {
+                    if let netlink_packet_route::link::Prop::AltIfName(n) = p {
+                        li.altnames.push(n.clone());
+                    }
+                }
+            }
+            LinkAttribute::PermAddress(mac) if mac.iter().any(|b| *b != 0) => {
+                li.perm_mac = format_mac(mac)
+            }
+            _ => {}
+        }
+    }
+    li.parent = parent.map(|p| (p, bus.unwrap_or_default()));
+    li
+}
+
+pub fn format_mac(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mac_formatting() {
+        assert_eq!(
+            format_mac(&[0xaa, 0x0b, 0, 1, 2, 0xff]),
+            "aa:0b:00:01:02:ff"
+        );
+        assert_eq!(format_mac(&[]), "");
+    }
+
+    #[test]
+    fn link_local_filter() {
+        assert!(is_link_local("fe80::1".parse().unwrap()));
+        assert!(!is_link_local("fd00::1".parse().unwrap()));
+        assert!(is_link_local("169.254.1.1".parse().unwrap()));
+    }
+}

@@ -1,0 +1,116 @@
+//! Why the node itself needs a link: a default route through it (any table, multipath,
+//! nexthop objects), a global address, a bond or bridge it is a port of, a device stacked on it.
+
+use crate::error::{Code, Error, Result};
+use futures::TryStreamExt;
+use netlink_packet_route::AddressFamily;
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::route::{RouteAttribute, RouteMessage};
+
+use super::{LinkInfo, Links, nl_error};
+
+impl Links {
+    /// Why the node itself needs link `link`, in words: it carries a default route (any
+    /// table), a global address, or it is a port of a bond or bridge. Empty when it does not.
+    pub async fn node_uses(&self, link: &LinkInfo) -> Result<Vec<String>> {
+        let mut why = Vec::new();
+        // Devices stacked on it (macvlan, ipvlan, VLAN, ...) stay on the host and lose their
+        // wire when it leaves: whatever they carry is the node's. A veth's IFLA_LINK is its
+        // peer, not a lower device.
+        for upper in self.all().await? {
+            if upper.lower == Some(link.index)
+                && upper.index != link.index
+                && upper.kind.as_deref() != Some("veth")
+            {
+                why.push(format!(
+                    "{} {} is stacked on it",
+                    upper.kind.as_deref().unwrap_or("link"),
+                    upper.name
+                ));
+            }
+        }
+        if let Some(m) = link.master {
+            let master = self.by_index(m).await?.map(|l| l.name);
+            why.push(format!(
+                "it is a port of {}",
+                master.unwrap_or_else(|| format!("link #{m}"))
+            ));
+        }
+        let msgs: Vec<AddressMessage> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(link.index)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| nl_error(format!("listing addresses of {}", link.name), e))?;
+        for m in msgs.iter().filter(|m| {
+            m.header.index == link.index
+                && m.header.scope == netlink_packet_route::address::AddressScope::Universe
+        }) {
+            if let Some(ip) = m.attributes.iter().find_map(|a| match a {
+                AddressAttribute::Address(ip) => Some(*ip),
+                _ => None,
+            }) {
+                why.push(format!(
+                    "it has the global address {ip}/{}",
+                    m.header.prefix_len
+                ));
+            }
+        }
+        // Nexthop objects leaving through it (routes that name only `nhid`). The socket is
+        // opened in this thread's namespace, which is the host's: node_uses runs there.
+        let nh_ids = crate::nexthop::ids_through(link.index).map_err(|e| {
+            Error::new(
+                Code::Netlink,
+                format!("listing nexthop objects of {}: {e}", link.name),
+            )
+        })?;
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            let mut q = RouteMessage::default();
+            q.header.address_family = family;
+            let msgs: Vec<RouteMessage> = self
+                .handle
+                .route()
+                .get(q)
+                .execute()
+                .try_collect()
+                .await
+                .map_err(|e| nl_error(format!("listing routes of {}", link.name), e))?;
+            for m in msgs
+                .iter()
+                .filter(|m| m.header.destination_prefix_length == 0)
+            {
+                let via_link = m.attributes.iter().any(|a| match a {
+                    RouteAttribute::Oif(i) => *i == link.index,
+                    RouteAttribute::MultiPath(hops) => {
+                        hops.iter().any(|h| h.interface_index == link.index)
+                    }
+                    RouteAttribute::NhId(id) => nh_ids.contains(id),
+                    _ => false,
+                });
+                if via_link {
+                    let table = m
+                        .attributes
+                        .iter()
+                        .find_map(|a| match a {
+                            RouteAttribute::Table(t) => Some(*t),
+                            _ => None,
+                        })
+                        .unwrap_or(u32::from(m.header.table));
+                    let fam = if family == AddressFamily::Inet {
+                        "IPv4"
+                    } else {
+                        "IPv6"
+                    };
+                    why.push(format!(
+                        "the node's {fam} default route (table {table}) goes through it"
+                    ));
+                }
+            }
+        }
+        why.dedup();
+        Ok(why)
+    }
+}
