@@ -34,8 +34,10 @@ for g in "${GROUPS_[@]}"; do
     unit) "$HERE/vm.sh" "$HERE/unit.sh" "$UNIT" && "$HERE/vm.sh" --exclusive "$HERE/unit.sh" "$UNIT" ;;
     shared) "$HERE/vm.sh" "$HERE/plugin.sh" shared ;;
     exclusive-stock) "$HERE/vm.sh" --exclusive "$HERE/plugin.sh" exclusive-stock ;;
-    exclusive-move) "$HERE/vm.sh" --exclusive "$HERE/plugin.sh" exclusive-move ;;
-    exclusive-move-slub) "$HERE/vm.sh" --exclusive --append slub_debug=FZP "$HERE/plugin.sh" exclusive-move ;;
+    # The move group runs ~70 cases under TCG (4-5 min on an idle 2-core machine, more when the
+    # machine is busy, more again with slub_debug): give it room rather than fail on load.
+    exclusive-move) "$HERE/vm.sh" --exclusive --timeout 900 "$HERE/plugin.sh" exclusive-move ;;
+    exclusive-move-slub) "$HERE/vm.sh" --exclusive --timeout 900 --append slub_debug=FZP "$HERE/plugin.sh" exclusive-move ;;
     *) echo "unknown group $g"; false ;;
   esac
   rc=$?
