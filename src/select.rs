@@ -39,7 +39,7 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
             let all = host.all().await?;
             let hits: Vec<&LinkInfo> = all.iter().filter(|l| l.mac == *mac).collect();
             match hits.as_slice() {
-                [one] => return finish((*one).clone(), host, store, sel).await,
+                [one] => return found_on_host((*one).clone(), host, store, sel).await,
                 [] => Vec::new(),
                 many => {
                     return Err(Error::new(
@@ -63,7 +63,7 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
         [] => {}
         [name] => {
             if let Some(link) = host.by_name(name).await? {
-                return finish(link, host, store, sel).await;
+                return found_on_host(link, host, store, sel).await;
             }
         }
         many => {
@@ -80,7 +80,7 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
     if let Some(lost) = find_lost(sel, host).await? {
         return Ok(lost);
     }
-    if let Some(r) = store.all()?.iter().find(|r| holds(r, sel)) {
+    if let Some(r) = store.all()?.iter().find(|r| attachment_holds(r, sel)) {
         return Err(Error::new(
             Code::DeviceBusy,
             format!(
@@ -147,7 +147,12 @@ pub async fn admit(
 /// A link found on the host. One that carries our tag is lost (our tag only leaves the pod
 /// with a dead netns: every move sets or clears it in the same request), so it is free even
 /// when its old attachment's record is still there; the caller restores it.
-async fn finish(link: LinkInfo, host: &Links, store: &Store, sel: &Selector) -> Result<Resolved> {
+async fn found_on_host(
+    link: LinkInfo,
+    host: &Links,
+    store: &Store,
+    sel: &Selector,
+) -> Result<Resolved> {
     let _ = host;
     // A tagged NIC on the host is one the kernel gave back when its pod's netns died: the
     // attachment that tagged it is stale (its DEL will still release its IP), the NIC is free.
@@ -170,7 +175,7 @@ async fn finish(link: LinkInfo, host: &Links, store: &Store, sel: &Selector) -> 
 }
 
 /// Does attachment `r` hold the NIC that `sel` names?
-fn holds(r: &Record, sel: &Selector) -> bool {
+fn attachment_holds(r: &Record, sel: &Selector) -> bool {
     match sel {
         Selector::Name(n) => r.host_name == *n || r.altnames.contains(n),
         Selector::Mac(m) => r.mac == *m,

@@ -9,7 +9,7 @@ use std::io::Read;
 
 /// One CNI config found in a file, as the plugin would receive it.
 #[derive(Debug)]
-pub struct Found {
+pub struct ConfigInFile {
     /// Where in the file: "" for a plain config, "plugins[1]" in a list, "spec.config" ...
     pub place: String,
     pub config: Vec<u8>,
@@ -18,7 +18,7 @@ pub struct Found {
 /// The configs for this plugin inside `doc` (a .conf, a .conflist, or a
 /// NetworkAttachmentDefinition as JSON), each shaped as the plugin receives it. Errors are
 /// what a person must fix before any plugin could be called.
-pub fn configs_in(doc: &Value) -> Result<Vec<Found>, String> {
+pub fn configs_in(doc: &Value) -> Result<Vec<ConfigInFile>, String> {
     if doc.get("kind").and_then(Value::as_str) == Some("NetworkAttachmentDefinition") {
         let cfg = doc
             .pointer("/spec/config")
@@ -40,7 +40,7 @@ pub fn configs_in(doc: &Value) -> Result<Vec<Found>, String> {
         .as_object()
         .ok_or("a network configuration is a JSON object")?;
     let Some(plugins) = obj.get("plugins") else {
-        return Ok(vec![Found {
+        return Ok(vec![ConfigInFile {
             place: String::new(),
             config: serde_json::to_vec(doc).unwrap_or_default(),
         }]);
@@ -60,7 +60,7 @@ pub fn configs_in(doc: &Value) -> Result<Vec<Found>, String> {
                 }
             }
         }
-        found.push(Found {
+        found.push(ConfigInFile {
             place: format!("plugins[{i}]"),
             config: serde_json::to_vec(&one).unwrap_or_default(),
         });

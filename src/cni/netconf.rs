@@ -137,7 +137,7 @@ impl std::fmt::Display for Selector {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RawConf {
+struct GivenConf {
     cni_version: Option<String>,
     name: Option<String>,
     #[serde(rename = "type")]
@@ -161,14 +161,14 @@ struct RawConf {
     log_level: Option<String>,
     state_dir: Option<PathBuf>,
     #[serde(rename = "cni.dev/valid-attachments")]
-    valid_attachments: Option<Vec<Attachment>>,
+    valid_attachments: Option<Vec<ValidAttachment>>,
     #[serde(rename = "cni.dev/attachments")]
-    legacy_attachments: Option<Vec<Attachment>>,
+    legacy_attachments: Option<Vec<ValidAttachment>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Attachment {
+pub struct ValidAttachment {
     #[serde(rename = "containerID")]
     pub container_id: String,
     pub ifname: String,
@@ -190,7 +190,7 @@ pub struct NetConf {
     pub log_level: Option<log::LevelFilter>,
     /// The node's state directory (a node setting; the config may only repeat it).
     pub state_dir: PathBuf,
-    pub valid_attachments: Option<Vec<Attachment>>,
+    pub valid_attachments: Option<Vec<ValidAttachment>>,
     /// Exactly what the runtime sent; IPAM plugins get the same bytes.
     pub raw: Vec<u8>,
 }
@@ -288,26 +288,26 @@ impl NetConf {
     }
 
     fn from_object(obj: serde_json::Map<String, Value>, raw: Vec<u8>, node: &Node) -> Result<Self> {
-        let rc: RawConf = serde_json::from_value(Value::Object(obj))
+        let given: GivenConf = serde_json::from_value(Value::Object(obj))
             .map_err(|e| invalid_config(format!("network configuration: {e}")))?;
-        Self::validate(rc, raw, node)
+        Self::validate(given, raw, node)
     }
 
-    fn validate(rc: RawConf, raw: Vec<u8>, node: &Node) -> Result<Self> {
-        let cni_version = Version::parse(rc.cni_version.as_deref().unwrap_or(""))?;
-        let name = rc
+    fn validate(given: GivenConf, raw: Vec<u8>, node: &Node) -> Result<Self> {
+        let cni_version = Version::parse(given.cni_version.as_deref().unwrap_or(""))?;
+        let name = given
             .name
             .filter(|n| !n.is_empty())
             .ok_or_else(|| invalid_config("\"name\" is required"))?;
         validate_network_name(&name)?;
-        if let Some(t) = &rc.plugin_type
+        if let Some(t) = &given.plugin_type
             && t.contains('/')
         {
             return Err(invalid_config(format!(
                 "\"type\" {t:?} must be a file name"
             )));
         }
-        let ipam_type = match &rc.ipam {
+        let ipam_type = match &given.ipam {
             None => None,
             Some(v) => match v.get("type").and_then(Value::as_str) {
                 Some(t) if !t.is_empty() && !t.contains('/') && t != "." && t != ".." => {
@@ -322,21 +322,21 @@ impl NetConf {
                 None => return Err(invalid_config("\"ipam\" needs a \"type\"")),
             },
         };
-        if let Some(mtu) = rc.mtu
+        if let Some(mtu) = given.mtu
             && !(68..=65535).contains(&mtu)
         {
             return Err(invalid_config(format!(
                 "mtu {mtu} is out of range; Linux accepts 68 to 65535"
             )));
         }
-        let rdma = rc.rdma.unwrap_or_default();
+        let rdma = given.rdma.unwrap_or_default();
         if rdma.gid_timeout_ms > 600_000 {
             return Err(invalid_config(format!(
                 "rdma.gidTimeoutMs {} is too long; at most 600000 (10 minutes)",
                 rdma.gid_timeout_ms
             )));
         }
-        let log_level = match rc.log_level.as_deref() {
+        let log_level = match given.log_level.as_deref() {
             None => None,
             Some(l) => Some(l.parse::<log::LevelFilter>().map_err(|_| {
                 invalid_config(format!(
@@ -345,7 +345,7 @@ impl NetConf {
             })?),
         };
         // The state directory is the node's: a config may only repeat it (older configs did).
-        if let Some(d) = &rc.state_dir
+        if let Some(d) = &given.state_dir
             && d != &node.state_dir
         {
             return Err(invalid_config(format!(
@@ -355,11 +355,11 @@ impl NetConf {
                 node.source
             )));
         }
-        let log_file = match &rc.log_file {
+        let log_file = match &given.log_file {
             None => None,
             Some(f) => Some(node.log_dir.join(log_file_name(f, &node.log_dir)?)),
         };
-        let prev_result = match rc.prev_result {
+        let prev_result = match given.prev_result {
             None => None,
             Some(v) => Some(
                 CniResult::from_value(v)
@@ -367,27 +367,27 @@ impl NetConf {
             ),
         };
         let selector = selector(
-            rc.device,
-            rc.hwaddr,
-            rc.kernelpath,
-            rc.pci_bus_id,
-            rc.device_id,
-            rc.runtime_config.device_id,
-            rc.rdma_device,
+            given.device,
+            given.hwaddr,
+            given.kernelpath,
+            given.pci_bus_id,
+            given.device_id,
+            given.runtime_config.device_id,
+            given.rdma_device,
         )?;
         Ok(NetConf {
             cni_version,
             name,
             ipam_type,
-            dns: rc.dns,
+            dns: given.dns,
             prev_result,
             selector,
-            mtu: rc.mtu,
+            mtu: given.mtu,
             rdma,
             log_file,
             log_level,
             state_dir: node.state_dir.clone(),
-            valid_attachments: rc.valid_attachments.or(rc.legacy_attachments),
+            valid_attachments: given.valid_attachments.or(given.legacy_attachments),
             raw,
         })
     }

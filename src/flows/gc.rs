@@ -5,7 +5,7 @@
 
 use super::give_back::{release_attachment, restore_lost};
 use crate::cni::env::Env;
-use crate::cni::netconf::{Attachment, NetConf};
+use crate::cni::netconf::{NetConf, ValidAttachment};
 use crate::error::first_error;
 use crate::error::{Error, Result};
 use crate::fault;
@@ -119,7 +119,7 @@ fn remove_stale_temps(conf: &NetConf, store: &Store, errors: &mut Vec<Error>) {
 /// deleted without DEL (or after a DEL that ran before the kernel returned them). Restore each
 /// under its original name, MTU and admin state.
 async fn recover_lost(
-    valid: &[Attachment],
+    valid: &[ValidAttachment],
     tried: &HashSet<String>,
     records: &[Record],
     errors: &mut Vec<Error>,

@@ -167,7 +167,7 @@ async fn resolve_locked(
     host: &Links,
     store: &Store,
 ) -> Result<(Resolved, lock::Guard)> {
-    fn identity(r: &Resolved) -> &str {
+    fn nic_name(r: &Resolved) -> &str {
         r.lost.as_ref().map_or(&r.link.name, |t| &t.host_name)
     }
     // Look first, without the lock, to learn which NIC the selector names: the lock is on the
@@ -178,7 +178,7 @@ async fn resolve_locked(
         let mut tries = 0;
         loop {
             match select::resolve(sel, host, store).await {
-                Ok(r) => break identity(&r).to_string(),
+                Ok(r) => break nic_name(&r).to_string(),
                 Err(e) if e.code == Code::DeviceNotFound && tries < 3 => {
                     tries += 1;
                     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -189,12 +189,12 @@ async fn resolve_locked(
     };
     let guard = lock::device(&guess)?;
     let now = select::resolve(sel, host, store).await?;
-    if identity(&now) != guess {
+    if nic_name(&now) != guess {
         return Err(Error::new(
             Code::TryAgain,
             format!(
                 "{sel} was {guess} and became {} while this call waited for it; try again",
-                identity(&now)
+                nic_name(&now)
             ),
         ));
     }

@@ -52,12 +52,12 @@ impl RdmaPlan {
 
 /// Pair and check. `None`: RDMA is not involved in this attachment.
 pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan>> {
-    let rc = &conf.rdma;
-    if rc.isolation == Isolation::None {
+    let rdma_conf = &conf.rdma;
+    if rdma_conf.isolation == Isolation::None {
         return Ok(None);
     }
-    let required = rc.soft_device.is_some()
-        || rc.isolation == Isolation::Exclusive
+    let required = rdma_conf.soft_device.is_some()
+        || rdma_conf.isolation == Isolation::Exclusive
         || matches!(conf.selector, Some(Selector::RdmaDevice(_)));
     let mut sock = match RdmaSocket::open() {
         Ok(s) => s,
@@ -81,7 +81,7 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan
     let mode = sock
         .netns_mode()
         .map_err(|e| rdma_error("reading the RDMA netns mode", e))?;
-    if let Some(kind) = rc.soft_device {
+    if let Some(kind) = rdma_conf.soft_device {
         if mode == NetnsMode::Exclusive {
             return Err(Error::new(
                 Code::RdmaNetnsMode,
@@ -117,7 +117,7 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan
         log::info!("{} has no RDMA device; attaching it without RDMA", nic.name);
         return Ok(None);
     };
-    if mode == NetnsMode::Shared && rc.isolation == Isolation::Exclusive {
+    if mode == NetnsMode::Shared && rdma_conf.isolation == Isolation::Exclusive {
         return Err(Error::new(
             Code::RdmaNetnsMode,
             format!(
