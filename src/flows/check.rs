@@ -15,6 +15,8 @@ fn mismatch(msg: String) -> Error {
     Error::new(Code::CheckFailed, msg)
 }
 
+/// CHECK: the interface, its MAC, MTU, addresses and routes are as prevResult says; then the
+/// RDMA GIDs from inside the pod and IPAM's own CHECK.
 pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
     if !conf.cni_version.has_check() {
         return Err(Error::new(

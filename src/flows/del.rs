@@ -10,6 +10,8 @@ use crate::fault;
 use crate::lock;
 use crate::state::Store;
 
+/// DEL: lock the attachment, load its record (the netns from it when the runtime sends none)
+/// and release it: IPAM, the NIC, the state. Lenient about the config, strict about the truth.
 pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
     let store = Store::new(&conf.state_dir);
     let _attachment = lock::attachment(&conf.state_dir, &env.container_id, &env.ifname)?;

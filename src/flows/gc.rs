@@ -15,6 +15,8 @@ use crate::lock;
 use crate::state::{Record, Store, Tag, owner_key};
 use std::collections::HashSet;
 
+/// GC: release every attachment of this network not in `cni.dev/valid-attachments`, restore
+/// lost NICs, remove stale temp files; report every failure, the first as the error.
 pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
     // Without the list, every attachment would look stale: refuse rather than guess.
     let valid = conf.valid_attachments.clone().ok_or_else(|| {

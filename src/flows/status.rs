@@ -12,6 +12,8 @@ use crate::state::Store;
 
 use super::give_back::restore_lost;
 
+/// STATUS: ready (Ok) when the configured NIC can be attached or already is, the node policy
+/// allows it, and the IPAM plugin answers; otherwise 50 with the reason.
 pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     if let Some(sel) = &conf.selector {
         let host = Links::open()?;
