@@ -14,6 +14,7 @@ mod ipam;
 mod link;
 mod lock;
 mod logging;
+mod metrics;
 mod netns;
 mod node;
 mod rdma;

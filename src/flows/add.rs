@@ -263,6 +263,7 @@ async fn attach(
         rdma_device: None,
         rdma_moved: false,
         soft_device: None,
+        pod: env.pod(),
     };
 
     // 1. Pair and check RDMA while nothing has changed yet.

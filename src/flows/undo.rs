@@ -311,6 +311,7 @@ pub(super) async fn restore_lost(
                 rdma_device: None,
                 rdma_moved: false,
                 soft_device: None,
+                pod: None,
             };
             &from_tag
         }
