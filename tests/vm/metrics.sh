@@ -51,10 +51,12 @@ cni() {  # cni VERB CONF CID NETNS ARGS
   RC=$?
   [[ $RC == 0 ]] || { echo "    driver $1 exit $RC: $OUT"; tail -15 "$WORK/stderr" | sed 's/^/    | /'; }
 }
+# gidTimeoutMs 30 s: under TCG on a loaded machine the siw pair may take over the default 5 s
+# to bring both ports ACTIVE.
 conf() {  # conf FILE NAME DEVICE SOFT ADDRESS
   cat >"$1" <<EOF
 {"cniVersion":"1.0.0","name":"$2","type":"rdma-host-device","device":"$3",
- "rdma":{"softDevice":"$4"},"ipam":{"type":"static","addresses":[{"address":"$5"}]},
+ "rdma":{"softDevice":"$4","gidTimeoutMs":30000},"ipam":{"type":"static","addresses":[{"address":"$5"}]},
  "logFile":"plugin.log","logLevel":"debug"}
 EOF
 }
