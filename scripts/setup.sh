@@ -12,6 +12,8 @@ PKGS=(
   # the RDMA VM: QEMU, a busybox initramfs, module tools, and the RDMA user space it runs
   qemu-system-x86 busybox-static kmod cpio xz-utils zstd
   rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils
+  # tests/vm/metrics.sh: a real Prometheus and node_exporter, run inside the VM from this root
+  prometheus prometheus-node-exporter
   # benches/: strace for the step breakdown
   strace
 )

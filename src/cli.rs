@@ -19,6 +19,16 @@ network config. By hand:
       virtual links without RDMA; --state-dir to read another state directory
       (default: the node configuration's stateDir, /var/lib/cni/rdma-host-device). Colour only on a terminal (NO_COLOR works).
 
+  rdma-host-device metrics [--listen ADDR] [--state-dir DIR] [--once]
+      A Prometheus exporter (runs until killed): /metrics (OpenMetrics text) and /healthz
+      on ADDR (default 0.0.0.0:9879; :PORT for every IPv4 address). Per scrape, for every
+      attachment in the state directory (default: the node configuration's stateDir), the
+      pod interface's netdev counters and its RDMA device's port state, hardware counters,
+      port counters, resource counts and QP owners, read inside the pod's netns and labelled
+      with the pod (namespace, pod, container_id, interface, network, host_nic, pci_address,
+      rdma_device, netns_mode); then every RDMA device still on the host. --once prints one
+      scrape and exits.
+
   rdma-host-device node-config [FILE]
       The node configuration (FILE, or what the plugin reads: $RDMA_HOST_DEVICE_NODE_CONFIG or
       /etc/rdma-host-device/node.json) with its defaults filled in, as JSON; exit 1 and the
@@ -62,6 +72,10 @@ fn dispatch(args: &[String]) -> i32 {
         }
         Some("inspect") => match inspect_options(&args[1..]) {
             Ok(opts) => inspect::run(&opts),
+            Err(msg) => usage_error(&msg),
+        },
+        Some("metrics") => match crate::metrics::options(&args[1..]) {
+            Ok(opts) => crate::metrics::run(&opts),
             Err(msg) => usage_error(&msg),
         },
         Some("node-config") => node_config(args.get(1).map(String::as_str)),

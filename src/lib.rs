@@ -15,6 +15,7 @@ pub mod ipam;
 pub mod link;
 pub mod lock;
 pub mod logging;
+pub mod metrics;
 #[path = "fuzz/mutate.rs"]
 pub mod mutate;
 pub mod netns;

@@ -120,6 +120,9 @@ pub struct Record {
     /// A software RDMA device we created in the pod (deleted on DEL).
     #[serde(default)]
     pub soft_device: Option<String>,
+    /// The Kubernetes pod (from CNI_ARGS at ADD), for the metrics exporter's labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<crate::cni::env::PodRef>,
 }
 
 impl Record {
@@ -338,6 +341,7 @@ mod tests {
             rdma_moved: false,
             ipam: None,
             soft_device: None,
+            pod: None,
         };
         assert_eq!(s.load("c1", "net1").unwrap(), None);
         s.save(&r).unwrap();

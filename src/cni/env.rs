@@ -124,6 +124,44 @@ impl Env {
     }
 }
 
+/// The Kubernetes pod an attachment is for, as CNI_ARGS names it (`K8S_POD_NAMESPACE`,
+/// `K8S_POD_NAME`, `K8S_POD_UID`: what kubelet's CRI runtimes pass). Kept in the state record
+/// for the metrics exporter's labels; never used to decide anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+}
+
+impl Env {
+    /// The pod from CNI_ARGS, if it names one. Values that could not be Kubernetes names
+    /// (over 253 bytes, or characters outside `[A-Za-z0-9._-]`) are dropped, not trusted.
+    pub fn pod(&self) -> Option<PodRef> {
+        let mut pod = PodRef::default();
+        for pair in self.args.split(';') {
+            let Some((k, v)) = pair.split_once('=') else {
+                continue;
+            };
+            let ok = !v.is_empty()
+                && v.len() <= 253
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            let slot = match k.trim() {
+                "K8S_POD_NAMESPACE" => &mut pod.namespace,
+                "K8S_POD_NAME" => &mut pod.name,
+                "K8S_POD_UID" => &mut pod.uid,
+                _ => continue,
+            };
+            if ok {
+                *slot = v.to_string();
+            }
+        }
+        (!pod.namespace.is_empty() || !pod.name.is_empty()).then_some(pod)
+    }
+}
+
 /// The spec's rule for container IDs and network names: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`. It
 /// also keeps them safe to use in file names.
 pub fn is_spec_name(s: &str) -> bool {
@@ -231,6 +269,28 @@ mod tests {
         p[2] = ("CNI_NETNS", "");
         assert!(env(&p).is_ok());
         assert!(env(&[("CNI_COMMAND", "VERSION")]).is_ok());
+    }
+
+    #[test]
+    fn pod_from_cni_args() {
+        let e = with(
+            "CNI_ARGS",
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=trainer-0;K8S_POD_UID=1f2e-3d;K8S_POD_INFRA_CONTAINER_ID=abc",
+        )
+        .unwrap();
+        let p = e.pod().unwrap();
+        assert_eq!(
+            (p.namespace.as_str(), p.name.as_str()),
+            ("team-a", "trainer-0")
+        );
+        assert_eq!(p.uid, "1f2e-3d");
+        assert_eq!(with("CNI_ARGS", "IgnoreUnknown=1").unwrap().pod(), None);
+        let odd = with("CNI_ARGS", "K8S_POD_NAMESPACE=a\"b;K8S_POD_NAME=ok").unwrap();
+        assert_eq!(
+            odd.pod().unwrap().namespace,
+            "",
+            "a value that is no k8s name is dropped"
+        );
     }
 
     #[test]

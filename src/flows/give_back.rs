@@ -342,6 +342,7 @@ pub(super) fn restoration(
         rdma_moved: false,
         ipam: None,
         soft_device: None,
+        pod: None,
     })
 }
 

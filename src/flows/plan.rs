@@ -140,6 +140,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         rdma_moved: false,
         ipam: ipam_recorded(conf),
         soft_device: None,
+        pod: env.pod(),
     };
     if let Some(p) = &rdma {
         p.record_into(&mut record);

@@ -681,5 +681,7 @@ fn collect(reply: &[u8], seq: u32, op: &'static str) -> Result<Vec<Vec<u8>>, Rdm
     r.finish()
 }
 
+pub mod stats;
+
 #[cfg(test)]
 mod tests;

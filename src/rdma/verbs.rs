@@ -14,7 +14,7 @@
 //!   ([`query_device_sysfs_at`]) takes a root directory so it can be tested on a fake tree.
 
 mod ibv;
-mod sysfs;
+pub(crate) mod sysfs;
 #[cfg(test)]
 mod tests;
 

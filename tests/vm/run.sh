@@ -3,13 +3,13 @@
 # real RDMA stack (tests/vm/vm.sh). Called by scripts/test.sh; prepares the VM on first use.
 #
 #   tests/vm/run.sh [GROUP...]   groups: smoke unit shared exclusive-stock exclusive-move
-#                                exclusive-move-slub (default: all)
+#                                exclusive-move-slub metrics (default: all)
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/../.." && pwd -P)
 cd "$REPO"
 GROUPS_=("$@")
-((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub)
+((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub metrics)
 
 "$HERE/vm.sh" --prepare || { echo "run: preparing the VM failed" >&2; exit 1; }
 cargo build -q || exit 1
@@ -38,6 +38,7 @@ for g in "${GROUPS_[@]}"; do
     # machine is busy, more again with slub_debug): give it room rather than fail on load.
     exclusive-move) "$HERE/vm.sh" --exclusive --timeout 900 "$HERE/plugin.sh" exclusive-move ;;
     exclusive-move-slub) "$HERE/vm.sh" --exclusive --timeout 900 --append slub_debug=FZP "$HERE/plugin.sh" exclusive-move ;;
+    metrics) "$HERE/vm.sh" --timeout 600 "$HERE/metrics.sh" ;;
     *) echo "unknown group $g"; false ;;
   esac
   rc=$?

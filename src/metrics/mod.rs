@@ -1,0 +1,183 @@
+//! `rdma-host-device metrics --listen ADDR`: a long-running Prometheus exporter (the
+//! DaemonSet's second container) for every attachment this node's plugin made.
+//!
+//! - `collect.rs`: one scrape: enter each pod's netns, read its interface and RDMA device;
+//!   then the RDMA devices still on the host.
+//! - `netdev.rs`: an interface's counters over route netlink.
+//! - `snapshot.rs`: the table of metric families and one scrape's samples.
+//! - `encode.rs`: the OpenMetrics text, by the `prometheus-client` crate.
+//! - `server.rs`: `/metrics` and `/healthz` over hyper.
+//!
+//! RDMA statistics and resource queries live with the rest of RDMA netlink
+//! (`rdma/netlink/stats.rs`).
+
+pub mod collect;
+pub mod encode;
+pub mod netdev;
+pub mod server;
+pub mod snapshot;
+
+use collect::Source;
+use encode::ScrapeErrors;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where `--listen` points when not given.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:9879";
+/// How long one kernel query may take before it counts as a scrape error.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The exporter's state between scrapes: where to look, and the error counters.
+#[derive(Debug)]
+pub struct Exporter {
+    pub source: Source,
+    pub errors: ScrapeErrors,
+    /// One scrape at a time: a second scraper waits instead of doubling the work.
+    busy: Mutex<()>,
+}
+
+impl Exporter {
+    pub fn new(state_dir: PathBuf) -> Self {
+        Exporter {
+            source: Source {
+                state_dir,
+                sysfs: PathBuf::from("/sys"),
+                timeout: QUERY_TIMEOUT,
+            },
+            errors: ScrapeErrors::default(),
+            busy: Mutex::new(()),
+        }
+    }
+
+    /// Collect and encode one scrape.
+    pub fn scrape(&self) -> String {
+        let _one = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let mut snap = snapshot::Snapshot::default();
+        let errs = collect::scrape(&self.source, &mut snap);
+        for (stage, n) in errs.0 {
+            self.errors.add(stage, n);
+        }
+        encode::render(snap, &self.errors).unwrap_or_else(|e| {
+            log::error!("encoding the scrape: {e}");
+            String::new()
+        })
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Options {
+    pub listen: SocketAddr,
+    pub state_dir: Option<PathBuf>,
+    /// Print one scrape on stdout and exit (for a person, and tests without a port).
+    pub once: bool,
+}
+
+/// `metrics [--listen ADDR] [--state-dir DIR] [--once]`; `:PORT` listens on every IPv4 address.
+pub fn options(args: &[String]) -> Result<Options, String> {
+    let mut listen = DEFAULT_LISTEN.to_string();
+    let (mut state_dir, mut once) = (None, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
+            _ => (a.as_str(), None),
+        };
+        let mut value = |name: &str| {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match flag {
+            "--listen" => listen = value("--listen")?,
+            "--state-dir" => {
+                let d = PathBuf::from(value("--state-dir")?);
+                if !d.is_absolute() {
+                    return Err("--state-dir must be an absolute path".into());
+                }
+                state_dir = Some(d);
+            }
+            "--once" => once = true,
+            other => return Err(format!("metrics: unknown option {other:?}")),
+        }
+    }
+    let full = if listen.starts_with(':') {
+        format!("0.0.0.0{listen}")
+    } else {
+        listen.clone()
+    };
+    let listen = full
+        .parse()
+        .map_err(|e| format!("--listen {listen:?}: {e} (want ADDR:PORT, [ADDR]:PORT or :PORT)"))?;
+    Ok(Options {
+        listen,
+        state_dir,
+        once,
+    })
+}
+
+/// Run the exporter; returns the exit code.
+pub fn run(opts: &Options) -> i32 {
+    // The CNI panic hook prints an error JSON on stdout; a long-running exporter only logs.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("rdma-host-device metrics: bug: {info}");
+    }));
+    crate::logging::init(log::LevelFilter::Info, None, " metrics".into());
+    let state_dir = match &opts.state_dir {
+        Some(d) => d.clone(),
+        None => match crate::node::Node::load() {
+            Ok(n) => n.state_dir,
+            Err(e) => {
+                eprintln!("rdma-host-device: {e}");
+                return 1;
+            }
+        },
+    };
+    let exporter = Arc::new(Exporter::new(state_dir));
+    if opts.once {
+        print!("{}", exporter.scrape());
+        return 0;
+    }
+    match server::serve(opts.listen, exporter) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!(
+                "rdma-host-device metrics: cannot listen on {}: {e}",
+                opts.listen
+            );
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn metrics_flags() {
+        let o = options(&args(&["--listen", ":9000", "--state-dir=/s"])).unwrap();
+        assert_eq!(o.listen, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!(o.state_dir, Some(PathBuf::from("/s")));
+        let o = options(&args(&["--listen=[::1]:1"])).unwrap();
+        assert_eq!(o.listen, "[::1]:1".parse().unwrap());
+        assert_eq!(
+            options(&[]).unwrap().listen,
+            DEFAULT_LISTEN.parse().unwrap()
+        );
+        for bad in [
+            &["--listen"][..],
+            &["--listen", "nope"],
+            &["--state-dir", "rel"],
+            &["-x"],
+        ] {
+            assert!(options(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! `rdma-host-device metrics`: the exporter serving real scrapes of attachments the plugin
+//! made (veth NICs, no RDMA on this kernel): netdev counters that match the traffic sent,
+//! labels from CNI_ARGS, a pod's netns deleted without DEL (still 200, errors counted), and
+//! fds and memory flat over 1,000 scrapes.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The exporter as a child process, killed on drop.
+struct Exporter {
+    child: Child,
+    addr: String,
+}
+
+impl Exporter {
+    /// Start it on a free loopback port; `args` go after `metrics`, `node` names its node
+    /// configuration (where the state dir comes from without `--state-dir`).
+    fn start(rig: &Rig, args: &[&str]) -> Exporter {
+        let mut child = Command::new(plugin())
+            .arg("metrics")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env(NODE_CONFIG_ENV, rig.node_config())
+            .env_remove("CNI_COMMAND")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the exporter");
+        // It logs "serving /metrics on ADDR (state dir ...)" once listening.
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("exporter exited before listening")
+                .unwrap();
+            if let Some(rest) = line.split("serving /metrics on ").nth(1) {
+                break rest.split_whitespace().next().unwrap().to_string();
+            }
+        };
+        // Keep draining its stderr so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Exporter { child, addr }
+    }
+
+    /// GET `path`: (status, body). A test-side client: std's TcpStream, HTTP/1.0-style close.
+    fn get(&self, path: &str) -> (u16, String) {
+        let mut s = TcpStream::connect(&self.addr).expect("connect to the exporter");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).expect("read the reply");
+        let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP reply");
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (status, body.to_string())
+    }
+
+    fn scrape(&self) -> Scrape {
+        let (status, body) = self.get("/metrics");
+        assert_eq!(status, 200, "{body}");
+        assert!(body.ends_with("# EOF\n"), "not OpenMetrics: {body}");
+        Scrape(body)
+    }
+
+    fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .unwrap()
+            .count()
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One scrape's text.
+struct Scrape(String);
+
+impl Scrape {
+    /// Samples of `name` whose labels include every `k="v"` in `labels`.
+    fn find(&self, name: &str, labels: &[(&str, &str)]) -> Vec<(String, f64)> {
+        self.0
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+                if n != name {
+                    return None;
+                }
+                labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+                    .then(|| (series.to_string(), value.parse().unwrap_or(f64::NAN)))
+            })
+            .collect()
+    }
+
+    /// The one sample of `name` with `labels`.
+    fn one(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let found = self.find(name, labels);
+        assert_eq!(found.len(), 1, "{name} {labels:?}: {found:?}\n{}", self.0);
+        found[0].1
+    }
+}
+
+/// A host link's byte and packet counters (`ip -s -j link`): (rx bytes, rx packets, tx bytes, tx packets).
+fn host_counters(name: &str) -> (u64, u64, u64, u64) {
+    let out = ip(&["-s", "-j", "link", "show", "dev", name]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let s = &v[0]["stats64"];
+    let n = |x: &serde_json::Value| x.as_u64().unwrap();
+    (
+        n(&s["rx"]["bytes"]),
+        n(&s["rx"]["packets"]),
+        n(&s["tx"]["bytes"]),
+        n(&s["tx"]["packets"]),
+    )
+}
+
+const ARGS: &str =
+    "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=trainer-0;K8S_POD_UID=0f1e2d3c";
+
+/// Attach `nic` to `pod` with the pod's Kubernetes identity in CNI_ARGS.
+fn attach(rig: &Rig, nic: &Veth, pod: &Netns, i: u32, args: &str) -> serde_json::Value {
+    let conf = rig.conf("1.0.0", json!({ "device": nic.name }));
+    rig.call(
+        "ADD",
+        &conf,
+        &pod.path(),
+        &rig.cid(i),
+        "net1",
+        &[("CNI_ARGS", args)],
+    )
+    .ok();
+    conf
+}
+
+#[test]
+fn netdev_counters_match_the_traffic_sent_and_carry_the_pods_labels() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = attach(&rig, &nic, &pod, 0, ARGS);
+    // The wire's other end, on the host: 10.77.X.1 (the pod has .2 from static IPAM).
+    // IPv6 off on both ends, so nothing but our datagrams and one ARP exchange crosses it.
+    let o = rig.octet();
+    for (ns, dev) in [(None, nic.peer.as_str()), (Some(pod.name.as_str()), "net1")] {
+        let key = format!("net.ipv6.conf.{dev}.disable_ipv6=1");
+        let out = match ns {
+            Some(ns) => run("ip", &["netns", "exec", ns, "sysctl", "-qw", &key]),
+            None => run("sysctl", &["-qw", &key]),
+        };
+        assert!(out.status.success(), "{out:?}");
+    }
+    ip(&["addr", "add", &format!("10.77.{o}.1/24"), "dev", &nic.peer]);
+    ip(&["link", "set", &nic.peer, "up"]);
+
+    // The node configuration says where the state is: no --state-dir.
+    let exp = Exporter::start(&rig, &[]);
+    let me = [("namespace", "team-a"), ("pod", "trainer-0")];
+    let before = exp.scrape();
+    let host_before = host_counters(&nic.peer);
+    let labels = [
+        ("namespace", "team-a"),
+        ("pod", "trainer-0"),
+        ("container_id", rig.cid(0).as_str()),
+        ("interface", "net1"),
+        ("network", rig.net_name().as_str()),
+        ("host_nic", nic.name.as_str()),
+        ("rdma_device", ""),
+        ("netns_mode", "none"),
+    ]
+    .map(|(k, v)| (k, v.to_string()));
+    let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(before.one("rdma_host_device_attachment_info", &labels), 1.0);
+    assert_eq!(before.one("rdma_host_device_attachment_up", &me), 1.0);
+    assert_eq!(before.one("rdma_host_device_netdev_up", &me), 1.0);
+    assert_eq!(
+        before.one("rdma_host_device_netdev_mtu_bytes", &me),
+        ORIG_MTU as f64
+    );
+
+    // 50 UDP datagrams of 1,000 bytes from inside the pod to the host end.
+    let (count, size) = (50u64, 1000u64);
+    let send = format!(
+        "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+         for _ in range({count}): s.sendto(b'x'*{size},('10.77.{o}.1',9))"
+    );
+    let out = run("ip", &["netns", "exec", &pod.name, "python3", "-c", &send]);
+    assert!(out.status.success(), "{out:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    let host_after = host_counters(&nic.peer);
+    let after = exp.scrape();
+
+    let d = |m: &str| after.one(m, &me) - before.one(m, &me);
+    let tx_bytes = d("rdma_host_device_netdev_transmit_bytes_total");
+    let tx_packets = d("rdma_host_device_netdev_transmit_packets_total");
+    let rx_bytes = d("rdma_host_device_netdev_receive_bytes_total");
+    // Each datagram is 1,000 bytes + UDP 8 + IPv4 20 + Ethernet 14 on a veth.
+    assert!(tx_packets >= count as f64, "tx packets +{tx_packets}");
+    assert!(
+        tx_bytes >= (count * (size + 42)) as f64,
+        "tx bytes +{tx_bytes}"
+    );
+    // A veth's two ends see the same frames: what the pod sent is what the host end got.
+    assert_eq!(
+        tx_bytes as u64,
+        host_after.0 - host_before.0,
+        "pod tx vs host rx bytes"
+    );
+    assert_eq!(
+        tx_packets as u64,
+        host_after.1 - host_before.1,
+        "pod tx vs host rx packets"
+    );
+    assert_eq!(
+        rx_bytes as u64,
+        host_after.2 - host_before.2,
+        "pod rx vs host tx bytes"
+    );
+    eprintln!(
+        "pod sent {tx_packets} packets / {tx_bytes} bytes (host end received the same), received {rx_bytes} bytes"
+    );
+
+    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[])
+        .ok();
+    let gone = exp.scrape();
+    assert!(
+        gone.find("rdma_host_device_attachment_info", &me)
+            .is_empty()
+    );
+    assert_eq!(gone.one("rdma_host_device_attachments", &[]), 0.0);
+}
+
+#[test]
+fn a_pod_netns_deleted_without_del_is_counted_and_the_scrape_still_answers() {
+    let rig = Rig::new();
+    let (nic0, nic1) = (rig.nic(0), rig.nic(1));
+    let (pod0, pod1) = (rig.netns(0), rig.netns(1));
+    let conf = attach(
+        &rig,
+        &nic0,
+        &pod0,
+        0,
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns0;K8S_POD_NAME=alive",
+    );
+    attach(
+        &rig,
+        &nic1,
+        &pod1,
+        1,
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=doomed",
+    );
+    let state = rig.state_dir().display().to_string();
+    let exp = Exporter::start(&rig, &["--state-dir", &state]);
+    let first = exp.scrape();
+    let doomed = [("pod", "doomed")];
+    let alive = [("pod", "alive")];
+    assert_eq!(first.one("rdma_host_device_attachment_up", &doomed), 1.0);
+    let errs = |s: &Scrape| {
+        s.one(
+            "rdma_host_device_scrape_errors_total",
+            &[("stage", "netns")],
+        )
+    };
+    let e0 = errs(&first);
+
+    // The runtime loses the pod: its netns goes, no DEL comes (the veth dies with it).
+    pod1.delete();
+    let second = exp.scrape();
+    let third = exp.scrape();
+    assert_eq!(second.one("rdma_host_device_attachment_up", &doomed), 0.0);
+    assert_eq!(second.one("rdma_host_device_attachment_info", &doomed), 1.0);
+    assert!(
+        second
+            .find("rdma_host_device_netdev_receive_bytes_total", &doomed)
+            .is_empty()
+    );
+    assert_eq!(errs(&second), e0 + 1.0);
+    assert_eq!(
+        errs(&third),
+        e0 + 2.0,
+        "one per scrape while the record stays"
+    );
+    // The other pod is untouched.
+    assert_eq!(third.one("rdma_host_device_attachment_up", &alive), 1.0);
+    assert_eq!(
+        third
+            .find("rdma_host_device_netdev_receive_bytes_total", &alive)
+            .len(),
+        1
+    );
+
+    // A pod that removed our interface from inside: netns fine, interface gone.
+    ip(&["-n", &pod0.name, "link", "del", "net1"]);
+    let fourth = exp.scrape();
+    assert_eq!(fourth.one("rdma_host_device_attachment_up", &alive), 0.0);
+    assert!(
+        fourth.one(
+            "rdma_host_device_scrape_errors_total",
+            &[("stage", "netdev")]
+        ) >= 1.0
+    );
+
+    // A torn record in the state dir is skipped; /healthz and unknown paths answer.
+    std::fs::write(rig.state_dir().join("torn:net1.json"), b"{\"contai").unwrap();
+    assert_eq!(exp.scrape().one("rdma_host_device_attachments", &[]), 2.0);
+    assert_eq!(exp.get("/healthz"), (200, "ok\n".to_string()));
+    assert_eq!(exp.get("/nope").0, 404);
+    std::fs::remove_file(rig.state_dir().join("torn:net1.json")).unwrap();
+
+    for (i, pod) in [(0, &pod0), (1, &pod1)] {
+        rig.call("DEL", &conf, &pod.path(), &rig.cid(i), "net1", &[])
+            .ok();
+    }
+}
+
+#[test]
+fn fds_and_memory_stay_flat_over_1000_scrapes() {
+    let rig = Rig::new();
+    let nics: Vec<Veth> = (0..3).map(|i| rig.nic(i)).collect();
+    let pods: Vec<Netns> = (0..3).map(|i| rig.netns(i)).collect();
+    let mut conf = json!(null);
+    for (i, (nic, pod)) in nics.iter().zip(&pods).enumerate() {
+        conf = attach(&rig, nic, pod, i as u32, ARGS);
+    }
+    // One of them with its netns gone, so the error path runs every scrape too.
+    pods[2].delete();
+    let exp = Exporter::start(&rig, &[]);
+    for _ in 0..20 {
+        exp.scrape();
+    }
+    let (fds0, rss0) = (exp.fds(), exp.rss_kib());
+    let started = Instant::now();
+    for _ in 0..1000 {
+        exp.scrape();
+    }
+    let took = started.elapsed();
+    let (fds1, rss1) = (exp.fds(), exp.rss_kib());
+    eprintln!(
+        "1000 scrapes of 3 attachments in {took:?} ({:?} each); fds {fds0} -> {fds1}; RSS {rss0} -> {rss1} KiB",
+        took / 1000
+    );
+    assert_eq!(fds0, fds1, "file descriptors leaked");
+    assert!(rss1 < rss0 + 2048, "RSS grew from {rss0} to {rss1} KiB");
+    let last = exp.scrape();
+    assert_eq!(
+        last.one(
+            "rdma_host_device_scrape_errors_total",
+            &[("stage", "netns")]
+        ),
+        1021.0
+    );
+    for (i, pod) in pods.iter().enumerate() {
+        rig.call("DEL", &conf, &pod.path(), &rig.cid(i as u32), "net1", &[])
+            .ok();
+    }
+}
