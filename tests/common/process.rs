@@ -1,0 +1,222 @@
+//! Running things: commands (`ip`), the plugin exec'd as a runtime does, and what a run produced.
+
+#![allow(unused_imports)]
+
+use super::*;
+use serde_json::{Value, json};
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+// ---------------------------------------------------------------- commands
+
+/// Run a command, return its output; panic only if it cannot start.
+pub fn run(prog: &str, args: &[&str]) -> Output {
+    Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {prog} {args:?}: {e}"))
+}
+
+/// `ip ARGS`, panicking with stderr on failure.
+pub fn ip(args: &[&str]) -> String {
+    let out = run("ip", args);
+    assert!(
+        out.status.success(),
+        "ip {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `ip [-n NS] ARGS`.
+pub fn ip_in(ns: Option<&str>, args: &[&str]) -> Output {
+    let mut full: Vec<&str> = Vec::new();
+    if let Some(ns) = ns {
+        full.extend(["-n", ns]);
+    }
+    full.extend(args);
+    run("ip", &full)
+}
+
+/// What one driver (or direct plugin) run produced. Display shows everything, for failure
+/// messages.
+pub struct RunOut {
+    pub what: String,
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    /// The driver's trace: one JSON object per plugin exec.
+    pub trace: Vec<Value>,
+}
+
+impl fmt::Display for RunOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "---- {}", self.what)?;
+        writeln!(f, "---- exit: {}", self.status)?;
+        writeln!(f, "---- stdout:\n{}", self.stdout.trim_end())?;
+        writeln!(f, "---- stderr:\n{}", self.stderr.trim_end())?;
+        for t in &self.trace {
+            writeln!(
+                f,
+                "---- exec {} {} (exit: {})\n  stdin:  {}\n  stdout: {}",
+                t["command"].as_str().unwrap_or("?"),
+                t["plugin"].as_str().unwrap_or("?"),
+                t["exitErr"].as_str().unwrap_or("ok"),
+                t["stdin"],
+                t["stdout"].as_str().unwrap_or("").trim_end(),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for RunOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl RunOut {
+    pub fn success(&self) -> bool {
+        self.status.success()
+    }
+
+    /// stdout as JSON (Null when empty); panics with the whole run if it is not JSON.
+    pub fn json(&self) -> Value {
+        if self.stdout.trim().is_empty() {
+            return Value::Null;
+        }
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not one JSON value ({e})\n{self}"))
+    }
+
+    /// Assert success; return stdout's JSON.
+    pub fn ok(&self) -> Value {
+        assert!(self.success(), "expected success\n{self}");
+        self.json()
+    }
+
+    /// Assert failure; return the error JSON.
+    pub fn err(&self) -> Value {
+        assert!(!self.success(), "expected failure\n{self}");
+        let v = self.json();
+        assert!(v.is_object(), "error output is not a JSON object\n{self}");
+        v
+    }
+
+    /// Assert failure with error `code`; return the error JSON.
+    pub fn err_code(&self, code: i64) -> Value {
+        let v = self.err();
+        assert_eq!(
+            v["code"].as_i64(),
+            Some(code),
+            "expected error code {code}\n{self}"
+        );
+        v
+    }
+
+    /// Raw stdout of each exec of our plugin with `command` (ADD, DEL, ...), as JSON.
+    pub fn plugin_stdout(&self, command: &str) -> Vec<Value> {
+        self.trace
+            .iter()
+            .filter(|t| {
+                t["command"] == command
+                    && t["plugin"]
+                        .as_str()
+                        .is_some_and(|p| p.ends_with("/rdma-host-device"))
+            })
+            .map(|t| {
+                let s = t["stdout"].as_str().unwrap_or("");
+                serde_json::from_str(s).unwrap_or(Value::Null)
+            })
+            .collect()
+    }
+
+    /// The stdin our plugin got for `command`.
+    pub fn plugin_stdin(&self, command: &str) -> Vec<Value> {
+        self.trace
+            .iter()
+            .filter(|t| {
+                t["command"] == command
+                    && t["plugin"]
+                        .as_str()
+                        .is_some_and(|p| p.ends_with("/rdma-host-device"))
+            })
+            .map(|t| t["stdin"].clone())
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------- direct calls
+
+/// Run the plugin directly as a runtime would exec it: inherited environment minus every
+/// CNI_* variable, plus `env` (a `None` value leaves that variable unset), `stdin` as given.
+pub fn run_plugin(env: &[(&str, Option<&str>)], stdin: &[u8]) -> RunOut {
+    use std::io::Write;
+    let mut cmd = Command::new(plugin());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("CNI_") {
+            cmd.env_remove(k);
+        }
+    }
+    for (k, v) in env {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn plugin");
+    // The plugin may exit before reading stdin; ignore EPIPE.
+    let _ = child.stdin.take().unwrap().write_all(stdin);
+    let out = child.wait_with_output().expect("wait plugin");
+    RunOut {
+        what: format!(
+            "plugin env {:?} stdin {}",
+            env,
+            String::from_utf8_lossy(stdin)
+        ),
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        trace: Vec::new(),
+    }
+}
+
+/// Compare CNI versions like "0.3.1" < "1.0.0".
+pub fn version_ge(a: &str, b: &str) -> bool {
+    let p = |s: &str| -> Vec<u32> { s.split('.').map(|x| x.parse().unwrap_or(0)).collect() };
+    p(a) >= p(b)
+}
+
+impl RunOut {
+    /// Killed by SIGKILL (a `:kill` fault)?
+    pub fn killed(&self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        self.status.signal() == Some(libc::SIGKILL)
+    }
+
+    /// Failed with exactly one JSON error object on stdout carrying a non-empty msg; returns it.
+    pub fn one_error(&self) -> Value {
+        assert!(!self.success(), "expected failure\n{self}");
+        let v: Value = serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!("stdout must be exactly one JSON error object ({e})\n{self}")
+        });
+        assert!(
+            v["code"].as_u64().is_some()
+                && v["msg"].as_str().is_some_and(|m| !m.trim().is_empty())
+                && v["cniVersion"].as_str().is_some(),
+            "error object lacks cniVersion/code/msg\n{self}"
+        );
+        v
+    }
+}

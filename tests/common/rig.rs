@@ -1,0 +1,365 @@
+//! One test's world: temp dirs, names, the node configuration, IPAM configs, and calls through
+//! libcni or directly.
+
+#![allow(unused_imports)]
+
+use super::*;
+use serde_json::{Value, json};
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+// ---------------------------------------------------------------- temp dirs
+
+/// A directory under target/tmp removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        let p =
+            Path::new(TARGET_TMP).join(format!("rhd-{label}-{}-{}", std::process::id(), next_id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Every regular file (or symlink) below `dir`, recursively; empty if `dir` is missing.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => out.extend(files_under(&p)),
+            _ => out.push(p),
+        }
+    }
+    out.sort();
+    out
+}
+
+// ---------------------------------------------------------------- the rig
+
+/// One test's world: unique names, a temp dir holding the plugin's stateDir, host-local's
+/// dataDir, libcni's cache, CNI_PATH dirs, config files and traces.
+pub struct Rig {
+    pub n: u32,
+    pub dir: TempDir,
+    calls: AtomicU32,
+}
+
+impl Rig {
+    pub fn new() -> Rig {
+        require_root();
+        let n = next_id();
+        let dir = TempDir::new(&format!("rig{n}"));
+        let bin = dir.path().join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(plugin(), bin.join("rdma-host-device")).unwrap();
+        let rig = Rig {
+            n,
+            dir,
+            calls: AtomicU32::new(0),
+        };
+        rig.set_node(json!({}));
+        rig
+    }
+
+    /// The node configuration file every call of this rig uses (through
+    /// [`NODE_CONFIG_ENV`]): this rig's stateDir and logDir, plus `extra` keys (a policy).
+    pub fn set_node(&self, extra: Value) {
+        let mut node = json!({"stateDir": self.state_dir(), "logDir": self.log_dir()});
+        if let Value::Object(m) = extra {
+            for (k, v) in m {
+                node[k] = v;
+            }
+        }
+        fs::write(
+            self.node_config(),
+            serde_json::to_vec_pretty(&node).unwrap(),
+        )
+        .unwrap();
+    }
+    pub fn node_config(&self) -> PathBuf {
+        self.dir.path().join("node.json")
+    }
+    /// The node's log directory: the only place a config's `logFile` lands.
+    pub fn log_dir(&self) -> PathBuf {
+        self.dir.path().join("log")
+    }
+
+    /// Host NIC name for slot `i` (a test may need several).
+    pub fn nic_name(&self, i: u32) -> String {
+        format!("rh{}n{}x{}", tag(), self.n, i)
+    }
+    pub fn peer_name(&self, i: u32) -> String {
+        format!("rh{}p{}x{}", tag(), self.n, i)
+    }
+    /// A veth host NIC with MTU [`ORIG_MTU`].
+    pub fn nic(&self, i: u32) -> Veth {
+        Veth::new(&self.nic_name(i), &self.peer_name(i), ORIG_MTU)
+    }
+    pub fn netns(&self, i: u32) -> Netns {
+        Netns::new(&format!("rhd-{}-{}-{}", std::process::id(), self.n, i))
+    }
+    pub fn cid(&self, i: u32) -> String {
+        format!("cid-{}-{}-{}", std::process::id(), self.n, i)
+    }
+    pub fn net_name(&self) -> String {
+        format!("rhdnet-{}-{}", std::process::id(), self.n)
+    }
+    /// Third octet for this test's 10.77.X.0/24.
+    pub fn octet(&self) -> u32 {
+        self.n % 250 + 1
+    }
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("ipam-data")
+    }
+    pub fn cache_dir(&self) -> PathBuf {
+        self.dir.path().join("libcni-cache")
+    }
+    pub fn bin_dir(&self) -> PathBuf {
+        self.dir.path().join("bin")
+    }
+
+    /// Dir with the driver symlinked as `loopback` and `tuning`: the version shim in front of
+    /// Debian's chained plugins (which stop at 1.0.0), see tests/libcni-driver/main.go. The
+    /// IPAM plugins are NOT shimmed: our plugin negotiates their version itself, and the
+    /// 1.1.0 tests prove that against Debian's real `static` and `host-local`.
+    pub fn shim_dir(&self) -> PathBuf {
+        let d = self.dir.path().join("ipam-shim");
+        if !d.exists() {
+            fs::create_dir_all(&d).unwrap();
+            for n in ["loopback", "tuning"] {
+                std::os::unix::fs::symlink(driver(), d.join(n)).unwrap();
+            }
+        }
+        d
+    }
+
+    /// CNI_PATH for a config of `version`: our binary, then (1.1.0 only) the version shim,
+    /// then Debian's plugins.
+    pub fn cni_path(&self, version: &str) -> String {
+        let mut p = vec![self.bin_dir().display().to_string()];
+        if version == "1.1.0" {
+            p.push(self.shim_dir().display().to_string());
+        }
+        p.push(SYSTEM_CNI_DIR.to_owned());
+        p.join(":")
+    }
+
+    /// Files left in the plugin's stateDir.
+    pub fn state_files(&self) -> Vec<PathBuf> {
+        files_under(&self.state_dir())
+    }
+
+    pub fn assert_state_empty(&self, ctx: &dyn fmt::Display) {
+        let f = self.state_files();
+        assert!(f.is_empty(), "stateDir not empty: {f:?}\n{ctx}");
+    }
+
+    /// host-local allocations for `net` in this rig's dataDir: (ip file, content).
+    pub fn allocations(&self, net: &str) -> Vec<(String, String)> {
+        let d = self.data_dir().join(net);
+        let Ok(rd) = fs::read_dir(&d) else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name == "lock" || name.starts_with("last_reserved_ip") {
+                    return None;
+                }
+                let content = fs::read_to_string(e.path()).unwrap_or_default();
+                Some((name, content))
+            })
+            .collect()
+    }
+
+    /// host-local allocations belonging to container `cid`.
+    pub fn allocations_of(&self, net: &str, cid: &str) -> Vec<(String, String)> {
+        self.allocations(net)
+            .into_iter()
+            .filter(|(_, c)| c.lines().next().map(str::trim) == Some(cid))
+            .collect()
+    }
+
+    /// A test IPAM plugin `name`, written into this rig's CNI_PATH (bin dir): a shell script
+    /// that answers ADD with `result` as given (a 1.1.0-style result, e.g. routes with
+    /// `table`/`mtu`/`tos`, which Debian's 1.0.0-era plugins never emit), VERSION with every
+    /// version, and DEL/CHECK with nothing. Returns the config's `ipam` object for it.
+    pub fn fixed_ipam(&self, name: &str, result: &Value) -> Value {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.bin_dir().join(name);
+        let script = format!(
+            "#!/bin/sh\n\
+             cat >/dev/null\n\
+             case \"$CNI_COMMAND\" in\n\
+             ADD) cat <<'RESULT_EOF'\n{result}\nRESULT_EOF\n;;\n\
+             VERSION) echo '{{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"0.3.0\",\"0.3.1\",\"0.4.0\",\"1.0.0\",\"1.1.0\"]}}';;\n\
+             esac\n"
+        );
+        fs::write(&p, script).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        json!({ "type": name })
+    }
+
+    /// Static IPAM: 10.77.X.2/24 via 10.77.X.1, plus a gateway-less route to 10.78.0.0/16.
+    pub fn static_ipam(&self) -> Value {
+        let o = self.octet();
+        json!({
+            "type": "static",
+            "addresses": [{"address": format!("10.77.{o}.2/24"), "gateway": format!("10.77.{o}.1")}],
+            "routes": [{"dst": "10.78.0.0/16"}]
+        })
+    }
+
+    /// host-local IPAM on 10.77.X.0/24 with this rig's dataDir.
+    pub fn host_local_ipam(&self) -> Value {
+        let o = self.octet();
+        json!({
+            "type": "host-local",
+            "dataDir": self.data_dir(),
+            "ranges": [[{"subnet": format!("10.77.{o}.0/24"), "rangeStart": format!("10.77.{o}.10"),
+                          "rangeEnd": format!("10.77.{o}.50"), "gateway": format!("10.77.{o}.1")}]],
+            "routes": [{"dst": "10.78.0.0/16"}]
+        })
+    }
+
+    /// Our plugin's config: `selector` (an object of selector keys) merged in, static IPAM.
+    /// (The stateDir is the node's: see [`Rig::set_node`].)
+    pub fn conf(&self, version: &str, selector: Value) -> Value {
+        let mut c = json!({
+            "cniVersion": version,
+            "name": self.net_name(),
+            "type": "rdma-host-device",
+            "ipam": self.static_ipam(),
+        });
+        if let Value::Object(sel) = selector {
+            for (k, v) in sel {
+                c[k] = v;
+            }
+        }
+        c
+    }
+
+    /// Write a config file (`file` must end in .conf or .conflist).
+    pub fn write(&self, file: &str, conf: &Value) -> PathBuf {
+        let p = self.dir.path().join(file);
+        fs::write(&p, serde_json::to_vec_pretty(conf).unwrap()).unwrap();
+        p
+    }
+
+    /// Run the libcni driver. `extra` are more flags (`-cap`, `-args`, `-valid`).
+    pub fn drive(
+        &self,
+        cmd: &str,
+        conf: &Path,
+        netns: &str,
+        cid: &str,
+        ifname: &str,
+        extra: &[&str],
+    ) -> RunOut {
+        let text = fs::read_to_string(conf).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let version = v["cniVersion"].as_str().unwrap_or("").to_owned();
+        let k = self.calls.fetch_add(1, Ordering::SeqCst);
+        let trace = self.dir.path().join(format!("trace-{k}.jsonl"));
+        let path = self.cni_path(&version);
+        let cache = self.cache_dir();
+        let mut args: Vec<String> = vec![
+            "-cmd".into(),
+            cmd.into(),
+            "-conf".into(),
+            conf.display().to_string(),
+            "-netns".into(),
+            netns.into(),
+            "-cid".into(),
+            cid.into(),
+            "-ifname".into(),
+            ifname.into(),
+            "-path".into(),
+            path,
+            "-cache".into(),
+            cache.display().to_string(),
+            "-trace".into(),
+            trace.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let out = Command::new(driver())
+            .args(&args)
+            .env(NODE_CONFIG_ENV, self.node_config())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run libcni driver");
+        let trace_v = fs::read_to_string(&trace)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        RunOut {
+            what: format!("driver {} (config: {})", args.join(" "), text),
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            trace: trace_v,
+        }
+    }
+}
+
+impl Default for Rig {
+    fn default() -> Self {
+        Rig::new()
+    }
+}
+
+// ---------------------------------------------------------------- direct calls per verb
+
+impl Rig {
+    /// Call the plugin directly (no libcni) with `cmd` (ADD, DEL, ...), the config `conf`, and
+    /// `extra` environment variables (e.g. `RHD_FAULT`). CNI_PATH is this rig's for the config's
+    /// version.
+    pub fn call(
+        &self,
+        cmd: &str,
+        conf: &Value,
+        netns: &str,
+        cid: &str,
+        ifname: &str,
+        extra: &[(&str, &str)],
+    ) -> RunOut {
+        let version = conf["cniVersion"].as_str().unwrap_or("1.0.0");
+        let path = self.cni_path(version);
+        let mut env: Vec<(&str, Option<&str>)> = vec![
+            ("CNI_COMMAND", Some(cmd)),
+            ("CNI_CONTAINERID", Some(cid)),
+            ("CNI_NETNS", Some(netns)),
+            ("CNI_IFNAME", Some(ifname)),
+            ("CNI_PATH", Some(&path)),
+        ];
+        let node = self.node_config().display().to_string();
+        env.push((NODE_CONFIG_ENV, Some(&node)));
+        env.extend(extra.iter().map(|(k, v)| (*k, Some(*v))));
+        let mut out = run_plugin(&env, &serde_json::to_vec(conf).unwrap());
+        out.what = format!("{cmd} {cid}/{ifname} in {netns:?} env {extra:?}\n  conf {conf}");
+        out
+    }
+}
