@@ -1,5 +1,7 @@
 //! RDMA netlink (NETLINK_RDMA, the kernel's "nldev" interface): a small synchronous socket and
-//! the verbs this plugin needs from it.
+//! the verbs this plugin needs from it. One protocol, one file (its message encoding and the
+//! verbs share private helpers); the statistics verbs are `netlink/stats.rs`, the tests
+//! against kernel captures `netlink/tests.rs`.
 //!
 //! Owns: listing RDMA devices and their ports (which netdev each port is paired with), reading
 //! the RDMA netns mode, moving a device to another netns, adding and deleting soft devices
