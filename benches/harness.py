@@ -143,6 +143,7 @@ class Plugin:
             "device": device,
         }
         if self.kind == "ours":
+            # The node's stateDir (node.json, see env()), repeated so older builds use it too.
             c["stateDir"] = self.state_dir
         if ipam_addr:
             c["ipam"] = {
@@ -161,8 +162,19 @@ class Plugin:
             "CNI_IFNAME": ifname,
             "CNI_PATH": cni_path or f"{self.bindir}:/usr/lib/cni",
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            **self.node_env(),
             **self.extra_env,
         }
+
+    def node_env(self):
+        """Ours reads its state dir from a node configuration, not from the network config."""
+        if self.kind != "ours":
+            return {}
+        path = self.state_dir + ".node.json"
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                json.dump({"stateDir": self.state_dir, "logDir": self.state_dir + ".log"}, f)
+        return {"RDMA_HOST_DEVICE_NODE_CONFIG": path}
 
     def spawn(self, cmd, conf, cid, netns):
         return Proc([self.bindir_exe], self.env(cmd, cid, netns), json.dumps(conf).encode())

@@ -32,9 +32,11 @@ ip netns add rbvpod
 ip -n rbvpod link set lo up
 mkdir -p "$W/bin"
 ln -s "$PLUGIN" "$W/bin/rdma-host-device"
+echo "{\"stateDir\":\"$L/state\",\"logDir\":\"$L\"}" >"$L/node.json"
+export RDMA_HOST_DEVICE_NODE_CONFIG=$L/node.json
 cat >"$W/conf.json" <<EOF
 {"cniVersion":"1.0.0","name":"vmbench","type":"rdma-host-device","device":"rbv0",
- "rdma":{"softDevice":"rxe"},"stateDir":"$L/state","logLevel":"debug","logFile":"$L/plugin.log",
+ "rdma":{"softDevice":"rxe"},"logLevel":"debug","logFile":"plugin.log",
  "ipam":{"type":"static","addresses":[{"address":"10.66.0.2/24","gateway":"10.66.0.1"}],
          "routes":[{"dst":"0.0.0.0/0"}]}}
 EOF
