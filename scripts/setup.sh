@@ -47,7 +47,8 @@ if ((${#missing[@]})); then
   say "asked for: ${missing[*]}"
   say "installing $(wc -w <<<"$new") new packages (no recommends): $(echo $new)"
   [[ -z $upg ]] || say "upgrading, because a new package needs their newer version: $(echo $upg)"
-  "${APT[@]}" install -y "${missing[@]}" >&2
+  "${APT[@]}" install -y "${missing[@]}" >&2 ||
+    { apt-get update -q >&2 && "${APT[@]}" install -y "${missing[@]}" >&2; }
   # shellcheck disable=SC2086
   kib=$(dpkg-query -W -f='${Installed-Size}\n' $new $upg 2>/dev/null | awk '{s+=$1} END {print s+0}')
   say "installed: $((kib / 1024)) MiB on disk"
