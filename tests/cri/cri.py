@@ -8,6 +8,7 @@ its gRPC socket, sending what kubelet sends for a pod sandbox, and prints one JS
     cri.py SOCK stop ID | remove ID           -> {"ms"}
     cri.py SOCK list                          -> {"items": [{"id", "name", "state"}]}
     cri.py - image PAUSE_BINARY NAME OUT.tar  -> an OCI image layout (tar) for `ctr images import`
+    cri.py - stubs                            -> generate the stubs now (for a read-only later run)
 
 A failed call prints {"error": <gRPC status name>, "message": <containerd's message>, "ms"} and
 exits 3. Stubs are generated from api.proto (beside this file) into $RHD_CRI_STUBS (default
@@ -152,6 +153,10 @@ def main(argv):
     sock, cmd, args = argv[1], argv[2], argv[3:]
     if cmd == "image":
         print(json.dumps(image(*args)))
+        return 0
+    if cmd == "stubs":
+        stubs()
+        print(json.dumps({"stubs": "ok"}))
         return 0
     pb, rpc = stubs()
     import grpc
