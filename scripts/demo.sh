@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The plugin's main job, shown on a built-in demo, as root on Debian 12:
-#   1. on this machine: a veth end plays the host NIC; the plugin moves it into a pod netns
-#      (ADD), we look at the pod side, CHECK it, and give it back (DEL);
-#   2. in a QEMU VM with a real RDMA kernel stack: the same with soft-RoCE, where the pod sees
-#      the RDMA device and its RoCE v2 GID for the pod's address.
+# The plugin's job, shown on built-in demos, as root on Debian 12:
+#   1. the headline, in a QEMU VM with a real RDMA kernel stack in exclusive netns mode: a PCI
+#      NIC with its own RDMA device (the VM's virtio NIC and a netns-capable soft-RoCE device
+#      on it) is moved into a pod by its PCI address, as a NetworkAttachmentDefinition asks;
+#      the pod sees the RDMA device and the RoCE v2 GID of its address, the host no longer sees
+#      either; DEL gives both back;
+#   2. shared netns mode, in the VM: a NIC without RDMA hardware, `rdma.softDevice: rxe`: the
+#      NIC moves, a soft-RoCE device is made on it inside the pod;
+#   3. on this machine (its kernel has no RDMA): a veth end plays the NIC: ADD, CHECK, DEL.
 #
-#   scripts/demo.sh            both parts
-#   scripts/demo.sh --no-vm    only the veth part
+#   scripts/demo.sh            all three
+#   scripts/demo.sh --no-vm    only part 3
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/.." && pwd -P)
@@ -14,54 +18,108 @@ BIN=$REPO/target/release/rdma-host-device
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
+# Only the lines of a command's output that matter here, indented.
+show() { printf '$ %s\n' "$1"; { bash -c "$1" 2>&1 || true; } | sed 's/^/  /'; }
+# conf CONFIG: the network config as the NAD would carry it, on one line.
+conf() { python3 -c 'import json,sys; print("  " + json.dumps(json.loads(sys.argv[1]), separators=(",", ":")))' "$1"; }
 
 # cni VERB CONFIG: call the plugin as a runtime does (env + config on stdin).
 cni() {
   local verb=$1 conf=$2
-  printf '$ CNI_COMMAND=%s ... rdma-host-device <<< config\n' "$verb" >&2
   echo "$conf" | CNI_COMMAND=$verb CNI_CONTAINERID=$CID CNI_NETNS=$NETNS CNI_IFNAME=net1 \
     CNI_PATH=$CNI_PATH "$BIN"
 }
+# summary RESULT: the CNI result in one line per interface and address.
+summary() {
+  python3 -c 'import json,sys
+r = json.loads(sys.argv[1])
+for i in r.get("interfaces", []):
+    where = "in the pod (%s)" % i["sandbox"] if i.get("sandbox") else "host"
+    print("  interface %s %s%s" % (i["name"], where, ", PCI " + i["pciID"] if i.get("pciID") else ""))
+for ip in r.get("ips", []):
+    print("  address   %s" % ip["address"])' "$1"
+}
 
-# ------------------------------------------------------------------ RDMA part, in the guest
+# ------------------------------------------------------------------ in the guest
 if [[ ${RDMA_VM:-} == 1 ]]; then
   set +e
-  modprobe rdma_rxe
-  CID=demo-rdma NETNS=/var/run/netns/pod CNI_PATH=$(mktemp -d):/usr/lib/cni
-  ln -s "$BIN" "${CNI_PATH%%:*}/rdma-host-device"
+  WORK=$(mktemp -d)
+  echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\"}" >"$WORK/node.json"
+  export RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/node.json
+  CNI_PATH=$WORK/bin:/usr/lib/cni
+  mkdir -p "$WORK/bin" && ln -s "$BIN" "$WORK/bin/rdma-host-device"
   ip netns add pod
-  ip link add eth-demo type veth peer eth-peer
-  ip link set eth-peer up
-  CONF='{"cniVersion":"1.1.0","name":"demo-rdma","type":"rdma-host-device","device":"eth-demo",
-         "rdma":{"softDevice":"rxe"},"logLevel":"warn",
-         "ipam":{"type":"static","addresses":[{"address":"10.56.0.2/24"}]}}'
-  say "RDMA netns mode of this kernel"
-  run rdma system show
-  say "ADD with softDevice rxe: the NIC moves into the pod, an rxe device is made on it there"
-  RESULT=$(cni ADD "$CONF") || { echo "$RESULT"; exit 1; }
-  echo "$RESULT"
-  say "inside the pod: the RDMA device and its GIDs, as verbs sees them"
-  run ip netns exec pod rdma link show
-  run ip netns exec pod ibv_devinfo -v | grep -E 'hca_id|state|GID\['
-  say "the operator's view"
-  run "$BIN" inspect
-  PREV=$(echo "$CONF" | python3 -c 'import json,sys; c=json.load(sys.stdin); c["prevResult"]=json.loads(sys.argv[1]); print(json.dumps(c))' "$RESULT")
-  say "CHECK: the GIDs are verified again from inside the pod"
-  cni CHECK "$PREV" && echo "CHECK ok (exit 0, nothing on stdout)"
-  say "DEL: the rxe device is deleted, the NIC goes home"
-  cni DEL "$CONF" && echo "DEL ok (exit 0)"
-  run rdma link show
-  run ip link show eth-demo
+  NETNS=/var/run/netns/pod
+
+  case ${1:-} in
+  exclusive)
+    NIC=$RDMA_VM_NIC PCI=$RDMA_VM_NIC_PCI CID=demo-exclusive
+    modprobe rdma_rxe_netns
+    rdma link add rxe0 type rxe_ns netdev "$NIC"
+    say "1. The headline: a PCI NIC and its own RDMA device, moved into a pod together"
+    echo "The node: $NIC at PCI $PCI, its RDMA device rxe0; the kernel in exclusive RDMA netns mode."
+    show "rdma system show"
+    show "rdma link show"
+    CONF='{"cniVersion":"1.1.0","name":"rdma-rail0","type":"rdma-host-device","pciBusID":"'$PCI'",
+           "rdma":{"isolation":"exclusive"},"logLevel":"warn",
+           "ipam":{"type":"static","addresses":[{"address":"10.56.0.2/24"}]}}'
+    say "ADD: the NAD selects the NIC by pciBusID $PCI (rdma.isolation exclusive)"
+    conf "$CONF"
+    RESULT=$(cni ADD "$CONF") || { echo "ADD failed: $RESULT"; exit 1; }
+    summary "$RESULT"
+    say "inside the pod: the NIC as net1, its RDMA device, the RoCE v2 GID of 10.56.0.2"
+    show "ip netns exec pod ip -br addr show net1"
+    show "ip netns exec pod rdma link show"
+    show "ip netns exec pod ibv_devinfo -v | grep -E 'hca_id|port_state|::ffff:10.56.0.2'"
+    say "on the host: neither the NIC nor its RDMA device"
+    show "ip -br link show $NIC"
+    show "rdma link show; echo \"(\$(rdma dev show | wc -l) RDMA devices on the host)\""
+    say "DEL: both come home"
+    cni DEL "$CONF" && echo "DEL ok"
+    show "ip -br link show $NIC"
+    show "rdma link show"
+    show "ip netns exec pod rdma dev show | wc -l | sed 's/\$/ RDMA devices left in the pod/'"
+    ;;
+  soft)
+    CID=demo-soft
+    modprobe rdma_rxe
+    ip link add eth-demo type veth peer eth-peer
+    ip link set eth-peer up
+    CONF='{"cniVersion":"1.1.0","name":"demo-rdma","type":"rdma-host-device","device":"eth-demo",
+           "rdma":{"softDevice":"rxe"},"logLevel":"warn",
+           "ipam":{"type":"static","addresses":[{"address":"10.57.0.2/24"}]}}'
+    say "2. Shared RDMA netns mode, a NIC without RDMA hardware: rdma.softDevice rxe"
+    show "rdma system show"
+    say "ADD: the NIC (a veth end here) moves, a soft-RoCE device is made on it in the pod"
+    RESULT=$(cni ADD "$CONF") || { echo "ADD failed: $RESULT"; exit 1; }
+    summary "$RESULT"
+    show "ip netns exec pod rdma link show"
+    show "ip netns exec pod ibv_devinfo -v | grep -E 'hca_id|port_state|::ffff:10.57.0.2'"
+    say "the operator's view"
+    show "$BIN inspect | sed -n '/^NIC/,\$p'"
+    PREV=$(python3 -c 'import json,sys; c=json.loads(sys.argv[1]); c["prevResult"]=json.loads(sys.argv[2]); print(json.dumps(c))' "$CONF" "$RESULT")
+    say "CHECK (the GIDs verified again from inside the pod), then DEL"
+    cni CHECK "$PREV" && echo "CHECK ok"
+    cni DEL "$CONF" && echo "DEL ok: the rxe device is deleted, the NIC is home"
+    show "rdma link show | wc -l | sed 's/\$/ RDMA links left/'; ip -br link show eth-demo"
+    ;;
+  esac
   exit 0
 fi
 
-# ------------------------------------------------------------------ host part
+# ------------------------------------------------------------------ on this machine
 VM=1
 [[ ${1:-} == --no-vm ]] && VM=0
 [[ $(id -u) == 0 ]] || { echo "demo: run as root (it creates network namespaces)" >&2; exit 1; }
 "$HERE/setup.sh"
-say "building the plugin (release)"
 (cd "$REPO" && cargo build --release -q)
+
+if [[ $VM == 1 ]]; then
+  "$REPO/tests/vm/vm.sh" --prepare >/dev/null ||
+    { echo "demo: preparing the VM failed (scripts/demo.sh --no-vm skips it)" >&2; exit 1; }
+  "$REPO/tests/vm/vm.sh" --exclusive "$HERE/demo.sh" exclusive
+  "$REPO/tests/vm/vm.sh" "$HERE/demo.sh" soft
+fi
 
 POD=rhd-demo-pod NIC=rhd-demo0
 CID=demo-$$ NETNS=/var/run/netns/$POD
@@ -84,29 +142,20 @@ ip link add "$NIC" mtu 1500 type veth peer "$NIC-peer"
 ip link set "$NIC-peer" up
 
 CONF=$(cat <<EOF
-{"cniVersion":"1.1.0","name":"demo","type":"rdma-host-device","device":"$NIC","mtu":9000,
+{"cniVersion":"1.1.0","name":"demo","type":"rdma-host-device","device":"$NIC","mtu":9000,"logLevel":"warn",
  "ipam":{"type":"static","addresses":[{"address":"10.55.0.2/24","gateway":"10.55.0.1"}],
          "routes":[{"dst":"10.56.0.0/16"}]}}
 EOF
 )
-say "the host NIC before ADD"
-run ip link show "$NIC"
-say "ADD: move $NIC into pod $POD as net1, MTU 9000, static IPAM"
+say "3. On this machine (no RDMA in its kernel): $NIC, a veth end, plays the NIC"
+show "ip -br link show $NIC"
+say "ADD: $NIC into pod $POD as net1, MTU 9000, static IPAM"
 RESULT=$(cni ADD "$CONF")
-echo "$RESULT" | python3 -m json.tool
-say "the pod side"
-run ip -n "$POD" addr show net1
-run ip -n "$POD" route
-say "the host side: $NIC is gone from the host"
-run ip link show "$NIC" || true
+summary "$RESULT"
+show "ip -n $POD -br addr show net1; ip -n $POD route"
+show "ip -br link show $NIC"
 PREV=$(python3 -c 'import json,sys; c=json.loads(sys.argv[1]); c["prevResult"]=json.loads(sys.argv[2]); print(json.dumps(c))' "$CONF" "$RESULT")
-say "CHECK"
-cni CHECK "$PREV" && echo "CHECK ok (exit 0, nothing on stdout)"
-say "DEL: $NIC comes home under its own name and MTU"
-cni DEL "$CONF" && echo "DEL ok (exit 0)"
-run ip link show "$NIC"
-
-if [[ $VM == 1 ]]; then
-  say "RDMA part: booting a Debian kernel with soft-RoCE in QEMU (first run downloads and prepares it)"
-  "$REPO/tests/vm/vm.sh" "$HERE/demo.sh"
-fi
+say "CHECK, then DEL: $NIC comes home under its own name and MTU"
+cni CHECK "$PREV" && echo "CHECK ok"
+cni DEL "$CONF" && echo "DEL ok"
+show "ip -br link show $NIC; ip link show $NIC | grep -o 'mtu [0-9]*'"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test, as root, on Debian 12: style gates, unit tests, the integration tests
-# (real network namespaces and veth pairs, the real libcni client, Debian's IPAM plugins),
+# (real network namespaces and veth pairs, the real libcni client, Debian's IPAM plugins, a real
+# containerd CRI driven as kubelet drives it, the DaemonSet image built and run by podman),
 # and the RDMA tests inside a QEMU VM running a Debian kernel with soft-RoCE/soft-iWARP.
 #
 #   scripts/test.sh            everything

@@ -3,13 +3,13 @@
 # real RDMA stack (tests/vm/vm.sh). Called by scripts/test.sh; prepares the VM on first use.
 #
 #   tests/vm/run.sh [GROUP...]   groups: smoke unit shared exclusive-stock exclusive-move
-#                                exclusive-move-slub metrics (default: all)
+#                                exclusive-move-slub metrics cri-exclusive (default: all)
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/../.." && pwd -P)
 cd "$REPO"
 GROUPS_=("$@")
-((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub metrics)
+((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub metrics cri-exclusive)
 
 "$HERE/vm.sh" --prepare || { echo "run: preparing the VM failed" >&2; exit 1; }
 cargo build -q || exit 1
@@ -23,6 +23,14 @@ for l in sys.stdin:
 mkdir -p target/vm
 GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$REPO/target/tmp/go-cache \
   go build -o target/vm/libcni-driver ./tests/libcni-driver || exit 1
+
+# For cri-exclusive (tests/vm/cri.sh): the sandbox image and the CRI client's stubs, made here
+# because the guest sees this machine's files read-only and has no compiler run to spare.
+export RHD_VENV=${RHD_VENV:-$HOME/.cache/rhd-venv}
+cc -static -Os -s -o target/vm/pause tests/cri/pause.c &&
+  "$RHD_VENV/bin/python" tests/cri/cri.py - image target/vm/pause localhost/rhd-pause:test target/vm/pause.tar >/dev/null &&
+  RHD_CRI_STUBS=$REPO/target/vm/cri-stubs "$RHD_VENV/bin/python" tests/cri/cri.py - stubs >/dev/null ||
+  { echo "run: cannot make the CRI test's pause image or stubs (scripts/setup.sh)" >&2; exit 1; }
 
 declare -A RESULT
 for g in "${GROUPS_[@]}"; do
@@ -39,6 +47,7 @@ for g in "${GROUPS_[@]}"; do
     exclusive-move) "$HERE/vm.sh" --exclusive --timeout 900 "$HERE/plugin.sh" exclusive-move ;;
     exclusive-move-slub) "$HERE/vm.sh" --exclusive --timeout 900 --append slub_debug=FZP "$HERE/plugin.sh" exclusive-move ;;
     metrics) "$HERE/vm.sh" --timeout 600 "$HERE/metrics.sh" ;;
+    cri-exclusive) "$HERE/vm.sh" --exclusive --timeout 600 "$HERE/cri.sh" ;;
     *) echo "unknown group $g"; false ;;
   esac
   rc=$?

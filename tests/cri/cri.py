@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""A kubelet stand-in for tests/cri.rs: calls containerd's CRI (runtime.v1.RuntimeService) over
+its gRPC socket, sending what kubelet sends for a pod sandbox, and prints one JSON object.
+
+    cri.py SOCK version | status
+    cri.py SOCK run NAME [UID [NAMESPACE]]   -> {"id", "ms"}
+    cri.py SOCK pod ID                        -> {"state", "ip", "netns", "ms"}
+    cri.py SOCK stop ID | remove ID           -> {"ms"}
+    cri.py SOCK list                          -> {"items": [{"id", "name", "state"}]}
+    cri.py - image PAUSE_BINARY NAME OUT.tar  -> an OCI image layout (tar) for `ctr images import`
+    cri.py - stubs                            -> generate the stubs now (for a read-only later run)
+
+A failed call prints {"error": <gRPC status name>, "message": <containerd's message>, "ms"} and
+exits 3. Stubs are generated from api.proto (beside this file) into $RHD_CRI_STUBS (default
+target/tmp/cri-stubs) when missing or older than the proto; needs grpcio and grpcio-tools
+(scripts/setup.sh installs them into a venv).
+"""
+import gzip
+import hashlib
+import io
+import json
+import os
+import sys
+import tarfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROTO = os.path.join(HERE, "api.proto")
+
+
+def stubs():
+    """Import api_pb2 and api_pb2_grpc, generating them first if needed."""
+    out = os.environ.get("RHD_CRI_STUBS") or os.path.join(HERE, "..", "..", "target", "tmp", "cri-stubs")
+    out = os.path.abspath(out)
+    gen = os.path.join(out, "api_pb2_grpc.py")
+    if not os.path.exists(gen) or os.path.getmtime(gen) < os.path.getmtime(PROTO):
+        from grpc_tools import protoc
+
+        tmp = f"{out}.tmp.{os.getpid()}"
+        os.makedirs(tmp, exist_ok=True)
+        rc = protoc.main(["protoc", f"-I{HERE}", f"--python_out={tmp}", f"--grpc_python_out={tmp}", PROTO])
+        if rc != 0:
+            sys.exit(f"cri.py: protoc failed on {PROTO} ({rc})")
+        os.makedirs(out, exist_ok=True)
+        for f in ("api_pb2.py", "api_pb2_grpc.py"):  # the service module last: it marks "done"
+            os.replace(os.path.join(tmp, f), os.path.join(out, f))
+        os.rmdir(tmp)
+    sys.path.insert(0, out)
+    import api_pb2  # noqa: E402
+    import api_pb2_grpc  # noqa: E402
+
+    return api_pb2, api_pb2_grpc
+
+
+def sandbox_config(pb, name, uid, namespace):
+    """What kubelet 1.2x sends for a pod with the default (POD) network namespace."""
+    return pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
+        hostname=name,
+        log_directory=f"/var/log/pods/{namespace}_{name}_{uid}",
+        dns_config=pb.DNSConfig(),
+        labels={
+            "io.kubernetes.pod.name": name,
+            "io.kubernetes.pod.namespace": namespace,
+            "io.kubernetes.pod.uid": uid,
+        },
+        annotations={"kubernetes.io/config.source": "api"},
+        linux=pb.LinuxPodSandboxConfig(
+            cgroup_parent=os.environ.get("RHD_CRI_CGROUP_PARENT", "/rhd-cri-test"),
+            security_context=pb.LinuxSandboxSecurityContext(
+                namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD)
+            ),
+        ),
+    )
+
+
+def netns_of(info):
+    """The sandbox's netns path from containerd's verbose status (its OCI runtime spec)."""
+    try:
+        spec = json.loads(info.get("info", "{}")).get("runtimeSpec", {})
+        for ns in spec.get("linux", {}).get("namespaces", []):
+            if ns.get("type") == "network":
+                return ns.get("path", "")
+    except ValueError:
+        pass
+    return ""
+
+
+def image(pause, name, out):
+    """An OCI image layout holding one layer with /pause, named `name` for containerd."""
+
+    def blob(data):
+        return "sha256:" + hashlib.sha256(data).hexdigest(), data
+
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as t:
+        ti = t.gettarinfo(pause, arcname="pause")
+        ti.uid = ti.gid = 0
+        ti.uname = ti.gname = ""
+        ti.mtime = 0
+        ti.mode = 0o755
+        with open(pause, "rb") as f:
+            t.addfile(ti, f)
+    raw = layer.getvalue()
+    diff_id = "sha256:" + hashlib.sha256(raw).hexdigest()
+    layer_digest, layer_gz = blob(gzip.compress(raw, mtime=0))
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Entrypoint": ["/pause"]},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+    }
+    config_digest, config_raw = blob(json.dumps(config).encode())
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": len(config_raw)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest, "size": len(layer_gz)}],
+    }
+    manifest_digest, manifest_raw = blob(json.dumps(manifest).encode())
+    index = {
+        "schemaVersion": 2,
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": manifest_digest,
+                "size": len(manifest_raw),
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1]},
+            }
+        ],
+    }
+    files = {
+        "oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
+        "index.json": json.dumps(index).encode(),
+    }
+    for digest, data in ((layer_digest, layer_gz), (config_digest, config_raw), (manifest_digest, manifest_raw)):
+        files["blobs/sha256/" + digest.split(":", 1)[1]] = data
+    tmp = f"{out}.tmp"
+    with tarfile.open(tmp, mode="w") as t:
+        for path, data in files.items():
+            ti = tarfile.TarInfo(path)
+            ti.size = len(data)
+            ti.mode = 0o644
+            t.addfile(ti, io.BytesIO(data))
+    os.replace(tmp, out)
+    return {"image": name, "manifest": manifest_digest, "layerBytes": len(layer_gz)}
+
+
+def main(argv):
+    if len(argv) < 3:
+        sys.exit(__doc__)
+    sock, cmd, args = argv[1], argv[2], argv[3:]
+    if cmd == "image":
+        print(json.dumps(image(*args)))
+        return 0
+    if cmd == "stubs":
+        stubs()
+        print(json.dumps({"stubs": "ok"}))
+        return 0
+    pb, rpc = stubs()
+    import grpc
+
+    chan = grpc.insecure_channel(f"unix://{os.path.abspath(sock)}")
+    rt = rpc.RuntimeServiceStub(chan)
+    t0 = time.monotonic()
+    ms = lambda: round((time.monotonic() - t0) * 1000, 1)  # noqa: E731
+    try:
+        if cmd == "version":
+            r = rt.Version(pb.VersionRequest(version="v1"), timeout=10)
+            out = {"runtime": r.runtime_name, "version": r.runtime_version, "api": r.runtime_api_version}
+        elif cmd == "status":
+            r = rt.Status(pb.StatusRequest(), timeout=10)
+            out = {c.type: c.status for c in r.status.conditions}
+        elif cmd == "run":
+            name = args[0]
+            uid = args[1] if len(args) > 1 else hashlib.sha1(name.encode()).hexdigest()[:16]
+            ns = args[2] if len(args) > 2 else "default"
+            r = rt.RunPodSandbox(pb.RunPodSandboxRequest(config=sandbox_config(pb, name, uid, ns)), timeout=120)
+            out = {"id": r.pod_sandbox_id}
+        elif cmd == "pod":
+            r = rt.PodSandboxStatus(pb.PodSandboxStatusRequest(pod_sandbox_id=args[0], verbose=True), timeout=30)
+            s = r.status
+            out = {
+                "state": pb.PodSandboxState.Name(s.state),
+                "ip": s.network.ip,
+                "additional_ips": [i.ip for i in s.network.additional_ips],
+                "netns": netns_of(dict(r.info)),
+                "name": s.metadata.name,
+            }
+        elif cmd == "stop":
+            rt.StopPodSandbox(pb.StopPodSandboxRequest(pod_sandbox_id=args[0]), timeout=120)
+            out = {}
+        elif cmd == "remove":
+            rt.RemovePodSandbox(pb.RemovePodSandboxRequest(pod_sandbox_id=args[0]), timeout=120)
+            out = {}
+        elif cmd == "list":
+            r = rt.ListPodSandbox(pb.ListPodSandboxRequest(), timeout=30)
+            out = {"items": [{"id": i.id, "name": i.metadata.name, "state": pb.PodSandboxState.Name(i.state)} for i in r.items]}
+        else:
+            sys.exit(__doc__)
+    except grpc.RpcError as e:
+        print(json.dumps({"error": e.code().name, "message": e.details(), "ms": ms()}))
+        return 3
+    out["ms"] = ms()
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

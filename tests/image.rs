@@ -1,0 +1,435 @@
+//! The DaemonSet's image, built offline and run the way conf/k8s/daemonset.yaml runs it.
+//!
+//! deploy/build-image.sh builds it with Debian's podman from the release binary (`cargo build
+//! --release`, run here), busybox-static and the binary's own libraries, `FROM scratch`. Each
+//! container of the DaemonSet is then run by podman with what the YAML says: its command, env,
+//! host network, privilege, and its volumes (hostPath volumes become directories of a stand-in
+//! node root, the ConfigMap a directory holding its data), so the YAML itself is under test.
+//! The stand-in node root carries this machine's glibc, so the installer's chroot check runs
+//! the plugin with "the node's" libc. Podman uses a private storage root, removed at the end.
+//! Needs root, podman (scripts/setup.sh), and the Rust toolchain for the release build.
+
+mod common;
+mod conf_yaml;
+
+use common::*;
+use serde_json::{Value, json};
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The DaemonSet YAML's documents: (ConfigMap, DaemonSet).
+fn manifests() -> (Value, Value) {
+    let text = fs::read_to_string(repo().join("conf/k8s/daemonset.yaml")).unwrap();
+    let docs = conf_yaml::parse_all(&text).unwrap_or_else(|e| panic!("daemonset.yaml: {e}"));
+    let find = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == json!(kind))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} in daemonset.yaml"))
+    };
+    (find("ConfigMap"), find("DaemonSet"))
+}
+
+/// The image name every container of the DaemonSet uses (they must agree).
+fn daemonset_image(ds: &Value) -> String {
+    let spec = &ds["spec"]["template"]["spec"];
+    let mut images: Vec<String> = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|k| spec[k].as_array().cloned().unwrap_or_default())
+        .map(|c| c["image"].as_str().unwrap_or("").to_owned())
+        .collect();
+    images.dedup();
+    assert_eq!(
+        images.len(),
+        1,
+        "the DaemonSet's containers use different images: {images:?}"
+    );
+    images.remove(0)
+}
+
+#[test]
+fn daemonset_names_the_image_the_build_produces() {
+    let (_, ds) = manifests();
+    let want = format!("localhost/rdma-host-device:{}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        daemonset_image(&ds),
+        want,
+        "conf/k8s/daemonset.yaml must name the image deploy/build-image.sh tags (the crate's version)"
+    );
+    let script = fs::read_to_string(repo().join("deploy/build-image.sh")).unwrap();
+    assert!(
+        script.contains("IMAGE=${IMAGE:-localhost/rdma-host-device:$version}"),
+        "deploy/build-image.sh's default tag changed: change conf/k8s/daemonset.yaml with it"
+    );
+}
+
+/// Podman with a private storage root, run root and tmp dir; removes its containers,
+/// images and mounts on drop.
+struct Podman {
+    dir: TempDir,
+}
+
+impl Podman {
+    fn new() -> Podman {
+        Podman {
+            dir: TempDir::new("podman"),
+        }
+    }
+
+    /// The global options that keep podman off the machine's own storage. cgroupfs: no
+    /// systemd here.
+    fn opts(&self) -> Vec<String> {
+        let d = self.dir.path().display();
+        vec![
+            format!("--root={d}/storage"),
+            format!("--runroot={d}/run"),
+            format!("--tmpdir={d}/tmp"),
+            "--cgroup-manager=cgroupfs".into(),
+            "--events-backend=file".into(),
+        ]
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new("podman");
+        c.args(self.opts()).stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, args: &[String]) -> Output {
+        self.cmd()
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run podman ({e}): scripts/setup.sh installs it"))
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        let _ = self
+            .cmd()
+            .args(["rm", "--all", "--force", "--time=0"])
+            .output();
+        let _ = self.cmd().args(["rmi", "--all", "--force"]).output();
+        let prefix = self.dir.path().to_string_lossy().into_owned();
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut points: Vec<&str> = info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|p| p.starts_with(&prefix))
+            .collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for p in points {
+            let c = std::ffi::CString::new(p).unwrap();
+            // SAFETY: umount2 on a path string we own.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
+/// A stand-in for a node: its root (with this machine's glibc, so a chroot into it can run
+/// the plugin) and the ConfigMap's data as files.
+struct Node {
+    root: PathBuf,
+    configmap: PathBuf,
+}
+
+impl Node {
+    fn new(dir: &Path, cm: &Value, bin: &Path) -> Node {
+        let root = dir.join("node-root");
+        for d in ["usr/bin", "bin", "opt/cni/bin", "etc"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let ldd = run("ldd", &[bin.to_str().unwrap()]);
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            let lib = line
+                .split_whitespace()
+                .find(|w| w.starts_with('/'))
+                .map(str::to_owned);
+            if let Some(lib) = lib {
+                let dst = root.join(lib.trim_start_matches('/'));
+                fs::create_dir_all(dst.parent().unwrap()).unwrap();
+                fs::copy(fs::canonicalize(&lib).unwrap(), &dst).unwrap();
+            }
+        }
+        let configmap = dir.join("configmap");
+        fs::create_dir_all(&configmap).unwrap();
+        for (k, v) in cm["data"].as_object().unwrap() {
+            let p = configmap.join(k);
+            fs::write(&p, v.as_str().unwrap()).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        Node { root, configmap }
+    }
+
+    /// A host path as this node has it.
+    fn host(&self, p: &str) -> PathBuf {
+        self.root.join(p.trim_start_matches('/'))
+    }
+}
+
+/// `podman run` arguments for DaemonSet container `name`, from the YAML: command (as the
+/// entrypoint, which is what Kubernetes' `command` replaces), env, volumes, host network,
+/// privilege. `detach` for the long-running container.
+fn podman_args(ds: &Value, name: &str, node: &Node, image: &str, detach: bool) -> Vec<String> {
+    let spec = &ds["spec"]["template"]["spec"];
+    let c = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|k| spec[k].as_array().cloned().unwrap_or_default())
+        .find(|c| c["name"] == json!(name))
+        .unwrap_or_else(|| panic!("no container {name} in the DaemonSet"));
+    let mut a: Vec<String> = vec!["run".into(), format!("--name={name}")];
+    a.push(if detach { "--detach" } else { "--rm" }.into());
+    if spec["hostNetwork"] == json!(true) {
+        a.push("--network=host".into());
+    }
+    if c["securityContext"]["privileged"] == json!(true) {
+        a.push("--privileged".into());
+    }
+    // This machine's root lacks CAP_SYS_RESOURCE: runc may only lower rlimits (podman's
+    // defaults raise them), as containerd's restrict_oom_score_adj in tests/cri.rs.
+    a.extend([
+        "--ulimit=nofile=4096:4096".into(),
+        "--ulimit=nproc=4096:4096".into(),
+    ]);
+    for m in c["volumeMounts"].as_array().into_iter().flatten() {
+        let vol = spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .unwrap_or_else(|| panic!("volume {} is not declared", m["name"]));
+        let src = if vol["configMap"].is_object() {
+            node.configmap.clone()
+        } else {
+            let p = vol["hostPath"]["path"].as_str().expect("hostPath volume");
+            let h = node.host(p);
+            fs::create_dir_all(&h).unwrap(); // DirectoryOrCreate
+            h
+        };
+        let ro = if m["readOnly"] == json!(true) {
+            ":ro"
+        } else {
+            ""
+        };
+        a.push(format!(
+            "--volume={}:{}{ro}",
+            src.display(),
+            m["mountPath"].as_str().unwrap()
+        ));
+    }
+    for e in c["env"].as_array().into_iter().flatten() {
+        a.push(format!(
+            "--env={}={}",
+            e["name"].as_str().unwrap(),
+            e["value"].as_str().unwrap()
+        ));
+    }
+    let cmd: Vec<&str> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    a.push(format!(
+        "--entrypoint={}",
+        serde_json::to_string(&cmd).unwrap()
+    ));
+    a.push(image.to_owned());
+    a
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {}\n---- stdout\n{}\n---- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `cargo build --release` (a no-op when up to date): the binary users ship. The release
+/// profile has its own build lock, so this does not wait on the test build.
+fn release_binary() -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--release", "--quiet"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo build --release\n{}",
+        text(&out)
+    );
+    repo().join("target/release/rdma-host-device")
+}
+
+#[test]
+fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
+    require_root();
+    let bin = release_binary();
+    let (cm, ds) = manifests();
+    let podman = Podman::new();
+
+    // Build, offline, with the name the DaemonSet uses.
+    let t0 = Instant::now();
+    let out = Command::new(repo().join("deploy/build-image.sh"))
+        .arg(&bin)
+        .env("PODMAN_OPTS", podman.opts().join(" "))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "deploy/build-image.sh\n{}",
+        text(&out)
+    );
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{report}built in {:.1} s", t0.elapsed().as_secs_f64());
+    let image = daemonset_image(&ds);
+    assert!(
+        report.contains(&format!("image: {image}\n")),
+        "the build tagged something else than the DaemonSet's {image}:\n{report}"
+    );
+    let size: u64 = report
+        .lines()
+        .find_map(|l| l.strip_prefix("size: "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no size in:\n{report}"));
+    assert!(
+        size < 12 << 20,
+        "the image grew to {size} bytes (deploy/Containerfile says why it is ~6 MB)"
+    );
+
+    // A node with an old plugin already installed, still open (as by a runtime executing it).
+    let node = Node::new(podman.dir.path(), &cm, &bin);
+    let dest = node.host("/opt/cni/bin/rdma-host-device");
+    fs::write(&dest, "#!/bin/sh\necho old plugin\n").unwrap();
+    fs::set_permissions(&dest, fs::Permissions::from_mode(0o755)).unwrap();
+    let old_inode = fs::metadata(&dest).unwrap().ino();
+    let old_open = fs::File::open(&dest).unwrap();
+
+    // The init container, as the DaemonSet runs it.
+    let out = podman.run(&podman_args(&ds, "install", &node, &image, false));
+    let log = text(&out);
+    assert!(out.status.success(), "the install container failed\n{log}");
+    eprintln!(
+        "the install container's log:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for want in [
+        "install.sh: installed /host/opt/cni/bin/rdma-host-device",
+        &format!(
+            "install.sh: runs with the node's libc: rdma-host-device {}",
+            env!("CARGO_PKG_VERSION")
+        ),
+        "install.sh: installed the node configuration /host/etc/rdma-host-device/node.json",
+        "RDMA: ",
+    ] {
+        assert!(log.contains(want), "missing {want:?}\n{log}");
+    }
+    // Installed: the very binary, executable, answering CNI VERSION on the node.
+    assert_eq!(fs::read(&dest).unwrap(), fs::read(&bin).unwrap());
+    assert_eq!(fs::metadata(&dest).unwrap().mode() & 0o777, 0o755);
+    let v = Command::new(&dest)
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(br#"{"cniVersion":"1.0.0"}"#)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let v: Value = serde_json::from_slice(&v.stdout).unwrap_or(Value::Null);
+    assert!(
+        v["supportedVersions"]
+            .as_array()
+            .is_some_and(|a| a.contains(&json!("1.1.0"))),
+        "installed plugin's VERSION: {v}"
+    );
+    // Atomically: a new file renamed over the old one, never the live file rewritten; the
+    // old one is intact for whoever had it open; no temporary file is left.
+    assert_ne!(fs::metadata(&dest).unwrap().ino(), old_inode);
+    use std::io::Read;
+    let mut old = String::new();
+    (&old_open).read_to_string(&mut old).unwrap();
+    assert_eq!(old, "#!/bin/sh\necho old plugin\n");
+    let leftovers: Vec<PathBuf> = files_under(&node.host("/opt/cni/bin"))
+        .into_iter()
+        .chain(files_under(&node.host("/etc/rdma-host-device")))
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    // The node configuration is the ConfigMap's, where the plugin reads it.
+    assert_eq!(
+        fs::read_to_string(node.host("/etc/rdma-host-device/node.json")).unwrap(),
+        cm["data"]["node.json"].as_str().unwrap()
+    );
+
+    // A restart of the pod: nothing to do, the binary is not touched.
+    let inode = fs::metadata(&dest).unwrap().ino();
+    let out = podman.run(&podman_args(&ds, "install", &node, &image, false));
+    assert!(out.status.success(), "second install\n{}", text(&out));
+    assert!(
+        text(&out).contains("is already this build; left alone"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(fs::metadata(&dest).unwrap().ino(), inode);
+
+    // A broken node configuration in the ConfigMap is refused; the installed one stays.
+    let good = fs::read_to_string(node.host("/etc/rdma-host-device/node.json")).unwrap();
+    fs::write(
+        node.configmap.join("node.json"),
+        r#"{"stateDir": "relative/dir"}"#,
+    )
+    .unwrap();
+    let out = podman.run(&podman_args(&ds, "install", &node, &image, false));
+    assert!(
+        !out.status.success() && text(&out).contains("is not a valid node configuration"),
+        "a bad node.json was not refused\n{}",
+        text(&out)
+    );
+    assert_eq!(
+        fs::read_to_string(node.host("/etc/rdma-host-device/node.json")).unwrap(),
+        good
+    );
+
+    // The node-report container: its first report, with the installed plugin.
+    let out = podman.run(&podman_args(&ds, "node-report", &node, &image, true));
+    assert!(out.status.success(), "node-report\n{}", text(&out));
+    let t0 = Instant::now();
+    let logs = loop {
+        let l = podman.run(&["logs".into(), "node-report".into()]);
+        let s = text(&l);
+        if s.contains("attached to pods; state dir") || t0.elapsed() > Duration::from_secs(20) {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = podman.run(&[
+        "rm".into(),
+        "--force".into(),
+        "--time=0".into(),
+        "node-report".into(),
+    ]);
+    assert!(
+        logs.contains(&format!(
+            "rdma-host-device {} inspect on",
+            env!("CARGO_PKG_VERSION")
+        )) && logs.contains("state dir /var/lib/cni/rdma-host-device"),
+        "node-report's first report\n{logs}"
+    );
+}
