@@ -31,14 +31,18 @@ pub fn announce(ns: &Netns, ifname: &str, ifindex: u32, mac: &str, addrs: &[IpAd
         return;
     };
     let sent = ns.run(|| -> std::io::Result<Vec<String>> {
-        let sock = open_packet_socket()?;
+        let sock = Linger(Some(open_packet_socket()?));
+        let sock = sock
+            .0
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("no socket"))?;
         let mut failed = Vec::new();
         for ip in addrs {
             let (frame, dst, proto) = match ip {
                 IpAddr::V4(v4) => (garp(mac, *v4), BROADCAST, ETH_P_ARP),
                 IpAddr::V6(v6) => (unsolicited_na(mac, *v6), ALL_NODES_MAC, ETH_P_IPV6),
             };
-            if let Err(e) = send(&sock, ifindex, dst, proto, &frame) {
+            if let Err(e) = send(sock, ifindex, dst, proto, &frame) {
                 failed.push(format!("{ip}: {e}"));
             }
         }
@@ -57,6 +61,38 @@ pub fn announce(ns: &Netns, ifname: &str, ifindex: u32, mac: &str, addrs: &[IpAd
             "could not announce {ifname}'s addresses ({kinds}): packet socket: {e}; neighbours learn them on first use"
         ),
         Err(e) => log::warn!("could not announce {ifname}'s addresses: {e}"),
+    }
+}
+
+/// A packet socket whose last close costs the closer an RCU grace period (`packet_release`
+/// calls `synchronize_net()`: 15 ms here, a third of an ADD+DEL). On drop, a forked child takes
+/// over the last reference: it closes everything else (so the runtime's pipes see EOF), waits a
+/// moment for the plugin's own close, and pays the grace period after the plugin has answered.
+/// If fork fails, the plugin simply pays it itself.
+struct Linger(Option<OwnedFd>);
+
+impl Drop for Linger {
+    fn drop(&mut self) {
+        let Some(fd) = self.0.take() else { return };
+        let raw = fd.as_raw_fd();
+        // SAFETY: the child only makes async-signal-safe calls (close_range, nanosleep, _exit)
+        // before it exits, as a child of a multi-threaded process must.
+        if unsafe { libc::fork() } == 0 {
+            unsafe {
+                let max = libc::c_uint::MAX;
+                if raw > 0 {
+                    libc::syscall(libc::SYS_close_range, 0u32, (raw - 1) as libc::c_uint, 0u32);
+                }
+                libc::syscall(libc::SYS_close_range, (raw + 1) as libc::c_uint, max, 0u32);
+                let t = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 300_000_000,
+                };
+                libc::nanosleep(&t, std::ptr::null_mut());
+                libc::_exit(0);
+            }
+        }
+        drop(fd);
     }
 }
 
