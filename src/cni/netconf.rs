@@ -25,8 +25,9 @@ pub const SELECTOR_KEYS: &[&str] = &[
     "runtimeConfig",
 ];
 
-/// Top-level keys we understand; anything else is rejected with code 2 so typos surface.
-const KNOWN_KEYS: &[&str] = &[
+/// Top-level keys we understand besides the selectors; anything else is rejected with code 2
+/// so typos surface.
+const OTHER_KEYS: &[&str] = &[
     "cniVersion",
     "cniVersions",
     "name",
@@ -35,23 +36,20 @@ const KNOWN_KEYS: &[&str] = &[
     "ipam",
     "dns",
     "prevResult",
-    "runtimeConfig",
     "capabilities",
     "cni.dev/valid-attachments",
     // libcni >= 1.2 also sends the list under the spec text's first name (cni#1101).
     "cni.dev/attachments",
-    "device",
-    "hwaddr",
-    "kernelpath",
-    "pciBusID",
-    "deviceID",
-    "rdmaDevice",
     "mtu",
     "rdma",
     "logFile",
     "logLevel",
     "stateDir",
 ];
+
+fn known(key: &str) -> bool {
+    SELECTOR_KEYS.contains(&key) || OTHER_KEYS.contains(&key)
+}
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -215,13 +213,13 @@ impl NetConf {
     /// Parse strictly: every key known, every value valid. What ADD and the other verbs use.
     pub fn parse_strict(raw: Vec<u8>, node: &Node) -> Result<Self> {
         let obj = Self::object(&raw)?;
-        if let Some(k) = obj.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
+        if let Some(k) = obj.keys().find(|k| !known(k)) {
             return Err(Error::new(
                 Code::UnsupportedField,
                 format!(
                     "unsupported field {k:?} = {} in network configuration; known fields: {}",
                     obj[k],
-                    KNOWN_KEYS.join(", ")
+                    [SELECTOR_KEYS, OTHER_KEYS].concat().join(", ")
                 ),
             ));
         }
@@ -236,7 +234,7 @@ impl NetConf {
         let mut obj = Self::object(&raw)?;
         let mut ignored = Vec::new();
         obj.retain(|k, v| {
-            let known = KNOWN_KEYS.contains(&k.as_str());
+            let known = known(k);
             if !known {
                 ignored.push(format!("unknown field {k:?} = {v}"));
             }
