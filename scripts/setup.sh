@@ -18,6 +18,8 @@ PKGS=(
   rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils
   # tests/vm/metrics.sh: a real Prometheus and node_exporter, run inside the VM from this root
   prometheus prometheus-node-exporter
+  # ... and headless Chromium (run in the VM too) for the README's picture of Prometheus' graph
+  chromium fonts-liberation
   # benches/: strace for the step breakdown
   strace
   # tests/cri.rs: a real containerd CRI (containerd 1.6 + runc), its Python gRPC client's venv

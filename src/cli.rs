@@ -12,10 +12,13 @@ A container runtime (containerd, CRI-O, Multus) runs it with CNI_COMMAND set and
 network configuration on stdin; install it in /opt/cni/bin and name it as \"type\" in a
 network config. By hand:
 
-  rdma-host-device inspect [--json] [--all] [--state-dir DIR] [--color auto|always|never]
+  rdma-host-device inspect [--json] [--all] [--watch [SECS]] [--state-dir DIR]
+                           [--color auto|always|never]
       Every NIC of this node with its RDMA device, driver, PCI address, link state, MTU,
       GID table summary and the pod it is attached to; the RDMA netns mode and what it
-      means. Run it first when a pod has no RDMA. --json for machines; --all also lists
+      means; per attached NIC and RDMA device, the exporter's counters (rx/tx bytes and
+      packets, QPs, driver hw counters). --watch samples them twice, SECS apart (default 2),
+      and shows per-second rates. Run it first when a pod has no RDMA. --json for machines; --all also lists
       virtual links without RDMA; --state-dir to read another state directory
       (default: the node configuration's stateDir, /var/lib/cni/rdma-host-device). Colour only on a terminal (NO_COLOR works).
 
@@ -125,7 +128,7 @@ fn usage_error(msg: &str) -> i32 {
 
 fn inspect_options(args: &[String]) -> Result<inspect::Options, String> {
     let mut opts = inspect::Options::default();
-    let mut it = args.iter();
+    let mut it = args.iter().peekable();
     while let Some(a) = it.next() {
         let (flag, inline) = match a.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
@@ -139,6 +142,21 @@ fn inspect_options(args: &[String]) -> Result<inspect::Options, String> {
         };
         match flag {
             "--json" => opts.json = true,
+            "--watch" | "-w" => {
+                // SECS is optional: the next argument only if it is a number.
+                let secs = inline
+                    .clone()
+                    .or_else(|| it.next_if(|n| n.parse::<f64>().is_ok()).cloned());
+                let secs = match secs {
+                    None => 2.0,
+                    Some(s) => s
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|s| (0.1..=3600.0).contains(s))
+                        .ok_or_else(|| format!("--watch {s:?}: want seconds, 0.1 to 3600"))?,
+                };
+                opts.watch = Some(std::time::Duration::from_secs_f64(secs));
+            }
             "--all" | "-a" => opts.all = true,
             "--state-dir" => opts.state_dir = PathBuf::from(value("--state-dir")?),
             "--color" | "--colour" => {
@@ -179,6 +197,14 @@ mod tests {
         assert!(inspect_options(&args(&["--state-dir", "rel"])).is_err());
         assert!(inspect_options(&args(&["--bogus"])).is_err());
         assert!(inspect_options(&args(&["--color", "purple"])).is_err());
+        assert_eq!(inspect_options(&[]).unwrap().watch, None);
+        let secs = |a: &[&str]| inspect_options(&args(a)).map(|o| o.watch.unwrap().as_secs_f64());
+        assert_eq!(secs(&["--watch"]), Ok(2.0));
+        assert_eq!(secs(&["--watch", "--json"]), Ok(2.0));
+        assert_eq!(secs(&["--watch", "0.5", "--json"]), Ok(0.5));
+        assert_eq!(secs(&["--watch=5"]), Ok(5.0));
+        assert!(inspect_options(&args(&["--watch=0"])).is_err());
+        assert!(inspect_options(&args(&["--watch=x"])).is_err());
     }
 
     #[test]

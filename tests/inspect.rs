@@ -1,22 +1,31 @@
 //! `rdma-host-device inspect`, as an operator runs it: a NIC attached to a pod shows where it
 //! is, its MTU and admin state as the pod sees them, and the attachment; once DEL ran it is
-//! back on the host.
+//! back on the host. Its counters: totals, and with `--watch` the pod's traffic per second
+//! while a sender in the pod runs.
 
 mod common;
 
 use common::*;
 use serde_json::{Value, json};
 use std::process::Command;
+use std::time::Duration;
 
 fn inspect(rig: &Rig) -> Value {
+    serde_json::from_str(&inspect_with(rig, &["--json"])).expect("inspect --json prints JSON")
+}
+
+/// `inspect ARGS --state-dir RIG'S`: its stdout.
+fn inspect_with(rig: &Rig, args: &[&str]) -> String {
     let out = Command::new(plugin())
-        .args(["inspect", "--json", "--state-dir"])
+        .arg("inspect")
+        .args(args)
+        .arg("--state-dir")
         .arg(rig.state_dir())
         .env_remove("CNI_COMMAND")
         .output()
         .expect("run inspect");
     assert!(out.status.success(), "inspect failed: {out:?}");
-    serde_json::from_slice(&out.stdout).expect("inspect --json prints JSON")
+    String::from_utf8(out.stdout).unwrap()
 }
 
 fn row<'a>(report: &'a Value, nic: &str) -> Option<&'a Value> {
@@ -41,6 +50,9 @@ fn inspect_shows_a_nic_in_its_pod_then_at_home() {
     assert_eq!(r["adminUp"], true, "{r}");
     assert_eq!(r["attachment"]["containerID"], rig.cid(0), "{r}");
     assert_eq!(r["attachment"]["ifname"], "net1", "{r}");
+    // The exporter's counters, read in the pod: totals without --watch, no rates.
+    assert!(r["counters"]["netdev"]["txBytes"].is_u64(), "{r}");
+    assert!(r["counters"]["rates"].is_null(), "{r}");
 
     rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[])
         .ok();
@@ -51,4 +63,75 @@ fn inspect_shows_a_nic_in_its_pod_then_at_home() {
         r.is_none_or(|r| r["location"] == "host" && r["attachment"].is_null()),
         "{report}"
     );
+}
+
+#[test]
+fn inspect_watch_shows_a_pods_traffic_per_second() {
+    require_root();
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = rig.conf("1.0.0", json!({ "device": nic.name }));
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), "net1", &[])
+        .ok();
+    // The wire's host end gets .1; the pod has .2 from static IPAM.
+    let o = rig.octet();
+    ip(&["addr", "add", &format!("10.77.{o}.1/24"), "dev", &nic.peer]);
+    ip(&["link", "set", &nic.peer, "up"]);
+
+    // A sender in the pod: 1,000-byte UDP datagrams, ~1,000 a second, for 8 s (both
+    // inspects below sample within that).
+    let send = format!(
+        "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+         end=time.time()+8\n\
+         while time.time()<end:\n s.sendto(b'x'*1000,('10.77.{o}.1',9)); time.sleep(0.001)"
+    );
+    let mut sender = Command::new("ip")
+        .args(["netns", "exec", &pod.name, "python3", "-c", &send])
+        .spawn()
+        .expect("start the sender");
+    std::thread::sleep(Duration::from_millis(500));
+    let report: Value = serde_json::from_str(&inspect_with(&rig, &["--json", "--watch", "1"]))
+        .expect("inspect --json --watch prints JSON");
+    let table = inspect_with(&rig, &["--watch=1", "--color", "never"]);
+    let status = sender.wait().unwrap();
+    assert!(status.success(), "sender: {status:?}");
+
+    let r = row(&report, &nic.name).unwrap_or_else(|| panic!("{} missing: {report}", nic.name));
+    let c = &r["counters"];
+    let rates = &c["rates"];
+    let secs = rates["intervalSeconds"].as_f64().unwrap();
+    assert!((0.9..5.0).contains(&secs), "interval {secs}: {c}");
+    let tx = rates["netdev"]["txBytes"].as_f64().unwrap();
+    let txp = rates["netdev"]["txPackets"].as_f64().unwrap();
+    // At most ~1,000 datagrams of 1,042 bytes on the wire a second; at least some.
+    assert!(tx > 0.0 && tx < 2_000_000.0, "tx bytes/s {tx}: {c}");
+    assert!(txp > 0.0, "tx packets/s {txp}: {c}");
+    assert!(
+        (tx / txp - 1042.0).abs() < 50.0,
+        "bytes per packet {}: {c}",
+        tx / txp
+    );
+    assert!(c["netdev"]["txBytes"].as_u64().unwrap() >= 1042, "{c}");
+    eprintln!("inspect --watch 1: {tx:.0} B/s, {txp:.0} packets/s over {secs:.2} s");
+
+    assert!(table.contains("Traffic per second over"), "{table}");
+    let line = table
+        .lines()
+        .rfind(|l| l.starts_with(&format!("{} ", nic.name)))
+        .unwrap_or_else(|| panic!("no counters row: {table}"));
+    assert!(
+        line.contains(&format!("{} as net1", &rig.cid(0)[..12])),
+        "{table}"
+    );
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    // NIC, POD (3 words), RX "N unit/s", RX PKTS, TX "N unit/s", TX PKTS...
+    let tx_cell = format!("{} {}", fields[7], fields[8]);
+    assert!(
+        tx_cell.ends_with("/s") && !tx_cell.starts_with("0 "),
+        "TX {tx_cell}: {table}"
+    );
+
+    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[])
+        .ok();
 }

@@ -84,6 +84,7 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
             mtu: Some(l.mtu),
             rdma,
             attachment: None,
+            counters: None,
             notes,
         });
     }
@@ -139,6 +140,7 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
             mtu: inside.as_ref().map(|l| l.mtu),
             rdma,
             attachment: Some(Attachment::from(r)),
+            counters: None,
             notes: Vec::new(),
         });
     }
@@ -163,6 +165,7 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
         state_dir: opts.state_dir.clone(),
         state_error,
         hidden_links,
+        counter_errors: BTreeMap::new(),
     })
 }
 

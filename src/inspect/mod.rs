@@ -6,8 +6,11 @@
 //!
 //! Read-only: it changes nothing on the node. Gathering (`gather`) is kept apart from printing
 //! (`render_table`, `--json`) so the printing is testable on a made-up report: `report.rs`
-//! holds the types, `gather.rs` reads the node, `render.rs` prints.
+//! holds the types, `gather.rs` reads the node, `render.rs` prints. `counters.rs` adds the
+//! traffic counters of every attached NIC and RDMA device, read by the metrics exporter's
+//! collector (`--watch SECS`: two samples, per-second rates).
 
+pub mod counters;
 mod gather;
 mod render;
 mod report;
@@ -33,6 +36,8 @@ pub struct Options {
     pub all: bool,
     pub color: Color,
     pub state_dir: PathBuf,
+    /// `--watch`: sample the counters twice, this far apart, and show per-second rates.
+    pub watch: Option<std::time::Duration>,
 }
 
 impl Default for Options {
@@ -44,6 +49,7 @@ impl Default for Options {
             state_dir: crate::node::Node::load()
                 .map(|n| n.state_dir)
                 .unwrap_or_else(|_| PathBuf::from(DEFAULT_STATE_DIR)),
+            watch: None,
         }
     }
 }
@@ -52,13 +58,19 @@ impl Default for Options {
 
 /// Run `inspect`; returns the process exit code.
 pub fn run(opts: &Options) -> i32 {
-    let report = match gather(opts) {
+    let mut report = match gather(opts) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("rdma-host-device inspect: {e}");
             return 1;
         }
     };
+    let first = counters::sample(&opts.state_dir);
+    let second = opts.watch.map(|d| {
+        std::thread::sleep(d);
+        counters::sample(&opts.state_dir)
+    });
+    counters::fill(&mut report, &first, second.as_ref());
     if opts.json {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),
@@ -130,6 +142,7 @@ mod tests {
                         gid_error: None,
                     }),
                     attachment: None,
+                    counters: None,
                     notes: vec![],
                 },
                 NicRow {
@@ -151,6 +164,7 @@ mod tests {
                         rdma_moved: false,
                         soft_device: None,
                     }),
+                    counters: None,
                     notes: vec![],
                 },
             ],
@@ -158,6 +172,7 @@ mod tests {
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             state_error: None,
             hidden_links: 3,
+            counter_errors: Default::default(),
         }
     }
 
@@ -215,6 +230,101 @@ mod tests {
         );
         assert_eq!(v["nics"][1]["location"], "pod");
         assert_eq!(v["unpairedRdmaDevices"], serde_json::json!([]));
+    }
+
+    /// The pod row's counters: totals, then the same with rates as `--watch 2` makes them.
+    fn with_counters(rates: bool) -> Report {
+        let mut r = report();
+        let mut c = Counters {
+            netdev: Some(Netdev {
+                rx_bytes: 2_500,
+                rx_packets: 20,
+                tx_bytes: 3_100_000,
+                tx_packets: 3_000,
+            }),
+            rdma_device: Some("mlx5_1".into()),
+            qps: Some(2),
+            ..Default::default()
+        };
+        let hw = c.hw_counters.entry(1).or_default();
+        hw.insert("rdma_sends".into(), 120);
+        hw.insert("out_of_sequence".into(), 0);
+        if rates {
+            let before = Counters {
+                netdev: Some(Netdev {
+                    rx_bytes: 2_500,
+                    rx_packets: 20,
+                    tx_bytes: 100_000,
+                    tx_packets: 1_000,
+                }),
+                hw_counters: [(
+                    1,
+                    [("rdma_sends".into(), 100), ("out_of_sequence".into(), 0)].into(),
+                )]
+                .into(),
+                ..Default::default()
+            };
+            c.rates = Some(counters::rates(&before, &c, 2.0));
+        }
+        r.nics[1].counters = Some(c);
+        r
+    }
+
+    #[test]
+    fn counters_show_totals_and_with_watch_per_second_rates() {
+        let t = render_table(&with_counters(false), false);
+        assert!(
+            t.contains("Traffic counters (totals; --watch SECS for rates)"),
+            "{t}"
+        );
+        let row = t.lines().rfind(|l| l.starts_with("ens1f1 ")).unwrap();
+        let row = row.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(
+            row, "ens1f1 0123456789ab as net1 2.5 kB 20 3.1 MB 3000 mlx5_1 2 rdma_sends 120",
+            "{t}"
+        );
+
+        let t = render_table(&with_counters(true), false);
+        assert!(
+            t.contains("Traffic per second over 2.0 s (QPS: now)"),
+            "{t}"
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        let header = lines
+            .iter()
+            .position(|l| l.starts_with("NIC  ") && l.contains("TX PKTS"))
+            .unwrap();
+        let row = lines[header + 1];
+        // Columns line up under their headers.
+        let at = |h: &str| lines[header].find(h).unwrap();
+        assert!(row[at("TX ")..].starts_with("1.5 MB/s"), "{t}");
+        assert!(row[at("TX PKTS")..].starts_with("1000/s"), "{t}");
+        assert!(row[at("RX ")..].starts_with("0 B/s"), "{t}");
+        assert!(row[at("RX PKTS")..].starts_with("0.0/s"), "{t}");
+        assert!(row[at("QPS")..].starts_with("2 "), "{t}");
+        assert!(row.ends_with("rdma_sends 10.0/s"), "{t}");
+        // Coloured, the same text.
+        assert_eq!(strip_ansi(&render_table(&with_counters(true), true)), t);
+
+        let v = serde_json::to_value(with_counters(true)).unwrap();
+        let c = &v["nics"][1]["counters"];
+        assert_eq!(c["netdev"]["txBytes"], 3_100_000, "{c}");
+        assert_eq!(c["qps"], 2);
+        assert_eq!(c["hwCounters"]["1"]["rdma_sends"], 120);
+        assert_eq!(c["rates"]["intervalSeconds"], 2.0);
+        assert_eq!(c["rates"]["netdev"]["txBytes"], 1_500_000.0);
+        assert_eq!(c["rates"]["hwCounters"]["1"]["rdma_sends"], 10.0);
+        assert!(v["nics"][0].get("counters").is_none());
+    }
+
+    #[test]
+    fn unit_prefixes() {
+        use super::render::bytes;
+        assert_eq!(bytes(0.0), "0 B");
+        assert_eq!(bytes(999.0), "999 B");
+        assert_eq!(bytes(1_000.0), "1.0 kB");
+        assert_eq!(bytes(1_234_567.0), "1.2 MB");
+        assert_eq!(bytes(5e15), "5000.0 TB");
     }
 
     #[test]

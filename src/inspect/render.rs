@@ -225,6 +225,8 @@ pub fn render_table(r: &Report, color: bool) -> String {
         }
     }
 
+    render_counters(&mut out, r, color);
+
     if !r.unpaired_rdma_devices.is_empty() {
         out.push_str("\nRDMA devices with no NIC in this netns:\n");
         let rows: Vec<Vec<Cell>> = r
@@ -281,6 +283,17 @@ pub fn render_table(r: &Report, color: bool) -> String {
     if let Some(e) = &r.state_error {
         notes.push(format!("attachments unknown: {e}"));
     }
+    if !r.counter_errors.is_empty() {
+        let by: Vec<String> = r
+            .counter_errors
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        notes.push(format!(
+            "counters: some could not be read ({}; a pod's netns or interface gone, a device without statistics)",
+            by.join(", ")
+        ));
+    }
     if !notes.is_empty() {
         out.push('\n');
         for n in notes {
@@ -310,6 +323,141 @@ pub fn render_table(r: &Report, color: bool) -> String {
         color,
     );
     out
+}
+
+const COUNTER_HEADERS: [&str; 9] = [
+    "NIC",
+    "POD",
+    "RX",
+    "RX PKTS",
+    "TX",
+    "TX PKTS",
+    "RDMA",
+    "QPS",
+    "HW COUNTERS",
+];
+
+/// The counters table: totals, or per-second rates after `--watch`.
+fn render_counters(out: &mut String, r: &Report, color: bool) {
+    let with: Vec<(&NicRow, &Counters)> = r
+        .nics
+        .iter()
+        .filter_map(|n| Some((n, n.counters.as_ref()?)))
+        .collect();
+    if with.is_empty() {
+        return;
+    }
+    let interval = with
+        .iter()
+        .find_map(|(_, c)| c.rates.as_ref())
+        .map(|r| r.interval_seconds);
+    out.push('\n');
+    let title = match interval {
+        Some(s) => format!("Traffic per second over {s:.1} s (QPS: now)\n"),
+        None => "Traffic counters (totals; --watch SECS for rates)\n".to_owned(),
+    };
+    paint(out, &title, Some(BOLD), color);
+    let rows: Vec<Vec<Cell>> = with.iter().map(|(n, c)| counter_cells(n, c)).collect();
+    render_rows(out, &COUNTER_HEADERS, &rows, color);
+}
+
+fn counter_cells(n: &NicRow, c: &Counters) -> Vec<Cell> {
+    let pod = match &n.attachment {
+        Some(a) => format!("{} as {}", short_id(&a.container_id), a.ifname),
+        None => "(host)".to_owned(),
+    };
+    let netdev: [String; 4] = match (&c.rates, &c.netdev) {
+        (Some(r), _) => match &r.netdev {
+            Some(nd) => [
+                format!("{}/s", bytes(nd.rx_bytes)),
+                format!("{}/s", amount(nd.rx_packets)),
+                format!("{}/s", bytes(nd.tx_bytes)),
+                format!("{}/s", amount(nd.tx_packets)),
+            ],
+            None => Default::default(),
+        },
+        (None, Some(nd)) => [
+            bytes(nd.rx_bytes as f64),
+            nd.rx_packets.to_string(),
+            bytes(nd.tx_bytes as f64),
+            nd.tx_packets.to_string(),
+        ],
+        (None, None) => Default::default(),
+    };
+    let mut cells = vec![cell(n.name.clone()), cell(pod)];
+    cells.extend(netdev.into_iter().map(|t| {
+        if t.is_empty() {
+            colored("-", DIM)
+        } else {
+            cell(t)
+        }
+    }));
+    cells.push(cell(dash(c.rdma_device.as_ref())));
+    cells.push(cell(dash(c.qps)));
+    cells.push(cell(hw_summary(c)));
+    cells
+}
+
+/// The driver counters that moved (rates) or are not zero (totals), at most four.
+fn hw_summary(c: &Counters) -> String {
+    let name = |port: u32, n: &str| {
+        if port == 1 {
+            n.to_owned()
+        } else {
+            format!("p{port} {n}")
+        }
+    };
+    let (total, shown): (usize, Vec<String>) = match &c.rates {
+        Some(r) => (
+            r.hw_counters.values().map(|m| m.len()).sum(),
+            r.hw_counters
+                .iter()
+                .flat_map(|(p, m)| m.iter().map(move |(n, v)| (*p, n, *v)))
+                .filter(|(_, _, v)| *v > 0.0)
+                .map(|(p, n, v)| format!("{} {}/s", name(p, n), amount(v)))
+                .collect(),
+        ),
+        None => (
+            c.hw_counters.values().map(|m| m.len()).sum(),
+            c.hw_counters
+                .iter()
+                .flat_map(|(p, m)| m.iter().map(move |(n, v)| (*p, n, *v)))
+                .filter(|(_, _, v)| *v > 0)
+                .map(|(p, n, v)| format!("{} {v}", name(p, n)))
+                .collect(),
+        ),
+    };
+    match (total, shown.len()) {
+        (0, _) => "-".to_owned(),
+        (t, 0) => format!("{t}, all 0"),
+        (_, k) if k > 4 => format!("{}, +{} more", shown[..4].join(", "), k - 4),
+        _ => shown.join(", "),
+    }
+}
+
+/// Bytes as people read them (powers of 1000).
+pub(super) fn bytes(v: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut v = v;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < UNITS.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// A rate of things: one decimal below 100.
+fn amount(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
 }
 
 /// A container ID as people read it: its first 12 characters.

@@ -2,6 +2,7 @@
 
 use crate::state::Record;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 // ---------------------------------------------------------------- the report
@@ -21,6 +22,9 @@ pub struct Report {
     pub state_error: Option<String>,
     /// Links left out of the table (virtual ones without RDMA, unless `--all`).
     pub hidden_links: usize,
+    /// What reading the counters failed at, by stage (as the exporter's scrape_errors_total).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub counter_errors: BTreeMap<&'static str, u64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -56,6 +60,10 @@ pub struct NicRow {
     pub mtu: Option<u32>,
     pub rdma: Option<RdmaRow>,
     pub attachment: Option<Attachment>,
+    /// Traffic counters (`counters.rs`): a pod's interface and its RDMA device, or a host
+    /// NIC's RDMA device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters: Option<Counters>,
     /// Anything the operator should know about this NIC.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -115,4 +123,45 @@ impl From<&Record> for Attachment {
             soft_device: r.soft_device.clone(),
         }
     }
+}
+
+/// What the metrics exporter reads for one attachment (or one RDMA device on the host), taken
+/// from one scrape of its collector.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Counters {
+    /// The pod interface's (IFLA_STATS64); None for a NIC on the host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub netdev: Option<Netdev<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdma_device: Option<String>,
+    /// QPs the RDMA device holds now (RDMA netlink resource tracking).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qps: Option<u64>,
+    /// The driver's hardware counters (RDMA netlink statistics) by port, then name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub hw_counters: BTreeMap<u32, BTreeMap<String, u64>>,
+    /// Per-second rates between two samples (`--watch`); the totals above are the second's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rates: Option<Rates>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Netdev<T> {
+    pub rx_bytes: T,
+    pub rx_packets: T,
+    pub tx_bytes: T,
+    pub tx_packets: T,
+}
+
+/// Per second, over `interval_seconds`.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Rates {
+    pub interval_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub netdev: Option<Netdev<f64>>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub hw_counters: BTreeMap<u32, BTreeMap<String, f64>>,
 }

@@ -15,7 +15,11 @@
 #   - siw's netdev counters rise with rping;
 #   - pod-r's netns deleted without DEL: the exporter stays up, attachment_up 0, errors counted;
 #   - what node_exporter's infiniband collector shows for the same devices (no pod, no QPs,
-#     no hw counters).
+#     no hw counters), with the sysfs it reads and its own debug log;
+#   - `inspect --watch` during rping: pod-a's tx rate and QPs, pod-r's rxe hw counters;
+#   - headless Chromium (Debian's) screenshots Prometheus' own /graph of two per-pod queries
+#     over the whole run: target/vm/prometheus-graph-{tx-rate,qps}.png (docs/img/ holds the
+#     README's copies).
 # The Prometheus server runs in the guest: it is one static Go binary from the host's root,
 # which the guest mounts read-only, so nothing needs installing inside.
 # Findings go to target/vm/metrics-report.txt (and a raw scrape to target/vm/metrics-scrape.txt).
@@ -116,7 +120,8 @@ conf "$WORK/a.conf" siw-net nica siw 10.91.0.1/24
 conf "$WORK/b.conf" siw-net nicb siw 10.91.0.2/24
 cni add "$WORK/r.conf" c-r /var/run/netns/pr "$(args team-r pod-r)"
 RC_R=$RC
-# The two siw pods come up together (each end has carrier only once the other is up).
+# The two siw pods come up together (each end has carrier only once the other is up; the
+# plugin creates a siw device only once its link has carrier: siw ignores NETDEV_CHANGE).
 (cni add "$WORK/a.conf" c-a /var/run/netns/pa "$(args team-s pod-a)"; echo "$RC" >"$WORK/rc-a") &
 (cni add "$WORK/b.conf" c-b /var/run/netns/pb "$(args team-s pod-b)"; echo "$RC" >"$WORK/rc-b") &
 wait
@@ -129,7 +134,7 @@ case_ exporters
 "$BIN" metrics --listen 127.0.0.1:9879 2>"$WORK/exporter.log" &
 EXPORTER=$!
 prometheus-node-exporter --web.listen-address=127.0.0.1:9100 --collector.disable-defaults \
-  --collector.infiniband --collector.netdev >"$WORK/node-exporter.log" 2>&1 &
+  --collector.infiniband --collector.netdev --log.level=debug >"$WORK/node-exporter.log" 2>&1 &
 NODE_EXPORTER=$!
 cat >"$WORK/prometheus.yml" <<EOF
 global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 2s}
@@ -143,6 +148,7 @@ EOF
 prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
   --web.listen-address=127.0.0.1:9090 >"$WORK/prometheus.log" 2>&1 &
 PROMETHEUS=$!
+PROM_START=$SECONDS
 for _ in $(seq 120); do curl -sf http://127.0.0.1:9090/-/ready >/dev/null && break; sleep 0.5; done
 if curl -sf http://127.0.0.1:9090/-/ready >/dev/null; then ok "Prometheus $(prometheus --version 2>&1 | awk 'NR==1{print $3}') is ready"; else bad "Prometheus did not start: $(tail -5 "$WORK/prometheus.log")"; fi
 wait_for "Prometheus scrapes the exporter (up == 1)" 60 'up{job="rdma-host-device"} == 1'
@@ -198,6 +204,21 @@ wait_for "pod-b's QP count rises above $BASE_B while rping runs" 60 "$QP_B > ${B
 DURING_B=$(value "$QP_B")
 wait_for "pod-a's netdev tx bytes rise by over 2 MB with rping" 120 "$TX_A > ${TXA0:-0} + 2e6"
 if kill -0 "$CLIENT" 2>/dev/null; then ok "rping pod-a -> pod-b over siw still running"; else bad "rping ended early: $(tail -3 "$WORK/rping-client")"; fi
+# inspect, for a person at a terminal, while rping runs: the table, then the same as JSON.
+"$BIN" inspect --watch 2 --color never >"$OUTDIR/inspect-watch.txt" 2>"$WORK/inspect.err"
+"$BIN" inspect --json --watch 2 >"$WORK/inspect.json" 2>>"$WORK/inspect.err"
+read -r TXRATE QPS_A HW_R < <(python3 - "$WORK/inspect.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+by = {(n.get("attachment") or {}).get("containerID"): n.get("counters") or {} for n in r["nics"]}
+a, pr = by.get("c-a", {}), by.get("c-r", {})
+print(a.get("rates", {}).get("netdev", {}).get("txBytes", 0), a.get("qps", 0),
+      sum(len(c) for c in pr.get("hwCounters", {}).values()))
+EOF
+)
+note "inspect --watch 2 during rping: pod-a tx ${TXRATE} B/s, pod-a QPs ${QPS_A}, pod-r (rxe) ${HW_R} hw counters"
+if python3 -c "import sys; sys.exit(0 if float('${TXRATE:-0}') > 0 else 1)"; then ok "inspect --watch: pod-a's tx rate ${TXRATE} B/s"; else bad "inspect --watch: no tx rate for pod-a: $(cat "$WORK/inspect.err")"; fi
+if ((${QPS_A:-0} >= 1 && ${HW_R:-0} > 0)); then ok "inspect: pod-a's QPs ($QPS_A) and pod-r's rxe hw counters ($HW_R)"; else bad "inspect: QPs $QPS_A, hw counters $HW_R"; fi
 stop "$CLIENT" "$SERVER"
 wait_for "and falls back to $BASE_B after" 30 "$QP_B == ${BASE_B:-0}"
 TXA1=$(value "$TX_A")
@@ -212,6 +233,13 @@ N=$(promql '{__name__=~"node_infiniband_.*", pod!=""}' | wc -l)
 if [[ $N == 0 ]]; then ok "node_exporter: no series knows a pod"; else bad "node_exporter has pod labels?"; fi
 N=$(promql 'count by (__name__) ({__name__=~"node_infiniband_.*"})' | wc -l)
 note "node_exporter: $N infiniband metric names; ours: $(promql 'count by (__name__) ({__name__=~"rdma_host_device_.*"})' | wc -l)"
+# Why: the sysfs it reads (procfs' InfiniBandClass needs board_id and ports/N/counters of every
+# device, and one missing file fails the whole class), and what it says itself.
+for d in /sys/class/infiniband/*; do
+  note "  sysfs $d: $(ls "$d" | tr '\n' ' ')| ports/1: $(ls "$d/ports/1" | tr '\n' ' ')"
+done
+note "node_scrape_collector_success{collector=\"infiniband\"} = $(value 'node_scrape_collector_success{collector="infiniband"}')"
+note "node_exporter's debug log: $(grep -m1 'infiniband statistics not found' "$WORK/node-exporter.log")"
 
 case_ netns-death
 ip netns del pr
@@ -222,6 +250,36 @@ E=$(value 'increase(rdma_host_device_scrape_errors_total{stage="netns"}[10s])')
 if python3 -c "import sys; sys.exit(0 if float('${E:-0}') > 0 else 1)"; then ok "netns errors counted ($E in 10 s)"; else bad "no netns errors counted"; fi
 if [[ $(value 'rdma_host_device_attachment_up{pod="pod-a"}') == 1 ]]; then ok "pod-a is unaffected"; else bad "pod-a affected"; fi
 curl -s http://127.0.0.1:9879/metrics >"$OUTDIR/metrics-scrape-after-death.txt"
+
+case_ graph
+# shot NAME EXPR: headless Chromium's picture of Prometheus' own /graph page of EXPR (graph
+# tab) over the whole run, and the page's DOM once its JavaScript has drawn it.
+shot() {
+  local mins=$(( (SECONDS - PROM_START) / 60 + 1 )) url how size
+  url="http://127.0.0.1:9090/graph?g0.expr=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$2")&g0.tab=0&g0.stacked=0&g0.range_input=${mins}m"
+  note "graph $1: $url"
+  rm -f "$OUTDIR/$1.png"
+  for how in "--screenshot=$OUTDIR/$1.png" --dump-dom; do
+    rm -rf "$WORK/chromium"; mkdir "$WORK/chromium"
+    timeout 180 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+      --disable-background-networking --disable-component-update --disable-sync \
+      --disable-dev-shm-usage --user-data-dir="$WORK/chromium" --window-size=1280,960 \
+      --virtual-time-budget=20000 "$how" "$url" >"$WORK/$1.out" 2>>"$WORK/chromium.log"
+  done
+  size=$(stat -c %s "$OUTDIR/$1.png" 2>/dev/null || echo 0)
+  # The legend names every pod: the page queried Prometheus and drew the series.
+  if ((size > 20000)) && grep -q 'pod-a' "$WORK/$1.out" && grep -q 'pod-b' "$WORK/$1.out"; then
+    ok "Chromium drew Prometheus' graph of $2 ($OUTDIR/$1.png, $size bytes)"
+  else
+    bad "no graph for $2: PNG $size bytes; $(grep -v -i dbus "$WORK/chromium.log" | tail -3)"
+  fi
+}
+if command -v chromium >/dev/null; then
+  shot prometheus-graph-tx-rate 'sum by (namespace, pod) (rate(rdma_host_device_netdev_transmit_bytes_total[20s]))'
+  shot prometheus-graph-qps 'sum by (namespace, pod) (rdma_host_device_rdma_resources{resource="qp"})'
+else
+  bad "no chromium (scripts/setup.sh installs it)"
+fi
 
 case_ cleanup
 stop "$PROMETHEUS" "$NODE_EXPORTER" "$EXPORTER"
