@@ -8,7 +8,7 @@ use super::plan::{self, Plan, check_ipv6_mtu};
 use super::rdma::{self, RdmaPlan};
 use super::undo::{Undo, UndoStack};
 use crate::cni::env::Env;
-use crate::cni::netconf::NetConf;
+use crate::cni::netconf::{NetConf, SoftDevice};
 use crate::cni::result::{CniResult, Interface, IpConfig, Route};
 use crate::error::{Code, Error, Result};
 use crate::fault;
@@ -127,6 +127,23 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
 
     // 5. No RDMA hardware: a software device on the NIC, made inside the pod.
     if let Some(RdmaPlan::Soft { kind, name }) = &plan.rdma {
+        // siw ignores carrier changes (NETDEV_CHANGE is "not handled" in siw_main.c): a device
+        // made before the link has carrier stays DOWN for good. Wait for it (a NIC whose wire
+        // comes up with another pod's ADD, as a veth pair does), within the GID deadline.
+        if *kind == SoftDevice::Siw
+            && !pod
+                .wait_for_carrier(
+                    inside.index,
+                    std::time::Duration::from_millis(conf.rdma.gid_timeout_ms),
+                )
+                .await?
+        {
+            log::warn!(
+                "{} has no carrier after {} ms; creating {name} anyway (its port will stay DOWN)",
+                env.ifname,
+                conf.rdma.gid_timeout_ms
+            );
+        }
         rdma::create_soft(*kind, name, &env.ifname, pod_ns)?;
         fault::hit("add:after-soft-rdma")?;
     }

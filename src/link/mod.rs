@@ -45,6 +45,8 @@ pub struct LinkInfo {
     pub kind: Option<String>,
     /// The link it is stacked on (IFLA_LINK: a macvlan's or VLAN's lower device, a veth's peer).
     pub lower: Option<u32>,
+    /// IFLA_CARRIER: the link has carrier.
+    pub carrier: bool,
 }
 
 /// How a link should look once it has arrived in the target namespace.
@@ -131,6 +133,20 @@ impl Links {
             Ok(m) => Ok(m.map(|m| info(&m))),
             Err(e) if errno(&e) == Some(libc::ENODEV) => Ok(None),
             Err(e) => Err(nl_error(what, e)),
+        }
+    }
+
+    /// Wait until link `index` has carrier, up to `timeout`; whether it has.
+    pub async fn wait_for_carrier(&self, index: u32, timeout: std::time::Duration) -> Result<bool> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if self.by_index(index).await?.is_some_and(|l| l.carrier) {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 
@@ -319,6 +335,7 @@ fn info(m: &LinkMessage) -> LinkInfo {
         parent: None,
         kind: None,
         lower: None,
+        carrier: false,
     };
     let (mut parent, mut bus) = (None, None);
     for a in &m.attributes {
@@ -330,6 +347,7 @@ fn info(m: &LinkMessage) -> LinkInfo {
             LinkAttribute::MinMtu(m) => li.min_mtu = Some(*m),
             LinkAttribute::MaxMtu(m) if *m > 0 => li.max_mtu = Some(*m),
             LinkAttribute::Controller(i) if *i > 0 => li.master = Some(*i),
+            LinkAttribute::Carrier(c) => li.carrier = *c != 0,
             LinkAttribute::ParentDevName(n) => parent = Some(n.clone()),
             LinkAttribute::ParentDevBusName(b) => bus = Some(b.clone()),
             LinkAttribute::Link(i) if *i > 0 => li.lower = Some(*i),
