@@ -289,6 +289,7 @@ mod tests {
             parent: None,
             kind: None,
             lower: None,
+            carrier: false,
         };
         assert!(check_mtu(&nic, 1500).is_ok());
         let e = check_mtu(&nic, 9000).unwrap_err();
