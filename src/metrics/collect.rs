@@ -2,7 +2,8 @@
 //! pod interface's netdev counters; the RDMA device's ports, hardware counters, resource counts
 //! and QP owners over RDMA netlink; its standard port counters from sysfs), then every RDMA
 //! device still on the host. A failure costs only the samples it concerns and one count in
-//! `rdma_host_device_scrape_errors_total{stage}`; nothing here fails the scrape.
+//! `rdma_host_device_scrape_errors_total{stage}`; nothing here fails the scrape. One file on
+//! purpose: the order of a scrape and its error accounting read top to bottom.
 
 use super::netdev::{self, NetdevError, NetdevStats};
 use super::snapshot::{self as m, Labels, Snapshot, Value, with};
