@@ -98,6 +98,16 @@ pub struct Record {
     /// The NIC's alternative names: a selector may name it by any of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub altnames: Vec<String>,
+    /// The NIC's interface flags that a pod can flip ([`crate::link::POD_FLAGS`]: promisc,
+    /// allmulticast, NOARP, multicast, ...), its device group and transmit queue length, as
+    /// the node had them: DEL puts them back. `None` in records of versions before this rule
+    /// (DEL then leaves them as they are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_flags: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_group: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_txqlen: Option<u32>,
     /// The NIC's ifindex on the host when ADD found it.
     #[serde(default)]
     pub host_index: u32,
@@ -128,6 +138,17 @@ pub struct Record {
 impl Record {
     pub fn owner(&self) -> String {
         owner_key(&self.container_id, &self.ifname)
+    }
+
+    /// What DEL restores beyond name, MTU, MAC and alias: flags, group, queue length and
+    /// altnames as the node had them.
+    pub fn settings(&self) -> crate::link::Settings {
+        crate::link::Settings {
+            flags: self.host_flags.map(|f| f & crate::link::POD_FLAGS),
+            group: self.host_group,
+            txqlen: self.host_txqlen,
+            altnames: self.altnames.clone(),
+        }
     }
 
     pub fn tag(&self) -> Tag {
@@ -332,6 +353,9 @@ mod tests {
             mac: "aa:bb:cc:dd:ee:ff".into(),
             perm_mac: String::new(),
             altnames: Vec::new(),
+            host_flags: Some(0x1002),
+            host_group: Some(0),
+            host_txqlen: Some(1000),
             parent: None,
             kind: Some("veth".into()),
             host_index: 7,
@@ -356,6 +380,17 @@ mod tests {
         fs::remove_file(dir.join("c2:net1.json")).unwrap();
         assert!(s.all().unwrap().is_empty());
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_record_of_an_older_version_still_loads_without_settings() {
+        // Written before ADD recorded flags, group and txqueuelen: DEL leaves those alone.
+        let old = br#"{"containerId":"c1","ifname":"net1","network":"n","netns":"/x",
+            "hostName":"eth1","hostMtu":1500,"hostUp":true,"mac":"aa:bb:cc:dd:ee:ff"}"#;
+        let r: Record = serde_json::from_slice(old).unwrap();
+        let s = r.settings();
+        assert_eq!((s.flags, s.group, s.txqlen), (None, None, None));
+        assert!(s.altnames.is_empty());
     }
 
     #[test]

@@ -128,6 +128,18 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
             if r.rdma_device.is_some() || r.soft_device.is_some() {
                 super::rdma::release(pod_ns, s.host_ns, link.index, Some(r))?;
             }
+            // What the pod made of its NIC does not leave with it: links stacked on it go,
+            // flags, group, queue length and altnames return to what the node had.
+            let keep = |e: Error| {
+                let mut e = e.context(format!("{} is still in pod {}", r.host_name, r.netns));
+                e.msg
+                    .push_str("; keeping the attachment's state so that DEL can be retried");
+                e
+            };
+            pod.delete_uppers(link.index).await.map_err(keep)?;
+            pod.restore_settings(link.index, &r.settings())
+                .await
+                .map_err(keep)?;
             let how = restored(r, original_alias, &link);
             log::info!(
                 "returning {} (index {} in the pod) to the host as {} (mtu {})",
@@ -155,6 +167,8 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
             link.name,
             r.host_name
         );
+        // Settings first, while the link still bears the tag that lets a retry find it.
+        s.host.restore_settings(link.index, &r.settings()).await?;
         s.host
             .restore_in_place(link.index, &restored(r, original_alias, &link))
             .await?;
@@ -332,7 +346,10 @@ pub(super) fn restoration(
         host_alias: None,
         mac: l.mac.clone(),
         perm_mac: l.perm_mac.clone(),
-        altnames: Vec::new(),
+        altnames: l.altnames.clone(),
+        host_flags: None,
+        host_group: None,
+        host_txqlen: None,
         parent: l.parent.as_ref().map(parent_key),
         kind: l.kind.clone(),
         host_index: l.index,
@@ -354,6 +371,7 @@ pub(super) async fn restore(host: &Links, l: &LinkInfo, r: &Record, who: &str) -
         r.host_name,
         r.host_mtu
     );
+    host.restore_settings(l.index, &r.settings()).await?;
     host.restore_in_place(l.index, &restored(r, r.host_alias.as_deref(), l))
         .await
 }

@@ -104,6 +104,10 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             up: r.host_up,
             alias: r.host_alias.clone(),
             mac: r.mac.clone(),
+            altnames: r.altnames.clone(),
+            flags: r.host_flags.unwrap_or(resolved.link.flags),
+            group: r.host_group.unwrap_or(resolved.link.group),
+            txqlen: r.host_txqlen.unwrap_or(resolved.link.txqlen),
             ..resolved.link.clone()
         },
         None => resolved.link.clone(),
@@ -131,6 +135,9 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         mac: home.mac.clone(),
         perm_mac: home.perm_mac.clone(),
         altnames: home.altnames.clone(),
+        host_flags: Some(home.flags & crate::link::POD_FLAGS),
+        host_group: Some(home.group),
+        host_txqlen: Some(home.txqlen),
         parent: home.parent.as_ref().map(parent_key),
         kind: home.kind.clone(),
         host_index: home.index,
@@ -290,6 +297,10 @@ mod tests {
             kind: None,
             lower: None,
             carrier: false,
+            flags: 0,
+            group: 0,
+            txqlen: 0,
+            lower_elsewhere: false,
         };
         assert!(check_mtu(&nic, 1500).is_ok());
         let e = check_mtu(&nic, 9000).unwrap_err();

@@ -2,9 +2,11 @@
 //! move+rename+MTU+alias+up in one request, addresses. Routes are `route.rs`'s; what the node
 //! itself uses a link for (uplink checks) is `uses.rs`'s.
 
+mod restore;
 mod route;
 mod uses;
 
+pub use restore::{POD_FLAGS, Settings};
 pub use route::{KernelRoute, MAIN_TABLE, RouteSpec};
 
 use crate::error::{Code, Error, Result};
@@ -47,6 +49,15 @@ pub struct LinkInfo {
     pub lower: Option<u32>,
     /// IFLA_CARRIER: the link has carrier.
     pub carrier: bool,
+    /// The interface flags (`ifi_flags`: IFF_UP, IFF_PROMISC, IFF_NOARP, ...).
+    pub flags: u32,
+    /// IFLA_GROUP: the device group (0 is `default`).
+    pub group: u32,
+    /// IFLA_TXQLEN: the transmit queue length.
+    pub txqlen: u32,
+    /// IFLA_LINK_NETNSID: `lower` is an index in another namespace (a veth's peer, an upper
+    /// moved away from its lower), not in this one.
+    pub lower_elsewhere: bool,
 }
 
 /// How a link should look once it has arrived in the target namespace.
@@ -336,6 +347,10 @@ fn info(m: &LinkMessage) -> LinkInfo {
         kind: None,
         lower: None,
         carrier: false,
+        flags: m.header.flags.bits(),
+        group: 0,
+        txqlen: 0,
+        lower_elsewhere: false,
     };
     let (mut parent, mut bus) = (None, None);
     for a in &m.attributes {
@@ -351,6 +366,9 @@ fn info(m: &LinkMessage) -> LinkInfo {
             LinkAttribute::ParentDevName(n) => parent = Some(n.clone()),
             LinkAttribute::ParentDevBusName(b) => bus = Some(b.clone()),
             LinkAttribute::Link(i) if *i > 0 => li.lower = Some(*i),
+            LinkAttribute::LinkNetNsId(_) => li.lower_elsewhere = true,
+            LinkAttribute::Group(g) => li.group = *g,
+            LinkAttribute::TxQueueLen(q) => li.txqlen = *q,
             LinkAttribute::LinkInfo(infos) => {
                 for i in infos {
                     if let netlink_packet_route::link::LinkInfo::Kind(k) = i {

@@ -1,0 +1,320 @@
+//! Home exactly as it left: what a pod with NET_ADMIN does to its NIC (flags, group, queue
+//! length, links stacked on it, altnames) must not come home with it or reach the next pod,
+//! and what the runtime sends DEL (the host's own netns, a container ID of any length) must
+//! not make DEL act on the host or fail for ever. Issue 17; docs/trust.md's pod rows point
+//! here. Needs root (see tests/common/mod.rs).
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+const IF: &str = "net1";
+
+fn in_pod(pod: &Netns, args: &[&str]) {
+    let mut a = vec!["-n", pod.name.as_str()];
+    a.extend_from_slice(args);
+    ip(&a);
+}
+
+/// `ip -j -d link show dev NAME` in the host (`None`) or netns `ns`.
+fn details(ns: Option<&str>, name: &str) -> Value {
+    let out = ip_in(ns, &["-j", "-d", "link", "show", "dev", name]);
+    assert!(
+        out.status.success(),
+        "ip link show {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v[0].clone()
+}
+
+/// The flags a pod can flip on its interface (`ip link set ... promisc/allmulticast/arp/
+/// multicast/dynamic/trailers`), as `ip` names them, sorted.
+fn flippable_flags(d: &Value) -> Vec<String> {
+    const FLIPPABLE: [&str; 7] = [
+        "PROMISC",
+        "ALLMULTI",
+        "NOARP",
+        "MULTICAST",
+        "DYNAMIC",
+        "NOTRAILERS",
+        "DEBUG",
+    ];
+    let mut f: Vec<String> = d["flags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|f| FLIPPABLE.contains(f))
+        .map(str::to_owned)
+        .collect();
+    f.sort();
+    f
+}
+
+fn altnames(ns: Option<&str>, name: &str) -> Vec<String> {
+    let mut a: Vec<String> = details(ns, name)["altnames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    a.sort();
+    a
+}
+
+/// Names of the links in `pod` but `lo`.
+fn pod_links(pod: &Netns) -> Vec<String> {
+    links(Some(&pod.name))
+        .into_iter()
+        .map(|l| l.name)
+        .filter(|n| n != "lo")
+        .collect()
+}
+
+fn add(rig: &Rig, nic: &Veth, pod: &Netns, i: u32) -> Value {
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(i), IF, &[])
+        .ok();
+    conf
+}
+
+// ---------------------------------------------------------------- case 10: flags, group, txqlen
+
+#[test]
+fn flags_group_and_txqueuelen_set_in_the_pod_do_not_come_home() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let before = details(None, &nic.name);
+    let conf = add(&rig, &nic, &pod, 0);
+    in_pod(
+        &pod,
+        &[
+            "link",
+            "set",
+            IF,
+            "promisc",
+            "on",
+            "allmulticast",
+            "on",
+            "arp",
+            "off",
+            "multicast",
+            "off",
+            "dynamic",
+            "on",
+            "trailers",
+            "off",
+            "group",
+            "7",
+            "txqueuelen",
+            "42",
+        ],
+    );
+    let changed = details(Some(&pod.name), IF);
+    assert_ne!(
+        flippable_flags(&changed),
+        flippable_flags(&before),
+        "precondition: the pod changed the flags"
+    );
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    let after = details(None, &nic.name);
+    assert_eq!(
+        flippable_flags(&after),
+        flippable_flags(&before),
+        "flags\n{del}"
+    );
+    assert_eq!(after["group"], before["group"], "group\n{del}");
+    assert_eq!(after["txqlen"], before["txqlen"], "txqueuelen\n{del}");
+    assert!(
+        after["promiscuity"].as_u64().unwrap_or(0) == before["promiscuity"].as_u64().unwrap_or(0),
+        "promiscuity count {} (was {})\n{del}",
+        after["promiscuity"],
+        before["promiscuity"]
+    );
+    rig.assert_state_empty(&del);
+}
+
+/// The host's own settings (not the defaults) are what comes back: a NIC handed over in
+/// promiscuous mode, in group 3, with a queue of 77, returns so even after the pod cleared them.
+#[test]
+fn the_nodes_own_flags_group_and_txqueuelen_are_restored() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    ip(&[
+        "link",
+        "set",
+        &nic.name,
+        "promisc",
+        "on",
+        "arp",
+        "off",
+        "group",
+        "3",
+        "txqueuelen",
+        "77",
+    ]);
+    let before = details(None, &nic.name);
+    let conf = add(&rig, &nic, &pod, 0);
+    in_pod(
+        &pod,
+        &[
+            "link",
+            "set",
+            IF,
+            "promisc",
+            "off",
+            "arp",
+            "on",
+            "group",
+            "0",
+            "txqueuelen",
+            "1000",
+        ],
+    );
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    let after = details(None, &nic.name);
+    assert_eq!(
+        flippable_flags(&after),
+        flippable_flags(&before),
+        "flags\n{del}"
+    );
+    assert_eq!(after["group"], before["group"], "group\n{del}");
+    assert_eq!(after["txqlen"], json!(77), "txqueuelen\n{del}");
+}
+
+// ---------------------------------------------------------------- case 8: upper devices
+
+#[test]
+fn links_the_pod_stacked_on_its_nic_are_deleted_before_it_leaves() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let next = rig.netns(1);
+    let conf = add(&rig, &nic, &pod, 0);
+    // What a pod with NET_ADMIN may stack on its NIC to keep a foot on the wire. VLAN and
+    // ipvlan need their kernel modules: used where the kernel has them (the VM has).
+    in_pod(&pod, &["link", "add", "mv0", "link", IF, "type", "macvlan"]);
+    in_pod(
+        &pod,
+        &["link", "add", "mvt0", "link", IF, "type", "macvtap"],
+    );
+    // Two storeys up: on the macvlan.
+    in_pod(
+        &pod,
+        &["link", "add", "mv1", "link", "mv0", "type", "macvlan"],
+    );
+    let optional: [&[&str]; 3] = [
+        &[
+            "link", "add", "link", IF, "name", "vl5", "type", "vlan", "id", "5",
+        ],
+        &["link", "add", "ipv0", "link", IF, "type", "ipvlan"],
+        &[
+            "link", "add", "link", "mv0", "name", "vl6", "type", "vlan", "id", "6",
+        ],
+    ];
+    for args in optional {
+        let out = ip_in(Some(&pod.name), args);
+        if !out.status.success() {
+            eprintln!(
+                "this kernel cannot `ip {}` ({}); not part of this run",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+    }
+    // A veth of the pod's own is not on the NIC: it stays.
+    in_pod(
+        &pod,
+        &[
+            "link", "add", "own0", "type", "veth", "peer", "name", "own1",
+        ],
+    );
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    let mut left = pod_links(&pod);
+    left.sort();
+    assert_eq!(
+        left,
+        vec!["own0".to_string(), "own1".to_string()],
+        "links on the NIC survived DEL in the old pod\n{del}"
+    );
+    rig.assert_state_empty(&del);
+    // The next pod gets the NIC, and the old one has nothing on that wire.
+    add(&rig, &nic, &next, 1);
+    assert!(link(Some(&next.name), IF).is_some());
+    let mut left = pod_links(&pod);
+    left.sort();
+    assert_eq!(left, vec!["own0".to_string(), "own1".to_string()]);
+    rig.call("DEL", &conf, &next.path(), &rig.cid(1), IF, &[])
+        .ok();
+    nic.assert_home(Some(&next), &"second DEL");
+}
+
+// ---------------------------------------------------------------- case 9: altnames
+
+#[test]
+fn altnames_come_home_as_the_node_had_them() {
+    let rig = Rig::new();
+    let a = rig.nic(0);
+    let b = rig.nic(1);
+    let (pod_a, pod_b, pod_c) = (rig.netns(0), rig.netns(1), rig.netns(2));
+    let own = format!("rhalt{}x{}", tag(), rig.n);
+    let extra = format!("rhext{}x{}", tag(), rig.n);
+    ip(&["link", "property", "add", "dev", &a.name, "altname", &own]);
+    let conf_a = add(&rig, &a, &pod_a, 0);
+    let conf_b = add(&rig, &b, &pod_b, 1);
+    // Pod A drops the node's altname and adds two of its own: one is NIC B's name.
+    in_pod(
+        &pod_a,
+        &["link", "property", "del", "dev", IF, "altname", &own],
+    );
+    in_pod(
+        &pod_a,
+        &["link", "property", "add", "dev", IF, "altname", &b.name],
+    );
+    in_pod(
+        &pod_a,
+        &["link", "property", "add", "dev", IF, "altname", &extra],
+    );
+    let del = rig.call("DEL", &conf_a, &pod_a.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    a.assert_home(Some(&pod_a), &del);
+    assert_eq!(
+        altnames(None, &a.name),
+        vec![own.clone()],
+        "altnames of {}\n{del}",
+        a.name
+    );
+    // NIC B comes home under its own name, which no altname of A holds.
+    let del = rig.call("DEL", &conf_b, &pod_b.path(), &rig.cid(1), IF, &[]);
+    del.ok();
+    b.assert_home(Some(&pod_b), &del);
+    // B's name selects B.
+    let b_index = link(None, &b.name).unwrap().index;
+    add(&rig, &b, &pod_c, 2);
+    assert!(
+        link(None, &a.name).is_some(),
+        "{} was taken for {}",
+        a.name,
+        b.name
+    );
+    assert_eq!(
+        link(Some(&pod_c.name), IF).map(|l| l.index),
+        Some(b_index),
+        "{} selected another NIC",
+        b.name
+    );
+    rig.call("DEL", &conf_b, &pod_c.path(), &rig.cid(2), IF, &[])
+        .ok();
+    b.assert_home(Some(&pod_c), &"last DEL");
+}
