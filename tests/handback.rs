@@ -318,3 +318,44 @@ fn altnames_come_home_as_the_node_had_them() {
         .ok();
     b.assert_home(Some(&pod_c), &"last DEL");
 }
+
+// ---------------------------------------------------------------- case 12: the host's netns
+
+#[test]
+fn del_naming_the_hosts_own_netns_is_refused_and_keeps_the_state() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let result = rig
+        .call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    let mut check_conf = conf.clone();
+    check_conf["prevResult"] = result;
+    // The plugin's own netns, and this test's (the host's; /proc/1 may be closed to us).
+    let mine = format!("/proc/{}/ns/net", std::process::id());
+    for host in ["/proc/self/ns/net", mine.as_str()] {
+        let del = rig.call("DEL", &conf, host, &rig.cid(0), IF, &[]);
+        let e = del.err_code(4);
+        assert!(
+            e["msg"].as_str().unwrap_or("").contains("host"),
+            "the message says why\n{del}"
+        );
+        assert!(
+            !rig.state_files().is_empty(),
+            "state forgotten on a refused DEL\n{del}"
+        );
+        assert!(
+            link(Some(&pod.name), IF).is_some(),
+            "the NIC left the pod\n{del}"
+        );
+        let check = rig.call("CHECK", &check_conf, host, &rig.cid(0), IF, &[]);
+        check.err_code(4);
+    }
+    rig.call("CHECK", &check_conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    rig.assert_state_empty(&del);
+}

@@ -36,6 +36,14 @@ pub async fn release_attachment(
     let host_ns = Netns::current()?;
     let host = Links::open()?;
     let pod_ns = Netns::open_if_alive(netns);
+    // The host's own netns is no pod's: acting on it would rename, re-MTU and re-MAC whatever
+    // host link sits at the NIC's recorded index. Refused before anything, the state kept.
+    if let Some(ns) = &pod_ns {
+        ns.refuse_if_host().map_err(|mut e| {
+            e.msg.push_str("; the attachment's state is kept");
+            e
+        })?;
+    }
     let pod = match &pod_ns {
         Some(ns) => match Links::open_in(ns) {
             Ok(l) => Some(l),

@@ -42,16 +42,8 @@ pub struct Plan {
 pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     let selector = conf.require_selector()?;
     let pod_ns = Netns::open(Path::new(&env.netns))?;
+    pod_ns.refuse_if_host()?;
     let host_ns = Netns::current()?;
-    if pod_ns.same_as(&host_ns) {
-        return Err(Error::new(
-            Code::InvalidEnv,
-            format!(
-                "CNI_NETNS {} is the host's own network namespace",
-                env.netns
-            ),
-        ));
-    }
     let host = Links::open()?;
     let pod = Links::open_in(&pod_ns)?;
     let store = Store::new(&conf.state_dir);
