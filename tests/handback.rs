@@ -359,3 +359,54 @@ fn del_naming_the_hosts_own_netns_is_refused_and_keeps_the_state() {
     nic.assert_home(Some(&pod), &del);
     rig.assert_state_empty(&del);
 }
+
+// ---------------------------------------------------------------- case 13: long container IDs
+
+/// A container ID of `len` bytes the spec's rule allows.
+fn long_cid(rig: &Rig, len: usize) -> String {
+    let mut c = rig.cid(0);
+    while c.len() < len {
+        c.push('a');
+    }
+    c
+}
+
+#[test]
+fn a_container_id_of_any_length_is_a_valid_del_of_nothing() {
+    let rig = Rig::new();
+    let pod = rig.netns(0);
+    let conf = rig.conf("1.0.0", json!({"device": "rhd-no-such-nic"}));
+    for len in [242, 243, 255, 300, 4000] {
+        let cid = long_cid(&rig, len);
+        for netns in [pod.path(), String::new()] {
+            let del = rig.call("DEL", &conf, &netns, &cid, IF, &[]);
+            assert!(
+                del.success(),
+                "DEL of nothing, container ID of {len} bytes\n{del}"
+            );
+        }
+    }
+    rig.assert_state_empty(&"DELs of nothing");
+}
+
+#[test]
+fn a_long_container_id_attaches_and_detaches() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let cid = long_cid(&rig, 300);
+    rig.call("ADD", &conf, &pod.path(), &cid, IF, &[]).ok();
+    assert!(link(Some(&pod.name), IF).is_some());
+    // A second ADD for the same attachment still finds the first one's record.
+    let again = rig.call("ADD", &conf, &pod.path(), &cid, IF, &[]);
+    again.err_code(102);
+    let del = rig.call("DEL", &conf, &pod.path(), &cid, IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    rig.assert_state_empty(&del);
+    // ADD still validates the ID.
+    let bad = format!("{cid}/x");
+    rig.call("ADD", &conf, &pod.path(), &bad, IF, &[])
+        .err_code(4);
+}

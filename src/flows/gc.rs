@@ -100,19 +100,20 @@ fn remove_stale_temps(conf: &NetConf, store: &Store, errors: &mut Vec<Error>) {
             return;
         }
     };
-    for (cid, ifname) in temps {
-        let removed = match lock::try_attachment(&conf.state_dir, &cid, &ifname) {
-            Ok(Some(_attachment)) => store.remove_temp(&cid, &ifname),
+    for t in temps {
+        let removed = match lock::try_attachment_by_key(&conf.state_dir, &t.owner, &t.label) {
+            Ok(Some(_attachment)) => store.remove_temp_file(&t),
             Ok(None) => {
                 log::info!(
-                    "GC: {cid}/{ifname} is busy; its temp state file may be a write in progress"
+                    "GC: {} is busy; its temp state file may be a write in progress",
+                    t.label
                 );
                 Ok(())
             }
             Err(e) => Err(e),
         };
         if let Err(e) = removed {
-            errors.push(e.context(format!("GC: stale temp state file of {cid}/{ifname}")));
+            errors.push(e.context(format!("GC: stale temp state file of {}", t.label)));
         }
     }
 }
