@@ -410,3 +410,48 @@ fn a_long_container_id_attaches_and_detaches() {
     rig.call("ADD", &conf, &pod.path(), &bad, IF, &[])
         .err_code(4);
 }
+
+/// A pod's netns died without DEL, and the kernel gave its NIC A back to the host with an
+/// altname the pod added: NIC B's name. B's name must still select B (busy while attached,
+/// never A), and B's DEL must bring B home under its name (freeing it from the lost NIC).
+#[test]
+fn a_lost_nic_bearing_another_nics_name_as_altname_neither_blocks_nor_impersonates_it() {
+    let _serial = lost_nic_lock();
+    let rig = Rig::new();
+    let a = rig.nic(0);
+    let b = rig.nic(1);
+    let (pod_a, pod_b) = (rig.netns(0), rig.netns(1));
+    // The name A bears on the host once lost: unique on the shared host.
+    let if_a = format!("lst{}x{}", tag(), rig.n);
+    let conf_a = rig.conf("1.0.0", json!({"device": a.name}));
+    rig.call("ADD", &conf_a, &pod_a.path(), &rig.cid(0), &if_a, &[])
+        .ok();
+    let conf_b = add(&rig, &b, &pod_b, 1);
+    in_pod(
+        &pod_a,
+        &["link", "property", "add", "dev", &if_a, "altname", &b.name],
+    );
+    kill_netns_refunding(&pod_a, &if_a);
+    assert!(
+        altnames(None, &if_a).contains(&b.name),
+        "precondition: lost A carries B's name"
+    );
+    // B's name names B, which is attached: busy, and A stays where it is.
+    let third = rig.netns(2);
+    let conf_by_b = rig.conf("1.0.0", json!({"device": b.name}));
+    let add_b = rig.call("ADD", &conf_by_b, &third.path(), &rig.cid(2), IF, &[]);
+    add_b.err_code(102);
+    assert!(
+        link(Some(&third.name), IF).is_none(),
+        "ADD took a NIC by the altname its pod gave it\n{add_b}"
+    );
+    let del = rig.call("DEL", &conf_b, &pod_b.path(), &rig.cid(1), IF, &[]);
+    del.ok();
+    b.assert_home(Some(&pod_b), &del);
+    // A's own DEL restores it (if B's DEL did not already).
+    let del = rig.call("DEL", &conf_a, &pod_a.path(), &rig.cid(0), &if_a, &[]);
+    del.ok();
+    a.assert_home(None, &del);
+    assert!(altnames(None, &a.name).is_empty(), "{del}");
+    rig.assert_state_empty(&del);
+}

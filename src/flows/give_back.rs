@@ -148,6 +148,7 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
             pod.restore_settings(link.index, &r.settings())
                 .await
                 .map_err(keep)?;
+            free_home_name(s, r, &owner).await.map_err(keep)?;
             let how = restored(r, original_alias, &link);
             log::info!(
                 "returning {} (index {} in the pod) to the host as {} (mtu {})",
@@ -214,6 +215,30 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
         );
     }
     Ok(false)
+}
+
+/// A NIC lost to a dead pod (back on the host, still tagged) may carry, as an altname its pod
+/// gave it, the name `r`'s NIC comes home under: the move would fail on it for ever. Restore
+/// that NIC from its own attachment's record first (its altnames as the node had them), which
+/// frees the name. A link that has the name as its own is left to the move's error.
+async fn free_home_name(s: &Places<'_>, r: &Record, owner: &str) -> Result<()> {
+    let Some(l) = s.host.by_name(&r.host_name).await? else {
+        return Ok(());
+    };
+    let Some(tag) = l.alias.as_deref().and_then(Tag::decode) else {
+        return Ok(());
+    };
+    if l.name == r.host_name || tag.owner == owner {
+        return Ok(());
+    }
+    log::info!(
+        "{} is an altname of {}, a NIC back from a dead pod (originally {}); restoring that NIC first",
+        r.host_name,
+        l.name,
+        tag.host_name
+    );
+    let records = Store::new(&s.conf.state_dir).all()?;
+    restore_lost(s.host, &l, &tag, &records, "DEL").await
 }
 
 /// Where [`find_ours`] looks: the pod (any state of the NIC) or the host (only a lost NIC,
