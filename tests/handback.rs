@@ -455,3 +455,39 @@ fn a_lost_nic_bearing_another_nics_name_as_altname_neither_blocks_nor_impersonat
     assert!(altnames(None, &a.name).is_empty(), "{del}");
     rig.assert_state_empty(&del);
 }
+
+/// What DEL cannot put back fails it, naming what, with the NIC still in the pod and the
+/// state kept; the retry, once the obstacle is gone, finishes.
+#[test]
+fn del_that_cannot_restore_a_setting_names_it_and_keeps_the_state() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let own = format!("rhalt{}x{}", tag(), rig.n);
+    ip(&["link", "property", "add", "dev", &nic.name, "altname", &own]);
+    let conf = add(&rig, &nic, &pod, 0);
+    // The pod takes the NIC's altname away and gives it to a link of its own.
+    in_pod(
+        &pod,
+        &["link", "property", "del", "dev", IF, "altname", &own],
+    );
+    in_pod(
+        &pod,
+        &["link", "add", &own, "type", "veth", "peer", "name", "own1"],
+    );
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    let e = del.err();
+    let m = e["msg"].as_str().unwrap_or("");
+    assert!(
+        m.contains(&own) && m.contains("altname") && m.contains("retried"),
+        "the error names the altname and says DEL can be retried\n{del}"
+    );
+    assert!(link(Some(&pod.name), IF).is_some(), "the NIC left\n{del}");
+    assert!(!rig.state_files().is_empty(), "state forgotten\n{del}");
+    in_pod(&pod, &["link", "del", &own]);
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    assert_eq!(altnames(None, &nic.name), vec![own.clone()], "{del}");
+    rig.assert_state_empty(&del);
+}
