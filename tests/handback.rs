@@ -491,3 +491,73 @@ fn del_that_cannot_restore_a_setting_names_it_and_keeps_the_state() {
     assert_eq!(altnames(None, &nic.name), vec![own.clone()], "{del}");
     rig.assert_state_empty(&del);
 }
+
+// ---------------------------------------------------------------- case 7: a netns without a path
+
+/// The runtime removed the pod's netns path, but a process still in the netns keeps it (and
+/// the NIC, carrying the pod's address) alive. DEL must not say "nothing to return": it fails
+/// retryably naming the holder, keeping the IP and the state; once the holder is gone, DEL
+/// finishes.
+#[test]
+fn del_whose_netns_path_is_gone_while_the_netns_lives_on_keeps_the_ip_and_the_state() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["ipam"] = rig.host_local_ipam();
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    // A process in the pod holds the netns; then the path goes.
+    let mut holder = std::process::Command::new("ip")
+        .args(["netns", "exec", &pod.name, "sleep", "600"])
+        .spawn()
+        .expect("start a process in the pod");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let pod_ns = std::fs::metadata(pod.path()).unwrap();
+    let in_pod_ns = |pid: u32| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/{pid}/ns/net"))
+            .is_ok_and(|m| m.ino() == pod_ns.ino() && m.dev() == pod_ns.dev())
+    };
+    while !in_pod_ns(holder.id()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the holder never entered the pod"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    pod.delete();
+    assert!(!std::path::Path::new(&pod.path()).exists());
+    for netns in [pod.path(), String::new()] {
+        let del = rig.call("DEL", &conf, &netns, &rig.cid(0), IF, &[]);
+        let e = del.err_code(11);
+        let m = e["msg"].as_str().unwrap_or("");
+        assert!(
+            m.contains(&format!("pid {}", holder.id())) && m.contains(&nic.name),
+            "the error names the NIC and the holder\n{del}"
+        );
+        assert_eq!(
+            rig.allocations_of(&rig.net_name(), &rig.cid(0)).len(),
+            1,
+            "the IP was released while the NIC still carries it\n{del}"
+        );
+        assert!(!rig.state_files().is_empty(), "state forgotten\n{del}");
+    }
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // The netns dies with its last process (a veth with it); DEL finishes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+        if del.success() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "DEL still fails after the holder exited\n{del}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(rig.allocations_of(&rig.net_name(), &rig.cid(0)).is_empty());
+    rig.assert_state_empty(&"after the holder exited");
+}

@@ -62,6 +62,13 @@ pub async fn release_attachment(
         pod_ns: pod_ns.as_ref(),
         pod: pod.as_ref(),
     };
+    // The pod's netns path is gone, but the netns may live on (a process still in it): then
+    // the NIC, still carrying the pod's address, is in it. Nothing is released.
+    if pod_ns.is_none()
+        && let Some(r) = record
+    {
+        orphaned(r, netns).await?;
+    }
     // IPAM first, while the interface is still in the pod: a plugin may need it to give its
     // address back (the dhcp daemon sends DHCPRELEASE from it; once the NIC has left, the
     // lease would leak). Whatever IPAM says, the NIC is still returned.
@@ -90,6 +97,56 @@ pub async fn release_attachment(
         store.remove(&env.container_id, &env.ifname)?;
     }
     crate::error::first_error(errors)
+}
+
+/// Fail (11, retryable) if `r`'s NIC sits in a living network namespace the plugin can reach
+/// only through a process in it (`/proc/PID/ns/net`): the pod's, whose path `netns` is gone.
+/// Its IP and the attachment's state are kept: once the holders exit, a hardware NIC comes
+/// back to the host (and the retry restores it) and a virtual one is gone with the netns.
+async fn orphaned(r: &Record, netns: &str) -> Result<()> {
+    let owner = r.owner();
+    for living in crate::orphan::living_netns() {
+        let links = match Links::open_in(&living.ns) {
+            Ok(l) => l.all().await.unwrap_or_default(),
+            Err(_) => continue,
+        };
+        let Some(l) = links.iter().find(|l| is_orphaned_nic(l, r, &owner)) else {
+            continue;
+        };
+        return Err(Error::new(
+            Code::TryAgain,
+            format!(
+                "{} is still in the pod's network namespace as {} (index {}): its path {} is gone, but the namespace lives on, held by {}; keeping its IP and the attachment's state so that DEL can be retried once they exit",
+                r.host_name,
+                l.name,
+                l.index,
+                if netns.is_empty() {
+                    "(none given)"
+                } else {
+                    netns
+                },
+                living.describe_holders()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Is `l`, in some namespace reached through a process, the NIC of `r`? A hardware NIC is its
+/// device; a virtual one must also be at the recorded pod index and bear our tag or the
+/// recorded MAC (any namespace may have a veth at that index). Either way, not one bearing
+/// another attachment's tag: the NIC may have come home and gone to another pod since.
+fn is_orphaned_nic(l: &LinkInfo, r: &Record, owner: &str) -> bool {
+    let tag = l.alias.as_deref().and_then(Tag::decode);
+    let tagged = tag.as_ref().is_some_and(|t| t.owner == owner);
+    if tag.is_some() && !tagged {
+        return false;
+    }
+    if legacy(r) {
+        return tagged;
+    }
+    is_the_nic(l, r)
+        && (r.parent.is_some() || (Some(l.index) == r.pod_index && (tagged || l.mac == r.mac)))
 }
 
 /// The IPAM plugin and configuration to release with: what ADD used (in the record), whatever
