@@ -142,13 +142,14 @@ impl Record {
     }
 
     /// What DEL restores beyond name, MTU, MAC and alias: flags, group, queue length and
-    /// altnames as the node had them.
+    /// altnames as the node had them. Records from before ADD noted the NIC's identity
+    /// (`host_index` 0) did not note its altnames either: those are left as they are.
     pub fn settings(&self) -> crate::link::Settings {
         crate::link::Settings {
             flags: self.host_flags.map(|f| f & crate::link::POD_FLAGS),
             group: self.host_group,
             txqlen: self.host_txqlen,
-            altnames: self.altnames.clone(),
+            altnames: (self.host_index != 0).then(|| self.altnames.clone()),
         }
     }
 
@@ -472,7 +473,19 @@ mod tests {
         let r: Record = serde_json::from_slice(old).unwrap();
         let s = r.settings();
         assert_eq!((s.flags, s.group, s.txqlen), (None, None, None));
-        assert!(s.altnames.is_empty());
+        assert_eq!(s.altnames, None, "altnames were not recorded then");
+        // Written after altnames (with the NIC's identity) but before flags, group, txqlen.
+        let mid = br#"{"containerId":"c1","ifname":"net1","network":"n","netns":"/x",
+            "hostName":"eth1","hostMtu":1500,"hostUp":true,"mac":"aa:bb:cc:dd:ee:ff",
+            "hostIndex":7,"podIndex":7,"kind":"veth"}"#;
+        let r: Record = serde_json::from_slice(mid).unwrap();
+        let s = r.settings();
+        assert_eq!((s.flags, s.group, s.txqlen), (None, None, None));
+        assert_eq!(
+            s.altnames,
+            Some(Vec::new()),
+            "no altnames: the NIC had none"
+        );
     }
 
     #[test]

@@ -30,8 +30,9 @@ pub struct Settings {
     pub flags: Option<u32>,
     pub group: Option<u32>,
     pub txqlen: Option<u32>,
-    /// The altnames, exactly: others are deleted, missing ones added back.
-    pub altnames: Vec<String>,
+    /// The altnames, exactly: others are deleted, missing ones added back. `None`: not
+    /// recorded.
+    pub altnames: Option<Vec<String>>,
 }
 
 /// `flags`' [`POD_FLAGS`] bits by name, for messages.
@@ -134,10 +135,15 @@ impl Links {
         if set && let Err(e) = self.handle.link().set(msg).execute().await {
             problems.push(nl_error("setting flags, group and txqueuelen", e).msg);
         }
+        let no_names = Vec::new();
+        let (wanted, names_recorded) = match &want.altnames {
+            Some(names) => (names, true),
+            None => (&no_names, false),
+        };
         let extra: Vec<&str> = now
             .altnames
             .iter()
-            .filter(|a| !want.altnames.contains(a))
+            .filter(|a| names_recorded && !wanted.contains(a))
             .map(String::as_str)
             .collect();
         if !extra.is_empty() {
@@ -152,8 +158,7 @@ impl Links {
                 );
             }
         }
-        let missing: Vec<&str> = want
-            .altnames
+        let missing: Vec<&str> = wanted
             .iter()
             .filter(|a| !now.altnames.contains(a))
             .map(String::as_str)
@@ -209,8 +214,10 @@ fn differences(l: &LinkInfo, want: &Settings) -> Vec<String> {
     {
         d.push(format!("txqueuelen is {} instead of {q}", l.txqlen));
     }
+    let Some(mut should) = want.altnames.clone() else {
+        return d;
+    };
     let mut have = l.altnames.clone();
-    let mut should = want.altnames.clone();
     have.sort();
     should.sort();
     if have != should {
