@@ -279,6 +279,9 @@ mod tests {
             mac: String::new(),
             mtu: 1500,
             up: false,
+            flags: 0,
+            group: 0,
+            txqlen: 0,
             alias: None,
             min_mtu: Some(68),
             max_mtu: Some(1500),
@@ -288,11 +291,8 @@ mod tests {
             parent: None,
             kind: None,
             lower: None,
+            lower_netnsid: None,
             carrier: false,
-            flags: 0,
-            group: 0,
-            txqlen: 0,
-            lower_elsewhere: false,
         };
         assert!(check_mtu(&nic, 1500).is_ok());
         let e = check_mtu(&nic, 9000).unwrap_err();

@@ -27,6 +27,12 @@ pub struct LinkInfo {
     pub mac: String,
     pub mtu: u32,
     pub up: bool,
+    /// The interface flags (`ifi_flags`: IFF_UP, IFF_PROMISC, IFF_NOARP, ...).
+    pub flags: u32,
+    /// IFLA_GROUP: the device group (0 is `default`).
+    pub group: u32,
+    /// IFLA_TXQLEN: the transmit queue length.
+    pub txqlen: u32,
     pub alias: Option<String>,
     /// The MTU range the driver accepts, when the kernel reports it.
     pub min_mtu: Option<u32>,
@@ -47,17 +53,11 @@ pub struct LinkInfo {
     pub kind: Option<String>,
     /// The link it is stacked on (IFLA_LINK: a macvlan's or VLAN's lower device, a veth's peer).
     pub lower: Option<u32>,
+    /// IFLA_LINK_NETNSID: the namespace `lower` is in, as this link's namespace numbers it,
+    /// when that is another namespace (a macvlan moved into a pod, riding a host NIC).
+    pub lower_netnsid: Option<i32>,
     /// IFLA_CARRIER: the link has carrier.
     pub carrier: bool,
-    /// The interface flags (`ifi_flags`: IFF_UP, IFF_PROMISC, IFF_NOARP, ...).
-    pub flags: u32,
-    /// IFLA_GROUP: the device group (0 is `default`).
-    pub group: u32,
-    /// IFLA_TXQLEN: the transmit queue length.
-    pub txqlen: u32,
-    /// IFLA_LINK_NETNSID: `lower` is an index in another namespace (a veth's peer, an upper
-    /// moved away from its lower), not in this one.
-    pub lower_elsewhere: bool,
 }
 
 /// How a link should look once it has arrived in the target namespace.
@@ -337,6 +337,9 @@ fn info(m: &LinkMessage) -> LinkInfo {
         mac: String::new(),
         mtu: 0,
         up: m.header.flags.contains(LinkFlags::Up),
+        flags: m.header.flags.bits(),
+        group: 0,
+        txqlen: 0,
         alias: None,
         min_mtu: None,
         max_mtu: None,
@@ -346,11 +349,8 @@ fn info(m: &LinkMessage) -> LinkInfo {
         parent: None,
         kind: None,
         lower: None,
+        lower_netnsid: None,
         carrier: false,
-        flags: m.header.flags.bits(),
-        group: 0,
-        txqlen: 0,
-        lower_elsewhere: false,
     };
     let (mut parent, mut bus) = (None, None);
     for a in &m.attributes {
@@ -358,6 +358,8 @@ fn info(m: &LinkMessage) -> LinkInfo {
             LinkAttribute::IfName(n) => li.name = n.clone(),
             LinkAttribute::Address(mac) => li.mac = format_mac(mac),
             LinkAttribute::Mtu(mtu) => li.mtu = *mtu,
+            LinkAttribute::Group(g) => li.group = *g,
+            LinkAttribute::TxQueueLen(q) => li.txqlen = *q,
             LinkAttribute::IfAlias(al) => li.alias = Some(al.clone()),
             LinkAttribute::MinMtu(m) => li.min_mtu = Some(*m),
             LinkAttribute::MaxMtu(m) if *m > 0 => li.max_mtu = Some(*m),
@@ -366,9 +368,7 @@ fn info(m: &LinkMessage) -> LinkInfo {
             LinkAttribute::ParentDevName(n) => parent = Some(n.clone()),
             LinkAttribute::ParentDevBusName(b) => bus = Some(b.clone()),
             LinkAttribute::Link(i) if *i > 0 => li.lower = Some(*i),
-            LinkAttribute::LinkNetNsId(_) => li.lower_elsewhere = true,
-            LinkAttribute::Group(g) => li.group = *g,
-            LinkAttribute::TxQueueLen(q) => li.txqlen = *q,
+            LinkAttribute::LinkNetNsId(n) if *n >= 0 => li.lower_netnsid = Some(*n),
             LinkAttribute::LinkInfo(infos) => {
                 for i in infos {
                     if let netlink_packet_route::link::LinkInfo::Kind(k) = i {

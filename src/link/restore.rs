@@ -63,7 +63,7 @@ impl Links {
                 .iter()
                 .filter(|l| {
                     l.index != index
-                        && !l.lower_elsewhere
+                        && l.lower_netnsid.is_none()
                         && l.lower.is_some_and(|lo| below.contains(&lo))
                         && !stack.iter().any(|s| s.index == l.index)
                 })
