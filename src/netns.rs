@@ -198,6 +198,21 @@ mod tests {
     }
 
     #[test]
+    fn the_hosts_own_namespace_is_refused() {
+        let me = Netns::open(Path::new("/proc/self/ns/net")).unwrap();
+        assert!(me.is_the_hosts());
+        assert_eq!(me.refuse_if_host().unwrap_err().code, Code::InvalidEnv);
+        let other = std::thread::spawn(|| {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET).unwrap();
+            Netns::current().unwrap()
+        })
+        .join()
+        .unwrap();
+        assert!(!other.is_the_hosts());
+        assert!(other.refuse_if_host().is_ok());
+    }
+
+    #[test]
     fn run_returns_home_even_after_a_panic() {
         let home = Netns::current().unwrap();
         // A fresh namespace, made on a throw-away thread (unshare acts on the calling thread).
@@ -213,21 +228,6 @@ mod tests {
         }));
         assert!(r.is_err());
         assert!(Netns::current().unwrap().same_as(&home));
-    }
-
-    #[test]
-    fn the_hosts_own_namespace_is_refused() {
-        let me = Netns::open(Path::new("/proc/self/ns/net")).unwrap();
-        assert!(me.is_the_hosts());
-        assert_eq!(me.refuse_if_host().unwrap_err().code, Code::InvalidEnv);
-        let other = std::thread::spawn(|| {
-            nix::sched::unshare(CloneFlags::CLONE_NEWNET).unwrap();
-            Netns::current().unwrap()
-        })
-        .join()
-        .unwrap();
-        assert!(!other.is_the_hosts());
-        assert!(other.refuse_if_host().is_ok());
     }
 
     #[test]
