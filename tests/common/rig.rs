@@ -14,13 +14,41 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 // ---------------------------------------------------------------- temp dirs
 
-/// A directory under target/tmp removed on drop.
+/// Where every test's temp dirs live: a private directory made once per test binary by
+/// `mkdtemp("/tmp/rhd-XXXXXX")` and removed when the binary exits. Never under the checkout,
+/// whose path can be of any length: podman refuses a runroot over 50 characters and a unix
+/// socket's path has 108 bytes (containerd's, the dhcp daemon's), so these paths stay short
+/// wherever the repository is cloned (`scripts/test.sh` runs those tests from a 150+ character
+/// checkout path to keep it so). `$TMPDIR` is not used: it can be as long as it likes.
+pub fn short_tmp() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    extern "C" fn remove_root() {
+        if let Some(p) = ROOT.get() {
+            let _ = fs::remove_dir_all(p);
+        }
+    }
+    ROOT.get_or_init(|| {
+        let mut template = *b"/tmp/rhd-XXXXXX\0";
+        // SAFETY: a NUL-terminated, writable template, as mkdtemp(3) wants.
+        let p = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+        assert!(
+            !p.is_null(),
+            "mkdtemp /tmp/rhd-XXXXXX: {}",
+            std::io::Error::last_os_error()
+        );
+        let path = PathBuf::from(String::from_utf8_lossy(&template[..template.len() - 1]).as_ref());
+        // SAFETY: registers a plain function; the test harness exits through exit(3).
+        unsafe { libc::atexit(remove_root) };
+        path
+    })
+}
+
+/// A directory under [`short_tmp`] removed on drop.
 pub struct TempDir(PathBuf);
 
 impl TempDir {
     pub fn new(label: &str) -> TempDir {
-        let p =
-            Path::new(TARGET_TMP).join(format!("rhd-{label}-{}-{}", std::process::id(), next_id()));
+        let p = short_tmp().join(format!("{label}-{}", next_id()));
         let _ = fs::remove_dir_all(&p);
         fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
         TempDir(p)
