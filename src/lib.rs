@@ -5,6 +5,7 @@
 pub mod announce;
 pub mod cli;
 pub mod cni;
+pub mod device_info;
 pub mod error;
 pub mod fault;
 pub mod flows;

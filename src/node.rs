@@ -54,6 +54,9 @@ pub struct Node {
     /// and routes are not restored on DEL.
     #[serde(default)]
     pub allowed_uplinks: Vec<String>,
+    /// The only directory a `runtimeConfig.CNIDeviceInfoFile` may name a file in (Multus').
+    #[serde(default = "default_device_info_dir")]
+    pub device_info_dir: PathBuf,
     /// Where this came from, for messages.
     #[serde(skip)]
     pub source: String,
@@ -67,6 +70,10 @@ fn default_log_dir() -> PathBuf {
     PathBuf::from(DEFAULT_LOG_DIR)
 }
 
+fn default_device_info_dir() -> PathBuf {
+    PathBuf::from(crate::device_info::DEFAULT_DIR)
+}
+
 impl Default for Node {
     fn default() -> Self {
         Node {
@@ -74,6 +81,7 @@ impl Default for Node {
             log_dir: default_log_dir(),
             allowed_nics: None,
             allowed_uplinks: Vec::new(),
+            device_info_dir: default_device_info_dir(),
             source: "built-in defaults".into(),
         }
     }
@@ -111,6 +119,7 @@ impl Node {
             "stateDir": self.state_dir,
             "logDir": self.log_dir,
             "allowedUplinks": self.allowed_uplinks,
+            "deviceInfoDir": self.device_info_dir,
             "source": self.source,
         });
         if let Some(p) = &self.allowed_nics {
@@ -147,7 +156,11 @@ impl Node {
         }
         let mut node: Node = serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?;
         node.source = path.display().to_string();
-        for (key, dir) in [("stateDir", &node.state_dir), ("logDir", &node.log_dir)] {
+        for (key, dir) in [
+            ("stateDir", &node.state_dir),
+            ("logDir", &node.log_dir),
+            ("deviceInfoDir", &node.device_info_dir),
+        ] {
             if !dir.is_absolute() || dir.components().any(|c| c.as_os_str() == "..") {
                 return Err(bad(format!(
                     "{key} {} must be an absolute path without '..'",

@@ -66,6 +66,13 @@ pub async fn release_attachment(
             Err(e) => errors.push(e),
         }
     }
+    // The device-info file ADD wrote for Multus (it may have been a device plugin's copy
+    // before): it describes a device the pod no longer has.
+    if let Some(path) = record.and_then(|r| r.device_info.as_ref())
+        && let Err(e) = crate::device_info::remove(path)
+    {
+        errors.push(e);
+    }
     match return_nic(&places, record).await {
         Ok(true) => {
             log::info!("NIC returned to the host");
@@ -343,6 +350,7 @@ pub(super) fn restoration(
         ipam: None,
         soft_device: None,
         pod: None,
+        device_info: None,
     })
 }
 

@@ -141,6 +141,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         ipam: ipam_recorded(conf),
         soft_device: None,
         pod: env.pod(),
+        device_info: conf.device_info_file.clone(),
     };
     if let Some(p) = &rdma {
         p.record_into(&mut record);

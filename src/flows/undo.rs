@@ -22,6 +22,8 @@ pub enum Undo {
     ReturnNic { record: Box<Record> },
     /// Release what IPAM handed out.
     ReleaseIpam,
+    /// Remove the device-info file ADD wrote.
+    RemoveDeviceInfo { path: std::path::PathBuf },
 }
 
 #[derive(Default)]
@@ -87,5 +89,6 @@ async fn apply(step: &Undo, s: &Places<'_>) -> Result<()> {
             Some(t) => Ipam::new(t, s.env)?.del(&s.conf.raw),
             None => Ok(()),
         },
+        Undo::RemoveDeviceInfo { path } => crate::device_info::remove(path),
     }
 }
