@@ -3,6 +3,7 @@
 //! concern; docs/DESIGN.md is the map.
 
 pub mod announce;
+pub mod cdi;
 pub mod cli;
 pub mod cni;
 pub mod device_info;

@@ -57,6 +57,10 @@ pub struct Node {
     /// The only directory a `runtimeConfig.CNIDeviceInfoFile` may name a file in (Multus').
     #[serde(default = "default_device_info_dir")]
     pub device_info_dir: PathBuf,
+    /// RLIMIT_MEMLOCK the CDI spec's hook gives containers that get an RDMA device: bytes, or
+    /// "unlimited" (the default).
+    #[serde(default = "default_memlock")]
+    pub memlock: String,
     /// Where this came from, for messages.
     #[serde(skip)]
     pub source: String,
@@ -68,6 +72,10 @@ fn default_state_dir() -> PathBuf {
 
 fn default_log_dir() -> PathBuf {
     PathBuf::from(DEFAULT_LOG_DIR)
+}
+
+fn default_memlock() -> String {
+    "unlimited".into()
 }
 
 fn default_device_info_dir() -> PathBuf {
@@ -82,6 +90,7 @@ impl Default for Node {
             allowed_nics: None,
             allowed_uplinks: Vec::new(),
             device_info_dir: default_device_info_dir(),
+            memlock: default_memlock(),
             source: "built-in defaults".into(),
         }
     }
@@ -120,6 +129,7 @@ impl Node {
             "logDir": self.log_dir,
             "allowedUplinks": self.allowed_uplinks,
             "deviceInfoDir": self.device_info_dir,
+            "memlock": self.memlock,
             "source": self.source,
         });
         if let Some(p) = &self.allowed_nics {
@@ -168,6 +178,7 @@ impl Node {
                 )));
             }
         }
+        crate::cdi::Memlock::parse(&node.memlock).map_err(|e| bad(e.msg))?;
         Ok(node)
     }
 
