@@ -15,8 +15,7 @@
 use crate::error::{Code, Error, Result};
 use serde_json::{Value, json};
 use std::fs;
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub const KIND: &str = "rdma-host-device.io/rdma";
@@ -161,30 +160,13 @@ pub fn spec(
 
 /// Write `spec` to `path` through a temp file and a rename.
 pub fn write_spec(path: &Path, spec: &Value) -> Result<()> {
-    let fail = |e: std::io::Error| {
+    let body = serde_json::to_vec_pretty(spec).unwrap_or_default();
+    crate::files::replace(path, &body).map_err(|e| {
         Error::new(
             Code::Io,
             format!("cannot write CDI spec {}: {e}", path.display()),
         )
-    };
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(fail)?;
-    }
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let _ = fs::remove_file(&tmp);
-    let body = serde_json::to_vec_pretty(spec).unwrap_or_default();
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(&body))
-        .and_then(|()| fs::rename(&tmp, path))
-        .map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            fail(e)
-        })
+    })
 }
 
 /// The OCI hook: the container's process (the `pid` of the runtime's state on stdin) gets

@@ -13,7 +13,7 @@
 use crate::error::{Code, Error, Result};
 use serde_json::{Map, Value, json};
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -99,23 +99,7 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<()> {
     let existing = read(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
     let body = serde_json::to_vec(&info.merged_into(existing))
         .map_err(|e| fail(format!("cannot encode it: {e}")))?;
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    fs::create_dir_all(dir).map_err(|e| fail(format!("cannot make {}: {e}", dir.display())))?;
-    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-    let _ = fs::remove_file(&tmp);
-    let written = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(&body).and_then(|()| f.sync_all()))
-        .and_then(|()| fs::rename(&tmp, path));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(fail(format!("cannot write it: {e}")));
-    }
-    Ok(())
+    crate::files::replace(path, &body).map_err(|e| fail(format!("cannot write it: {e}")))
 }
 
 /// Remove the device-info file; gone already is fine.

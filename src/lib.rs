@@ -9,6 +9,7 @@ pub mod cni;
 pub mod device_info;
 pub mod error;
 pub mod fault;
+pub mod files;
 pub mod flows;
 #[cfg(test)]
 mod fuzz;
