@@ -521,6 +521,68 @@ fn a_nic_with_a_macvlan_on_it_is_refused() {
     assert_allowed(&rig, &nic, &pod);
 }
 
+/// Issue 18: a Multus macvlan NAD puts the macvlan in *its pod's* netns, where it still rides
+/// the NIC; handing the NIC to another pod gave that pod the victim's frames and its link.
+/// Uppers in any namespace of the node count: one named under /run/netns (a pod sandbox) and
+/// one held only by a process. (macvlan only: this kernel has no 8021q or ipvlan module; they
+/// are found the same way, by IFLA_LINK and IFLA_LINK_NETNSID.)
+#[test]
+fn a_nic_carrying_a_macvlan_in_another_namespace_is_refused() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let victim = rig.netns(1);
+    let mv = format!("rh{}m{}", tag(), rig.n);
+    ip(&["link", "add", &mv, "link", &nic.name, "type", "macvlan"]);
+    ip(&["link", "set", &mv, "netns", &victim.name]);
+    assert_refused(
+        &rig,
+        &nic,
+        &pod,
+        &format!(
+            "macvlan {mv} in /run/netns/{} is stacked on it",
+            victim.name
+        ),
+    );
+    in_pod(&victim, &["link", "del", &mv]);
+    // One in a namespace that only a process holds.
+    let mut holder = std::process::Command::new("unshare")
+        .args(["--net", "sleep", "60"])
+        .spawn()
+        .expect("unshare --net sleep");
+    let pid = holder.id().to_string();
+    let vl = format!("rh{}v{}", tag(), rig.n);
+    ip(&["link", "add", &vl, "link", &nic.name, "type", "macvlan"]);
+    let mut moved = run("ip", &["link", "set", &vl, "netns", &pid]);
+    for _ in 0..50 {
+        if moved.status.success() {
+            break;
+        }
+        // unshare may not have made its namespace yet
+        std::thread::sleep(Duration::from_millis(20));
+        moved = run("ip", &["link", "set", &vl, "netns", &pid]);
+    }
+    let conf = rig.conf("1.1.0", json!({"device": nic.name}));
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let _ = run("ip", &["link", "del", &vl]);
+    assert!(
+        moved.status.success(),
+        "ip link set {vl} netns {pid}: {moved:?}"
+    );
+    assert_eq!(code(&add), 107, "{add}");
+    assert!(
+        msg(&add).contains(&format!(
+            "macvlan {vl} in the netns of pid {pid} (sleep) is stacked on it"
+        )),
+        "{add}"
+    );
+    nic.assert_home(Some(&pod), &add);
+    rig.assert_state_empty(&add);
+    assert_allowed(&rig, &nic, &pod);
+}
+
 #[test]
 fn a_default_route_through_a_nexthop_object_is_seen() {
     let rig = Rig::new();

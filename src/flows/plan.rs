@@ -293,6 +293,7 @@ mod tests {
             parent: None,
             kind: None,
             lower: None,
+            lower_netnsid: None,
             carrier: false,
         };
         assert!(check_mtu(&nic, 1500).is_ok());
