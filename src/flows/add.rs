@@ -27,6 +27,7 @@ pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
     let places = Places {
         env,
         conf,
+        node,
         host_ns: &plan.host_ns,
         host: &plan.host,
         pod_ns: Some(&plan.pod_ns),
@@ -160,7 +161,7 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
         socket_path: String::new(),
     });
     if let Some(t) = &conf.ipam_type {
-        let ipam = Ipam::new(t, env)?;
+        let ipam = Ipam::new(t, env, s.node)?;
         // Registered first: a plugin may allocate and then fail.
         undo.push(Undo::ReleaseIpam);
         let got = ipam.add(&conf.raw)?;

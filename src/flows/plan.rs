@@ -41,6 +41,10 @@ pub struct Plan {
 /// policy, pair RDMA, and check every value the kernel could refuse half-way.
 pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     let selector = conf.require_selector()?;
+    // The node decides what this root process may exec for the tenant: checked first.
+    if let Some(t) = &conf.ipam_type {
+        node.admit_ipam(t)?;
+    }
     let pod_ns = Netns::open(Path::new(&env.netns))?;
     let host_ns = Netns::current()?;
     if pod_ns.same_as(&host_ns) {
@@ -290,6 +294,7 @@ mod tests {
             parent: None,
             kind: None,
             lower: None,
+            lower_netnsid: None,
             carrier: false,
         };
         assert!(check_mtu(&nic, 1500).is_ok());

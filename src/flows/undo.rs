@@ -86,7 +86,7 @@ async fn apply(step: &Undo, s: &Places<'_>) -> Result<()> {
         },
         Undo::ReturnNic { record } => return_nic(s, Some(record)).await.map(drop),
         Undo::ReleaseIpam => match &s.conf.ipam_type {
-            Some(t) => Ipam::new(t, s.env)?.del(&s.conf.raw),
+            Some(t) => Ipam::new(t, s.env, s.node)?.del(&s.conf.raw),
             None => Ok(()),
         },
         Undo::RemoveDeviceInfo { path } => crate::device_info::remove(path),

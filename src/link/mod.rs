@@ -45,6 +45,9 @@ pub struct LinkInfo {
     pub kind: Option<String>,
     /// The link it is stacked on (IFLA_LINK: a macvlan's or VLAN's lower device, a veth's peer).
     pub lower: Option<u32>,
+    /// IFLA_LINK_NETNSID: the namespace `lower` is in, as this link's namespace numbers it,
+    /// when that is another namespace (a macvlan moved into a pod, riding a host NIC).
+    pub lower_netnsid: Option<i32>,
     /// IFLA_CARRIER: the link has carrier.
     pub carrier: bool,
 }
@@ -335,6 +338,7 @@ fn info(m: &LinkMessage) -> LinkInfo {
         parent: None,
         kind: None,
         lower: None,
+        lower_netnsid: None,
         carrier: false,
     };
     let (mut parent, mut bus) = (None, None);
@@ -351,6 +355,7 @@ fn info(m: &LinkMessage) -> LinkInfo {
             LinkAttribute::ParentDevName(n) => parent = Some(n.clone()),
             LinkAttribute::ParentDevBusName(b) => bus = Some(b.clone()),
             LinkAttribute::Link(i) if *i > 0 => li.lower = Some(*i),
+            LinkAttribute::LinkNetNsId(n) if *n >= 0 => li.lower_netnsid = Some(*n),
             LinkAttribute::LinkInfo(infos) => {
                 for i in infos {
                     if let netlink_packet_route::link::LinkInfo::Kind(k) = i {

@@ -89,6 +89,9 @@ pub struct Rig {
     pub n: u32,
     pub dir: TempDir,
     calls: AtomicU32,
+    /// IPAM plugins this rig's tests wrote (see [`Rig::allow_ipam`]) and the policy keys last
+    /// given to [`Rig::set_node`]: the node file is written from both.
+    node_keys: std::sync::Mutex<(Vec<String>, Value)>,
 }
 
 impl Rig {
@@ -103,6 +106,7 @@ impl Rig {
             n,
             dir,
             calls: AtomicU32::new(0),
+            node_keys: std::sync::Mutex::new((Vec::new(), json!({}))),
         };
         rig.set_node(json!({}));
         rig
@@ -110,8 +114,20 @@ impl Rig {
 
     /// The node configuration file every call of this rig uses (through
     /// [`NODE_CONFIG_ENV`]): this rig's stateDir and logDir, plus `extra` keys (a policy).
+    /// Unless `extra` says `ipamPlugins`, the node allows the default IPAM plugins plus those
+    /// given to [`Rig::allow_ipam`].
     pub fn set_node(&self, extra: Value) {
+        let mut keys = self.node_keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.1 = extra.clone();
         let mut node = json!({"stateDir": self.state_dir(), "logDir": self.log_dir()});
+        if !keys.0.is_empty() {
+            let mut allowed: Vec<String> = rdma_host_device::node::DEFAULT_IPAM_PLUGINS
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            allowed.extend(keys.0.iter().cloned());
+            node["ipamPlugins"] = json!(allowed);
+        }
         if let Value::Object(m) = extra {
             for (k, v) in m {
                 node[k] = v;
@@ -122,6 +138,17 @@ impl Rig {
             serde_json::to_vec_pretty(&node).unwrap(),
         )
         .unwrap();
+    }
+    /// Let this rig's node run `name` as IPAM (a test plugin), besides the default ones.
+    pub fn allow_ipam(&self, name: &str) {
+        let extra = {
+            let mut keys = self.node_keys.lock().unwrap_or_else(|e| e.into_inner());
+            if !keys.0.iter().any(|n| n == name) {
+                keys.0.push(name.to_owned());
+            }
+            keys.1.clone()
+        };
+        self.set_node(extra);
     }
     pub fn node_config(&self) -> PathBuf {
         self.dir.path().join("node.json")
@@ -233,7 +260,8 @@ impl Rig {
     /// A test IPAM plugin `name`, written into this rig's CNI_PATH (bin dir): a shell script
     /// that answers ADD with `result` as given (a 1.1.0-style result, e.g. routes with
     /// `table`/`mtu`/`tos`, which Debian's 1.0.0-era plugins never emit), VERSION with every
-    /// version, and DEL/CHECK with nothing. Returns the config's `ipam` object for it.
+    /// version, and DEL/CHECK with nothing. The rig's node allows it (`ipamPlugins`). Returns
+    /// the config's `ipam` object for it.
     pub fn fixed_ipam(&self, name: &str, result: &Value) -> Value {
         use std::os::unix::fs::PermissionsExt;
         let p = self.bin_dir().join(name);
@@ -247,6 +275,7 @@ impl Rig {
         );
         fs::write(&p, script).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
         fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        self.allow_ipam(name);
         json!({ "type": name })
     }
 
