@@ -34,6 +34,11 @@ install -D -m 0755 "$BUSYBOX" "$root/bin/busybox"
 for applet in sh cat chmod chroot cmp cp cut echo ls mkdir mv rm sha256sum sleep; do
   ln -s busybox "$root/bin/$applet"
 done
+# /var/run -> /run, as on the node: runtimes give CNI the pod's netns as /var/run/netns/NAME
+# (containerd, CRI-O), the plugin records that path, and the metrics container, which mounts
+# the node's /run/netns, opens it as recorded.
+mkdir -p "$root/run" "$root/var"
+ln -s ../run "$root/var/run"
 # The plugin's shared libraries at the paths its loader looks for them (ldd: libc, libgcc_s,
 # the dynamic loader; a glibc 2.28 release build also names libpthread and libdl).
 ldd "$BIN" | awk '/=> \// {print $3} /^\t\/[^ ]*ld-linux/ {print $1}' | while read -r lib; do

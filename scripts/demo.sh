@@ -111,7 +111,7 @@ fi
 VM=1
 [[ ${1:-} == --no-vm ]] && VM=0
 [[ $(id -u) == 0 ]] || { echo "demo: run as root (it creates network namespaces)" >&2; exit 1; }
-"$HERE/setup.sh"
+"$HERE/setup.sh" --for demo
 (cd "$REPO" && cargo build --release -q)
 
 if [[ $VM == 1 ]]; then

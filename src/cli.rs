@@ -37,6 +37,17 @@ network config. By hand:
       /etc/rdma-host-device/node.json) with its defaults filled in, as JSON; exit 1 and the
       reason if it is invalid. The DaemonSet's installer checks a new one with it.
 
+  rdma-host-device cdi [--out FILE|-] [--memlock BYTES|unlimited] [--hook PATH]
+      Write the CDI spec of this node's RDMA devices (default /var/run/cdi/rdma-host-device.json)
+      for runtimes that read CDI (CRI-O, containerd 1.7+, podman): one device per RDMA device,
+      rdma-host-device.io/rdma=NAME, with its /dev/infiniband/uverbsN, rdma_cm, and a
+      createRuntime hook (PATH, default /opt/cni/bin/rdma-host-device) that raises the
+      container's RLIMIT_MEMLOCK (default: the node configuration's memlock, unlimited).
+
+  rdma-host-device memlock-hook BYTES|unlimited
+      The OCI hook the CDI spec names: sets RLIMIT_MEMLOCK of the container process whose
+      OCI state is on stdin.
+
   rdma-host-device validate FILE|- ...
       Check network configurations as the plugin would on ADD: a .conf, a .conflist (each
       rdma-host-device entry, with the list's name and cniVersion, as libcni passes them),
@@ -47,7 +58,7 @@ network config. By hand:
   rdma-host-device --help      this text
 
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG):
-stateDir, logDir, allowedNics, allowedUplinks; see the README. Logs: one line per step with
+stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins; see the README. Logs: one line per step with
 the container ID, on stderr and in \"logFile\" (a file name in the node's logDir) if set
 (rotated at 10 MiB).
 
@@ -82,6 +93,18 @@ fn dispatch(args: &[String]) -> i32 {
             Err(msg) => usage_error(&msg),
         },
         Some("node-config") => node_config(args.get(1).map(String::as_str)),
+        Some("cdi") => cdi(&args[1..]),
+        Some("memlock-hook") => match args.get(1).map(|l| crate::cdi::Memlock::parse(l)) {
+            Some(Ok(limit)) => match crate::cdi::memlock_hook(limit, &mut std::io::stdin()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("rdma-host-device: {e}");
+                    1
+                }
+            },
+            Some(Err(e)) => usage_error(&e.msg),
+            None => usage_error("memlock-hook needs a LIMIT (bytes or unlimited)"),
+        },
         Some("validate") => {
             if args.len() < 2 {
                 return usage_error("validate needs at least one FILE (or - for stdin)");
@@ -90,6 +113,70 @@ fn dispatch(args: &[String]) -> i32 {
         }
         Some(other) => usage_error(&format!("unknown command {other:?}")),
         None => usage_error("no command"),
+    }
+}
+
+/// `cdi [--out FILE|-] [--memlock LIMIT] [--hook PATH] [--sysfs DIR] [--dev DIR]`: the CDI
+/// spec of this node's RDMA devices, written to FILE (default /var/run/cdi/rdma-host-device.json;
+/// `-` prints it). The memlock limit defaults to the node configuration's.
+fn cdi(args: &[String]) -> i32 {
+    use crate::cdi;
+    let mut out = PathBuf::from(cdi::DEFAULT_SPEC);
+    let mut memlock = None;
+    let mut hook = PathBuf::from(cdi::DEFAULT_HOOK);
+    let mut sysfs = PathBuf::from("/sys");
+    let mut dev = PathBuf::from("/dev");
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let Some(v) = it.next() else {
+            return usage_error(&format!("cdi: {a} needs a value"));
+        };
+        match a.as_str() {
+            "--out" => out = PathBuf::from(v),
+            "--memlock" => memlock = Some(v.clone()),
+            "--hook" => hook = PathBuf::from(v),
+            "--sysfs" => sysfs = PathBuf::from(v),
+            "--dev" => dev = PathBuf::from(v),
+            _ => return usage_error(&format!("cdi: unknown option {a:?}")),
+        }
+    }
+    let limit = match memlock.map_or_else(|| crate::node::Node::load().map(|n| n.memlock), Ok) {
+        Ok(m) => match cdi::Memlock::parse(&m) {
+            Ok(l) => l,
+            Err(e) => return usage_error(&e.msg),
+        },
+        Err(e) => {
+            eprintln!("rdma-host-device: {e}");
+            return 1;
+        }
+    };
+    let devices = cdi::verbs_devices(&sysfs, &dev);
+    let previous = (out.as_os_str() != "-")
+        .then(|| std::fs::read(&out).ok())
+        .flatten()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let spec = cdi::spec(&devices, &dev, limit, &hook, previous.as_ref());
+    if out.as_os_str() == "-" {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&spec).unwrap_or_default()
+        );
+        return 0;
+    }
+    match cdi::write_spec(&out, &spec) {
+        Ok(()) => {
+            eprintln!(
+                "rdma-host-device: {} written: {} RDMA device(s) as {}=NAME, memlock {limit:?}",
+                out.display(),
+                spec["devices"].as_array().map_or(0, Vec::len),
+                cdi::KIND
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("rdma-host-device: {e}");
+            1
+        }
     }
 }
 

@@ -130,8 +130,8 @@ pub const TABLE: &[CodeInfo] = &[
     },
     CodeInfo {
         code: Code::NotAllowed,
-        meaning: "the node policy does not allow handing this NIC to a pod (not in `allowedNics`, or the node's own uplink)",
-        action: "pick another NIC, or change the node configuration",
+        meaning: "the node policy does not allow it: handing this NIC to a pod (not in `allowedNics`, or one the node or another pod uses), or running this `ipam.type` (not in `ipamPlugins`)",
+        action: "pick another NIC or IPAM plugin, or change the node configuration",
     },
     CodeInfo {
         code: Code::RdmaNotFound,

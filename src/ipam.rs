@@ -1,7 +1,14 @@
 //! IPAM delegation: exec the plugin named by `ipam.type` from CNI_PATH with the same
 //! environment and the same stdin, per the spec.
 //!
-//! One addition: an IPAM plugin older than the config's cniVersion (Debian 12 ships plugins
+//! Two rules of our own. The node decides which plugins `ipam.type` may name (`ipamPlugins` in
+//! the node configuration, src/node.rs): [`Ipam::new`] refuses any other with 107 before it even
+//! looks in CNI_PATH, so no verb execs a program the node did not allow. And IPAM gets only
+//! the keys an address manager reads ([`for_ipam`]): not a tenant's `prevResult` (except on
+//! CHECK, where the runtime supplies it and `static` compares against it), not
+//! `runtimeConfig` beyond the `ips` and `ipRanges` capabilities, not our own keys.
+//!
+//! And an IPAM plugin older than the config's cniVersion (Debian 12 ships plugins
 //! that stop at 1.0.0) answers code 1. We then ask it for VERSION and retry once with the
 //! newest version both sides speak, so a 1.1.0 network still gets its addresses. The answer
 //! is remembered per plugin binary (in /run, keyed by the file's identity, so an upgrade
@@ -11,6 +18,7 @@ use crate::cni::env::Env;
 use crate::cni::result::CniResult;
 use crate::cni::version::Version;
 use crate::error::{Code, Error, Result, invalid_config};
+use crate::node::Node;
 use serde_json::Value;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -50,7 +58,9 @@ fn find(plugin: &str, path: &[PathBuf]) -> Result<PathBuf> {
 }
 
 impl<'a> Ipam<'a> {
-    pub fn new(plugin: &str, env: &'a Env) -> Result<Self> {
+    /// The IPAM plugin `plugin`, if the node allows it (107 otherwise) and CNI_PATH has it (7).
+    pub fn new(plugin: &str, env: &'a Env, node: &Node) -> Result<Self> {
+        node.admit_ipam(plugin)?;
         Ok(Ipam {
             plugin: plugin.to_string(),
             exe: find(plugin, &env.path)?,
@@ -100,6 +110,10 @@ impl<'a> Ipam<'a> {
     }
 
     fn call_raw(&self, command: &str, conf: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
+        let conf = &for_ipam(conf, command).map_err(|error| Failure {
+            their_code: None,
+            error,
+        })?;
         let asked = crate::cni::netconf::peek_version(conf).and_then(|v| Version::parse(&v).ok());
         if let (Some(asked), Some(newest)) = (asked, self.remembered_version())
             && newest < asked
@@ -263,6 +277,57 @@ fn join_path(p: &[PathBuf]) -> String {
         .join(":")
 }
 
+/// Top-level keys an IPAM plugin gets: what the spec's IPAM plugins read (`name` and
+/// `cniVersion` for their store and result, `ipam`, `dns`, `args` for static's `args.cni.ips`),
+/// our `type`, and GC's list of valid attachments.
+const IPAM_KEYS: [&str; 7] = [
+    "cniVersion",
+    "name",
+    "type",
+    "ipam",
+    "dns",
+    "args",
+    "cni.dev/valid-attachments",
+];
+/// `runtimeConfig` capabilities that are about addresses (host-local and static read `ips`,
+/// host-local `ipRanges`); the rest (`portMappings`, `bandwidth`, `deviceID`, ...) are not
+/// IPAM's business.
+const IPAM_CAPABILITIES: [&str; 2] = ["ips", "ipRanges"];
+
+/// What the IPAM plugin gets on stdin for `command`: the network configuration reduced to
+/// [`IPAM_KEYS`] and the address capabilities of `runtimeConfig`; `prevResult` only on CHECK
+/// (the runtime's cached result; `static` checks its addresses against it). The spec says a
+/// delegated plugin gets the configuration its caller got; we narrow it because that
+/// configuration is a tenant's and the delegate runs as root: a `prevResult` and
+/// `runtimeConfig.portMappings` written into a NAD are not for an address manager.
+pub fn for_ipam(conf: &[u8], command: &str) -> Result<Vec<u8>> {
+    let val: Value = serde_json::from_slice(conf)
+        .map_err(|e| Error::new(Code::Decode, format!("network configuration for IPAM: {e}")))?;
+    let Value::Object(given) = val else {
+        return Err(Error::new(
+            Code::Decode,
+            "network configuration for IPAM: not a JSON object",
+        ));
+    };
+    let mut out = serde_json::Map::new();
+    for (k, v) in given {
+        if IPAM_KEYS.contains(&k.as_str()) || (k == "prevResult" && command == "CHECK") {
+            out.insert(k, v);
+        } else if k == "runtimeConfig"
+            && let Value::Object(rc) = v
+        {
+            let rc: serde_json::Map<String, Value> = rc
+                .into_iter()
+                .filter(|(c, _)| IPAM_CAPABILITIES.contains(&c.as_str()))
+                .collect();
+            if !rc.is_empty() {
+                out.insert(k, Value::Object(rc));
+            }
+        }
+    }
+    Ok(Value::Object(out).to_string().into_bytes())
+}
+
 /// The config with another cniVersion, its prevResult rewritten in that version's shape.
 fn with_version(conf: &[u8], v: Version) -> Result<Vec<u8>> {
     let mut val: Value = serde_json::from_slice(conf)
@@ -306,7 +371,15 @@ mod tests {
                 .or_else(|| (k == "CNI_PATH").then(|| dir.display().to_string()))
         })
         .unwrap();
-        let ipam = Ipam::new("fake-ipam", &env).unwrap();
+        let node = Node {
+            ipam_plugins: vec!["fake-ipam".into()],
+            ..Node::default()
+        };
+        let ipam = Ipam::new("fake-ipam", &env, &node).unwrap();
+        assert_eq!(
+            Ipam::new("portmap", &env, &node).err().map(|e| e.code),
+            Some(Code::NotAllowed)
+        );
         ipam.remember_version(Version::V1_0_0);
         assert_eq!(ipam.remembered_version(), Some(Version::V1_0_0));
         // An upgraded plugin (another file) is asked again.
@@ -324,5 +397,53 @@ mod tests {
         let e = find("no-such-ipam", &[PathBuf::from("/nonexistent")]).unwrap_err();
         assert_eq!(e.code, Code::InvalidConfig);
         assert!(e.msg.contains("no-such-ipam"));
+    }
+
+    #[test]
+    fn ipam_gets_only_what_an_address_manager_reads() {
+        let c = br#"{"cniVersion":"1.0.0","name":"n","type":"rdma-host-device","device":"eth9",
+            "ipam":{"type":"static","addresses":[{"address":"10.0.0.2/24"}]},
+            "dns":{"nameservers":["10.0.0.1"]},"args":{"cni":{"ips":["10.0.0.3/24"]}},
+            "prevResult":{"ips":[{"address":"10.9.9.9/32"}]},
+            "runtimeConfig":{"portMappings":[{"hostPort":22,"containerPort":22,"protocol":"tcp"}],
+                             "ips":["10.0.0.4/24"],"bandwidth":{"ingressRate":1}},
+            "capabilities":{"portMappings":true},"rdma":{"isolation":"none"},"mtu":9000}"#;
+        for cmd in ["ADD", "DEL", "GC", "STATUS"] {
+            let v: Value = serde_json::from_slice(&for_ipam(c, cmd).unwrap()).unwrap();
+            let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+            let mut keys = keys.clone();
+            keys.sort();
+            assert_eq!(
+                keys,
+                [
+                    "args",
+                    "cniVersion",
+                    "dns",
+                    "ipam",
+                    "name",
+                    "runtimeConfig",
+                    "type"
+                ],
+                "{cmd}"
+            );
+            assert_eq!(
+                v["runtimeConfig"],
+                serde_json::json!({"ips": ["10.0.0.4/24"]})
+            );
+            assert_eq!(v["ipam"]["type"], "static");
+        }
+        let v: Value = serde_json::from_slice(&for_ipam(c, "CHECK").unwrap()).unwrap();
+        assert_eq!(v["prevResult"]["ips"][0]["address"], "10.9.9.9/32");
+        // Only port mappings: no runtimeConfig at all.
+        let v: Value = serde_json::from_slice(
+            &for_ipam(
+                br#"{"name":"n","runtimeConfig":{"portMappings":[]}}"#,
+                "ADD",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert!(v.get("runtimeConfig").is_none(), "{v}");
+        assert_eq!(for_ipam(b"[]", "ADD").unwrap_err().code, Code::Decode);
     }
 }

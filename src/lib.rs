@@ -3,10 +3,13 @@
 //! concern; docs/DESIGN.md is the map.
 
 pub mod announce;
+pub mod cdi;
 pub mod cli;
 pub mod cni;
+pub mod device_info;
 pub mod error;
 pub mod fault;
+pub mod files;
 pub mod flows;
 #[cfg(test)]
 mod fuzz;

@@ -160,6 +160,52 @@ impl Netns {
     }
 }
 
+/// Every other network namespace on the node that has a name: those mounted under `/run/netns`
+/// (pod sandboxes of containerd and CRI-O, `ip netns`) and those of every process
+/// (`/proc/PID/ns/net`), each once (by its nsfs inode), never the calling thread's own. Each
+/// comes with how a person would find it: its `/run/netns` path, or a process in it. A
+/// namespace with neither (held only by an fd or a mount elsewhere) is not found.
+pub fn others_on_node() -> Vec<(PathBuf, String)> {
+    use std::collections::HashSet;
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let mut seen: HashSet<(u64, u64)> = id(Path::new("/proc/thread-self/ns/net"))
+        .into_iter()
+        .collect();
+    let mut out = Vec::new();
+    let mut names: Vec<PathBuf> = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    names.sort();
+    for p in names {
+        if let Some(i) = id(&p)
+            && seen.insert(i)
+        {
+            let label = p.display().to_string();
+            out.push((p, label));
+        }
+    }
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    for pid in pids {
+        let p = PathBuf::from(format!("/proc/{pid}/ns/net"));
+        if let Some(i) = id(&p)
+            && seen.insert(i)
+        {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            out.push((p, format!("the netns of pid {pid} ({})", comm.trim())));
+        }
+    }
+    out
+}
+
 /// Puts the calling thread back into its namespace when dropped.
 struct GoBack(Netns);
 
@@ -228,6 +274,49 @@ mod tests {
         }));
         assert!(r.is_err());
         assert!(Netns::current().unwrap().same_as(&home));
+    }
+
+    #[test]
+    fn other_namespaces_are_found_once_and_never_the_own() {
+        // A namespace held only by a process (no /run/netns name): found through /proc.
+        let Ok(mut child) = std::process::Command::new("unshare")
+            .args(["--net", "sleep", "30"])
+            .spawn()
+        else {
+            return; // no util-linux unshare here: nothing to show
+        };
+        let theirs = PathBuf::from(format!("/proc/{}/ns/net", child.id()));
+        let home = Netns::current().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let other = loop {
+            if let Ok(ns) = Netns::open(&theirs)
+                && !ns.same_as(&home)
+            {
+                break Some(ns);
+            }
+            if std::time::Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let found = others_on_node();
+        let opened: Vec<Netns> = found
+            .iter()
+            .filter_map(|(p, _)| Netns::open(p).ok())
+            .collect();
+        let _ = child.kill();
+        let _ = child.wait();
+        let other = other.expect("unshare --net made no namespace (not root?)");
+        let mut ids: Vec<(u64, u64)> = found
+            .iter()
+            .filter_map(|(p, _)| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino())))
+            .collect();
+        let n = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "a namespace found twice: {found:?}");
+        assert!(!opened.iter().any(|ns| ns.same_as(&home)), "{found:?}");
+        assert!(opened.iter().any(|ns| ns.same_as(&other)), "{found:?}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The node's own settings, written by the node operator (the DaemonSet installs them from a
 //! ConfigMap), never by a NetworkAttachmentDefinition: where the plugin keeps its state and its
-//! log files, and which NICs may be handed to pods. The plugin works without the file.
+//! log files, which NICs may be handed to pods, and which programs a network configuration may
+//! make it exec as IPAM. The plugin works without the file.
 //!
 //! The file is `/etc/rdma-host-device/node.json`, or the path in `RDMA_HOST_DEVICE_NODE_CONFIG`
 //! (the environment of a CNI plugin is the runtime's, a node-level component, not the tenant's).
@@ -14,6 +15,10 @@ pub const DEFAULT_PATH: &str = "/etc/rdma-host-device/node.json";
 pub const PATH_ENV: &str = "RDMA_HOST_DEVICE_NODE_CONFIG";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/rdma-host-device";
 pub const DEFAULT_LOG_DIR: &str = "/var/log/rdma-host-device";
+/// The IPAM plugins a network configuration may name when the node says nothing: the address
+/// managers people use with a host NIC, and nothing that is not an address manager (`portmap`,
+/// `bridge`, ... are plugins too, and would run as root with the tenant's config).
+pub const DEFAULT_IPAM_PLUGINS: [&str; 4] = ["host-local", "static", "dhcp", "whereabouts"];
 
 /// Larger than any sane node config; the file is the operator's, but we never read unbounded.
 const MAX_LEN: u64 = 1 << 20;
@@ -54,6 +59,17 @@ pub struct Node {
     /// and routes are not restored on DEL.
     #[serde(default)]
     pub allowed_uplinks: Vec<String>,
+    /// The only directory a `runtimeConfig.CNIDeviceInfoFile` may name a file in (Multus').
+    #[serde(default = "default_device_info_dir")]
+    pub device_info_dir: PathBuf,
+    /// RLIMIT_MEMLOCK the CDI spec's hook gives containers that get an RDMA device: bytes, or
+    /// "unlimited" (the default).
+    #[serde(default = "default_memlock")]
+    pub memlock: String,
+    /// The only plugins `ipam.type` may name (file names in CNI_PATH). The plugin runs as root
+    /// and execs what `ipam.type` names with the tenant's config on stdin: the node decides.
+    #[serde(default = "default_ipam_plugins")]
+    pub ipam_plugins: Vec<String>,
     /// Where this came from, for messages.
     #[serde(skip)]
     pub source: String,
@@ -67,6 +83,18 @@ fn default_log_dir() -> PathBuf {
     PathBuf::from(DEFAULT_LOG_DIR)
 }
 
+fn default_memlock() -> String {
+    "unlimited".into()
+}
+
+fn default_device_info_dir() -> PathBuf {
+    PathBuf::from(crate::device_info::DEFAULT_DIR)
+}
+
+fn default_ipam_plugins() -> Vec<String> {
+    DEFAULT_IPAM_PLUGINS.iter().map(|s| s.to_string()).collect()
+}
+
 impl Default for Node {
     fn default() -> Self {
         Node {
@@ -74,6 +102,9 @@ impl Default for Node {
             log_dir: default_log_dir(),
             allowed_nics: None,
             allowed_uplinks: Vec::new(),
+            device_info_dir: default_device_info_dir(),
+            memlock: default_memlock(),
+            ipam_plugins: default_ipam_plugins(),
             source: "built-in defaults".into(),
         }
     }
@@ -111,6 +142,9 @@ impl Node {
             "stateDir": self.state_dir,
             "logDir": self.log_dir,
             "allowedUplinks": self.allowed_uplinks,
+            "deviceInfoDir": self.device_info_dir,
+            "memlock": self.memlock,
+            "ipamPlugins": self.ipam_plugins,
             "source": self.source,
         });
         if let Some(p) = &self.allowed_nics {
@@ -147,7 +181,11 @@ impl Node {
         }
         let mut node: Node = serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?;
         node.source = path.display().to_string();
-        for (key, dir) in [("stateDir", &node.state_dir), ("logDir", &node.log_dir)] {
+        for (key, dir) in [
+            ("stateDir", &node.state_dir),
+            ("logDir", &node.log_dir),
+            ("deviceInfoDir", &node.device_info_dir),
+        ] {
             if !dir.is_absolute() || dir.components().any(|c| c.as_os_str() == "..") {
                 return Err(bad(format!(
                     "{key} {} must be an absolute path without '..'",
@@ -155,7 +193,35 @@ impl Node {
                 )));
             }
         }
+        crate::cdi::Memlock::parse(&node.memlock).map_err(|e| bad(e.msg))?;
+        for p in &node.ipam_plugins {
+            if p.is_empty() || p.contains('/') || p == "." || p == ".." {
+                return Err(bad(format!(
+                    "ipamPlugins entry {p:?} must be a plugin file name (it is looked up in CNI_PATH)"
+                )));
+            }
+        }
         Ok(node)
+    }
+
+    /// Whether a network configuration may make the plugin exec `plugin` as its IPAM: refused
+    /// with 107 (the node's policy, as for a NIC) naming the plugins the node allows.
+    pub fn admit_ipam(&self, plugin: &str) -> Result<()> {
+        if self.ipam_plugins.iter().any(|p| p == plugin) {
+            return Ok(());
+        }
+        Err(Error::new(
+            Code::NotAllowed,
+            format!(
+                "ipam.type {plugin:?} is not an IPAM plugin this node allows; it allows {} (ipamPlugins in the node policy: {})",
+                if self.ipam_plugins.is_empty() {
+                    "none".to_owned()
+                } else {
+                    self.ipam_plugins.join(", ")
+                },
+                self.source
+            ),
+        ))
     }
 
     /// Why this NIC may not be handed to a pod, or `Ok` when it may.
@@ -237,6 +303,9 @@ mod tests {
             r#"{"logDir":"/var/log/../../etc"}"#,
             r#"{"stateDir":"/x","typo":1}"#,
             r#"{"allowedNics":{"name":["x"]}}"#,
+            r#"{"ipamPlugins":["../bin/sh"]}"#,
+            r#"{"ipamPlugins":[""]}"#,
+            r#"{"ipamPlugins":"host-local"}"#,
         ] {
             let p = write(body);
             let e = Node::from_file(&p, true).unwrap_err();
@@ -280,5 +349,37 @@ mod tests {
             ..Node::default()
         };
         assert!(n2.admit(&nic("up0", None, &["x"])).is_ok());
+    }
+
+    #[test]
+    fn ipam_plugins_default_to_the_address_managers_and_follow_the_file() {
+        let n = Node::default();
+        for t in DEFAULT_IPAM_PLUGINS {
+            assert!(n.admit_ipam(t).is_ok(), "{t}");
+        }
+        for t in ["portmap", "bridge", "host-device", "rdma-host-device", "sh"] {
+            let e = n.admit_ipam(t).unwrap_err();
+            assert_eq!(e.code, Code::NotAllowed, "{t}");
+            assert!(
+                e.msg.contains(t) && e.msg.contains("host-local, static, dhcp, whereabouts"),
+                "{}",
+                e.msg
+            );
+        }
+        let p = write(r#"{"ipamPlugins":["static","my-ipam"]}"#);
+        let n = Node::from_file(&p, true).unwrap();
+        let _ = std::fs::remove_file(p);
+        assert!(n.admit_ipam("my-ipam").is_ok());
+        assert!(n.admit_ipam("host-local").is_err());
+        assert!(n.to_json().contains("\"my-ipam\""), "{}", n.to_json());
+        let p = write(r#"{"ipamPlugins":[]}"#);
+        let n = Node::from_file(&p, true).unwrap();
+        let _ = std::fs::remove_file(p);
+        assert!(
+            n.admit_ipam("static")
+                .unwrap_err()
+                .msg
+                .contains("allows none")
+        );
     }
 }

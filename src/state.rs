@@ -134,6 +134,9 @@ pub struct Record {
     /// The Kubernetes pod (from CNI_ARGS at ADD), for the metrics exporter's labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<crate::cni::env::PodRef>,
+    /// The device-info file ADD writes (the `CNIDeviceInfoFile` capability); DEL removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_info: Option<std::path::PathBuf>,
 }
 
 impl Record {
@@ -435,6 +438,7 @@ mod tests {
             ipam: None,
             soft_device: None,
             pod: None,
+            device_info: None,
         };
         assert_eq!(s.load("c1", "net1").unwrap(), None);
         s.save(&r).unwrap();

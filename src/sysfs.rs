@@ -84,6 +84,11 @@ pub fn link_basename(path: impl AsRef<Path>) -> Option<String> {
         .map(|f| f.to_string_lossy().into_owned())
 }
 
+/// The physical function of a PCI virtual function (`physfn`); `None` for anything else.
+pub fn physfn_of(pci: &str) -> Option<String> {
+    link_basename(format!("/sys/bus/pci/devices/{pci}/physfn")).filter(|p| is_pci_address(p))
+}
+
 pub fn pci_driver(pci: &str) -> Option<String> {
     link_basename(format!("/sys/bus/pci/devices/{pci}/driver"))
 }

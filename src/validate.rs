@@ -107,6 +107,7 @@ pub fn check_config(raw: &[u8]) -> Result<String, Error> {
         selector,
     ];
     if let Some(i) = &conf.ipam_type {
+        node.admit_ipam(i)?;
         parts.push(format!("ipam {i}"));
     }
     if let Some(s) = conf.rdma.soft_device {

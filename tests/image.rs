@@ -433,3 +433,104 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
         "node-report's first report\n{logs}"
     );
 }
+
+/// The DaemonSet's `metrics` container, from the real image with the YAML's volumes, scrapes
+/// pods whose netns the runtime gave as `/var/run/netns/NAME` (containerd's and CRI-O's form)
+/// and as `/run/netns/NAME`: both attachments are up. Issue 18: the image had no `/var`, so
+/// every pod attached through a runtime showed `attachment_up 0` and no counters.
+#[test]
+fn the_metrics_container_enters_pods_at_the_netns_paths_runtimes_give() {
+    require_root();
+    let bin = release_binary();
+    let (cm, ds) = manifests();
+    let podman = Podman::new();
+    let out = Command::new(repo().join("deploy/build-image.sh"))
+        .arg(&bin)
+        .env("PODMAN_OPTS", podman.opts().join(" "))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "deploy/build-image.sh\n{}",
+        text(&out)
+    );
+    let image = daemonset_image(&ds);
+    let node = Node::new(podman.dir.path(), &cm, &bin);
+    // Two pods attached by the plugin (this build) on this machine, recording their netns as a
+    // runtime gave it, into the state directory the DaemonSet mounts from the node.
+    let rig = Rig::new();
+    let state = node.host("/var/lib/cni/rdma-host-device");
+    rig.set_node(json!({ "stateDir": state }));
+    let nics = [rig.nic(0), rig.nic(1)];
+    let pods = [rig.netns(0), rig.netns(1)];
+    let paths = [
+        format!("/var/run/netns/{}", pods[0].name),
+        format!("/run/netns/{}", pods[1].name),
+    ];
+    let confs: Vec<Value> = nics
+        .iter()
+        .map(|nic| rig.conf("1.0.0", json!({ "device": nic.name })))
+        .collect();
+    for (i, (conf, path)) in confs.iter().zip(&paths).enumerate() {
+        rig.call("ADD", conf, path, &rig.cid(i as u32), "net1", &[])
+            .ok();
+    }
+    // The node's /run/netns, where the runtime mounts pods' netns, is the stand-in node's.
+    let netns_dir = node.host("/run/netns");
+    fs::create_dir_all(&netns_dir).unwrap();
+    let bound = run(
+        "mount",
+        &["--rbind", "/run/netns", netns_dir.to_str().unwrap()],
+    );
+    assert!(
+        bound.status.success(),
+        "mount --rbind /run/netns\n{}",
+        text(&bound)
+    );
+    // The container as the YAML runs it, but printing one scrape instead of listening on the
+    // node's port 9879 (which another test or a real exporter may hold).
+    let mut args = podman_args(&ds, "metrics", &node, &image, false);
+    let entry = args
+        .iter_mut()
+        .find(|a| a.starts_with("--entrypoint="))
+        .expect("an entrypoint");
+    let cmd: Vec<String> = serde_json::from_str(&entry["--entrypoint=".len()..]).unwrap();
+    let metrics = cmd
+        .iter()
+        .position(|a| a == "metrics")
+        .expect("runs metrics");
+    let once: Vec<&str> = cmd[..=metrics]
+        .iter()
+        .map(String::as_str)
+        .chain(["--once"])
+        .collect();
+    *entry = format!("--entrypoint={}", serde_json::to_string(&once).unwrap());
+    let out = podman.run(&args);
+    let scrape = String::from_utf8_lossy(&out.stdout).into_owned();
+    for (i, path) in paths.iter().enumerate() {
+        let cid = rig.cid(i as u32);
+        let up: Vec<&str> = scrape
+            .lines()
+            .filter(|l| {
+                l.starts_with("rdma_host_device_attachment_up{")
+                    && l.contains(&format!("container_id=\"{cid}\""))
+            })
+            .collect();
+        assert!(
+            up.len() == 1
+                && up[0].rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) == Some(1.0),
+            "the pod at {path} is not up in the metrics container's scrape: {up:?}\n{}",
+            text(&out)
+        );
+    }
+    let netns_errors: Vec<&str> = scrape
+        .lines()
+        .filter(|l| l.starts_with("rdma_host_device_scrape_errors_total{stage=\"netns\"}"))
+        .filter(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) != Some(0.0))
+        .collect();
+    assert!(netns_errors.is_empty(), "{netns_errors:?}\n{scrape}");
+    for (i, (conf, path)) in confs.iter().zip(&paths).enumerate() {
+        rig.call("DEL", conf, path, &rig.cid(i as u32), "net1", &[])
+            .ok();
+    }
+}

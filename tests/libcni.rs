@@ -498,6 +498,8 @@ fn rollback_when_ipam_plugin_missing() {
     let pod = rig.netns(0);
     let cid = rig.cid(0);
     let mut conf = rig.conf("1.0.0", json!({"device": nic.name, "mtu": 1400}));
+    // Allowed by the node, so ADD gets as far as looking for it (after moving the NIC).
+    rig.allow_ipam("rhd-no-such-ipam");
     conf["ipam"] = json!({"type": "rhd-no-such-ipam"});
     let file = rig.write("net.conf", &conf);
     let add = rig.drive("add", &file, &pod.path(), &cid, IF, &[]);

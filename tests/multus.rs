@@ -228,6 +228,8 @@ fn nad_nic_by_name_add_check_del_as_multus_calls_it() {
 #[test]
 fn nad_device_plugin_deviceid_as_multus_injects_it() {
     let rig = Rig::new();
+    // Where Multus puts CNI device-info files, as the node configuration names it.
+    rig.set_node(json!({"deviceInfoDir": rig.dir.path().join("devinfo")}));
     let nic = rig.nic(0);
     let pod = rig.netns(0);
     let cid = rig.cid(0);
@@ -254,8 +256,10 @@ fn nad_device_plugin_deviceid_as_multus_injects_it() {
         "libcni passes the capability\n{add}"
     );
     assert!(
-        stdin["runtimeConfig"].get("CNIDeviceInfoFile").is_none(),
-        "undeclared capabilities are filtered by libcni\n{add}"
+        stdin["runtimeConfig"]["CNIDeviceInfoFile"]
+            .as_str()
+            .is_some_and(|p| p.starts_with(&rig.dir.path().join("devinfo").display().to_string())),
+        "the NAD declares CNIDeviceInfoFile: libcni passes Multus' path\n{add}"
     );
     nic.assert_home(Some(&pod), &add);
     rig.assert_state_empty(&add);

@@ -521,6 +521,68 @@ fn a_nic_with_a_macvlan_on_it_is_refused() {
     assert_allowed(&rig, &nic, &pod);
 }
 
+/// Issue 18: a Multus macvlan NAD puts the macvlan in *its pod's* netns, where it still rides
+/// the NIC; handing the NIC to another pod gave that pod the victim's frames and its link.
+/// Uppers in any namespace of the node count: one named under /run/netns (a pod sandbox) and
+/// one held only by a process. (macvlan only: this kernel has no 8021q or ipvlan module; they
+/// are found the same way, by IFLA_LINK and IFLA_LINK_NETNSID.)
+#[test]
+fn a_nic_carrying_a_macvlan_in_another_namespace_is_refused() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let victim = rig.netns(1);
+    let mv = format!("rh{}m{}", tag(), rig.n);
+    ip(&["link", "add", &mv, "link", &nic.name, "type", "macvlan"]);
+    ip(&["link", "set", &mv, "netns", &victim.name]);
+    assert_refused(
+        &rig,
+        &nic,
+        &pod,
+        &format!(
+            "macvlan {mv} in /run/netns/{} is stacked on it",
+            victim.name
+        ),
+    );
+    in_pod(&victim, &["link", "del", &mv]);
+    // One in a namespace that only a process holds.
+    let mut holder = std::process::Command::new("unshare")
+        .args(["--net", "sleep", "60"])
+        .spawn()
+        .expect("unshare --net sleep");
+    let pid = holder.id().to_string();
+    let vl = format!("rh{}v{}", tag(), rig.n);
+    ip(&["link", "add", &vl, "link", &nic.name, "type", "macvlan"]);
+    let mut moved = run("ip", &["link", "set", &vl, "netns", &pid]);
+    for _ in 0..50 {
+        if moved.status.success() {
+            break;
+        }
+        // unshare may not have made its namespace yet
+        std::thread::sleep(Duration::from_millis(20));
+        moved = run("ip", &["link", "set", &vl, "netns", &pid]);
+    }
+    let conf = rig.conf("1.1.0", json!({"device": nic.name}));
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let _ = run("ip", &["link", "del", &vl]);
+    assert!(
+        moved.status.success(),
+        "ip link set {vl} netns {pid}: {moved:?}"
+    );
+    assert_eq!(code(&add), 107, "{add}");
+    assert!(
+        msg(&add).contains(&format!(
+            "macvlan {vl} in the netns of pid {pid} (sleep) is stacked on it"
+        )),
+        "{add}"
+    );
+    nic.assert_home(Some(&pod), &add);
+    rig.assert_state_empty(&add);
+    assert_allowed(&rig, &nic, &pod);
+}
+
 #[test]
 fn a_default_route_through_a_nexthop_object_is_seen() {
     let rig = Rig::new();
@@ -543,4 +605,183 @@ fn a_default_route_through_a_nexthop_object_is_seen() {
     assert_eq!(code(&add), 107, "{add}");
     assert!(msg(&add).contains("default route"), "{add}");
     nic.assert_home(Some(&pod), &add);
+}
+
+// ---------------------------------------------------------------- programs exec'd as IPAM
+
+/// A test IPAM plugin `name` in the rig's CNI_PATH that keeps what it was given on stdin in
+/// `DIR/stdin-COMMAND.json`, touches `DIR/ran` and answers ADD with one address. Returns its
+/// `ipam` object and DIR. (The rig's node does not allow it: each test says what it allows.)
+fn recording_ipam(rig: &Rig, name: &str) -> (Value, std::path::PathBuf) {
+    let dir = rig.dir.path().join(format!("{name}-saw"));
+    fs::create_dir_all(&dir).unwrap();
+    let o = rig.octet();
+    let result = json!({"cniVersion": "1.0.0",
+        "ips": [{"address": format!("10.77.{o}.9/24"), "gateway": format!("10.77.{o}.1")}]});
+    let script = format!(
+        "#!/bin/sh\n\
+         touch {d}/ran\n\
+         cat > {d}/stdin-$CNI_COMMAND.json\n\
+         case \"$CNI_COMMAND\" in\n\
+         ADD) echo '{result}';;\n\
+         VERSION) echo '{{\"cniVersion\":\"1.0.0\",\"supportedVersions\":[\"0.3.0\",\"0.3.1\",\"0.4.0\",\"1.0.0\"]}}';;\n\
+         esac\n",
+        d = dir.display()
+    );
+    let p = rig.bin_dir().join(name);
+    fs::write(&p, script).unwrap();
+    run("chmod", &["755", p.to_str().unwrap()]);
+    (json!({"type": name}), dir)
+}
+
+/// What a NAD's writer tried (issue 18): `"ipam": {"type": "portmap"}` with a `prevResult`
+/// and `runtimeConfig.portMappings` of their own made ADD install a DNAT rule for the node's
+/// port 22; `bridge`, `host-device`, `ptp` as IPAM recursed without bound. Every verb refuses a
+/// plugin the node does not list, before it changes anything, and never execs it.
+#[test]
+fn an_ipam_type_the_node_does_not_allow_is_refused_before_any_change() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    // Stand-ins first on CNI_PATH: if any were exec'd, it would leave `ran` behind.
+    let mut seen = Vec::new();
+    for t in ["portmap", "bridge", "host-device", "ptp"] {
+        let (_, dir) = recording_ipam(&rig, t);
+        seen.push(dir.join("ran"));
+    }
+    let mut conf = rig.conf("1.1.0", json!({"device": nic.name}));
+    conf["ipam"] = json!({"type": "portmap"});
+    conf["runtimeConfig"] = json!({"portMappings": [
+        {"hostPort": 22, "containerPort": 22, "protocol": "tcp", "hostIP": "0.0.0.0"}]});
+    conf["prevResult"] = json!({"cniVersion": "1.1.0",
+        "interfaces": [{"name": IF, "sandbox": pod.path()}],
+        "ips": [{"address": "192.0.2.66/32", "interface": 0}]});
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    assert_eq!(code(&add), 107, "{add}");
+    let m = msg(&add);
+    assert!(
+        m.contains("\"portmap\"") && m.contains("host-local, static, dhcp, whereabouts"),
+        "names the plugin and what the node allows: {m}"
+    );
+    nic.assert_home(Some(&pod), &add);
+    rig.assert_state_empty(&add);
+    let status = rig.call("STATUS", &conf, "", "", "", &[]);
+    assert_eq!(code(&status), 50, "{status}");
+    assert!(msg(&status).contains("portmap"), "{status}");
+    // DEL without a record releases with the config's IPAM: not a forbidden one.
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    assert!(del.stderr.contains("not releasing IPAM"), "{del}");
+    for t in ["bridge", "host-device", "ptp", "rdma-host-device"] {
+        conf["ipam"] = json!({"type": t});
+        let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+        assert_eq!(code(&add), 107, "{t}\n{add}");
+        nic.assert_home(Some(&pod), &add);
+        rig.assert_state_empty(&add);
+    }
+    for ran in &seen {
+        assert!(!ran.exists(), "{} was exec'd", ran.display());
+    }
+}
+
+#[test]
+fn the_node_decides_which_ipam_plugins_a_nad_may_run() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    // The defaults: host-local and static (the ones installed here) work.
+    for ipam in [rig.static_ipam(), rig.host_local_ipam()] {
+        let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+        conf["ipam"] = ipam;
+        rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+            .ok();
+        let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+        del.ok();
+        nic.assert_home(Some(&pod), &del);
+    }
+    // A node that lists its own plugin allows that one, and only what it lists.
+    let (site, saw) = recording_ipam(&rig, "site-ipam");
+    rig.set_node(json!({"ipamPlugins": ["site-ipam", "host-local"]}));
+    let out = run(
+        plugin().to_str().unwrap(),
+        &["node-config", rig.node_config().to_str().unwrap()],
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(
+        shown["ipamPlugins"],
+        json!(["site-ipam", "host-local"]),
+        "node-config shows the key: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    assert_eq!(code(&add), 107, "static is not listed now\n{add}");
+    assert!(msg(&add).contains("site-ipam, host-local"), "{add}");
+    nic.assert_home(Some(&pod), &add);
+    let mut conf = conf;
+    conf["ipam"] = site;
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    assert!(saw.join("stdin-ADD.json").exists());
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    assert!(saw.join("stdin-DEL.json").exists(), "{del}");
+    nic.assert_home(Some(&pod), &del);
+}
+
+/// IPAM gets what an address manager reads: a `prevResult` or `runtimeConfig.portMappings`
+/// written into the NAD never reaches it (nor our own keys).
+#[test]
+fn ipam_gets_neither_a_tenants_prev_result_nor_port_mappings() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let (site, saw) = recording_ipam(&rig, "site-ipam");
+    rig.set_node(json!({"ipamPlugins": ["site-ipam"]}));
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name, "mtu": 1400}));
+    conf["ipam"] = site.clone();
+    conf["runtimeConfig"] = json!({"portMappings": [
+        {"hostPort": 22, "containerPort": 22, "protocol": "tcp"}]});
+    conf["prevResult"] = json!({"cniVersion": "1.0.0",
+        "ips": [{"address": "192.0.2.66/32"}]});
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    for verb in ["ADD", "DEL"] {
+        let f = saw.join(format!("stdin-{verb}.json"));
+        let got: Value = serde_json::from_str(&fs::read_to_string(&f).unwrap_or_default())
+            .unwrap_or(Value::Null);
+        assert_eq!(got["ipam"], site, "{verb}: {got}");
+        assert_eq!(got["name"], json!(rig.net_name()), "{verb}: {got}");
+        for k in ["prevResult", "runtimeConfig", "device", "mtu"] {
+            assert!(got.get(k).is_none(), "{verb}: IPAM got {k}: {got}");
+        }
+    }
+}
+
+/// ADD records an IPAM plugin the node allowed; if the node stops allowing it, DEL does not
+/// run it: it says so, brings the NIC home and forgets the attachment (the allocation stays).
+#[test]
+fn del_does_not_run_an_ipam_plugin_the_node_no_longer_allows() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = attach(&rig, &nic, &pod);
+    assert_eq!(rig.allocations_of(&rig.net_name(), &rig.cid(0)).len(), 1);
+    rig.set_node(json!({"ipamPlugins": ["static"]}));
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    assert!(
+        del.stderr.contains("not releasing IPAM") && del.stderr.contains("host-local"),
+        "{del}"
+    );
+    assert_eq!(
+        rig.allocations_of(&rig.net_name(), &rig.cid(0)).len(),
+        1,
+        "host-local ran\n{del}"
+    );
+    nic.assert_home(Some(&pod), &del);
+    rig.assert_state_empty(&del);
 }

@@ -56,6 +56,9 @@ fn known(key: &str) -> bool {
 pub struct RuntimeConfig {
     #[serde(rename = "deviceID")]
     pub device_id: Option<String>,
+    /// Where Multus wants the device-info file (the `CNIDeviceInfoFile` capability).
+    #[serde(rename = "CNIDeviceInfoFile")]
+    pub device_info_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -192,6 +195,8 @@ pub struct NetConf {
     /// The node's state directory (a node setting; the config may only repeat it).
     pub state_dir: PathBuf,
     pub valid_attachments: Option<Vec<ValidAttachment>>,
+    /// The device-info file to write, a file in the node's `deviceInfoDir`.
+    pub device_info_file: Option<PathBuf>,
     /// Exactly what the runtime sent; IPAM plugins get the same bytes.
     pub raw: Vec<u8>,
 }
@@ -367,6 +372,10 @@ impl NetConf {
                     .map_err(|e| e.context("prevResult in network configuration"))?,
             ),
         };
+        let device_info_file = match &given.runtime_config.device_info_file {
+            None => None,
+            Some(f) => Some(crate::device_info::confine(f, &node.device_info_dir)?),
+        };
         let selector = selector(
             given.device,
             given.hwaddr,
@@ -389,6 +398,7 @@ impl NetConf {
             log_level,
             state_dir: node.state_dir.clone(),
             valid_attachments: given.valid_attachments.or(given.legacy_attachments),
+            device_info_file,
             raw,
         })
     }

@@ -10,6 +10,7 @@ use super::undo::{Undo, UndoStack};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, SoftDevice};
 use crate::cni::result::{CniResult, Interface, IpConfig, Route};
+use crate::device_info::{self, DeviceInfo};
 use crate::error::{Code, Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
@@ -26,6 +27,7 @@ pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
     let places = Places {
         env,
         conf,
+        node,
         host_ns: &plan.host_ns,
         host: &plan.host,
         pod_ns: Some(&plan.pod_ns),
@@ -159,7 +161,7 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
         socket_path: String::new(),
     });
     if let Some(t) = &conf.ipam_type {
-        let ipam = Ipam::new(t, env)?;
+        let ipam = Ipam::new(t, env, s.node)?;
         // Registered first: a plugin may allocate and then fail.
         undo.push(Undo::ReleaseIpam);
         let got = ipam.add(&conf.raw)?;
@@ -187,6 +189,27 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
     // 7. The RDMA device, seen from inside the pod, has a RoCE v2 GID for every address.
     if let Some(p) = &plan.rdma {
         rdma::verify(p.device(), &ours_ips, conf.rdma.gid_timeout_ms, pod_ns)?;
+    }
+
+    // 8. The device-info file Multus asked for: which PCI function and RDMA device are the
+    //    pod's (Multus puts it in the pod's network-status annotation).
+    if let Some(path) = &conf.device_info_file {
+        let info = DeviceInfo {
+            pf_pci_address: plan.pci.as_deref().and_then(crate::sysfs::physfn_of),
+            pci_address: plan.pci.clone(),
+            rdma_device: plan.rdma.as_ref().map(|p| p.device().to_owned()),
+        };
+        if info.is_empty() {
+            log::info!(
+                "device-info: {} has no PCI address and no RDMA device; {} not written",
+                record.host_name,
+                path.display()
+            );
+        } else {
+            undo.push(Undo::RemoveDeviceInfo { path: path.clone() });
+            device_info::write(path, &info)?;
+            log::info!("device-info: {} written ({info:?})", path.display());
+        }
     }
     fault::hit("add:before-result")?;
     Ok(result)

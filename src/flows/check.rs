@@ -7,6 +7,7 @@ use crate::error::{Code, Error, Result, invalid_config};
 use crate::ipam::Ipam;
 use crate::link::Links;
 use crate::netns::Netns;
+use crate::node::Node;
 use crate::state::Store;
 use std::net::IpAddr;
 use std::path::Path;
@@ -17,7 +18,7 @@ fn mismatch(msg: String) -> Error {
 
 /// CHECK: the interface, its MAC, MTU, addresses and routes are as prevResult says; then the
 /// RDMA GIDs from inside the pod and IPAM's own CHECK.
-pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
+pub async fn check(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     if !conf.cni_version.has_check() {
         return Err(Error::new(
             Code::IncompatibleVersion,
@@ -127,7 +128,7 @@ pub async fn check(env: &Env, conf: &NetConf) -> Result<()> {
             .map_err(|e| mismatch(e.msg))?;
     }
     if let Some(t) = &conf.ipam_type {
-        Ipam::new(t, env)?.check(&conf.raw)?;
+        Ipam::new(t, env, node)?.check(&conf.raw)?;
     }
     log::info!("{} is as expected", env.ifname);
     Ok(())

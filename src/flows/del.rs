@@ -8,11 +8,12 @@ use crate::cni::netconf::NetConf;
 use crate::error::Result;
 use crate::fault;
 use crate::lock;
+use crate::node::Node;
 use crate::state::Store;
 
 /// DEL: lock the attachment, load its record (the netns from it when the runtime sends none)
 /// and release it: IPAM, the NIC, the state. Lenient about the config, strict about the truth.
-pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
+pub async fn del(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     let store = Store::new(&conf.state_dir);
     let _attachment = lock::attachment(&conf.state_dir, &env.container_id, &env.ifname)?;
     fault::hit("del:locked")?;
@@ -22,5 +23,5 @@ pub async fn del(env: &Env, conf: &NetConf) -> Result<()> {
     } else {
         env.netns.clone()
     };
-    release_attachment(env, conf, &store, record.as_ref(), &netns).await
+    release_attachment(env, conf, node, &store, record.as_ref(), &netns).await
 }

@@ -12,12 +12,13 @@ use crate::fault;
 use crate::ipam::Ipam;
 use crate::link::Links;
 use crate::lock;
+use crate::node::Node;
 use crate::state::{Record, Store, Tag, owner_key};
 use std::collections::HashSet;
 
 /// GC: release every attachment of this network not in `cni.dev/valid-attachments`, restore
 /// lost NICs, remove stale temp files; report every failure, the first as the error.
-pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
+pub async fn gc(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     // Without the list, every attachment would look stale: refuse rather than guess.
     let valid = conf.valid_attachments.clone().ok_or_else(|| {
         crate::error::invalid_config(
@@ -40,7 +41,7 @@ pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
             continue;
         }
         tried.insert(r.owner());
-        if let Err(e) = release_stale(env, conf, &store, r).await {
+        if let Err(e) = release_stale(env, conf, node, &store, r).await {
             errors.push(e.context(format!("GC of {}/{}", r.container_id, r.ifname)));
         }
     }
@@ -49,7 +50,7 @@ pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
         errors.push(e.context("GC: looking for lost NICs"));
     }
     if let Some(t) = &conf.ipam_type {
-        match Ipam::new(t, env).and_then(|i| i.optional("GC", &conf.raw)) {
+        match Ipam::new(t, env, node).and_then(|i| i.optional("GC", &conf.raw)) {
             Ok(()) => {}
             Err(e) => errors.push(e),
         }
@@ -62,7 +63,13 @@ pub async fn gc(env: &Env, conf: &NetConf) -> Result<()> {
 
 /// One attachment the runtime no longer lists. One that another call is working on right now
 /// (an ADD still running, a DEL) is left to that call.
-async fn release_stale(env: &Env, conf: &NetConf, store: &Store, r: &Record) -> Result<()> {
+async fn release_stale(
+    env: &Env,
+    conf: &NetConf,
+    node: &Node,
+    store: &Store,
+    r: &Record,
+) -> Result<()> {
     let Some(_attachment) = lock::try_attachment(&conf.state_dir, &r.container_id, &r.ifname)?
     else {
         log::info!(
@@ -86,7 +93,7 @@ async fn release_stale(env: &Env, conf: &NetConf, store: &Store, r: &Record) -> 
     stale.container_id = r.container_id.clone();
     stale.ifname = r.ifname.clone();
     stale.netns = r.netns.clone();
-    release_attachment(&stale, conf, store, Some(&r), &r.netns).await
+    release_attachment(&stale, conf, node, store, Some(&r), &r.netns).await
 }
 
 /// Temp files of state writes killed before their rename (any attachment in the state dir,

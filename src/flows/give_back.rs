@@ -10,6 +10,7 @@ use crate::ipam::Ipam;
 use crate::link::{Arrival, LinkInfo, Links};
 use crate::lock;
 use crate::netns::Netns;
+use crate::node::Node;
 use crate::state::{Record, Store, Tag};
 
 /// Where giving back acts: the call's environment and config, the host and, when it still
@@ -17,6 +18,7 @@ use crate::state::{Record, Store, Tag};
 pub struct Places<'a> {
     pub env: &'a Env,
     pub conf: &'a NetConf,
+    pub node: &'a Node,
     pub host_ns: &'a Netns,
     pub host: &'a Links,
     pub pod_ns: Option<&'a Netns>,
@@ -28,6 +30,7 @@ pub struct Places<'a> {
 pub async fn release_attachment(
     env: &Env,
     conf: &NetConf,
+    node: &Node,
     store: &Store,
     record: Option<&Record>,
     netns: &str,
@@ -57,6 +60,7 @@ pub async fn release_attachment(
     let places = Places {
         env,
         conf,
+        node,
         host_ns: &host_ns,
         host: &host,
         pod_ns: pod_ns.as_ref(),
@@ -71,15 +75,32 @@ pub async fn release_attachment(
     }
     // IPAM first, while the interface is still in the pod: a plugin may need it to give its
     // address back (the dhcp daemon sends DHCPRELEASE from it; once the NIC has left, the
-    // lease would leak). Whatever IPAM says, the NIC is still returned.
+    // lease would leak). Whatever IPAM says, the NIC is still returned. A plugin the node does
+    // not allow (now) is not run: ADD only ever recorded an allowed one, so this is an operator
+    // who has since removed it, or an older record or config naming what the node forbids.
+    // DEL still succeeds, loudly: failing would keep the pod from ever being deleted for the
+    // sake of an allocation in a plugin the node has decided not to run.
     if let Some((t, raw)) = ipam_of(conf, record) {
-        match Ipam::new(&t, env).and_then(|i| i.del(&raw)) {
+        match Ipam::new(&t, env, node).and_then(|i| i.del(&raw)) {
             Ok(()) => {
                 log::info!("IPAM {t} released");
                 fault::hit("del:after-ipam-release")?;
             }
+            Err(e) if e.code == Code::NotAllowed => log::error!(
+                "not releasing IPAM: {}; whatever {t:?} allocated for {}/{} stays allocated (the NIC still comes home)",
+                e.msg,
+                env.container_id,
+                env.ifname
+            ),
             Err(e) => errors.push(e),
         }
+    }
+    // The device-info file ADD wrote for Multus (it may have been a device plugin's copy
+    // before): it describes a device the pod no longer has.
+    if let Some(path) = record.and_then(|r| r.device_info.as_ref())
+        && let Err(e) = crate::device_info::remove(path)
+    {
+        errors.push(e);
     }
     match return_nic(&places, record).await {
         Ok(true) => {
@@ -450,6 +471,7 @@ pub(super) fn restoration(
         ipam: None,
         soft_device: None,
         pod: None,
+        device_info: None,
     })
 }
 

@@ -33,12 +33,14 @@ pub fn run(env: &Env, conf: &NetConf, node: &Node) -> Result<Output> {
     rt.block_on(async {
         match env.command {
             Command::Add => add::add(env, conf, node).await.map(Output::Result),
-            Command::Del => del::del(env, conf).await.map(|()| Output::Nothing),
-            Command::Check => check::check(env, conf).await.map(|()| Output::Nothing),
+            Command::Del => del::del(env, conf, node).await.map(|()| Output::Nothing),
+            Command::Check => check::check(env, conf, node)
+                .await
+                .map(|()| Output::Nothing),
             Command::Status => status::status(env, conf, node)
                 .await
                 .map(|()| Output::Nothing),
-            Command::Gc => gc::gc(env, conf).await.map(|()| Output::Nothing),
+            Command::Gc => gc::gc(env, conf, node).await.map(|()| Output::Nothing),
             Command::Version => Ok(Output::Nothing),
         }
     })

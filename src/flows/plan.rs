@@ -41,6 +41,10 @@ pub struct Plan {
 /// policy, pair RDMA, and check every value the kernel could refuse half-way.
 pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     let selector = conf.require_selector()?;
+    // The node decides what this root process may exec for the tenant: checked first.
+    if let Some(t) = &conf.ipam_type {
+        node.admit_ipam(t)?;
+    }
     let pod_ns = Netns::open(Path::new(&env.netns))?;
     pod_ns.refuse_if_host()?;
     let host_ns = Netns::current()?;
@@ -140,6 +144,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         ipam: ipam_recorded(conf),
         soft_device: None,
         pod: env.pod(),
+        device_info: conf.device_info_file.clone(),
     };
     if let Some(p) = &rdma {
         p.record_into(&mut record);

@@ -40,7 +40,7 @@ pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
         }
     }
     if let Some(t) = &conf.ipam_type {
-        let ipam = Ipam::new(t, env)
+        let ipam = Ipam::new(t, env, node)
             .map_err(|e| Error::new(Code::NotAvailable, format!("not ready: {}", e.msg)))?;
         ipam.optional("STATUS", &conf.raw)
             .map_err(|e| Error::new(Code::NotAvailable, format!("not ready: {}", e.msg)))?;

@@ -22,6 +22,8 @@ pub enum Undo {
     ReturnNic { record: Box<Record> },
     /// Release what IPAM handed out.
     ReleaseIpam,
+    /// Remove the device-info file ADD wrote.
+    RemoveDeviceInfo { path: std::path::PathBuf },
 }
 
 #[derive(Default)]
@@ -84,8 +86,9 @@ async fn apply(step: &Undo, s: &Places<'_>) -> Result<()> {
         },
         Undo::ReturnNic { record } => return_nic(s, Some(record)).await.map(drop),
         Undo::ReleaseIpam => match &s.conf.ipam_type {
-            Some(t) => Ipam::new(t, s.env)?.del(&s.conf.raw),
+            Some(t) => Ipam::new(t, s.env, s.node)?.del(&s.conf.raw),
             None => Ok(()),
         },
+        Undo::RemoveDeviceInfo { path } => crate::device_info::remove(path),
     }
 }

@@ -1,6 +1,20 @@
 //! The HTTP side: hyper's HTTP/1 server on a current-thread tokio runtime. `/metrics` collects
 //! on tokio's blocking pool (collection enters netns per thread, so it never runs on the
 //! runtime's own thread), one scrape at a time; `/healthz` answers without touching the kernel.
+//!
+//! The port is reachable from every pod on the node, so slow or idle clients must not starve
+//! Prometheus or the kubelet's `/healthz` probe:
+//! - at most [`MAX_CONNECTIONS`] connections (bounded fds and memory). When all are taken, a
+//!   new connection takes the slot of one that is not being answered: the least recently
+//!   active of the peer address holding the most slots, so an idle flood evicts itself first.
+//!   Only when every connection is being answered is the new one closed;
+//! - a client has [`HEADER_TIMEOUT`] to send its request headers (hyper), and a connection
+//!   that makes no progress for [`STALL_TIMEOUT`] while not being answered (idle between
+//!   requests, or a client that stopped reading its reply) is closed;
+//! - at most [`SCRAPES_WAITING`] `/metrics` requests wait for the scrape; more get 503 at once,
+//!   so requests being answered stay few and there is always a slot to take;
+//! - every connection is a task on the one runtime thread, never a thread of its own; scrapes
+//!   run on at most [`SCRAPE_THREADS`] blocking threads.
 
 use super::Exporter;
 use http_body_util::Full;
@@ -9,16 +23,28 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{Notify, Semaphore};
 
-/// Connections served at once; more are closed at accept (bounded memory and fds).
-const MAX_CONNECTIONS: usize = 64;
+/// Connections held at once (each one fd and a few KiB).
+pub const MAX_CONNECTIONS: usize = 128;
 /// A client has this long to send its request headers.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection not being answered that makes no progress this long is closed.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// `/metrics` requests waiting for (or running) the scrape; more are answered 503.
+pub const SCRAPES_WAITING: usize = 4;
+/// Blocking threads for scrapes.
+const SCRAPE_THREADS: usize = 4;
 
 fn reply(status: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(body.into()));
@@ -32,21 +58,31 @@ fn reply(status: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Response<Fu
 async fn handle(
     req: Request<Incoming>,
     exporter: Arc<Exporter>,
+    scrapes: Arc<Semaphore>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n"));
     }
     Ok(match req.uri().path() {
-        "/metrics" => match tokio::task::spawn_blocking(move || exporter.scrape()).await {
-            Ok(body) => reply(StatusCode::OK, super::encode::CONTENT_TYPE, body),
-            // Only a bug in the encoder itself gets here: one pod's trouble never does.
-            Err(e) => reply(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                TEXT,
-                format!("scrape failed: {e}\n"),
-            ),
-        },
+        "/metrics" => {
+            let Ok(_turn) = scrapes.try_acquire_owned() else {
+                return Ok(reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    TEXT,
+                    format!("{SCRAPES_WAITING} scrapes are already waiting; try again\n"),
+                ));
+            };
+            match tokio::task::spawn_blocking(move || exporter.scrape()).await {
+                Ok(body) => reply(StatusCode::OK, super::encode::CONTENT_TYPE, body),
+                // Only a bug in the encoder itself gets here: one pod's trouble never does.
+                Err(e) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    TEXT,
+                    format!("scrape failed: {e}\n"),
+                ),
+            }
+        }
         "/healthz" => reply(StatusCode::OK, TEXT, "ok\n"),
         "/" => reply(
             StatusCode::OK,
@@ -57,12 +93,220 @@ async fn handle(
     })
 }
 
+/// One connection's slot: who it is, when it last made progress, whether a request of it is
+/// being answered, and how to close it.
+struct Slot {
+    peer: IpAddr,
+    /// Milliseconds since the table's start: the last read or write progress, or the start or
+    /// end of answering a request.
+    last: AtomicU64,
+    /// Requests of this connection being answered now.
+    busy: AtomicUsize,
+    close: Notify,
+}
+
+/// The connections held, by id.
+struct Slots {
+    start: Instant,
+    next: AtomicU64,
+    held: Mutex<HashMap<u64, Arc<Slot>>>,
+}
+
+impl Slots {
+    fn new() -> Self {
+        Slots {
+            start: Instant::now(),
+            next: AtomicU64::new(0),
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn touch(&self, slot: &Slot) {
+        slot.last.store(self.now(), Ordering::Relaxed);
+    }
+
+    /// A slot for a new connection from `peer`, evicting one when all are taken; `None` when
+    /// every connection held is being answered.
+    fn admit(&self, peer: IpAddr) -> Option<(u64, Arc<Slot>)> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.len() >= MAX_CONNECTIONS {
+            let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
+            for s in held.values() {
+                *per_peer.entry(s.peer).or_default() += 1;
+            }
+            let victim = held
+                .iter()
+                .filter(|(_, s)| s.busy.load(Ordering::Relaxed) == 0)
+                .max_by_key(|(_, s)| {
+                    (
+                        per_peer.get(&s.peer).copied().unwrap_or(0),
+                        u64::MAX - s.last.load(Ordering::Relaxed),
+                    )
+                })
+                .map(|(id, _)| *id)?;
+            if let Some(v) = held.remove(&victim) {
+                log::debug!(
+                    "{MAX_CONNECTIONS} connections held; closing one of {}",
+                    v.peer
+                );
+                v.close.notify_one();
+            }
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot {
+            peer,
+            last: AtomicU64::new(self.now()),
+            busy: AtomicUsize::new(0),
+            close: Notify::new(),
+        });
+        held.insert(id, slot.clone());
+        Some((id, slot))
+    }
+
+    fn release(&self, id: u64) {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    /// Resolves when `slot` has made no progress for [`STALL_TIMEOUT`] while not being
+    /// answered.
+    async fn stalled(&self, slot: &Slot) {
+        let limit = u64::try_from(STALL_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let idle = self.now().saturating_sub(slot.last.load(Ordering::Relaxed));
+            if slot.busy.load(Ordering::Relaxed) == 0 && idle >= limit {
+                return;
+            }
+        }
+    }
+}
+
+/// Marks a slot as being answered for as long as it lives.
+struct Answering<'a>(&'a Slots, &'a Slot);
+
+impl<'a> Answering<'a> {
+    fn new(slots: &'a Slots, slot: &'a Slot) -> Self {
+        slot.busy.fetch_add(1, Ordering::Relaxed);
+        slots.touch(slot);
+        Answering(slots, slot)
+    }
+}
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        self.1.busy.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch(self.1);
+    }
+}
+
+/// A connection's socket that notes every read and write that made progress in its slot.
+struct Tracked {
+    io: tokio::net::TcpStream,
+    slots: Arc<Slots>,
+    slot: Arc<Slot>,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut me.io).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            me.slots.touch(&me.slot);
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        let r = Pin::new(&mut me.io).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            me.slots.touch(&me.slot);
+        }
+        r
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        let r = Pin::new(&mut me.io).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            me.slots.touch(&me.slot);
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// Serve one connection until it ends, stalls, or its slot is taken by a newer one.
+async fn connection(io: Tracked, id: u64, exporter: Arc<Exporter>, scrapes: Arc<Semaphore>) {
+    let (slots, slot) = (io.slots.clone(), io.slot.clone());
+    let svc = {
+        let (slots, slot) = (slots.clone(), slot.clone());
+        service_fn(move |req| {
+            let (exporter, scrapes) = (exporter.clone(), scrapes.clone());
+            let (slots, slot) = (slots.clone(), slot.clone());
+            async move {
+                let _answering = Answering::new(&slots, &slot);
+                handle(req, exporter, scrapes).await
+            }
+        })
+    };
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(io), svc);
+    let ended = std::pin::pin!(conn);
+    let evicted = std::pin::pin!(slot.close.notified());
+    let stalled = std::pin::pin!(slots.stalled(&slot));
+    let closed = std::pin::pin!(futures::future::select(evicted, stalled));
+    match futures::future::select(ended, closed).await {
+        futures::future::Either::Left((Err(e), _)) => log::debug!("connection: {e}"),
+        futures::future::Either::Left((Ok(()), _)) => {}
+        futures::future::Either::Right(_) => {
+            log::debug!("closing a connection of {} (evicted or stalled)", slot.peer)
+        }
+    }
+    slots.release(id);
+}
+
 /// Serve until the process is killed. Errors only when the address cannot be bound.
 pub fn serve(listen: SocketAddr, exporter: Arc<Exporter>) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
-        .max_blocking_threads(4)
+        .max_blocking_threads(SCRAPE_THREADS)
         .build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen).await?;
@@ -71,10 +315,11 @@ pub fn serve(listen: SocketAddr, exporter: Arc<Exporter>) -> std::io::Result<()>
             listener.local_addr()?,
             exporter.source.state_dir.display()
         );
-        let active = Arc::new(AtomicUsize::new(0));
+        let slots = Arc::new(Slots::new());
+        let scrapes = Arc::new(Semaphore::new(SCRAPES_WAITING));
         loop {
-            let stream = match listener.accept().await {
-                Ok((s, _)) => s,
+            let (stream, peer) = match listener.accept().await {
+                Ok(s) => s,
                 Err(e) => {
                     // EMFILE and friends: back off rather than spin.
                     log::warn!("accept: {e}");
@@ -82,23 +327,91 @@ pub fn serve(listen: SocketAddr, exporter: Arc<Exporter>) -> std::io::Result<()>
                     continue;
                 }
             };
-            if active.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+            let Some((id, slot)) = slots.admit(peer.ip()) else {
+                log::debug!(
+                    "all {MAX_CONNECTIONS} connections are being answered; closing a new one"
+                );
                 drop(stream);
                 continue;
-            }
-            active.fetch_add(1, Ordering::SeqCst);
-            let (exporter, active) = (exporter.clone(), active.clone());
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| handle(req, exporter.clone()));
-                let conn = http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), svc);
-                if let Err(e) = conn.await {
-                    log::debug!("connection: {e}");
-                }
-                active.fetch_sub(1, Ordering::SeqCst);
-            });
+            };
+            let io = Tracked {
+                io: stream,
+                slots: slots.clone(),
+                slot,
+            };
+            tokio::spawn(connection(io, id, exporter.clone(), scrapes.clone()));
+            // Let the new connection read what it was sent before the next accept: a client
+            // whose request is already here is then being answered, not the idlest in a burst
+            // of accepts that could evict it.
+            tokio::task::yield_now().await;
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_table_evicts_the_idlest_of_the_busiest_peer_and_never_one_being_answered() {
+        let slots = Slots::new();
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let (_, prom) = slots.admit(b).unwrap();
+        let mut flood = Vec::new();
+        for _ in 1..MAX_CONNECTIONS {
+            flood.push(slots.admit(a).unwrap());
+        }
+        // The flood's oldest goes; Prometheus' connection, older still, stays.
+        prom.last.store(0, Ordering::Relaxed);
+        for (i, (_, s)) in flood.iter().enumerate() {
+            s.last.store(10 + i as u64, Ordering::Relaxed);
+        }
+        let (_, newer) = slots.admit(a).unwrap();
+        let held = slots.held.lock().unwrap();
+        assert_eq!(held.len(), MAX_CONNECTIONS);
+        assert!(!held.contains_key(&flood[0].0), "the flood's idlest stays");
+        assert!(held.values().any(|s| Arc::ptr_eq(s, &prom)));
+        drop(held);
+        drop(newer);
+        // Every connection being answered: a new one is refused, none evicted.
+        for s in slots.held.lock().unwrap().values() {
+            s.busy.store(1, Ordering::Relaxed);
+        }
+        assert!(slots.admit(a).is_none());
+        assert_eq!(slots.held.lock().unwrap().len(), MAX_CONNECTIONS);
+    }
+
+    #[test]
+    fn a_connection_not_answered_that_makes_no_progress_is_stalled() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let mut slots = Slots::new();
+        // A table a minute old, so "quiet for longer than the limit" can be said.
+        slots.start = Instant::now()
+            .checked_sub(Duration::from_secs(60))
+            .unwrap_or(slots.start);
+        let (_, slot) = slots.admit("10.0.0.1".parse().unwrap()).unwrap();
+        let limit = u64::try_from(STALL_TIMEOUT.as_millis()).unwrap();
+        // Long quiet, but being answered (a scrape running): not stalled.
+        slot.busy.store(1, Ordering::Relaxed);
+        slot.last.store(0, Ordering::Relaxed);
+        let start = Instant::now();
+        let waited = rt.block_on(async {
+            let t = tokio::time::timeout(Duration::from_millis(1500), slots.stalled(&slot));
+            t.await.is_err()
+        });
+        assert!(waited, "stalled while being answered");
+        // Not answered and quiet for longer than the limit: stalled at the next tick.
+        slot.busy.store(0, Ordering::Relaxed);
+        slot.last
+            .store(slots.now().saturating_sub(limit), Ordering::Relaxed);
+        rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(3), slots.stalled(&slot))
+                .await
+                .expect("not stalled")
+        });
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
 }

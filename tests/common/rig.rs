@@ -14,13 +14,41 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 // ---------------------------------------------------------------- temp dirs
 
-/// A directory under target/tmp removed on drop.
+/// Where every test's temp dirs live: a private directory made once per test binary by
+/// `mkdtemp("/tmp/rhd-XXXXXX")` and removed when the binary exits. Never under the checkout,
+/// whose path can be of any length: podman refuses a runroot over 50 characters and a unix
+/// socket's path has 108 bytes (containerd's, the dhcp daemon's), so these paths stay short
+/// wherever the repository is cloned (`scripts/test.sh` runs those tests from a 150+ character
+/// checkout path to keep it so). `$TMPDIR` is not used: it can be as long as it likes.
+pub fn short_tmp() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    extern "C" fn remove_root() {
+        if let Some(p) = ROOT.get() {
+            let _ = fs::remove_dir_all(p);
+        }
+    }
+    ROOT.get_or_init(|| {
+        let mut template = *b"/tmp/rhd-XXXXXX\0";
+        // SAFETY: a NUL-terminated, writable template, as mkdtemp(3) wants.
+        let p = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+        assert!(
+            !p.is_null(),
+            "mkdtemp /tmp/rhd-XXXXXX: {}",
+            std::io::Error::last_os_error()
+        );
+        let path = PathBuf::from(String::from_utf8_lossy(&template[..template.len() - 1]).as_ref());
+        // SAFETY: registers a plain function; the test harness exits through exit(3).
+        unsafe { libc::atexit(remove_root) };
+        path
+    })
+}
+
+/// A directory under [`short_tmp`] removed on drop.
 pub struct TempDir(PathBuf);
 
 impl TempDir {
     pub fn new(label: &str) -> TempDir {
-        let p =
-            Path::new(TARGET_TMP).join(format!("rhd-{label}-{}-{}", std::process::id(), next_id()));
+        let p = short_tmp().join(format!("{label}-{}", next_id()));
         let _ = fs::remove_dir_all(&p);
         fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
         TempDir(p)
@@ -61,6 +89,9 @@ pub struct Rig {
     pub n: u32,
     pub dir: TempDir,
     calls: AtomicU32,
+    /// IPAM plugins this rig's tests wrote (see [`Rig::allow_ipam`]) and the policy keys last
+    /// given to [`Rig::set_node`]: the node file is written from both.
+    node_keys: std::sync::Mutex<(Vec<String>, Value)>,
 }
 
 impl Rig {
@@ -75,6 +106,7 @@ impl Rig {
             n,
             dir,
             calls: AtomicU32::new(0),
+            node_keys: std::sync::Mutex::new((Vec::new(), json!({}))),
         };
         rig.set_node(json!({}));
         rig
@@ -82,8 +114,20 @@ impl Rig {
 
     /// The node configuration file every call of this rig uses (through
     /// [`NODE_CONFIG_ENV`]): this rig's stateDir and logDir, plus `extra` keys (a policy).
+    /// Unless `extra` says `ipamPlugins`, the node allows the default IPAM plugins plus those
+    /// given to [`Rig::allow_ipam`].
     pub fn set_node(&self, extra: Value) {
+        let mut keys = self.node_keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.1 = extra.clone();
         let mut node = json!({"stateDir": self.state_dir(), "logDir": self.log_dir()});
+        if !keys.0.is_empty() {
+            let mut allowed: Vec<String> = rdma_host_device::node::DEFAULT_IPAM_PLUGINS
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            allowed.extend(keys.0.iter().cloned());
+            node["ipamPlugins"] = json!(allowed);
+        }
         if let Value::Object(m) = extra {
             for (k, v) in m {
                 node[k] = v;
@@ -94,6 +138,17 @@ impl Rig {
             serde_json::to_vec_pretty(&node).unwrap(),
         )
         .unwrap();
+    }
+    /// Let this rig's node run `name` as IPAM (a test plugin), besides the default ones.
+    pub fn allow_ipam(&self, name: &str) {
+        let extra = {
+            let mut keys = self.node_keys.lock().unwrap_or_else(|e| e.into_inner());
+            if !keys.0.iter().any(|n| n == name) {
+                keys.0.push(name.to_owned());
+            }
+            keys.1.clone()
+        };
+        self.set_node(extra);
     }
     pub fn node_config(&self) -> PathBuf {
         self.dir.path().join("node.json")
@@ -205,7 +260,8 @@ impl Rig {
     /// A test IPAM plugin `name`, written into this rig's CNI_PATH (bin dir): a shell script
     /// that answers ADD with `result` as given (a 1.1.0-style result, e.g. routes with
     /// `table`/`mtu`/`tos`, which Debian's 1.0.0-era plugins never emit), VERSION with every
-    /// version, and DEL/CHECK with nothing. Returns the config's `ipam` object for it.
+    /// version, and DEL/CHECK with nothing. The rig's node allows it (`ipamPlugins`). Returns
+    /// the config's `ipam` object for it.
     pub fn fixed_ipam(&self, name: &str, result: &Value) -> Value {
         use std::os::unix::fs::PermissionsExt;
         let p = self.bin_dir().join(name);
@@ -219,6 +275,7 @@ impl Rig {
         );
         fs::write(&p, script).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
         fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        self.allow_ipam(name);
         json!({ "type": name })
     }
 

@@ -17,9 +17,9 @@
 #   - what node_exporter's infiniband collector shows for the same devices (no pod, no QPs,
 #     no hw counters), with the sysfs it reads and its own debug log;
 #   - `inspect --watch` during rping: pod-a's tx rate and QPs, pod-r's rxe hw counters;
-#   - headless Chromium (Debian's) screenshots Prometheus' own /graph of two per-pod queries
-#     over the whole run: target/vm/prometheus-graph-{tx-rate,qps}.png (docs/img/ holds the
-#     README's copies).
+#   - with RHD_PICTURES=1 (scripts/pictures.sh), headless Chromium (Debian's) screenshots
+#     Prometheus' own /graph of two per-pod queries over the whole run:
+#     target/vm/prometheus-graph-{tx-rate,qps}.png (docs/img/ holds the README's copies).
 # The Prometheus server runs in the guest: it is one static Go binary from the host's root,
 # which the guest mounts read-only, so nothing needs installing inside.
 # Findings go to target/vm/metrics-report.txt (and a raw scrape to target/vm/metrics-scrape.txt).
@@ -274,11 +274,14 @@ shot() {
     bad "no graph for $2: PNG $size bytes; $(grep -v -i dbus "$WORK/chromium.log" | tail -3)"
   fi
 }
-if command -v chromium >/dev/null; then
+# Only scripts/pictures.sh asks for the pictures (RHD_PICTURES=1): the tests do not need a browser.
+if [[ ${RHD_PICTURES:-0} != 1 ]]; then
+  note "graphs: not drawn (scripts/pictures.sh draws the README's)"
+elif command -v chromium >/dev/null; then
   shot prometheus-graph-tx-rate 'sum by (namespace, pod) (rate(rdma_host_device_netdev_transmit_bytes_total[20s]))'
   shot prometheus-graph-qps 'sum by (namespace, pod) (rdma_host_device_rdma_resources{resource="qp"})'
 else
-  bad "no chromium (scripts/setup.sh installs it)"
+  bad "no chromium (scripts/setup.sh --for pictures installs it)"
 fi
 
 case_ cleanup

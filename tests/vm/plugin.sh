@@ -28,6 +28,8 @@
 #                 host no longer lists it, the pod does), verbs in the pod show the GID, 1.1.0
 #                 result has pciID; DEL brings both back under their own names
 #   rdma-selector the same NIC selected by "rdmaDevice"
+#   device-info   deviceID + CNIDeviceInfoFile capabilities as Multus passes them: the file names
+#                 the NIC's PCI address and RDMA device; DEL removes it
 #   netns-death   deviceID capability; the pod's netns is deleted without DEL: both come back to
 #                 the host (the NIC as net1); the next ADD restores the NIC's name and succeeds
 #   crash         kill -9 at every ADD step boundary (RHD_FAULT, debug build), then DEL: RDMA
@@ -45,7 +47,7 @@ BIN=${RHD_BIN:-$REPO/target/debug/rdma-host-device}
 DRIVER=${RHD_DRIVER:-$REPO/target/vm/libcni-driver}
 WORK=$(mktemp -d)
 # The node's settings (state and log directories) come from the node configuration, not the NAD.
-echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\"}" >"$WORK/node.json"
+echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\",\"deviceInfoDir\":\"$WORK/devinfo\"}" >"$WORK/node.json"
 export RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/node.json
 PLUGINS=$WORK/bin
 mkdir -p "$PLUGINS"
@@ -343,6 +345,29 @@ exclusive_move() {
   check "DEL succeeds" test "$RC" = 0
   check "rxens0 and $NIC are home" bash -c "rdma dev show rxens0 && ip link show $NIC"
   ip netns del p2
+
+  case_ device-info
+  # As Multus calls it for a NAD with a resourceName: deviceID and CNIDeviceInfoFile offered as
+  # capability args; the file tells the pod its PCI function and RDMA device (network-status).
+  ip netns add p5; NETNS=/var/run/netns/p5
+  cat >"$WORK/i.conf" <<EOF
+{"cniVersion":"1.0.0","name":"xinfo","type":"rdma-host-device",
+ "capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},
+ "ipam":$(host_local 10.84.0.0/24),"logFile":"plugin.log"}
+EOF
+  INFO=$WORK/devinfo/xinfo-c-i_net1-device.json
+  cni add "$WORK/i.conf" c-i -cap "deviceID=$PCI" -cap "CNIDeviceInfoFile=$INFO"
+  check "ADD with the CNIDeviceInfoFile capability succeeds" test "$RC" = 0
+  check "the device-info file names $PCI and rxens0 (spec 1.1.0, type pci)" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["type"] == "pci" and d["version"] == "1.1.0", d
+assert d["pci"]["pci-address"] == sys.argv[2] and d["pci"]["rdma-device"] == "rxens0", d' "$INFO" "$PCI"
+  cni del "$WORK/i.conf" c-i -cap "deviceID=$PCI" -cap "CNIDeviceInfoFile=$INFO"
+  check "DEL succeeds" test "$RC" = 0
+  check "DEL removed the device-info file" test ! -e "$INFO"
+  check "rxens0 and $NIC are home" bash -c "rdma dev show rxens0 && ip link show $NIC"
+  ip netns del p5
 
   case_ netns-death
   ip netns add p3; NETNS=/var/run/netns/p3

@@ -74,7 +74,7 @@ options:
   -c CMDS          run CMDS with bash -c instead of a script file
   --mem MB         guest memory (default $MEM)
   --smp N          guest vCPUs (default $SMP)
-  --prepare        install host packages (apt), download the kernel, build the
+  --prepare        install host packages (scripts/setup.sh --for vm), download the kernel, build the
                    initramfs, siw.ko and rdma_rxe_netns.ko; then exit
   -v, --verbose    progress and timings on stderr
   -h, --help       this text
@@ -120,27 +120,18 @@ T0=$(date +%s.%N)
 elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }
 
 # ------------------------------------------------------------------ host packages
-# qemu (the VMM), busybox-static (initramfs), kmod (depmod here, modprobe in the
-# guest), cpio/xz/zstd (unpacking), make/gcc-12/libc6-dev/patch (our modules;
-# Debian's 6.1 kernel is built with gcc-12), python3 (capture script), and the RDMA
-# user-space tools that the guest runs straight from this filesystem.
-HOST_PKGS=(qemu-system-x86 busybox-static kmod cpio xz-utils zstd make gcc-12
-           libc6-dev binutils patch python3 iproute2 rdma-core ibverbs-utils
-           ibverbs-providers perftest rdmacm-utils util-linux)
+# What the VM needs on this machine (QEMU, busybox, module tools, gcc-12 for our modules, the
+# RDMA user space the guest runs from this root) is scripts/setup.sh's "vm" set: --prepare
+# installs it there (one list, one place that resolves apt's conflicts); a plain run only
+# checks the VMM is there.
 APT_UPDATED=0
 apt_update() { if [[ $APT_UPDATED == 0 ]]; then apt-get update -q >&2 || true; APT_UPDATED=1; fi; }
 ensure_packages() {
-  local p missing=()
-  for p in "${HOST_PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [[ ${#missing[@]} -eq 0 ]] && return 0
-  [[ $(id -u) == 0 ]] || die "missing packages: ${missing[*]} (run as root, or apt-get install them)"
-  note "installing ${missing[*]} ..."
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 \
-    || { apt_update; apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; } \
-    || die "apt-get install ${missing[*]} failed"
+  if [[ $PREPARE_ONLY == 1 ]]; then
+    "$REPO/scripts/setup.sh" --for vm || die "scripts/setup.sh --for vm failed"
+  else
+    command -v qemu-system-x86_64 >/dev/null || die "no qemu-system-x86_64: run $0 --prepare (or scripts/setup.sh --for vm)"
+  fi
 }
 command -v dpkg-query >/dev/null || die "needs a Debian host (dpkg/apt)"
 ensure_packages

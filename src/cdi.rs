@@ -1,0 +1,264 @@
+//! What lets a container *use* its RDMA device, for runtimes that read CDI specs (CRI-O,
+//! containerd 1.7+, podman): `rdma-host-device cdi` writes a Container Device Interface spec
+//! with one device per RDMA device of the node (kind `rdma-host-device.io/rdma`, named after
+//! the RDMA device), each granting its `/dev/infiniband/uverbsN`, all granting `rdma_cm`, and a
+//! `createRuntime` hook, `rdma-host-device memlock-hook LIMIT`, that raises the container's
+//! RLIMIT_MEMLOCK (memory registration pins pages; containerd's default 8 MiB makes
+//! `ibv_reg_mr` fail and NCCL fall back to TCP without a word).
+//!
+//! Who writes what: the spec is the node's (the DaemonSet writes it from sysfs and the node
+//! configuration's `memlock`); the hook's input is the runtime's OCI state on stdin (a pid),
+//! read within a bound. A device moved into a pod (exclusive mode) vanishes from the host's
+//! sysfs: its entry is kept from the previous spec while its char device exists, so a
+//! restarted container of that pod still resolves its CDI name.
+
+use crate::error::{Code, Error, Result};
+use serde_json::{Value, json};
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+pub const KIND: &str = "rdma-host-device.io/rdma";
+/// What podman 4.3 (Debian 12) and the runtimes of its time read.
+pub const CDI_VERSION: &str = "0.5.0";
+pub const DEFAULT_SPEC: &str = "/var/run/cdi/rdma-host-device.json";
+pub const DEFAULT_HOOK: &str = "/opt/cni/bin/rdma-host-device";
+const MAX_STATE: u64 = 1 << 20;
+
+/// RLIMIT_MEMLOCK for containers given an RDMA device: a number of bytes, or unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memlock {
+    Unlimited,
+    Bytes(u64),
+}
+
+impl Memlock {
+    pub fn parse(s: &str) -> Result<Memlock> {
+        match s {
+            "unlimited" | "infinity" => Ok(Memlock::Unlimited),
+            _ => s.parse().map(Memlock::Bytes).map_err(|_| {
+                Error::new(
+                    Code::InvalidConfig,
+                    format!("memlock {s:?}: a number of bytes or \"unlimited\""),
+                )
+            }),
+        }
+    }
+
+    fn as_arg(self) -> String {
+        match self {
+            Memlock::Unlimited => "unlimited".into(),
+            Memlock::Bytes(n) => n.to_string(),
+        }
+    }
+
+    fn as_rlim(self) -> libc::rlim_t {
+        match self {
+            Memlock::Unlimited => libc::RLIM_INFINITY,
+            Memlock::Bytes(n) => n as libc::rlim_t,
+        }
+    }
+}
+
+/// One RDMA device and the char device its user space opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerbsDevice {
+    pub rdma_device: String,
+    /// `/dev/infiniband/uverbsN` as the container sees it.
+    pub path: String,
+    /// Where it is on the node (the same, but under `dev_root`).
+    pub host_path: PathBuf,
+}
+
+/// Every RDMA device's uverbs char device: `<sysfs>/class/infiniband_verbs/uverbsN/ibdev`
+/// names the RDMA device, `<dev>/infiniband/uverbsN` is the node.
+pub fn verbs_devices(sysfs: &Path, dev: &Path) -> Vec<VerbsDevice> {
+    let mut out: Vec<VerbsDevice> = crate::sysfs::list_dir(&sysfs.join("class/infiniband_verbs"))
+        .into_iter()
+        .filter(|n| n.starts_with("uverbs"))
+        .filter_map(|n| {
+            let ibdev =
+                fs::read_to_string(sysfs.join("class/infiniband_verbs").join(&n).join("ibdev"))
+                    .ok()?;
+            let host_path = dev.join("infiniband").join(&n);
+            host_path.exists().then(|| VerbsDevice {
+                rdma_device: ibdev.trim().to_owned(),
+                path: format!("/dev/infiniband/{n}"),
+                host_path,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.rdma_device.cmp(&b.rdma_device));
+    out
+}
+
+/// The CDI spec for `devices`; `previous` (the spec written before) keeps the entries of
+/// devices now in pods whose char device still exists.
+pub fn spec(
+    devices: &[VerbsDevice],
+    dev: &Path,
+    memlock: Memlock,
+    hook: &Path,
+    previous: Option<&Value>,
+) -> Value {
+    let node = |d: &VerbsDevice| {
+        let mut n = json!({"path": d.path});
+        if d.host_path != Path::new(&d.path) {
+            n["hostPath"] = json!(d.host_path);
+        }
+        n
+    };
+    let mut entries: Vec<Value> = devices
+        .iter()
+        .map(|d| json!({"name": d.rdma_device, "containerEdits": {"deviceNodes": [node(d)]}}))
+        .collect();
+    let kept = previous
+        .and_then(|p| p["devices"].as_array())
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            let name = e["name"].as_str().unwrap_or("");
+            !name.is_empty() && !devices.iter().any(|d| d.rdma_device == name)
+        })
+        .filter(|e| {
+            e["containerEdits"]["deviceNodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|n| {
+                    n["hostPath"]
+                        .as_str()
+                        .or(n["path"].as_str())
+                        .is_some_and(|p| Path::new(p).exists())
+                })
+        })
+        .cloned()
+        .collect::<Vec<_>>();
+    entries.extend(kept);
+    let rdma_cm = dev.join("infiniband/rdma_cm");
+    let mut common = json!({
+        "hooks": [{
+            "hookName": "createRuntime",
+            "path": hook,
+            "args": ["rdma-host-device", "memlock-hook", memlock.as_arg()],
+        }]
+    });
+    if rdma_cm.exists() {
+        let mut n = json!({"path": "/dev/infiniband/rdma_cm"});
+        if rdma_cm != Path::new("/dev/infiniband/rdma_cm") {
+            n["hostPath"] = json!(rdma_cm);
+        }
+        common["deviceNodes"] = json!([n]);
+    }
+    json!({
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "devices": entries,
+        "containerEdits": common,
+    })
+}
+
+/// Write `spec` to `path` through a temp file and a rename.
+pub fn write_spec(path: &Path, spec: &Value) -> Result<()> {
+    let body = serde_json::to_vec_pretty(spec).unwrap_or_default();
+    crate::files::replace(path, &body).map_err(|e| {
+        Error::new(
+            Code::Io,
+            format!("cannot write CDI spec {}: {e}", path.display()),
+        )
+    })
+}
+
+/// The OCI hook: the container's process (the `pid` of the runtime's state on stdin) gets
+/// RLIMIT_MEMLOCK `limit` (soft and hard) before it starts; its program inherits it.
+pub fn memlock_hook(limit: Memlock, state: &mut dyn Read) -> Result<()> {
+    let mut body = Vec::new();
+    state.take(MAX_STATE).read_to_end(&mut body).map_err(|e| {
+        Error::new(
+            Code::Io,
+            format!("memlock-hook: reading the OCI state: {e}"),
+        )
+    })?;
+    let v: Value = serde_json::from_slice(&body).map_err(|e| {
+        Error::new(
+            Code::Decode,
+            format!("memlock-hook: the OCI state on stdin is not JSON: {e}"),
+        )
+    })?;
+    let pid = v["pid"]
+        .as_i64()
+        .filter(|&p| p > 0 && p <= i64::from(i32::MAX))
+        .ok_or_else(|| Error::new(Code::Decode, "memlock-hook: the OCI state has no pid"))?;
+    let lim = libc::rlimit {
+        rlim_cur: limit.as_rlim(),
+        rlim_max: limit.as_rlim(),
+    };
+    // SAFETY: prlimit with a valid rlimit struct and no old-limit pointer.
+    let rc = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_MEMLOCK,
+            &lim,
+            std::ptr::null_mut(),
+        )
+    };
+    if rc != 0 {
+        return Err(Error::new(
+            Code::Io,
+            format!(
+                "memlock-hook: setting RLIMIT_MEMLOCK of pid {pid} to {}: {}",
+                limit.as_arg(),
+                std::io::Error::last_os_error()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memlock_values() {
+        assert_eq!(Memlock::parse("unlimited").unwrap(), Memlock::Unlimited);
+        assert_eq!(
+            Memlock::parse("1073741824").unwrap(),
+            Memlock::Bytes(1 << 30)
+        );
+        assert!(Memlock::parse("-1").is_err());
+        assert!(Memlock::parse("1G").is_err());
+    }
+
+    #[test]
+    fn the_hook_refuses_a_state_without_a_pid() {
+        for bad in [&b"{}"[..], b"not json", br#"{"pid": 0}"#, br#"{"pid": -5}"#] {
+            assert!(memlock_hook(Memlock::Unlimited, &mut &bad[..]).is_err());
+        }
+    }
+
+    #[test]
+    fn a_device_in_a_pod_keeps_its_entry_while_its_char_device_exists() {
+        let dev = Path::new("/dev");
+        let prev = json!({"devices": [
+            {"name": "in_pod", "containerEdits": {"deviceNodes": [{"path": "/dev/null"}]}},
+            {"name": "unplugged", "containerEdits": {"deviceNodes": [{"path": "/dev/rhd-no-such"}]}},
+        ]});
+        let s = spec(
+            &[],
+            dev,
+            Memlock::Unlimited,
+            Path::new(DEFAULT_HOOK),
+            Some(&prev),
+        );
+        let names: Vec<&str> = s["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|d| d["name"].as_str())
+            .collect();
+        assert_eq!(names, ["in_pod"]);
+        assert_eq!(s["kind"], KIND);
+        assert_eq!(s["containerEdits"]["hooks"][0]["args"][2], "unlimited");
+    }
+}

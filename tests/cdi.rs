@@ -1,0 +1,199 @@
+//! The CDI spec (`rdma-host-device cdi`) consumed by a real runtime: Debian's podman runs a
+//! container given only the CDI device name `rdma-host-device.io/rdma=NAME`; inside it the RDMA
+//! device's uverbs char device and rdma_cm are present, and the memlock hook has raised
+//! `ulimit -l` to the node policy's value. Without the CDI name: neither. This kernel has no
+//! RDMA, so the RDMA device is described by a sysfs tree of the test's own (`--sysfs`) and its
+//! char devices are made with mknod (`--dev`, the real major/minor of uverbs0 and rdma_cm);
+//! podman, runc and the hook are the real ones. Needs root and podman.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+/// A fake node: sysfs naming one RDMA device's uverbs0, /dev with uverbs0 and rdma_cm, a
+/// busybox root for the container, and podman's own storage, all under one temp dir.
+struct World {
+    dir: TempDir,
+    rdma: String,
+    spec: PathBuf,
+}
+
+impl World {
+    fn new(tag: &str) -> World {
+        require_root();
+        let dir = TempDir::new(&format!("cdi-{tag}"));
+        let d = dir.path();
+        let rdma = format!("rhdt{}{tag}", std::process::id());
+        let verbs = d.join("sys/class/infiniband_verbs/uverbs0");
+        fs::create_dir_all(&verbs).unwrap();
+        fs::write(verbs.join("ibdev"), format!("{rdma}\n")).unwrap();
+        fs::create_dir_all(d.join("dev/infiniband")).unwrap();
+        for (name, major, minor) in [("uverbs0", 231, 192), ("rdma_cm", 10, 58)] {
+            let p = std::ffi::CString::new(d.join("dev/infiniband").join(name).to_str().unwrap())
+                .unwrap();
+            // SAFETY: mknod of a char device node in our own temp dir.
+            let rc = unsafe {
+                libc::mknod(
+                    p.as_ptr(),
+                    libc::S_IFCHR | 0o666,
+                    libc::makedev(major, minor),
+                )
+            };
+            assert_eq!(rc, 0, "mknod {name}: {}", std::io::Error::last_os_error());
+        }
+        let root = d.join("rootfs/bin");
+        fs::create_dir_all(&root).unwrap();
+        fs::copy("/bin/busybox", root.join("busybox")).expect("busybox-static (scripts/setup.sh)");
+        std::os::unix::fs::symlink("busybox", root.join("sh")).unwrap();
+        // podman 4.3 reads specs from /etc/cdi and /var/run/cdi only: one file of this test's.
+        let spec = PathBuf::from(format!("/var/run/cdi/rhd-test-{rdma}.json"));
+        World { dir, rdma, spec }
+    }
+
+    fn cdi(&self, memlock: &str) -> Output {
+        let d = self.dir.path();
+        let out = Command::new(PLUGIN)
+            .args(["cdi", "--out"])
+            .arg(&self.spec)
+            .args(["--memlock", memlock, "--hook", PLUGIN, "--sysfs"])
+            .arg(d.join("sys"))
+            .arg("--dev")
+            .arg(d.join("dev"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cdi: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// `sh -c SCRIPT` in a podman container, with `devices` (CDI names) added.
+    fn podman(&self, devices: &[String], script: &str) -> Result<String, String> {
+        let d = self.dir.path().display();
+        let mut c = Command::new("podman");
+        c.args([
+            format!("--root={d}/storage"),
+            format!("--runroot={d}/run"),
+            format!("--tmpdir={d}/tmp"),
+            "--cgroup-manager=cgroupfs".into(),
+            "--events-backend=file".into(),
+            "run".into(),
+            "--rm".into(),
+            "--network=none".into(),
+            "--ulimit=nofile=4096:4096".into(),
+            "--ulimit=nproc=4096:4096".into(),
+        ]);
+        for dev in devices {
+            c.args(["--device", dev]);
+        }
+        c.arg("--rootfs")
+            .arg(self.dir.path().join("rootfs"))
+            .args(["/bin/sh", "-c", script])
+            .stdin(Stdio::null());
+        let out = c.output().expect("podman (scripts/setup.sh installs it)");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            Err(format!(
+                "podman: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.spec);
+    }
+}
+
+/// Whether this process may raise a hard rlimit (CAP_SYS_RESOURCE, bit 24 of CapEff).
+fn has_cap_sys_resource() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << 24) != 0)
+}
+
+const SHOW: &str = "/bin/busybox ls -l /dev/infiniband 2>&1; echo memlock=$(ulimit -l)";
+
+#[test]
+fn a_container_given_the_cdi_name_gets_the_char_devices_and_the_memlock_limit() {
+    let w = World::new("a");
+    // 4 MiB: below the 8 MiB every container inherits here, so the hook can set it even where
+    // the runtime lacks CAP_SYS_RESOURCE (this build machine); raising it is the next test.
+    w.cdi("4194304");
+    let spec: Value = serde_json::from_slice(&fs::read(&w.spec).unwrap()).unwrap();
+    assert_eq!(spec["devices"][0]["name"], w.rdma.as_str(), "{spec:#}");
+    let inside = w
+        .podman(&[format!("rdma-host-device.io/rdma={}", w.rdma)], SHOW)
+        .unwrap();
+    assert!(
+        inside.contains("231, 192") && inside.contains("uverbs0"),
+        "{inside}"
+    );
+    assert!(
+        inside.contains("10,  58") && inside.contains("rdma_cm"),
+        "{inside}"
+    );
+    assert!(
+        inside.contains("memlock=4096"),
+        "4 MiB is 4096 KiB in ulimit -l: {inside}"
+    );
+}
+
+#[test]
+fn unlimited_memlock_and_nothing_without_the_cdi_name() {
+    let w = World::new("b");
+    w.cdi("unlimited");
+    let inside = w.podman(&[format!("rdma-host-device.io/rdma={}", w.rdma)], SHOW);
+    if has_cap_sys_resource() {
+        let inside = inside.unwrap();
+        assert!(inside.contains("memlock=unlimited"), "{inside}");
+    } else {
+        // Raising a hard limit needs CAP_SYS_RESOURCE, which a node's runtime has and this
+        // sandbox does not: the container must then fail to start, saying why, rather than
+        // start with 8 MiB and let NCCL fall back to TCP in silence.
+        let err = inside.unwrap_err();
+        assert!(
+            err.contains("memlock-hook: setting RLIMIT_MEMLOCK"),
+            "{err}"
+        );
+    }
+    let without = w.podman(&[], SHOW).unwrap();
+    assert!(!without.contains("uverbs0"), "{without}");
+    assert!(
+        !without.contains("memlock=unlimited"),
+        "the runtime's default stays: {without}"
+    );
+}
+
+#[test]
+fn the_spec_keeps_a_device_gone_from_sysfs_while_its_char_device_exists() {
+    // Exclusive mode: a device moved into a pod leaves the host's sysfs; a restarted container
+    // of that pod must still resolve its CDI name.
+    let w = World::new("c");
+    w.cdi("unlimited");
+    fs::remove_dir_all(w.dir.path().join("sys/class/infiniband_verbs/uverbs0")).unwrap();
+    w.cdi("unlimited");
+    let spec: Value = serde_json::from_slice(&fs::read(&w.spec).unwrap()).unwrap();
+    assert_eq!(spec["devices"][0]["name"], w.rdma.as_str(), "{spec:#}");
+    fs::remove_file(w.dir.path().join("dev/infiniband/uverbs0")).unwrap();
+    w.cdi("unlimited");
+    let spec: Value = serde_json::from_slice(&fs::read(&w.spec).unwrap()).unwrap();
+    assert_eq!(
+        spec["devices"].as_array().map(Vec::len),
+        Some(0),
+        "{spec:#}"
+    );
+}
