@@ -1,89 +1,50 @@
 //! Network namespaces that outlive their path: the runtime unmounted a pod's netns (or never
 //! had a path for it), but a process still in it keeps it, and whatever NIC it holds, alive.
-//! Such a namespace is reachable only through a holder's `/proc/PID/ns/net`; DEL looks there
-//! before it believes a NIC is gone.
+//! Such a namespace is reachable only through a holder's `/proc/PID/ns/net`
+//! ([`crate::netns::others_on_node`] finds it); DEL looks there before it believes a NIC is
+//! gone, and names the processes that keep it.
 
 use crate::netns::Netns;
-use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
 /// How many holders a message names at most.
 const NAMED_HOLDERS: usize = 5;
 
-/// A living network namespace other than the host's, and processes in it.
-pub struct Living {
-    pub ns: Netns,
-    /// (pid, comm) of processes in it, by pid.
-    pub holders: Vec<(u32, String)>,
-}
-
-impl Living {
-    /// "pid 4242 (sleep), pid 4250 (python3)" for messages.
-    pub fn describe_holders(&self) -> String {
-        let mut s: Vec<String> = self
-            .holders
-            .iter()
-            .take(NAMED_HOLDERS)
-            .map(|(pid, comm)| format!("pid {pid} ({comm})"))
-            .collect();
-        if self.holders.len() > NAMED_HOLDERS {
-            s.push(format!("and {} more", self.holders.len() - NAMED_HOLDERS));
-        }
-        s.join(", ")
-    }
-}
-
-/// Every network namespace some process on the node is in, but the host's own (the plugin's,
-/// or pid 1's), each once. Namespaces the plugin may not open are skipped.
-pub fn living_netns() -> Vec<Living> {
-    let mut by_inode: HashMap<(u64, u64), Living> = HashMap::new();
-    let mut hosts: HashSet<(u64, u64)> = HashSet::new();
-    let Ok(rd) = std::fs::read_dir("/proc") else {
+/// The processes in network namespace `ns` (pid, comm), by pid.
+pub fn holders(ns: &Netns) -> Vec<(u32, String)> {
+    let Ok(me) = std::fs::metadata(ns.path()) else {
         return Vec::new();
     };
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let path = format!("/proc/{pid}/ns/net");
-        // stat follows the magic link to the namespace's nsfs inode: cheap, and enough to
-        // tell namespaces apart before opening one.
-        let Ok(md) = std::fs::metadata(&path) else {
-            continue;
-        };
-        let key = (md.dev(), md.ino());
-        if hosts.contains(&key) {
-            continue;
-        }
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|c| c.trim_end().to_string())
-            .unwrap_or_default();
-        if let Some(l) = by_inode.get_mut(&key) {
-            l.holders.push((pid, comm));
-            continue;
-        }
-        let Ok(ns) = Netns::open(Path::new(&path)) else {
-            continue;
-        };
-        if ns.is_the_hosts() {
-            // Remembered, so that its other processes skip the open.
-            hosts.insert(key);
-            continue;
-        }
-        by_inode.insert(
-            key,
-            Living {
-                ns,
-                holders: vec![(pid, comm)],
-            },
-        );
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids.into_iter()
+        .filter(|pid| {
+            std::fs::metadata(format!("/proc/{pid}/ns/net"))
+                .is_ok_and(|m| m.dev() == me.dev() && m.ino() == me.ino())
+        })
+        .map(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            (pid, comm.trim_end().to_string())
+        })
+        .collect()
+}
+
+/// "pid 4242 (sleep), pid 4250 (python3)" for messages, at most [`NAMED_HOLDERS`] of them.
+pub fn describe(holders: &[(u32, String)]) -> String {
+    let mut s: Vec<String> = holders
+        .iter()
+        .take(NAMED_HOLDERS)
+        .map(|(pid, comm)| format!("pid {pid} ({comm})"))
+        .collect();
+    if holders.len() > NAMED_HOLDERS {
+        s.push(format!("and {} more", holders.len() - NAMED_HOLDERS));
     }
-    let mut all: Vec<Living> = by_inode.into_values().collect();
-    for l in &mut all {
-        l.holders.sort();
-    }
-    all
+    s.join(", ")
 }
 
 #[cfg(test)]
@@ -91,21 +52,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_hosts_own_namespace_is_not_listed() {
-        for l in living_netns() {
-            assert!(!l.ns.is_the_hosts());
-            assert!(!l.holders.is_empty());
-        }
+    fn the_processes_of_a_namespace_are_its_holders() {
+        let me = Netns::open(std::path::Path::new("/proc/self/ns/net")).unwrap();
+        let h = holders(&me);
+        assert!(h.iter().any(|(pid, _)| *pid == std::process::id()), "{h:?}");
     }
 
     #[test]
     fn holders_are_named_briefly() {
-        let l = Living {
-            ns: Netns::current().unwrap(),
-            holders: (1..=7).map(|p| (p, format!("p{p}"))).collect(),
-        };
-        let d = l.describe_holders();
+        let h: Vec<(u32, String)> = (1..=7).map(|p| (p, format!("p{p}"))).collect();
+        let d = describe(&h);
         assert!(d.starts_with("pid 1 (p1), pid 2 (p2)"), "{d}");
         assert!(d.ends_with("and 2 more"), "{d}");
+        assert_eq!(describe(&h[..1]), "pid 1 (p1)");
     }
 }

@@ -121,23 +121,41 @@ pub async fn release_attachment(
 }
 
 /// Fail (11, retryable) if `r`'s NIC sits in a living network namespace the plugin can reach
-/// only through a process in it (`/proc/PID/ns/net`): the pod's, whose path `netns` is gone.
+/// only through a process in it (`/proc/PID/ns/net`, from `netns::others_on_node`): the pod's,
+/// whose path `netns` is gone.
 /// Its IP and the attachment's state are kept: once the holders exit, a hardware NIC comes
 /// back to the host (and the retry restores it) and a virtual one is gone with the netns.
 async fn orphaned(r: &Record, netns: &str) -> Result<()> {
     let owner = r.owner();
-    for living in crate::orphan::living_netns() {
-        let links = match Links::open_in(&living.ns) {
+    // Only namespaces a process keeps: one with another name under /run/netns is someone's
+    // (a NIC on its way home from a dead pod passes through none).
+    let held = crate::netns::others_on_node()
+        .into_iter()
+        .filter(|(p, _)| p.starts_with("/proc"));
+    for (path, label) in held {
+        let Ok(ns) = Netns::open(&path) else {
+            continue;
+        };
+        if ns.is_the_hosts() {
+            continue;
+        }
+        let links = match Links::open_in(&ns) {
             Ok(l) => l.all().await.unwrap_or_default(),
             Err(_) => continue,
         };
         let Some(l) = links.iter().find(|l| is_orphaned_nic(l, r, &owner)) else {
             continue;
         };
+        let holders = crate::orphan::holders(&ns);
+        let held_by = if holders.is_empty() {
+            label
+        } else {
+            format!("held by {}", crate::orphan::describe(&holders))
+        };
         return Err(Error::new(
             Code::TryAgain,
             format!(
-                "{} is still in the pod's network namespace as {} (index {}): its path {} is gone, but the namespace lives on, held by {}; keeping its IP and the attachment's state so that DEL can be retried once they exit",
+                "{} is still in a network namespace as {} (index {}): the pod's path {} is gone, but the namespace lives on ({held_by}); keeping its IP and the attachment's state so that DEL can be retried once that is over",
                 r.host_name,
                 l.name,
                 l.index,
@@ -146,7 +164,6 @@ async fn orphaned(r: &Record, netns: &str) -> Result<()> {
                 } else {
                     netns
                 },
-                living.describe_holders()
             ),
         ));
     }
