@@ -561,3 +561,203 @@ fn del_whose_netns_path_is_gone_while_the_netns_lives_on_keeps_the_ip_and_the_st
     assert!(rig.allocations_of(&rig.net_name(), &rig.cid(0)).is_empty());
     rig.assert_state_empty(&"after the holder exited");
 }
+
+// ---------------------------------------------------------------- case 11: names that are bytes
+
+/// A name that is not UTF-8, as `ip` takes it: the kernel allows any bytes but `/`, `:` and
+/// whitespace.
+const NOT_UTF8: &[u8] = b"pod\xff\xfe1";
+
+fn not_utf8() -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    std::ffi::OsString::from_vec(NOT_UTF8.to_vec())
+}
+
+/// `ip ARGS` with OS-string arguments (a name that is bytes), panicking on failure.
+fn ip_os(args: &[&std::ffi::OsStr]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The pod renames its interface to a name that is not UTF-8 (which the netlink crates cannot
+/// decode, so the link vanished from the plugin's view): DEL still sees it and brings it home.
+#[test]
+fn a_nic_renamed_in_the_pod_to_a_name_that_is_not_utf8_still_comes_home() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = add(&rig, &nic, &pod, 0);
+    in_pod(&pod, &["link", "set", IF, "down"]);
+    let os = |s: &str| std::ffi::OsString::from(s);
+    ip_os(&[
+        &os("-n"),
+        &os(&pod.name),
+        &os("link"),
+        &os("set"),
+        &os(IF),
+        &os("name"),
+        &not_utf8(),
+    ]);
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    rig.assert_state_empty(&del);
+}
+
+/// A netns standing in for the node's own, for the tests that leave a link with a name that is
+/// not UTF-8 on "the host": on the real host it would break `ip -j` (which every test here
+/// reads links with) for every test running next to them. The plugin runs inside it.
+struct Node {
+    ns: Netns,
+    nic: String,
+}
+
+impl Node {
+    fn new(rig: &Rig) -> Node {
+        let ns = Netns::new(&format!("rhd-node-{}-{}", std::process::id(), rig.n));
+        let nic = rig.nic_name(0);
+        ip(&[
+            "-n",
+            &ns.name,
+            "link",
+            "add",
+            &nic,
+            "mtu",
+            &ORIG_MTU.to_string(),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &rig.peer_name(0),
+        ]);
+        Node { ns, nic }
+    }
+
+    /// The plugin, called as `rig.call` does, but inside this node's netns.
+    fn call(&self, rig: &Rig, cmd: &str, conf: &Value, netns: &str, cid: &str) -> RunOut {
+        use std::io::Write;
+        let version = conf["cniVersion"].as_str().unwrap_or("1.0.0");
+        let mut c = std::process::Command::new("ip");
+        c.args(["netns", "exec", &self.ns.name])
+            .arg(plugin())
+            .env("CNI_COMMAND", cmd)
+            .env("CNI_CONTAINERID", cid)
+            .env("CNI_NETNS", netns)
+            .env("CNI_IFNAME", IF)
+            .env("CNI_PATH", rig.cni_path(version))
+            .env(NODE_CONFIG_ENV, rig.node_config())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().expect("spawn the plugin in the node netns");
+        let _ = child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&serde_json::to_vec(conf).unwrap());
+        let out = child.wait_with_output().unwrap();
+        RunOut {
+            what: format!(
+                "{cmd} {cid} in node {} for {netns:?}\n  conf {conf}",
+                self.ns.name
+            ),
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            trace: Vec::new(),
+        }
+    }
+
+    /// The NIC is in the node under its own name with its MTU (and `ip -j` can read the node).
+    fn assert_home(&self, ctx: &dyn std::fmt::Display) {
+        let l = link(Some(&self.ns.name), &self.nic);
+        assert!(
+            l.as_ref().is_some_and(|l| l.mtu == ORIG_MTU),
+            "NIC {} not home in the node: {l:?}\n{ctx}",
+            self.nic
+        );
+    }
+}
+
+/// Attach the node's NIC to `pod` (as container 0), let the pod rename it to a name that is
+/// not UTF-8, then let the pod's netns die without DEL: the NIC comes back to the node under
+/// that name, still tagged (what the kernel does for a physical NIC; see kill_netns_refunding).
+fn lose_with_an_unreadable_name(rig: &Rig, node: &Node, pod: &Netns) -> Value {
+    let conf = rig.conf("1.0.0", json!({"device": node.nic}));
+    node.call(rig, "ADD", &conf, &pod.path(), &rig.cid(0)).ok();
+    let os = |s: &str| std::ffi::OsString::from(s);
+    in_pod(pod, &["link", "set", IF, "down"]);
+    ip_os(&[
+        &os("-n"),
+        &os(&pod.name),
+        &os("link"),
+        &os("set"),
+        &os(IF),
+        &os("name"),
+        &not_utf8(),
+    ]);
+    ip_os(&[
+        &os("-n"),
+        &os(&pod.name),
+        &os("link"),
+        &os("set"),
+        &os("dev"),
+        &not_utf8(),
+        &os("netns"),
+        &os(&node.ns.name),
+    ]);
+    pod.delete();
+    assert!(
+        link(Some(&node.ns.name), &node.nic).is_none(),
+        "precondition: lost"
+    );
+    conf
+}
+
+/// A lost NIC with a name that is not UTF-8: the next ADD that wants it sees and restores it,
+/// and the old attachment's DEL finds nothing left to do.
+#[test]
+fn a_lost_nic_with_a_name_that_is_not_utf8_is_found_by_add() {
+    let rig = Rig::new();
+    let node = Node::new(&rig);
+    let (pod, next) = (rig.netns(0), rig.netns(1));
+    let conf = lose_with_an_unreadable_name(&rig, &node, &pod);
+    node.call(&rig, "ADD", &conf, &next.path(), &rig.cid(1))
+        .ok();
+    assert!(link(Some(&next.name), IF).is_some());
+    let del = node.call(&rig, "DEL", &conf, &next.path(), &rig.cid(1));
+    del.ok();
+    node.assert_home(&del);
+    let del = node.call(&rig, "DEL", &conf, &pod.path(), &rig.cid(0));
+    del.ok();
+    node.assert_home(&del);
+    rig.assert_state_empty(&del);
+}
+
+/// ... by STATUS (which restores lost NICs), by GC, and by the old attachment's own DEL.
+#[test]
+fn a_lost_nic_with_a_name_that_is_not_utf8_is_found_by_status_gc_and_del() {
+    let rig = Rig::new();
+    let node = Node::new(&rig);
+    for verb in ["STATUS", "GC", "DEL"] {
+        let pod = rig.netns(0);
+        let mut conf = lose_with_an_unreadable_name(&rig, &node, &pod);
+        conf["cniVersion"] = json!("1.1.0");
+        conf["cni.dev/valid-attachments"] = json!([]);
+        let out = match verb {
+            "DEL" => node.call(&rig, "DEL", &conf, &pod.path(), &rig.cid(0)),
+            _ => node.call(&rig, verb, &conf, "", ""),
+        };
+        out.ok();
+        node.assert_home(&out);
+        node.call(&rig, "DEL", &conf, &pod.path(), &rig.cid(0)).ok();
+        rig.assert_state_empty(&out);
+    }
+}

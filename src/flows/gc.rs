@@ -3,7 +3,7 @@
 //! bearing our tag) their names back. Keeps going past individual failures and reports them
 //! all: the first as the error, the others in its details.
 
-use super::give_back::{release_attachment, restore_lost};
+use super::give_back::{name_lost_unreadable, release_attachment, restore_lost};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, ValidAttachment};
 use crate::error::first_error;
@@ -139,6 +139,7 @@ async fn recover_lost(
         .map(|a| owner_key(&a.container_id, &a.ifname))
         .collect();
     let host = Links::open()?;
+    name_lost_unreadable(&host, &crate::netns::Netns::current()?).await?;
     for l in host.all().await? {
         let Some(tag) = l.alias.as_deref().and_then(Tag::decode) else {
             continue;

@@ -7,7 +7,7 @@ use crate::cni::netconf::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::{Arrival, LinkInfo, Links};
+use crate::link::{Arrival, LinkInfo, Links, Unreadable};
 use crate::lock;
 use crate::netns::Netns;
 use crate::node::Node;
@@ -226,6 +226,9 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
     let _nic = lock::device(&r.host_name)?;
     let original_alias = r.host_alias.as_deref();
     if let (Some(pod), Some(pod_ns)) = (s.pod, s.pod_ns) {
+        // A name that is not UTF-8 hides a link from every lookup: give ours a readable one.
+        pod.name_unreadable(pod_ns, |u| unreadable_is_ours(u, r, &owner))
+            .await?;
         let links = pod.all().await?;
         if let Some(link) = find_ours(&links, r, &owner, Where::Pod) {
             if r.rdma_device.is_some() || r.soft_device.is_some() {
@@ -265,6 +268,9 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
             super::rdma::return_device(dev, pod_ns, s.host_ns)?;
         }
     }
+    s.host
+        .name_unreadable(s.host_ns, |u| tagged_by(u, Some(&owner)))
+        .await?;
     if let Some(link) = find_ours(&s.host.all().await?, r, &owner, Where::Host) {
         log::info!(
             "{} is back on the host without a DEL; restoring its name {}",
@@ -334,6 +340,42 @@ async fn free_home_name(s: &Places<'_>, r: &Record, owner: &str) -> Result<()> {
     );
     let records = Store::new(&s.conf.state_dir).all()?;
     restore_lost(s.host, &l, &tag, &records, "DEL").await
+}
+
+/// Does unreadable link `u` (a name that is not UTF-8) bear a tag of ours: `owner`'s, or any
+/// attachment's when `None`?
+fn tagged_by(u: &Unreadable, owner: Option<&str>) -> bool {
+    u.alias
+        .as_deref()
+        .and_then(Tag::decode)
+        .is_some_and(|t| owner.is_none_or(|o| t.owner == o))
+}
+
+/// Is unreadable link `u`, in the pod, the NIC of `r`? As [`find_ours`] decides: a hardware
+/// NIC by its device, a virtual one by its pod index and kind; a legacy record by our tag.
+fn unreadable_is_ours(u: &Unreadable, r: &Record, owner: &str) -> bool {
+    if legacy(r) {
+        return tagged_by(u, Some(owner));
+    }
+    match &r.parent {
+        Some(p) => u
+            .parent
+            .as_deref()
+            .is_some_and(|d| p.rsplit_once('/').is_some_and(|(_, dev)| dev == d)),
+        None => {
+            u.kind == r.kind
+                && (Some(u.index) == r.pod_index
+                    || (r.pod_index.is_none() && tagged_by(u, Some(owner))))
+        }
+    }
+}
+
+/// Give every NIC lost to a dead pod (back on the host, bearing our tag) whose name is not
+/// UTF-8 a readable name, so that ADD, GC and STATUS see it and restore it from its record.
+pub(super) async fn name_lost_unreadable(host: &Links, host_ns: &Netns) -> Result<()> {
+    host.name_unreadable(host_ns, |u| tagged_by(u, None))
+        .await
+        .map(drop)
 }
 
 /// Where [`find_ours`] looks: the pod (any state of the NIC) or the host (only a lost NIC,

@@ -65,6 +65,8 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             ),
         ));
     }
+    // A NIC lost to a dead pod under a name that is not UTF-8 is invisible until renamed.
+    give_back::name_lost_unreadable(&host, &host_ns).await?;
     let (resolved, nic_lock) = resolve_locked(selector, &host, &store).await?;
     log::info!(
         "{selector} is {} (mac {}, mtu {}{})",

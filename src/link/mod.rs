@@ -4,10 +4,12 @@
 
 mod restore;
 mod route;
+mod unreadable;
 mod uses;
 
 pub use restore::{POD_FLAGS, Settings};
 pub use route::{KernelRoute, MAIN_TABLE, RouteSpec};
+pub use unreadable::Unreadable;
 
 use crate::error::{Code, Error, Result};
 use crate::netns::Netns;
