@@ -6,6 +6,7 @@ pub mod announce;
 pub mod cli;
 pub mod cni;
 pub mod device_info;
+pub mod device_plugin;
 pub mod error;
 pub mod fault;
 pub mod flows;
