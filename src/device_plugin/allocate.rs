@@ -5,8 +5,10 @@
 //! `umadN`/`issmN` only if the node's `charDevices` allows) and `rdma_cm` once; environment
 //! variables naming the NICs (`RDMA_HOST_DEVICE_<POOL>_IDS`) and RDMA devices
 //! (`RDMA_HOST_DEVICE_<POOL>_RDMA`, for `NCCL_IB_HCA`); and, per NIC, the device-info file
-//! Multus reads (`devinfo/dp/<resource>-<id>-device.json`). A char device is returned only if
-//! its node exists on the host: the runtime would fail the container on a missing one.
+//! Multus reads (`devinfo/dp/<resource>-<id>-device.json`). Which char devices exist is read
+//! from sysfs (`class/infiniband_verbs`, `class/infiniband_mad`, `class/misc/rdma_cm`), never
+//! from `/dev`: the plugin's container needs no device nodes, and a device the kernel does
+//! not have is not returned (the runtime would fail the container on a missing node).
 
 use super::api::{ContainerAllocateResponse, DeviceSpec};
 use super::pool::Nic;
@@ -28,8 +30,8 @@ pub fn env_names(pool: &Pool) -> (String, String) {
 }
 
 /// The char devices (`class` `infiniband_verbs` or `infiniband_mad`, names starting with
-/// `prefix`) whose `ibdev` is `rdma`, as device specs; only nodes present under `dev`.
-fn char_devices(sys: &Path, dev: &Path, class: &str, prefix: &str, rdma: &str) -> Vec<DeviceSpec> {
+/// `prefix`) whose `ibdev` is `rdma`, as device specs.
+fn char_devices(sys: &Path, class: &str, prefix: &str, rdma: &str) -> Vec<DeviceSpec> {
     let dir = sys.join("class").join(class);
     crate::sysfs::list_dir(&dir)
         .into_iter()
@@ -37,30 +39,25 @@ fn char_devices(sys: &Path, dev: &Path, class: &str, prefix: &str, rdma: &str) -
         .filter(|n| {
             std::fs::read_to_string(dir.join(n).join("ibdev")).is_ok_and(|d| d.trim() == rdma)
         })
-        .filter_map(|n| spec(dev, &n))
+        .map(|n| spec(&n))
         .collect()
 }
 
-fn spec(dev: &Path, name: &str) -> Option<DeviceSpec> {
-    let host = dev.join("infiniband").join(name);
-    if !host.exists() {
-        log::warn!("{} is not on this node: not handed out", host.display());
-        return None;
-    }
-    Some(DeviceSpec {
+/// `/dev/infiniband/<name>`, the same path in the container, read-write.
+fn spec(name: &str) -> DeviceSpec {
+    DeviceSpec {
         container_path: format!("/dev/infiniband/{name}"),
-        host_path: host.display().to_string(),
+        host_path: format!("/dev/infiniband/{name}"),
         permissions: "rw".into(),
-    })
+    }
 }
 
-/// The response for one container given `nics` of `pool`. `sys`/`dev` are `/sys` and `/dev`.
+/// The response for one container given `nics` of `pool`. `sys` is `/sys`.
 pub fn container_response(
     pool: &Pool,
     nics: &[&Nic],
     chars: CharDevices,
     sys: &Path,
-    dev: &Path,
 ) -> ContainerAllocateResponse {
     let mut r = ContainerAllocateResponse::default();
     let mut rdma = Vec::new();
@@ -68,18 +65,22 @@ pub fn container_response(
         let Some(d) = &nic.rdma_device else { continue };
         rdma.push(d.clone());
         r.devices
-            .extend(char_devices(sys, dev, "infiniband_verbs", "uverbs", d));
+            .extend(char_devices(sys, "infiniband_verbs", "uverbs", d));
         if chars.umad {
             r.devices
-                .extend(char_devices(sys, dev, "infiniband_mad", "umad", d));
+                .extend(char_devices(sys, "infiniband_mad", "umad", d));
         }
         if chars.issm {
             r.devices
-                .extend(char_devices(sys, dev, "infiniband_mad", "issm", d));
+                .extend(char_devices(sys, "infiniband_mad", "issm", d));
         }
     }
     if !rdma.is_empty() {
-        r.devices.extend(spec(dev, "rdma_cm"));
+        if sys.join("class/misc/rdma_cm").exists() {
+            r.devices.push(spec("rdma_cm"));
+        } else {
+            log::warn!("no rdma_cm on this node (rdma_ucm not loaded): not handed out");
+        }
     }
     let (ids, rdma_env) = env_names(pool);
     r.envs.insert(
@@ -188,9 +189,9 @@ mod tests {
         }
     }
 
-    /// A fake /sys and /dev: mlx5_0 with uverbs1 and umad0/issm0, mlx5_1 with uverbs0.
-    fn tree(root: &Path) -> (PathBuf, PathBuf) {
-        let (sys, dev) = (root.join("sys"), root.join("dev"));
+    /// A fake /sys: mlx5_0 with uverbs1 and umad0/issm0, mlx5_1 with uverbs0/umad1, rdma_cm.
+    fn tree(root: &Path) -> PathBuf {
+        let sys = root.join("sys");
         for (class, name, ibdev) in [
             ("infiniband_verbs", "uverbs0", "mlx5_1"),
             ("infiniband_verbs", "uverbs1", "mlx5_0"),
@@ -202,18 +203,15 @@ mod tests {
             std::fs::create_dir_all(&d).unwrap();
             std::fs::write(d.join("ibdev"), format!("{ibdev}\n")).unwrap();
         }
-        std::fs::create_dir_all(dev.join("infiniband")).unwrap();
-        for n in ["uverbs0", "uverbs1", "umad0", "issm0", "umad1", "rdma_cm"] {
-            std::fs::write(dev.join("infiniband").join(n), "").unwrap();
-        }
-        (sys, dev)
+        std::fs::create_dir_all(sys.join("class/misc/rdma_cm")).unwrap();
+        sys
     }
 
     #[test]
     fn allocate_hands_out_each_nics_own_char_devices_and_names_them() {
         let root = std::env::temp_dir().join(format!("rhd-alloc-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        let (sys, dev) = tree(&root);
+        let sys = tree(&root);
         let (a, b) = (
             nic("0000:3b:00.0", Some("mlx5_0")),
             nic("0000:3b:00.1", Some("mlx5_1")),
@@ -224,7 +222,7 @@ mod tests {
                 .map(|d| d.container_path.clone())
                 .collect::<Vec<_>>()
         };
-        let r = container_response(&pool(), &[&a, &b], CharDevices::default(), &sys, &dev);
+        let r = container_response(&pool(), &[&a, &b], CharDevices::default(), &sys);
         assert_eq!(
             paths(&r),
             [
@@ -236,7 +234,7 @@ mod tests {
         assert!(
             r.devices
                 .iter()
-                .all(|d| d.permissions == "rw" && d.host_path.starts_with(dev.to_str().unwrap()))
+                .all(|d| d.permissions == "rw" && d.host_path == d.container_path)
         );
         assert_eq!(
             r.envs["RDMA_HOST_DEVICE_RAIL_IDS"],
@@ -248,7 +246,7 @@ mod tests {
             umad: true,
             issm: true,
         };
-        let r = container_response(&pool(), &[&a], chars, &sys, &dev);
+        let r = container_response(&pool(), &[&a], chars, &sys);
         assert_eq!(
             paths(&r),
             [
@@ -258,13 +256,13 @@ mod tests {
                 "/dev/infiniband/rdma_cm"
             ]
         );
-        // A node missing on the host is left out rather than failing the container.
-        std::fs::remove_file(dev.join("infiniband/rdma_cm")).unwrap();
-        let r = container_response(&pool(), &[&a], CharDevices::default(), &sys, &dev);
+        // rdma_ucm not loaded: rdma_cm is left out rather than failing the container.
+        std::fs::remove_dir(sys.join("class/misc/rdma_cm")).unwrap();
+        let r = container_response(&pool(), &[&a], CharDevices::default(), &sys);
         assert_eq!(paths(&r), ["/dev/infiniband/uverbs1"]);
         // A NIC without RDMA: names only.
         let v = nic("veth0", None);
-        let r = container_response(&pool(), &[&v], CharDevices::default(), &sys, &dev);
+        let r = container_response(&pool(), &[&v], CharDevices::default(), &sys);
         assert!(r.devices.is_empty());
         assert_eq!(r.envs["RDMA_HOST_DEVICE_RAIL_RDMA"], "");
         let _ = std::fs::remove_dir_all(&root);

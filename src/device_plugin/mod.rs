@@ -120,7 +120,6 @@ pub fn run(opts: &Options) -> i32 {
                 chars: dp.char_devices,
                 device_info_dir: opts.device_info_dir.clone(),
                 sys: PathBuf::from("/sys"),
-                dev: PathBuf::from("/dev"),
                 nics: Mutex::new(BTreeMap::new()),
                 devices: tokio::sync::watch::channel(Vec::new()).0,
             })

@@ -35,9 +35,8 @@ pub struct Plugin {
     pub pool: Pool,
     pub chars: CharDevices,
     pub device_info_dir: PathBuf,
-    /// `/sys` and `/dev` (fake trees in unit tests).
+    /// `/sys` (a fake tree in unit tests).
     pub sys: PathBuf,
-    pub dev: PathBuf,
     /// Every NIC this pool has offered since the start, by ID.
     pub nics: Mutex<BTreeMap<String, Nic>>,
     /// The device list `ListAndWatch` streams: a new value is a new message.
@@ -125,8 +124,7 @@ impl Plugin {
                     log::warn!("{e} (Multus will not see {}'s device-info)", nic.id);
                 }
             }
-            let r =
-                allocate::container_response(&self.pool, &nics, self.chars, &self.sys, &self.dev);
+            let r = allocate::container_response(&self.pool, &nics, self.chars, &self.sys);
             log::info!(
                 "allocated {} to a container: {} char device(s), {}",
                 c.devices_ids.join(","),
