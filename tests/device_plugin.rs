@@ -375,6 +375,61 @@ fn a_kubelet_restart_and_a_plugin_restart_each_end_in_a_new_registration() {
 }
 
 #[test]
+fn two_pools_are_two_resources_on_two_sockets_each_with_its_own_nics_and_variables() {
+    let (rig, sockets, devinfo) = world(&[]);
+    let (a, b) = (rig.nic(0), rig.nic(1));
+    rig.set_node(json!({"devicePlugin": {"pools": [
+        {"resourceName": RESOURCE, "selectors": {"names": [a.name]}},
+        {"resourceName": "rdma-host-device.io/storage", "selectors": {"names": [b.name]}}
+    ]}}));
+    let mut k = Kubelet::start(sockets.path());
+    let plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
+    registered(&mut k, 2, &plugin);
+    let mut regs: Vec<(String, String)> = k.ask(json!({"cmd": "registrations"}))["registrations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["resource_name"].as_str().unwrap().to_owned(),
+                r["endpoint"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    regs.sort();
+    assert_eq!(
+        regs,
+        [
+            (RESOURCE.to_owned(), ENDPOINT.to_owned()),
+            (
+                "rdma-host-device.io/storage".to_owned(),
+                "rdma-host-device-storage.sock".to_owned()
+            )
+        ]
+    );
+    for (res, nic, var) in [
+        (RESOURCE, &a, "RDMA_HOST_DEVICE_RAIL_IDS"),
+        (
+            "rdma-host-device.io/storage",
+            &b,
+            "RDMA_HOST_DEVICE_STORAGE_IDS",
+        ),
+    ] {
+        k.ask(json!({"cmd": "watch", "resource": res}));
+        let r = k.ask(json!({"cmd": "devices", "resource": res,
+            "want": {&nic.name: "Healthy"}, "timeout": 5}));
+        assert_eq!(
+            r["devices"].as_array().unwrap().len(),
+            1,
+            "{res}: {r}\n{}",
+            plugin.log()
+        );
+        let r = k.ask(json!({"cmd": "allocate", "resource": res, "containers": [[nic.name]]}));
+        assert_eq!(r["responses"][0]["envs"][var], nic.name.as_str(), "{r}");
+    }
+}
+
+#[test]
 fn without_a_device_plugin_section_it_refuses_to_start_and_says_why() {
     let rig = Rig::new();
     let sockets = TempDir::new("dp-sock");

@@ -13,6 +13,7 @@
                                             -> {"devices", "ms", "messages"}, or {"error": "timeout"}
     {"cmd": "preferred", "resource": R, "available": [..], "must": [..], "size": N}
     {"cmd": "allocate", "resource": R, "containers": [[ID, ..], ..]} -> {"responses", "ms"}
+    {"cmd": "registrations"}                every RegisterRequest so far
     {"cmd": "history", "resource": R}      every (ID, health) change the streams showed
     {"cmd": "restart", "remove_all": B}     a kubelet restart: stop serving, delete kubelet.sock
                                             (and every other socket in DIR if remove_all), serve anew
@@ -149,6 +150,9 @@ def handle(c):
             if not lock.wait_for(lambda: len(registrations) >= want, c.get("timeout", 10)):
                 return {"error": "timeout", "registrations": registrations}
             return dict(registrations[want - 1], ms=ms(), count=len(registrations))
+    if cmd == "registrations":
+        with lock:
+            return {"registrations": registrations}
     if cmd == "history":
         with lock:
             return {"changes": history.get(c["resource"], [])}
