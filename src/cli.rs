@@ -113,7 +113,7 @@ fn node_config(file: Option<&str>) -> i32 {
         Some(f) => crate::node::Node::load_from(std::path::Path::new(f)),
         None => crate::node::Node::load(),
     };
-    match node {
+    match node.and_then(|n| n.device_plugin().map(|_| n)) {
         Ok(n) => {
             println!("{}", n.to_json());
             0

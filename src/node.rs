@@ -235,13 +235,22 @@ pub struct Node {
     /// The only directory a `runtimeConfig.CNIDeviceInfoFile` may name a file in (Multus').
     #[serde(default = "default_device_info_dir")]
     pub device_info_dir: PathBuf,
-    /// What the device plugin offers the kubelet (`rdma-host-device device-plugin`); the CNI
-    /// verbs never read it.
-    #[serde(default)]
-    pub device_plugin: Option<DevicePluginConfig>,
+    /// What the device plugin offers the kubelet (`rdma-host-device device-plugin`), kept as
+    /// its JSON text: the CNI verbs never parse it (nor stop on a mistake in it); the device
+    /// plugin and `node-config` do, through [`Node::device_plugin`].
+    #[serde(default, rename = "devicePlugin", deserialize_with = "raw_json")]
+    pub device_plugin_json: Option<String>,
     /// Where this came from, for messages.
     #[serde(skip)]
     pub source: String,
+}
+
+/// A JSON value as its text, unparsed (one copy, no tree).
+fn raw_json<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<String>, D::Error> {
+    let raw: Box<serde_json::value::RawValue> = Deserialize::deserialize(d)?;
+    Ok(Some(raw.get().to_owned()))
 }
 
 fn default_state_dir() -> PathBuf {
@@ -264,7 +273,7 @@ impl Default for Node {
             allowed_nics: None,
             allowed_uplinks: Vec::new(),
             device_info_dir: default_device_info_dir(),
-            device_plugin: None,
+            device_plugin_json: None,
             source: "built-in defaults".into(),
         }
     }
@@ -308,7 +317,7 @@ impl Node {
         if let Some(p) = &self.allowed_nics {
             v["allowedNics"] = p.to_json();
         }
-        if let Some(dp) = &self.device_plugin {
+        if let Ok(Some(dp)) = self.device_plugin() {
             v["devicePlugin"] = serde_json::json!({
                 "pools": dp.pools.iter().map(|p| serde_json::json!({
                     "resourceName": p.resource_name,
@@ -355,10 +364,23 @@ impl Node {
                 )));
             }
         }
-        if let Some(dp) = &node.device_plugin {
-            dp.check().map_err(bad)?;
-        }
         Ok(node)
+    }
+
+    /// The `devicePlugin` section, parsed and checked; `None` without one.
+    pub fn device_plugin(&self) -> Result<Option<DevicePluginConfig>> {
+        let Some(text) = &self.device_plugin_json else {
+            return Ok(None);
+        };
+        let bad = |what: String| {
+            Error::new(
+                Code::InvalidConfig,
+                format!("node configuration {}: devicePlugin: {what}", self.source),
+            )
+        };
+        let dp: DevicePluginConfig = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        dp.check().map_err(bad)?;
+        Ok(Some(dp))
     }
 
     /// Why this NIC may not be handed to a pod, or `Ok` when it may.
@@ -443,7 +465,9 @@ mod tests {
             r#"{"devicePlugin":{"pools":[{"resourceName":"x.io/rail","selectors":{"names":["a"]}}],"charDevices":{"umadd":true}}}"#,
         ] {
             let p = write(body);
-            let e = Node::from_file(&p, true).unwrap_err();
+            let e = Node::from_file(&p, true)
+                .and_then(|n| n.device_plugin())
+                .unwrap_err();
             assert_eq!(e.code, Code::InvalidConfig, "{body}");
             assert!(e.msg.contains(&p.display().to_string()), "{}", e.msg);
             let _ = std::fs::remove_file(p);
@@ -454,7 +478,7 @@ mod tests {
     fn device_plugin_pools_are_validated_and_a_nic_is_in_one_pool_only() {
         let load = |body: &str| {
             let p = write(body);
-            let r = Node::from_file(&p, true);
+            let r = Node::from_file(&p, true).and_then(|n| n.device_plugin().map(|dp| (n, dp)));
             let _ = std::fs::remove_file(p);
             r
         };
@@ -465,7 +489,7 @@ mod tests {
                 "charDevices":{"umad":true}}}"#,
         )
         .unwrap();
-        let dp = n.device_plugin.as_ref().unwrap();
+        let (n, dp) = (n.0, n.1.unwrap());
         assert_eq!(dp.pools.len(), 2);
         assert!(dp.char_devices.umad && !dp.char_devices.issm);
         assert_eq!(dp.pools[0].env_suffix(), "RAIL");
@@ -496,7 +520,15 @@ mod tests {
             let e = load(body).unwrap_err();
             assert_eq!(e.code, Code::InvalidConfig);
             assert!(e.msg.contains(says), "{body}: {}", e.msg);
+            assert!(e.msg.contains("devicePlugin"), "{}", e.msg);
         }
+        // The CNI verbs load the file without parsing devicePlugin: a mistake there is the
+        // device plugin's and node-config's to report, never a reason for ADD to fail.
+        let p = write(r#"{"devicePlugin":{"pools":[{"resourceName":"nope"}]}}"#);
+        let n = Node::from_file(&p, true).unwrap();
+        let _ = std::fs::remove_file(p);
+        assert!(n.device_plugin().is_err());
+        assert_eq!(Node::default().device_plugin().unwrap(), None);
     }
 
     #[test]

@@ -14,10 +14,11 @@
 //! (or protox and a build script) at build time, for eight small messages and five methods
 //! that the kubelet has kept wire-compatible since 2018. Hand-written, the build has no step
 //! and the wire contract is checked from outside: the integration test's kubelet is generated
-//! from our own `tests/device_plugin/api.proto` by grpcio-tools.
+//! from our own `tests/device_plugin/deviceplugin.proto` by grpcio-tools.
 //!
 //! Nothing here runs in a CNI call: the CNI verbs never reach this module (main.rs sends them to
-//! `flows`), and the node configuration's `devicePlugin` is only parsed there.
+//! `flows`), and they keep the node configuration's `devicePlugin` as unparsed text
+//! (`Node::device_plugin` parses it, for this module and `node-config`).
 
 pub mod allocate;
 pub mod api;
@@ -96,7 +97,14 @@ pub fn run(opts: &Options) -> i32 {
             return 1;
         }
     };
-    let Some(dp) = node.device_plugin.clone() else {
+    let dp = match node.device_plugin() {
+        Ok(dp) => dp,
+        Err(e) => {
+            eprintln!("rdma-host-device: {e}");
+            return 1;
+        }
+    };
+    let Some(dp) = dp else {
         eprintln!(
             "rdma-host-device device-plugin: the node configuration ({}) has no devicePlugin: no pool to offer (see the README, \"Device plugin\")",
             node.source
