@@ -223,42 +223,44 @@ fn identity(p: &Path) -> Option<(u64, i64, i64)> {
     Some((m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
-/// `Registration.Register` on `<dir>/kubelet.sock`, within `REGISTER_TIMEOUT`.
+/// `Registration.Register` on `<dir>/kubelet.sock`, within `REGISTER_TIMEOUT`: one HTTP/2
+/// connection (hyper's client, not tonic's channel: no pool, balancer or reconnects to carry
+/// for one call), gRPC framing by tonic's client.
 pub async fn register(dir: &Path, endpoint: &str, resource: &str) -> Result<(), String> {
     let sock = dir.join(api::KUBELET_SOCKET);
     let call = async {
-        let connector = tower::service_fn(move |_: http::Uri| {
-            let s = sock.clone();
-            async move {
-                tokio::net::UnixStream::connect(s)
-                    .await
-                    .map(hyper_util::rt::TokioIo::new)
-            }
+        let io = tokio::net::UnixStream::connect(&sock)
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        let (send, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(io),
+        )
+        .await
+        .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+        let conn = tokio::spawn(conn);
+        let svc = tower::service_fn(move |req: http::Request<tonic::body::Body>| {
+            let mut send = send.clone();
+            async move { send.send_request(req).await }
         });
-        let channel = tonic::transport::Endpoint::from_static("http://kubelet")
-            .connect_timeout(REGISTER_TIMEOUT)
-            .timeout(REGISTER_TIMEOUT)
-            .connect_with_connector(connector)
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
-        let mut grpc = tonic::client::Grpc::new(channel);
-        grpc.ready()
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
+        let mut grpc =
+            tonic::client::Grpc::with_origin(svc, http::Uri::from_static("http://localhost"));
         let req = api::RegisterRequest {
             version: api::VERSION.into(),
             endpoint: endpoint.into(),
             resource_name: resource.into(),
             options: Some(Plugin::options()),
         };
-        grpc.unary::<_, api::Empty, _>(
-            Request::new(req),
-            http::uri::PathAndQuery::from_static(path::REGISTER),
-            ProstCodec::default(),
-        )
-        .await
-        .map_err(|s| format!("the kubelet refused: {} ({:?})", s.message(), s.code()))?;
-        Ok(())
+        let answer = grpc
+            .unary::<_, api::Empty, _>(
+                Request::new(req),
+                http::uri::PathAndQuery::from_static(path::REGISTER),
+                ProstCodec::default(),
+            )
+            .await
+            .map_err(|s| format!("the kubelet refused: {} ({:?})", s.message(), s.code()));
+        conn.abort();
+        answer.map(|_| ())
     };
     tokio::time::timeout(REGISTER_TIMEOUT, call)
         .await
