@@ -49,10 +49,8 @@ impl Kubelet {
         let mut child = Command::new(python())
             .arg(script)
             .arg(dir)
-            .env(
-                "RHD_DP_STUBS",
-                Path::new(TARGET_TMP).join(format!("dp-stubs-{}", std::process::id())),
-            )
+            // Generated once, atomically (kubelet.py renames them into place), shared by runs.
+            .env("RHD_DP_STUBS", Path::new(TARGET_TMP).join("dp-stubs"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
