@@ -41,6 +41,8 @@ pub const DEFAULT_SOCKET_DIR: &str = "/var/lib/kubelet/device-plugins";
 const HEALTH_TICK: Duration = Duration::from_millis(200);
 /// Every this many health ticks, the NICs are discovered again (netlink: uplink checks).
 const DISCOVER_EVERY: u32 = 25;
+/// A discovery (link, address and route dumps) gives up after this long.
+const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct Options {
@@ -194,10 +196,19 @@ impl Watcher {
         plugins: &[Arc<Plugin>],
         sys: &Path,
     ) {
-        let nics = match pool::gather(host, store, dp, sys).await {
-            Ok(n) => n,
-            Err(e) => {
+        let nics = match tokio::time::timeout(DISCOVER_TIMEOUT, pool::gather(host, store, dp, sys))
+            .await
+        {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
                 log::warn!("finding the pools' NICs: {e}; keeping the last list");
+                return;
+            }
+            Err(_) => {
+                log::warn!(
+                    "finding the pools' NICs took over {} s (netlink); keeping the last list",
+                    DISCOVER_TIMEOUT.as_secs()
+                );
                 return;
             }
         };
