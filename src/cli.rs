@@ -32,6 +32,15 @@ network config. By hand:
       rdma_device, netns_mode); then every RDMA device still on the host. --once prints one
       scrape and exits.
 
+  rdma-host-device device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]
+      A kubelet device plugin (runs until killed): each pool of the node configuration's
+      devicePlugin is an extended resource whose devices are the NICs its selectors match
+      (never the node's own uplinks). Registers on DIR/kubelet.sock (default
+      /var/lib/kubelet/device-plugins), again whenever the kubelet restarts; reports NUMA
+      nodes and health (link, RDMA port); Allocate hands out the NICs' RDMA char devices, sets
+      RDMA_HOST_DEVICE_<POOL>_IDS and RDMA_HOST_DEVICE_<POOL>_RDMA, and writes the device-info
+      files Multus reads (default /var/run/k8s.cni.cncf.io/devinfo/dp).
+
   rdma-host-device node-config [FILE]
       The node configuration (FILE, or what the plugin reads: $RDMA_HOST_DEVICE_NODE_CONFIG or
       /etc/rdma-host-device/node.json) with its defaults filled in, as JSON; exit 1 and the
@@ -58,7 +67,8 @@ network config. By hand:
   rdma-host-device --help      this text
 
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG):
-stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins; see the README. Logs: one line per step with
+stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, deviceInfoDir, memlock, devicePlugin;
+see the README. Logs: one line per step with
 the container ID, on stderr and in \"logFile\" (a file name in the node's logDir) if set
 (rotated at 10 MiB).
 
@@ -90,6 +100,10 @@ fn dispatch(args: &[String]) -> i32 {
         },
         Some("metrics") => match crate::metrics::options(&args[1..]) {
             Ok(opts) => crate::metrics::run(&opts),
+            Err(msg) => usage_error(&msg),
+        },
+        Some("device-plugin") => match crate::device_plugin::options(&args[1..]) {
+            Ok(opts) => crate::device_plugin::run(&opts),
             Err(msg) => usage_error(&msg),
         },
         Some("node-config") => node_config(args.get(1).map(String::as_str)),
@@ -187,7 +201,7 @@ fn node_config(file: Option<&str>) -> i32 {
         Some(f) => crate::node::Node::load_from(std::path::Path::new(f)),
         None => crate::node::Node::load(),
     };
-    match node {
+    match node.and_then(|n| n.device_plugin().map(|_| n)) {
         Ok(n) => {
             println!("{}", n.to_json());
             0

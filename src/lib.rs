@@ -7,6 +7,7 @@ pub mod cdi;
 pub mod cli;
 pub mod cni;
 pub mod device_info;
+pub mod device_plugin;
 pub mod error;
 pub mod fault;
 pub mod files;

@@ -41,6 +41,184 @@ pub struct NicPolicy {
     pub rdma_devices: Vec<String>,
 }
 
+impl NicPolicy {
+    /// Does any entry name this NIC?
+    pub fn matches(&self, nic: &NicFacts<'_>) -> bool {
+        let any = |list: &[String], v: Option<&str>| v.is_some_and(|v| list.iter().any(|x| x == v));
+        any(&self.names, Some(nic.name))
+            || any(&self.pci_addresses, nic.pci)
+            || any(&self.drivers, nic.driver)
+            || any(&self.rdma_devices, nic.rdma_device)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.names.is_empty()
+            && self.pci_addresses.is_empty()
+            && self.drivers.is_empty()
+            && self.rdma_devices.is_empty()
+    }
+
+    /// Every entry as `key value`, to find one named by two pools.
+    fn entries(&self) -> impl Iterator<Item = String> + '_ {
+        [
+            ("names", &self.names),
+            ("pciAddresses", &self.pci_addresses),
+            ("drivers", &self.drivers),
+            ("rdmaDevices", &self.rdma_devices),
+        ]
+        .into_iter()
+        .flat_map(|(k, l)| l.iter().map(move |v| format!("{k} {v:?}")))
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "names": self.names,
+            "pciAddresses": self.pci_addresses,
+            "drivers": self.drivers,
+            "rdmaDevices": self.rdma_devices,
+        })
+    }
+}
+
+/// `devicePlugin`: what `rdma-host-device device-plugin` offers the kubelet. Each pool is one
+/// extended resource; each NIC its selectors match is one device of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DevicePluginConfig {
+    pub pools: Vec<Pool>,
+    /// Which RDMA management char devices `Allocate` hands out beside `uverbsN` and `rdma_cm`.
+    #[serde(default)]
+    pub char_devices: CharDevices,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pool {
+    /// The extended resource, `vendor-domain/name` (`rdma-host-device.io/rail`).
+    pub resource_name: String,
+    /// The same shape as `allowedNics`: any entry matching puts the NIC in this pool.
+    pub selectors: NicPolicy,
+}
+
+impl Pool {
+    /// The part after the `/`, upper-cased with `_` for anything else: the suffix of the
+    /// environment variables `Allocate` sets (`rail` -> `RAIL`).
+    pub fn env_suffix(&self) -> String {
+        let short = self
+            .resource_name
+            .rsplit_once('/')
+            .map_or(self.resource_name.as_str(), |(_, n)| n);
+        short
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    }
+}
+
+/// Management interfaces (`umad*`, `issm*`): a process holding them can send MADs to the
+/// fabric (issm: mark the port as a subnet manager). Off unless the node operator says so.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CharDevices {
+    #[serde(default)]
+    pub umad: bool,
+    #[serde(default)]
+    pub issm: bool,
+}
+
+/// `vendor-domain/name` as the kubelet accepts an extended resource: a DNS subdomain (not
+/// Kubernetes' own), then a name of letters, digits, `-`, `_`, `.` (63 at most) that starts and
+/// ends with a letter or digit.
+fn check_resource_name(r: &str) -> std::result::Result<(), String> {
+    let (domain, name) = r
+        .split_once('/')
+        .ok_or_else(|| format!("resourceName {r:?} must be vendor-domain/name"))?;
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if domain.len() > 253 || !domain.split('.').all(label_ok) {
+        return Err(format!(
+            "resourceName {r:?}: {domain:?} is not a DNS subdomain (lower-case letters, digits, '-', '.')"
+        ));
+    }
+    if domain == "kubernetes.io" || domain.ends_with(".kubernetes.io") || domain == "k8s.io" {
+        return Err(format!(
+            "resourceName {r:?}: the {domain} domain is Kubernetes' own; use your own"
+        ));
+    }
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if name.is_empty()
+        || name.len() > 63
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        || !edge(name.chars().next())
+        || !edge(name.chars().last())
+    {
+        return Err(format!(
+            "resourceName {r:?}: the name after '/' must be 1-63 letters, digits, '-', '_', '.', starting and ending with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+impl DevicePluginConfig {
+    /// What is wrong with it, for `node-config` and the device plugin's start.
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.pools.is_empty() {
+            return Err("devicePlugin.pools is empty: give at least one pool".into());
+        }
+        let mut seen: Vec<(String, &str)> = Vec::new();
+        for (i, p) in self.pools.iter().enumerate() {
+            let at = format!("devicePlugin.pools[{i}]");
+            check_resource_name(&p.resource_name).map_err(|e| format!("{at}: {e}"))?;
+            if p.selectors.is_empty() {
+                return Err(format!(
+                    "{at} ({}): selectors is empty, so it would offer no NIC",
+                    p.resource_name
+                ));
+            }
+            for (j, q) in self.pools[..i].iter().enumerate() {
+                if q.resource_name == p.resource_name {
+                    return Err(format!(
+                        "{at}: resourceName {} is also pools[{j}]'s",
+                        p.resource_name
+                    ));
+                }
+                if q.env_suffix() == p.env_suffix() {
+                    return Err(format!(
+                        "{at}: {} and pools[{j}]'s {} would set the same environment variables (*_{}); rename one",
+                        p.resource_name,
+                        q.resource_name,
+                        p.env_suffix()
+                    ));
+                }
+            }
+            for e in p.selectors.entries() {
+                if let Some((_, other)) = seen.iter().find(|(s, _)| *s == e) {
+                    return Err(format!(
+                        "{at} ({}): selector {e} is also in {other}'s: a NIC is in one pool only",
+                        p.resource_name
+                    ));
+                }
+                seen.push((e, &p.resource_name));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The node configuration file's content.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -70,9 +248,22 @@ pub struct Node {
     /// and execs what `ipam.type` names with the tenant's config on stdin: the node decides.
     #[serde(default = "default_ipam_plugins")]
     pub ipam_plugins: Vec<String>,
+    /// What the device plugin offers the kubelet (`rdma-host-device device-plugin`), kept as
+    /// its JSON text: the CNI verbs never parse it (nor stop on a mistake in it); the device
+    /// plugin and `node-config` do, through [`Node::device_plugin`].
+    #[serde(default, rename = "devicePlugin", deserialize_with = "raw_json")]
+    pub device_plugin_json: Option<String>,
     /// Where this came from, for messages.
     #[serde(skip)]
     pub source: String,
+}
+
+/// A JSON value as its text, unparsed (one copy, no tree).
+fn raw_json<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<String>, D::Error> {
+    let raw: Box<serde_json::value::RawValue> = Deserialize::deserialize(d)?;
+    Ok(Some(raw.get().to_owned()))
 }
 
 fn default_state_dir() -> PathBuf {
@@ -105,6 +296,7 @@ impl Default for Node {
             device_info_dir: default_device_info_dir(),
             memlock: default_memlock(),
             ipam_plugins: default_ipam_plugins(),
+            device_plugin_json: None,
             source: "built-in defaults".into(),
         }
     }
@@ -148,11 +340,15 @@ impl Node {
             "source": self.source,
         });
         if let Some(p) = &self.allowed_nics {
-            v["allowedNics"] = serde_json::json!({
-                "names": p.names,
-                "pciAddresses": p.pci_addresses,
-                "drivers": p.drivers,
-                "rdmaDevices": p.rdma_devices,
+            v["allowedNics"] = p.to_json();
+        }
+        if let Ok(Some(dp)) = self.device_plugin() {
+            v["devicePlugin"] = serde_json::json!({
+                "pools": dp.pools.iter().map(|p| serde_json::json!({
+                    "resourceName": p.resource_name,
+                    "selectors": p.selectors.to_json(),
+                })).collect::<Vec<_>>(),
+                "charDevices": {"umad": dp.char_devices.umad, "issm": dp.char_devices.issm},
             });
         }
         serde_json::to_string_pretty(&v).unwrap_or_default()
@@ -224,6 +420,22 @@ impl Node {
         ))
     }
 
+    /// The `devicePlugin` section, parsed and checked; `None` without one.
+    pub fn device_plugin(&self) -> Result<Option<DevicePluginConfig>> {
+        let Some(text) = &self.device_plugin_json else {
+            return Ok(None);
+        };
+        let bad = |what: String| {
+            Error::new(
+                Code::InvalidConfig,
+                format!("node configuration {}: devicePlugin: {what}", self.source),
+            )
+        };
+        let dp: DevicePluginConfig = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        dp.check().map_err(bad)?;
+        Ok(Some(dp))
+    }
+
     /// Why this NIC may not be handed to a pod, or `Ok` when it may.
     pub fn admit(&self, nic: &NicFacts<'_>) -> Result<()> {
         let refuse = |why: String| {
@@ -235,22 +447,16 @@ impl Node {
                 ),
             )
         };
-        if let Some(p) = &self.allowed_nics {
-            let any =
-                |list: &[String], v: Option<&str>| v.is_some_and(|v| list.iter().any(|x| x == v));
-            let allowed = any(&p.names, Some(nic.name))
-                || any(&p.pci_addresses, nic.pci)
-                || any(&p.drivers, nic.driver)
-                || any(&p.rdma_devices, nic.rdma_device);
-            if !allowed {
-                return Err(refuse(format!(
-                    "it is not in allowedNics (name {}, pci {}, driver {}, rdma device {})",
-                    nic.name,
-                    nic.pci.unwrap_or("none"),
-                    nic.driver.unwrap_or("none"),
-                    nic.rdma_device.unwrap_or("none"),
-                )));
-            }
+        if let Some(p) = &self.allowed_nics
+            && !p.matches(nic)
+        {
+            return Err(refuse(format!(
+                "it is not in allowedNics (name {}, pci {}, driver {}, rdma device {})",
+                nic.name,
+                nic.pci.unwrap_or("none"),
+                nic.driver.unwrap_or("none"),
+                nic.rdma_device.unwrap_or("none"),
+            )));
         }
         if !nic.uplink.is_empty() {
             let listed = self
@@ -306,13 +512,79 @@ mod tests {
             r#"{"ipamPlugins":["../bin/sh"]}"#,
             r#"{"ipamPlugins":[""]}"#,
             r#"{"ipamPlugins":"host-local"}"#,
+            r#"{"devicePlugin":{"pools":[]}}"#,
+            r#"{"devicePlugin":{"pools":[{"resourceName":"rail","selectors":{"names":["a"]}}]}}"#,
+            r#"{"devicePlugin":{"pools":[{"resourceName":"Example.com/rail","selectors":{"names":["a"]}}]}}"#,
+            r#"{"devicePlugin":{"pools":[{"resourceName":"kubernetes.io/rail","selectors":{"names":["a"]}}]}}"#,
+            r#"{"devicePlugin":{"pools":[{"resourceName":"x.io/-rail","selectors":{"names":["a"]}}]}}"#,
+            r#"{"devicePlugin":{"pools":[{"resourceName":"x.io/rail","selectors":{}}]}}"#,
+            r#"{"devicePlugin":{"pools":[{"resourceName":"x.io/rail","selectors":{"names":["a"]}}],"charDevices":{"umadd":true}}}"#,
         ] {
             let p = write(body);
-            let e = Node::from_file(&p, true).unwrap_err();
+            let e = Node::from_file(&p, true)
+                .and_then(|n| n.device_plugin())
+                .unwrap_err();
             assert_eq!(e.code, Code::InvalidConfig, "{body}");
             assert!(e.msg.contains(&p.display().to_string()), "{}", e.msg);
             let _ = std::fs::remove_file(p);
         }
+    }
+
+    #[test]
+    fn device_plugin_pools_are_validated_and_a_nic_is_in_one_pool_only() {
+        let load = |body: &str| {
+            let p = write(body);
+            let r = Node::from_file(&p, true).and_then(|n| n.device_plugin().map(|dp| (n, dp)));
+            let _ = std::fs::remove_file(p);
+            r
+        };
+        let n = load(
+            r#"{"devicePlugin":{"pools":[
+                {"resourceName":"rdma-host-device.io/rail","selectors":{"pciAddresses":["0000:3b:00.0"]}},
+                {"resourceName":"rdma-host-device.io/rail-b","selectors":{"drivers":["irdma"]}}],
+                "charDevices":{"umad":true}}}"#,
+        )
+        .unwrap();
+        let (n, dp) = (n.0, n.1.unwrap());
+        assert_eq!(dp.pools.len(), 2);
+        assert!(dp.char_devices.umad && !dp.char_devices.issm);
+        assert_eq!(dp.pools[0].env_suffix(), "RAIL");
+        assert_eq!(dp.pools[1].env_suffix(), "RAIL_B");
+        let json: serde_json::Value = serde_json::from_str(&n.to_json()).unwrap();
+        assert_eq!(
+            json["devicePlugin"]["pools"][1]["resourceName"],
+            "rdma-host-device.io/rail-b"
+        );
+        for (body, says) in [
+            (
+                r#"{"devicePlugin":{"pools":[{"resourceName":"a.io/r","selectors":{"names":["x"]}},{"resourceName":"b.io/s","selectors":{"names":["y","x"]}}]}}"#,
+                "names \"x\" is also in a.io/r's",
+            ),
+            (
+                r#"{"devicePlugin":{"pools":[{"resourceName":"a.io/r","selectors":{"names":["x"]}},{"resourceName":"a.io/r","selectors":{"names":["y"]}}]}}"#,
+                "is also pools[0]'s",
+            ),
+            (
+                r#"{"devicePlugin":{"pools":[{"resourceName":"a.io/r","selectors":{"names":["x"]}},{"resourceName":"b.io/r","selectors":{"names":["y"]}}]}}"#,
+                "same environment variables",
+            ),
+            (
+                r#"{"devicePlugin":{"pools":[{"resourceName":"a.io/r","selectors":{}}]}}"#,
+                "offer no NIC",
+            ),
+        ] {
+            let e = load(body).unwrap_err();
+            assert_eq!(e.code, Code::InvalidConfig);
+            assert!(e.msg.contains(says), "{body}: {}", e.msg);
+            assert!(e.msg.contains("devicePlugin"), "{}", e.msg);
+        }
+        // The CNI verbs load the file without parsing devicePlugin: a mistake there is the
+        // device plugin's and node-config's to report, never a reason for ADD to fail.
+        let p = write(r#"{"devicePlugin":{"pools":[{"resourceName":"nope"}]}}"#);
+        let n = Node::from_file(&p, true).unwrap();
+        let _ = std::fs::remove_file(p);
+        assert!(n.device_plugin().is_err());
+        assert_eq!(Node::default().device_plugin().unwrap(), None);
     }
 
     #[test]

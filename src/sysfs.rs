@@ -146,6 +146,27 @@ pub fn ethtool_driver(ifname: &str) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
+/// The NUMA node of a PCI function or auxiliary-bus device (`bus_id`), from `numa_node` in its
+/// sysfs directory or, for a sub-function, its nearest ancestor's; `None` when the kernel does
+/// not know (`-1`) or says nothing. `sys` is `/sys` (a fake tree in unit tests).
+pub fn numa_node(sys: &Path, bus_id: &str) -> Option<i64> {
+    let sys = std::fs::canonicalize(sys).ok()?;
+    for bus in ["pci", "auxiliary"] {
+        let Ok(mut dir) =
+            std::fs::canonicalize(sys.join("bus").join(bus).join("devices").join(bus_id))
+        else {
+            continue;
+        };
+        while dir.starts_with(&sys) && dir != sys {
+            if let Ok(v) = std::fs::read_to_string(dir.join("numa_node")) {
+                return v.trim().parse::<i64>().ok().filter(|n| *n >= 0);
+            }
+            dir.pop();
+        }
+    }
+    None
+}
+
 /// The RDMA device on the same device as a net device (`/sys/class/net/<name>/device/infiniband`),
 /// for the policy's `rdmaDevices`; ADD's own pairing (RDMA netlink) decides what moves.
 pub fn rdma_of(ifname: &str) -> Option<String> {
@@ -177,6 +198,38 @@ mod tests {
             ["lo"]
         );
         assert!(netdevs_under(Path::new("/sys/devices/virtual/net/nope0")).is_empty());
+    }
+
+    #[test]
+    fn numa_node_of_a_pci_function_or_a_sub_function() {
+        let root = std::env::temp_dir().join(format!("rhd-numa-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let pf = root.join("devices/pci0000:3a/0000:3b:00.0");
+        let sf = pf.join("mlx5_core.sf.2");
+        let unknown = root.join("devices/pci0000:00/0000:00:05.0");
+        for d in [&sf, &unknown] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(pf.join("numa_node"), "1\n").unwrap();
+        std::fs::write(unknown.join("numa_node"), "-1\n").unwrap();
+        for (bus, id, dev) in [
+            ("pci", "0000:3b:00.0", &pf),
+            ("auxiliary", "mlx5_core.sf.2", &sf),
+            ("pci", "0000:00:05.0", &unknown),
+        ] {
+            let b = root.join("bus").join(bus).join("devices");
+            std::fs::create_dir_all(&b).unwrap();
+            std::os::unix::fs::symlink(dev, b.join(id)).unwrap();
+        }
+        assert_eq!(numa_node(&root, "0000:3b:00.0"), Some(1));
+        assert_eq!(
+            numa_node(&root, "mlx5_core.sf.2"),
+            Some(1),
+            "the SF's parent PF"
+        );
+        assert_eq!(numa_node(&root, "0000:00:05.0"), None, "-1 is no topology");
+        assert_eq!(numa_node(&root, "veth0"), None);
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

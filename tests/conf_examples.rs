@@ -295,6 +295,68 @@ fn daemonset_configmap_carries_the_install_script_verbatim() {
     );
 }
 
+/// The device plugin runs as the DaemonSet's container with what it needs and nothing more:
+/// the kubelet's device-plugins directory, Multus' devinfo directory, the state dir and the
+/// node configuration read-only, and no privilege.
+#[test]
+fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
+    let docs = documents();
+    let ds = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "DaemonSet")
+        .map(|(_, d)| d)
+        .expect("a DaemonSet in conf/");
+    let spec = &ds["spec"]["template"]["spec"];
+    let c = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "device-plugin")
+        .expect("a device-plugin container");
+    assert_eq!(
+        c["command"],
+        serde_json::json!(["/usr/local/bin/rdma-host-device", "device-plugin"])
+    );
+    assert_ne!(c["securityContext"]["privileged"], true);
+    assert_eq!(
+        c["securityContext"]["capabilities"]["drop"],
+        serde_json::json!(["ALL"])
+    );
+    let host_path = |vol: &str| {
+        spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == vol)
+            .and_then(|v| v["hostPath"]["path"].as_str())
+            .map(str::to_owned)
+    };
+    let mounts: Vec<(String, Option<String>, bool)> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["mountPath"].as_str().unwrap().to_owned(),
+                host_path(m["name"].as_str().unwrap()),
+                m["readOnly"] == true,
+            )
+        })
+        .collect();
+    for (path, ro) in [
+        ("/var/lib/kubelet/device-plugins", false),
+        ("/var/run/k8s.cni.cncf.io/devinfo", false),
+        ("/var/lib/cni/rdma-host-device", true),
+        ("/etc/rdma-host-device", true),
+    ] {
+        assert!(
+            mounts.contains(&(path.to_owned(), Some(path.to_owned()), ro)),
+            "{path} from the host (read-only: {ro}): {mounts:?}"
+        );
+    }
+    assert_eq!(spec["hostNetwork"], true, "it must see the host's NICs");
+}
+
 #[test]
 fn nccl_pod_uses_a_network_conf_defines_and_its_interface() {
     let docs = documents();
@@ -342,7 +404,55 @@ fn nccl_pod_uses_a_network_conf_defines_and_its_interface() {
         net["interface"].as_str().unwrap(),
         "NCCL_SOCKET_IFNAME must be the attached interface"
     );
-    assert!(get("NCCL_IB_HCA").contains("mlx5_0"));
+    // Its NIC comes from our device plugin: the resource it requests is a pool of the
+    // DaemonSet's node configuration, the network it attaches names that resource (Multus then
+    // passes the allocated NIC as deviceID), and NCCL_IB_HCA is set from the variable Allocate
+    // fills with the NIC's RDMA device, not typed per node.
+    let c = &pod["spec"]["containers"][0];
+    let limits = c["resources"]["limits"]
+        .as_object()
+        .expect("resource limits");
+    let cm = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "ConfigMap")
+        .map(|(_, d)| d)
+        .expect("the DaemonSet's ConfigMap");
+    let node: Value = serde_json::from_str(cm["data"]["node.json"].as_str().unwrap()).unwrap();
+    let pools: Vec<rdma_host_device::node::Pool> =
+        serde_json::from_value(node["devicePlugin"]["pools"].clone())
+            .expect("the DaemonSet's node.json has devicePlugin pools");
+    let pool = pools
+        .iter()
+        .find(|p| limits.contains_key(&p.resource_name))
+        .unwrap_or_else(|| panic!("the pod requests none of the pools {pools:?}: {limits:?}"));
+    let nad = docs
+        .iter()
+        .find(|(_, d)| {
+            d["kind"] == "NetworkAttachmentDefinition" && d["metadata"]["name"] == net["name"]
+        })
+        .map(|(_, d)| d)
+        .unwrap();
+    assert_eq!(
+        nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"],
+        pool.resource_name.as_str(),
+        "the pod's network must name the resource it requests"
+    );
+    assert!(
+        env.iter().all(|(n, _)| n != "NCCL_IB_HCA"),
+        "NCCL_IB_HCA comes from the allocation, not the pod spec"
+    );
+    let (_, rdma_var) = rdma_host_device::device_plugin::allocate::env_names(pool);
+    let script = c["command"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_str()
+        .unwrap();
+    assert!(
+        script.contains(&format!("NCCL_IB_HCA=\"=${{{rdma_var}}}\"")),
+        "the entrypoint sets NCCL_IB_HCA from {rdma_var}: {script}"
+    );
 }
 
 // ---------------------------------------------------------------- the install script

@@ -135,3 +135,53 @@ fn inspect_watch_shows_a_pods_traffic_per_second() {
     rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[])
         .ok();
 }
+
+/// Where the runtime reads no CDI (containerd 1.6), its own RLIMIT_MEMLOCK is what containers
+/// get: inspect names every runtime process with that limit and, when it is too small for RDMA,
+/// how to raise it. A real process named `containerd` (this test's copy of `sleep`, started
+/// with a 4 MiB limit by util-linux's prlimit) stands in for the daemon.
+#[test]
+fn inspect_names_the_runtimes_memlock_limit_and_how_to_raise_it() {
+    require_root();
+    let rig = Rig::new();
+    let fake = rig.dir.path().join("containerd");
+    std::fs::copy("/bin/sleep", &fake).unwrap();
+    let mut child = Command::new("prlimit")
+        .args(["--memlock=4194304:4194304"])
+        .arg(&fake)
+        .arg("30")
+        .spawn()
+        .expect("prlimit (util-linux)");
+    let pid = child.id();
+    // prlimit execs the program in the same process: wait until it is named containerd.
+    let comm = format!("/proc/{pid}/comm");
+    for _ in 0..100 {
+        if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "containerd") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let report = inspect(&rig);
+    let text = inspect_with(&rig, &["--color", "never"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let ours = report["runtimes"]
+        .as_array()
+        .and_then(|rs| rs.iter().find(|r| r["pid"] == pid))
+        .unwrap_or_else(|| panic!("pid {pid} not among the runtimes: {report:#}"));
+    assert_eq!(ours["runtime"], "containerd");
+    assert_eq!(ours["memlockBytes"], 4194304);
+    assert!(
+        ours["advice"]
+            .as_str()
+            .unwrap_or("")
+            .contains("LimitMEMLOCK=infinity"),
+        "{ours}"
+    );
+    assert!(
+        text.contains(&format!(
+            "Runtime: containerd (pid {pid}), containers inherit memlock 4096 KiB"
+        )),
+        "{text}"
+    );
+}

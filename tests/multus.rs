@@ -227,13 +227,23 @@ fn nad_nic_by_name_add_check_del_as_multus_calls_it() {
 /// documented answer here is 100 (no host NIC at that address), with nothing changed.
 #[test]
 fn nad_device_plugin_deviceid_as_multus_injects_it() {
+    deviceid_as_multus_injects_it("rdma-deviceid-sriov.yaml");
+}
+
+/// The same for the NAD that names our own device plugin's resource (rdma-host-device.io/rail).
+#[test]
+fn nad_of_our_device_plugins_resource_gets_the_deviceid_as_multus_injects_it() {
+    deviceid_as_multus_injects_it("rdma-rail-device-plugin.yaml");
+}
+
+fn deviceid_as_multus_injects_it(nad: &str) {
     let rig = Rig::new();
     // Where Multus puts CNI device-info files, as the node configuration names it.
     rig.set_node(json!({"deviceInfoDir": rig.dir.path().join("devinfo")}));
     let nic = rig.nic(0);
     let pod = rig.netns(0);
     let cid = rig.cid(0);
-    let mut conf = nad_config("rdma-deviceid-sriov.yaml");
+    let mut conf = nad_config(nad);
     localize(&rig, &mut conf, None);
     let net = conf["name"].as_str().unwrap().to_owned();
     let conf = multus_delegate(conf, Some(NO_SUCH_PCI), None);

@@ -166,6 +166,7 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
         state_error,
         hidden_links,
         counter_errors: BTreeMap::new(),
+        runtimes: super::runtime::runtimes(Path::new("/proc")),
     })
 }
 

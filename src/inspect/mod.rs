@@ -14,6 +14,7 @@ pub mod counters;
 mod gather;
 mod render;
 mod report;
+mod runtime;
 
 pub use gather::mode_guidance;
 pub use render::render_table;
@@ -173,6 +174,7 @@ mod tests {
             state_error: None,
             hidden_links: 3,
             counter_errors: Default::default(),
+            runtimes: Vec::new(),
         }
     }
 

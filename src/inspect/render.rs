@@ -196,6 +196,21 @@ pub fn render_table(r: &Report, color: bool) -> String {
             color,
         );
     }
+    for rt in &r.runtimes {
+        let limit = if rt.memlock_bytes == u64::MAX {
+            "unlimited".to_owned()
+        } else {
+            format!("{} KiB", rt.memlock_bytes / 1024)
+        };
+        let line = format!(
+            "Runtime: {} (pid {}), containers inherit memlock {limit}\n",
+            rt.runtime, rt.pid
+        );
+        paint(&mut out, &line, rt.advice.as_ref().map(|_| RED), color);
+        if let Some(a) = &rt.advice {
+            paint(&mut out, &format!("  {a}\n"), Some(DIM), color);
+        }
+    }
     out.push('\n');
 
     if r.nics.is_empty() {

@@ -25,6 +25,21 @@ pub struct Report {
     /// What reading the counters failed at, by stage (as the exporter's scrape_errors_total).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub counter_errors: BTreeMap<&'static str, u64>,
+    /// The container runtimes running here and the memlock limit their containers inherit.
+    pub runtimes: Vec<RuntimeMemlock>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeMemlock {
+    /// `containerd`, `crio` or `dockerd`.
+    pub runtime: String,
+    pub pid: u32,
+    /// Its soft RLIMIT_MEMLOCK in bytes (u64::MAX: unlimited).
+    pub memlock_bytes: u64,
+    /// What to do when it is too small for RDMA.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]

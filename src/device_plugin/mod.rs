@@ -1,0 +1,310 @@
+//! `rdma-host-device device-plugin`: a kubelet device plugin (API `v1beta1`) that offers the
+//! node's NICs as extended resources, one per pool of the node configuration's
+//! `devicePlugin`, so the scheduler counts NICs, the Topology Manager sees their NUMA nodes,
+//! and a pod gets its NIC's RDMA char devices and learns its names. Multus then hands the
+//! allocated NIC's ID to the CNI as `deviceID`.
+//!
+//! - `api.rs`: the v1beta1 messages, hand-written `prost::Message` structs.
+//! - `pool.rs`: which NICs each pool offers (selectors, node policy), their IDs and NUMA nodes.
+//! - `health.rs`: Healthy or Unhealthy, from sysfs.
+//! - `allocate.rs`: `Allocate` (char devices, env, device-info files), `GetPreferredAllocation`.
+//! - `server.rs`: the gRPC service per pool, registration, kubelet restarts.
+//!
+//! Why hand-written messages and routing rather than tonic-build: tonic-build needs `protoc`
+//! (or protox and a build script) at build time, for eight small messages and five methods
+//! that the kubelet has kept wire-compatible since 2018. Hand-written, the build has no step
+//! and the wire contract is checked from outside: the integration test's kubelet is generated
+//! from our own `tests/device_plugin/deviceplugin.proto` by grpcio-tools.
+//!
+//! Nothing here runs in a CNI call: the CNI verbs never reach this module (main.rs sends them to
+//! `flows`), and they keep the node configuration's `devicePlugin` as unparsed text
+//! (`Node::device_plugin` parses it, for this module and `node-config`).
+
+pub mod allocate;
+pub mod api;
+pub mod health;
+pub mod pool;
+pub mod server;
+
+use crate::link::Links;
+use crate::node::{DevicePluginConfig, Node};
+use crate::state::Store;
+use server::Plugin;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where the kubelet looks for device plugins.
+pub const DEFAULT_SOCKET_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// How often health is read (sysfs, cheap): a change reaches `ListAndWatch` within this.
+const HEALTH_TICK: Duration = Duration::from_millis(200);
+/// Every this many health ticks, the NICs are discovered again (netlink: uplink checks).
+const DISCOVER_EVERY: u32 = 25;
+/// A discovery (link, address and route dumps) gives up after this long.
+const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Options {
+    pub socket_dir: PathBuf,
+    pub device_info_dir: PathBuf,
+    pub state_dir: Option<PathBuf>,
+}
+
+/// `device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]`.
+pub fn options(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        socket_dir: PathBuf::from(DEFAULT_SOCKET_DIR),
+        device_info_dir: PathBuf::from(allocate::DEFAULT_DEVICE_INFO_DIR),
+        state_dir: None,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
+            _ => (a.as_str(), None),
+        };
+        let mut dir = |name: &str| {
+            let d = PathBuf::from(
+                inline
+                    .clone()
+                    .or_else(|| it.next().cloned())
+                    .ok_or_else(|| format!("{name} needs a value"))?,
+            );
+            if !d.is_absolute() {
+                return Err(format!("{name} must be an absolute path"));
+            }
+            Ok(d)
+        };
+        match flag {
+            "--socket-dir" => o.socket_dir = dir("--socket-dir")?,
+            "--device-info-dir" => o.device_info_dir = dir("--device-info-dir")?,
+            "--state-dir" => o.state_dir = Some(dir("--state-dir")?),
+            other => return Err(format!("device-plugin: unknown option {other:?}")),
+        }
+    }
+    Ok(o)
+}
+
+/// Run the device plugin until killed; returns the exit code.
+pub fn run(opts: &Options) -> i32 {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("rdma-host-device device-plugin: bug: {info}");
+    }));
+    crate::logging::init(log::LevelFilter::Info, None, " device-plugin".into());
+    let node = match Node::load() {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("rdma-host-device: {e}");
+            return 1;
+        }
+    };
+    let dp = match node.device_plugin() {
+        Ok(dp) => dp,
+        Err(e) => {
+            eprintln!("rdma-host-device: {e}");
+            return 1;
+        }
+    };
+    let Some(dp) = dp else {
+        eprintln!(
+            "rdma-host-device device-plugin: the node configuration ({}) has no devicePlugin: no pool to offer (see the README, \"Device plugin\")",
+            node.source
+        );
+        return 1;
+    };
+    if !opts.socket_dir.is_dir() {
+        eprintln!(
+            "rdma-host-device device-plugin: {} is not a directory (the kubelet's device-plugins directory; --socket-dir)",
+            opts.socket_dir.display()
+        );
+        return 1;
+    }
+    let state_dir = opts.state_dir.clone().unwrap_or(node.state_dir.clone());
+    let plugins: Vec<Arc<Plugin>> = dp
+        .pools
+        .iter()
+        .map(|p| {
+            Arc::new(Plugin {
+                pool: p.clone(),
+                chars: dp.char_devices,
+                device_info_dir: opts.device_info_dir.clone(),
+                sys: PathBuf::from("/sys"),
+                nics: Mutex::new(BTreeMap::new()),
+                devices: tokio::sync::watch::channel(Vec::new()).0,
+            })
+        })
+        .collect();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rdma-host-device device-plugin: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(async move {
+        let host = match Links::open() {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("rdma-host-device device-plugin: {e}");
+                return 1;
+            }
+        };
+        let store = Store::new(&state_dir);
+        // The first device list before the kubelet can ask for it.
+        let mut watcher = Watcher::default();
+        watcher
+            .discover(&host, &store, &dp, &node, &plugins, Path::new("/sys"))
+            .await;
+        watcher.health(&store, &plugins, Path::new("/sys"));
+        for p in &plugins {
+            tokio::spawn(server::supervise(p.clone(), opts.socket_dir.clone()));
+        }
+        let mut tick = 0u32;
+        loop {
+            tokio::time::sleep(HEALTH_TICK).await;
+            tick = tick.wrapping_add(1);
+            if tick.is_multiple_of(DISCOVER_EVERY) {
+                watcher
+                    .discover(&host, &store, &dp, &node, &plugins, Path::new("/sys"))
+                    .await;
+            }
+            watcher.health(&store, &plugins, Path::new("/sys"));
+        }
+    })
+}
+
+/// What the last discovery and health pass found, to log only what changed.
+#[derive(Default)]
+struct Watcher {
+    notes: Vec<String>,
+    unhealthy: BTreeMap<String, String>,
+}
+
+impl Watcher {
+    /// Find the pools' NICs again; a NIC once offered stays known (and is judged by health).
+    async fn discover(
+        &mut self,
+        host: &Links,
+        store: &Store,
+        dp: &DevicePluginConfig,
+        node: &Node,
+        plugins: &[Arc<Plugin>],
+        sys: &Path,
+    ) {
+        let nics = match tokio::time::timeout(DISCOVER_TIMEOUT, pool::gather(host, store, dp, sys))
+            .await
+        {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                log::warn!("finding the pools' NICs: {e}; keeping the last list");
+                return;
+            }
+            Err(_) => {
+                log::warn!(
+                    "finding the pools' NICs took over {} s (netlink); keeping the last list",
+                    DISCOVER_TIMEOUT.as_secs()
+                );
+                return;
+            }
+        };
+        let (pools, notes) = pool::assign(dp, node, nics);
+        for n in notes.iter().filter(|n| !self.notes.contains(n)) {
+            log::info!("{n}");
+        }
+        self.notes = notes;
+        for (p, found) in plugins.iter().zip(pools) {
+            let mut known = p.nics.lock().unwrap_or_else(|e| e.into_inner());
+            for nic in found {
+                if !known.contains_key(&nic.id) {
+                    log::info!(
+                        "{}: offering {} ({}{})",
+                        p.pool.resource_name,
+                        nic.id,
+                        nic.name,
+                        nic.rdma_device
+                            .as_deref()
+                            .map(|r| format!(", RDMA device {r}"))
+                            .unwrap_or_default()
+                    );
+                }
+                known.insert(nic.id.clone(), nic);
+            }
+        }
+    }
+
+    /// Judge every known NIC now and publish each pool's list if it changed.
+    fn health(&mut self, store: &Store, plugins: &[Arc<Plugin>], sys: &Path) {
+        let attached = pool::attached_ids(store);
+        for p in plugins {
+            let known = p.nics.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let devices: Vec<api::Device> = known
+                .values()
+                .map(|nic| {
+                    let mut nic = nic.clone();
+                    nic.attached = attached.contains(&nic.id);
+                    let verdict = health::judge(&nic, &health::look(sys, &nic));
+                    self.note(&p.pool.resource_name, &nic, &verdict);
+                    api::Device {
+                        id: nic.id.clone(),
+                        health: if verdict.is_ok() {
+                            api::HEALTHY
+                        } else {
+                            api::UNHEALTHY
+                        }
+                        .into(),
+                        topology: nic.numa.map(|n| api::TopologyInfo {
+                            nodes: vec![api::NumaNode { id: n }],
+                        }),
+                    }
+                })
+                .collect();
+            p.devices.send_if_modified(|d| {
+                let changed = *d != devices;
+                if changed {
+                    *d = devices;
+                }
+                changed
+            });
+        }
+    }
+
+    fn note(&mut self, pool: &str, nic: &pool::Nic, verdict: &Result<(), String>) {
+        match verdict {
+            Err(why) if self.unhealthy.get(&nic.id) != Some(why) => {
+                log::warn!("{pool}: {} ({}) is Unhealthy: {why}", nic.id, nic.name);
+                self.unhealthy.insert(nic.id.clone(), why.clone());
+            }
+            Ok(()) if self.unhealthy.remove(&nic.id).is_some() => {
+                log::info!("{pool}: {} ({}) is Healthy again", nic.id, nic.name);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn device_plugin_flags() {
+        let o = options(&args(&["--socket-dir", "/k", "--device-info-dir=/d"])).unwrap();
+        assert_eq!(o.socket_dir, PathBuf::from("/k"));
+        assert_eq!(o.device_info_dir, PathBuf::from("/d"));
+        assert_eq!(o.state_dir, None);
+        let o = options(&[]).unwrap();
+        assert_eq!(o.socket_dir, PathBuf::from(DEFAULT_SOCKET_DIR));
+        for bad in [&["--socket-dir"][..], &["--socket-dir", "rel"], &["-x"]] {
+            assert!(options(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
+}

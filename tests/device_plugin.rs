@@ -1,0 +1,445 @@
+//! `rdma-host-device device-plugin` driven the way the kubelet drives it, over the real gRPC
+//! wire: tests/device_plugin/kubelet.py (grpcio, stubs generated at test time from our own
+//! tests/device_plugin/deviceplugin.proto) serves `Registration` on kubelet.sock, receives the
+//! plugin's `Register`, calls `GetDevicePluginOptions`, `ListAndWatch`,
+//! `GetPreferredAllocation` and `Allocate` on the plugin's socket, and restarts like a kubelet
+//! (sockets deleted and recreated). The NICs are veths selected by name (this machine has no
+//! PCI NICs and no RDMA; char devices and NUMA are unit-tested on fake sysfs trees).
+//! Needs root (veths, netns) and the venv with grpcio that scripts/setup.sh makes.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const RESOURCE: &str = "rdma-host-device.io/rail";
+const ENDPOINT: &str = "rdma-host-device-rail.sock";
+
+/// The venv's python (scripts/setup.sh: `$RHD_VENV`, default ~/.cache/rhd-venv).
+fn python() -> PathBuf {
+    let venv = std::env::var_os("RHD_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(&std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".cache/rhd-venv")
+        });
+    let py = venv.join("bin/python");
+    assert!(
+        py.exists(),
+        "{} missing: the device-plugin tests need a venv with grpcio and grpcio-tools (scripts/setup.sh makes it)",
+        py.display()
+    );
+    py
+}
+
+/// The kubelet stand-in, one JSON command a line.
+struct Kubelet {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Kubelet {
+    fn start(dir: &Path) -> Kubelet {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/device_plugin/kubelet.py");
+        let mut child = Command::new(python())
+            .arg(script)
+            .arg(dir)
+            // Generated once, atomically (kubelet.py renames them into place), shared by runs.
+            .env("RHD_DP_STUBS", Path::new(TARGET_TMP).join("dp-stubs"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start kubelet.py");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert!(line.contains("listening"), "kubelet.py: {line:?}");
+        Kubelet {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn ask(&mut self, cmd: Value) -> Value {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("kubelet.py said {line:?} ({e})"))
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The device plugin under test, its log in a file.
+struct DevicePlugin {
+    child: Child,
+    log: PathBuf,
+}
+
+impl DevicePlugin {
+    fn start(rig: &Rig, sockets: &Path, devinfo: &Path) -> DevicePlugin {
+        let log = rig.dir.path().join(format!("device-plugin-{}.log", rig.n));
+        let child = Command::new(PLUGIN)
+            .args(["device-plugin", "--socket-dir"])
+            .arg(sockets)
+            .arg("--device-info-dir")
+            .arg(devinfo)
+            .env(NODE_CONFIG_ENV, rig.node_config())
+            .env_remove("CNI_COMMAND")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the device plugin");
+        DevicePlugin { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for DevicePlugin {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A rig whose node configuration has one pool selecting `names`, with its sockets dir.
+fn world(names: &[&str]) -> (Rig, TempDir, TempDir) {
+    let rig = Rig::new();
+    rig.set_node(json!({"devicePlugin": {"pools": [
+        {"resourceName": RESOURCE, "selectors": {"names": names}}
+    ]}}));
+    (rig, TempDir::new("dp-sock"), TempDir::new("dp-info"))
+}
+
+fn registered(k: &mut Kubelet, count: u64, plugin: &DevicePlugin) -> Value {
+    let r = k.ask(json!({"cmd": "registered", "count": count, "timeout": 10}));
+    assert!(
+        r["error"].is_null(),
+        "no registration #{count}: {r}\n{}",
+        plugin.log()
+    );
+    r
+}
+
+fn devices(k: &mut Kubelet, want: Value, timeout: f64, plugin: &DevicePlugin) -> Value {
+    let r =
+        k.ask(json!({"cmd": "devices", "resource": RESOURCE, "want": want, "timeout": timeout}));
+    assert!(
+        r["error"].is_null(),
+        "want {want}, got {r}\n{}",
+        plugin.log()
+    );
+    r
+}
+
+#[test]
+fn the_kubelet_gets_the_pools_nics_over_grpc_but_never_the_nodes_uplink() {
+    let (rig, sockets, devinfo) = world(&[]);
+    let (a, b, up) = (rig.nic(0), rig.nic(1), rig.nic(2));
+    // The node itself uses `up`: a global address on it.
+    ip(&[
+        "addr",
+        "add",
+        &format!("10.98.{}.1/24", rig.octet()),
+        "dev",
+        &up.name,
+    ]);
+    rig.set_node(json!({"devicePlugin": {"pools": [
+        {"resourceName": RESOURCE, "selectors": {"names": [a.name, b.name, up.name]}}
+    ]}}));
+    let mut k = Kubelet::start(sockets.path());
+    let plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
+
+    let r = registered(&mut k, 1, &plugin);
+    assert_eq!(r["version"], "v1beta1");
+    assert_eq!(r["endpoint"], ENDPOINT);
+    assert_eq!(r["resource_name"], RESOURCE);
+    assert_eq!(r["options"]["get_preferred_allocation_available"], true);
+    assert!(sockets.path().join(ENDPOINT).exists());
+    let o = k.ask(json!({"cmd": "options", "resource": RESOURCE}));
+    assert_eq!(o["get_preferred_allocation_available"], true, "{o}");
+
+    k.ask(json!({"cmd": "watch", "resource": RESOURCE}));
+    let want = json!({&a.name: "Healthy", &b.name: "Healthy", &up.name: null});
+    let l = devices(&mut k, want, 5.0, &plugin);
+    let listed: Vec<&str> = l["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [a.name.as_str(), b.name.as_str()], "{l}");
+    assert!(
+        l["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["numa"] == json!([])),
+        "a veth has no NUMA node: no topology ({l})"
+    );
+    assert!(
+        plugin.log().contains(&up.name) && plugin.log().contains("global address"),
+        "the log says why the uplink is not offered:\n{}",
+        plugin.log()
+    );
+
+    let p = k.ask(json!({"cmd": "preferred", "resource": RESOURCE,
+        "available": [a.name, b.name], "must": [b.name], "size": 1}));
+    assert_eq!(p["ids"], json!([[b.name]]), "{p}");
+    let p = k.ask(json!({"cmd": "preferred", "resource": RESOURCE,
+        "available": [a.name, b.name], "size": 2}));
+    assert_eq!(p["ids"][0].as_array().unwrap().len(), 2, "{p}");
+
+    let r = k.ask(json!({"cmd": "allocate", "resource": RESOURCE,
+        "containers": [[a.name], [b.name, a.name]]}));
+    assert!(r["error"].is_null(), "{r}\n{}", plugin.log());
+    let resp = r["responses"].as_array().unwrap();
+    assert_eq!(resp.len(), 2, "one answer per container: {r}");
+    assert_eq!(
+        resp[0]["envs"]["RDMA_HOST_DEVICE_RAIL_IDS"],
+        a.name.as_str()
+    );
+    assert_eq!(
+        resp[1]["envs"]["RDMA_HOST_DEVICE_RAIL_IDS"],
+        format!("{},{}", b.name, a.name)
+    );
+    assert_eq!(
+        resp[0]["envs"]["RDMA_HOST_DEVICE_RAIL_RDMA"], "",
+        "no RDMA on a veth"
+    );
+    assert_eq!(
+        resp[0]["devices"],
+        json!([]),
+        "no RDMA device, no char device: {r}"
+    );
+    assert_eq!(
+        files_under(devinfo.path()),
+        Vec::<PathBuf>::new(),
+        "a veth has nothing for a device-info file"
+    );
+    // Allocate's latency as the kubelet sees it (gRPC round trip on the unix socket).
+    let mut ms: Vec<f64> = (0..20)
+        .map(|_| {
+            k.ask(json!({"cmd": "allocate", "resource": RESOURCE, "containers": [[a.name]]}))["ms"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    eprintln!(
+        "Allocate over gRPC: median {} ms, max {} ms (20 calls)",
+        ms[10], ms[19]
+    );
+
+    let e = k.ask(json!({"cmd": "allocate", "resource": RESOURCE, "containers": [[up.name]]}));
+    assert_eq!(
+        e["error"], "NOT_FOUND",
+        "the uplink cannot be allocated: {e}"
+    );
+    assert!(e["message"].as_str().unwrap().contains(&up.name), "{e}");
+}
+
+#[test]
+fn a_nic_losing_its_link_turns_unhealthy_within_a_second_but_one_in_a_pod_stays_healthy() {
+    let (rig, sockets, devinfo) = world(&[]);
+    let (a, b) = (rig.nic(0), rig.nic(1));
+    let pod = rig.netns(0);
+    for l in [&a.name, &a.peer] {
+        ip(&["link", "set", l, "up"]);
+    }
+    rig.set_node(json!({"devicePlugin": {"pools": [
+        {"resourceName": RESOURCE, "selectors": {"names": [a.name, b.name]}}
+    ]}}));
+    let mut k = Kubelet::start(sockets.path());
+    let plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
+    registered(&mut k, 1, &plugin);
+    k.ask(json!({"cmd": "watch", "resource": RESOURCE}));
+    devices(
+        &mut k,
+        json!({&a.name: "Healthy", &b.name: "Healthy"}),
+        5.0,
+        &plugin,
+    );
+
+    // The wire dies (the peer goes down): Unhealthy within a second, Healthy when it is back.
+    let mut took = Vec::new();
+    for (cmd, health) in [("down", "Unhealthy"), ("up", "Healthy")] {
+        let t0 = Instant::now();
+        ip(&["link", "set", &a.peer, cmd]);
+        devices(&mut k, json!({&a.name: health}), 1.0, &plugin);
+        took.push(t0.elapsed());
+    }
+    // b goes into a pod through the CNI (ADD) and comes back (DEL): Healthy all along.
+    let conf = rig.conf("1.0.0", json!({"device": b.name}));
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), "net1", &[])
+        .ok();
+    std::thread::sleep(Duration::from_millis(600)); // three health ticks with b in the pod
+    devices(&mut k, json!({&b.name: "Healthy"}), 1.0, &plugin);
+    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[]);
+    std::thread::sleep(Duration::from_millis(600));
+    let h = k.ask(json!({"cmd": "history", "resource": RESOURCE}));
+    assert!(
+        !h["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c[0] == b.name.as_str() && c[1] == "Unhealthy"),
+        "a NIC in a pod, or on its way there and back, is never Unhealthy: {h}\n{}",
+        plugin.log()
+    );
+    // The NIC is deleted: Unhealthy, still listed (the kubelet must not lose track of it).
+    let t0 = Instant::now();
+    ip(&["link", "del", &a.name]);
+    devices(
+        &mut k,
+        json!({&a.name: "Unhealthy", &b.name: "Healthy"}),
+        1.0,
+        &plugin,
+    );
+    took.push(t0.elapsed());
+    eprintln!(
+        "health to the ListAndWatch stream: peer down {:?}, up {:?}, deleted {:?}",
+        took[0], took[1], took[2]
+    );
+    assert!(took.iter().all(|t| *t < Duration::from_secs(1)), "{took:?}");
+    assert!(plugin.log().contains("without carrier"), "{}", plugin.log());
+}
+
+#[test]
+fn a_kubelet_restart_and_a_plugin_restart_each_end_in_a_new_registration() {
+    let (rig, sockets, devinfo) = world(&[]);
+    let a = rig.nic(0);
+    rig.set_node(json!({"devicePlugin": {"pools": [
+        {"resourceName": RESOURCE, "selectors": {"names": [a.name]}}
+    ]}}));
+    let mut k = Kubelet::start(sockets.path());
+    let mut plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
+    registered(&mut k, 1, &plugin);
+
+    // kubelet.sock recreated, our socket left alone: register again on the same socket.
+    k.ask(json!({"cmd": "restart", "remove_all": false}));
+    let r = registered(&mut k, 2, &plugin);
+    eprintln!(
+        "re-registered {} ms after kubelet.sock was recreated",
+        r["ms"]
+    );
+    // A restart as the kubelet does it: every socket in the directory deleted.
+    k.ask(json!({"cmd": "restart", "remove_all": true}));
+    let r = registered(&mut k, 3, &plugin);
+    eprintln!(
+        "re-registered {} ms after every socket was deleted",
+        r["ms"]
+    );
+    assert!(
+        sockets.path().join(ENDPOINT).exists(),
+        "serving on a new socket"
+    );
+    k.ask(json!({"cmd": "watch", "resource": RESOURCE}));
+    devices(&mut k, json!({&a.name: "Healthy"}), 5.0, &plugin);
+
+    // The plugin itself restarts: it registers again, offering the same device.
+    plugin.stop();
+    let mut plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
+    registered(&mut k, 4, &plugin);
+    k.ask(json!({"cmd": "watch", "resource": RESOURCE}));
+    devices(&mut k, json!({&a.name: "Healthy"}), 5.0, &plugin);
+    let r = k.ask(json!({"cmd": "allocate", "resource": RESOURCE, "containers": [[a.name]]}));
+    assert_eq!(
+        r["responses"][0]["envs"]["RDMA_HOST_DEVICE_RAIL_IDS"],
+        a.name.as_str(),
+        "{r}"
+    );
+    plugin.stop();
+}
+
+#[test]
+fn two_pools_are_two_resources_on_two_sockets_each_with_its_own_nics_and_variables() {
+    let (rig, sockets, devinfo) = world(&[]);
+    let (a, b) = (rig.nic(0), rig.nic(1));
+    rig.set_node(json!({"devicePlugin": {"pools": [
+        {"resourceName": RESOURCE, "selectors": {"names": [a.name]}},
+        {"resourceName": "rdma-host-device.io/storage", "selectors": {"names": [b.name]}}
+    ]}}));
+    let mut k = Kubelet::start(sockets.path());
+    let plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
+    registered(&mut k, 2, &plugin);
+    let mut regs: Vec<(String, String)> = k.ask(json!({"cmd": "registrations"}))["registrations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["resource_name"].as_str().unwrap().to_owned(),
+                r["endpoint"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    regs.sort();
+    assert_eq!(
+        regs,
+        [
+            (RESOURCE.to_owned(), ENDPOINT.to_owned()),
+            (
+                "rdma-host-device.io/storage".to_owned(),
+                "rdma-host-device-storage.sock".to_owned()
+            )
+        ]
+    );
+    for (res, nic, var) in [
+        (RESOURCE, &a, "RDMA_HOST_DEVICE_RAIL_IDS"),
+        (
+            "rdma-host-device.io/storage",
+            &b,
+            "RDMA_HOST_DEVICE_STORAGE_IDS",
+        ),
+    ] {
+        k.ask(json!({"cmd": "watch", "resource": res}));
+        let r = k.ask(json!({"cmd": "devices", "resource": res,
+            "want": {&nic.name: "Healthy"}, "timeout": 5}));
+        assert_eq!(
+            r["devices"].as_array().unwrap().len(),
+            1,
+            "{res}: {r}\n{}",
+            plugin.log()
+        );
+        let r = k.ask(json!({"cmd": "allocate", "resource": res, "containers": [[nic.name]]}));
+        assert_eq!(r["responses"][0]["envs"][var], nic.name.as_str(), "{r}");
+    }
+}
+
+#[test]
+fn without_a_device_plugin_section_it_refuses_to_start_and_says_why() {
+    let rig = Rig::new();
+    let sockets = TempDir::new("dp-sock");
+    let o = Command::new(PLUGIN)
+        .args(["device-plugin", "--socket-dir"])
+        .arg(sockets.path())
+        .env(NODE_CONFIG_ENV, rig.node_config())
+        .env_remove("CNI_COMMAND")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no devicePlugin"), "{err}");
+}
