@@ -528,6 +528,18 @@ fn del_whose_netns_path_is_gone_while_the_netns_lives_on_keeps_the_ip_and_the_st
     }
     pod.delete();
     assert!(!std::path::Path::new(&pod.path()).exists());
+    // inspect says where the NIC is, and who keeps it there.
+    let report = inspect_json(None, &rig);
+    let row = report["nics"]
+        .as_array()
+        .and_then(|a| a.iter().find(|n| n["name"] == nic.name.as_str()))
+        .cloned()
+        .unwrap_or_else(|| panic!("{} missing from inspect: {report}", nic.name));
+    let notes = row["notes"].to_string();
+    assert!(
+        notes.contains("is gone") && notes.contains(&format!("pid {}", holder.id())),
+        "inspect names the orphaned netns and its holder: {row}"
+    );
     for netns in [pod.path(), String::new()] {
         let del = rig.call("DEL", &conf, &netns, &rig.cid(0), IF, &[]);
         let e = del.err_code(11);
@@ -686,6 +698,26 @@ impl Node {
     }
 }
 
+/// `inspect --json` for this rig's state, on the host or inside `node`.
+fn inspect_json(node: Option<&Netns>, rig: &Rig) -> Value {
+    let mut c = match node {
+        Some(n) => {
+            let mut c = std::process::Command::new("ip");
+            c.args(["netns", "exec", &n.name]).arg(plugin());
+            c
+        }
+        None => std::process::Command::new(plugin()),
+    };
+    let out = c
+        .args(["inspect", "--json", "--state-dir"])
+        .arg(rig.state_dir())
+        .env_remove("CNI_COMMAND")
+        .output()
+        .expect("run inspect");
+    assert!(out.status.success(), "inspect failed: {out:?}");
+    serde_json::from_slice(&out.stdout).expect("inspect --json prints JSON")
+}
+
 /// Attach the node's NIC to `pod` (as container 0), let the pod rename it to a name that is
 /// not UTF-8, then let the pod's netns die without DEL: the NIC comes back to the node under
 /// that name, still tagged (what the kernel does for a physical NIC; see kill_netns_refunding).
@@ -729,6 +761,14 @@ fn a_lost_nic_with_a_name_that_is_not_utf8_is_found_by_add() {
     let node = Node::new(&rig);
     let (pod, next) = (rig.netns(0), rig.netns(1));
     let conf = lose_with_an_unreadable_name(&rig, &node, &pod);
+    // inspect (in the node) lists the lost NIC by its escaped name.
+    let report = inspect_json(Some(&node.ns), &rig);
+    assert!(
+        report["nics"].as_array().is_some_and(|a| a.iter().any(|n| {
+            n["name"] == "pod\\xff\\xfe1" && n["notes"].to_string().contains("not UTF-8")
+        })),
+        "inspect lists the lost NIC: {report}"
+    );
     node.call(&rig, "ADD", &conf, &next.path(), &rig.cid(1))
         .ok();
     assert!(link(Some(&next.name), IF).is_some());

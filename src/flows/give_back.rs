@@ -121,14 +121,35 @@ pub async fn release_attachment(
 }
 
 /// Fail (11, retryable) if `r`'s NIC sits in a living network namespace the plugin can reach
-/// only through a process in it (`/proc/PID/ns/net`, from `netns::others_on_node`): the pod's,
-/// whose path `netns` is gone.
+/// only through a process in it (see [`orphaned_nic`]): the pod's, whose path `netns` is gone.
 /// Its IP and the attachment's state are kept: once the holders exit, a hardware NIC comes
 /// back to the host (and the retry restores it) and a virtual one is gone with the netns.
 async fn orphaned(r: &Record, netns: &str) -> Result<()> {
+    let Some((l, held_by)) = orphaned_nic(r).await else {
+        return Ok(());
+    };
+    Err(Error::new(
+        Code::TryAgain,
+        format!(
+            "{} is still in a network namespace as {} (index {}): the pod's path {} is gone, but the namespace lives on ({held_by}); keeping its IP and the attachment's state so that DEL can be retried once that is over",
+            r.host_name,
+            l.name,
+            l.index,
+            if netns.is_empty() {
+                "(none given)"
+            } else {
+                netns
+            },
+        ),
+    ))
+}
+
+/// `r`'s NIC in a network namespace only a process keeps (`/proc/PID/ns/net`, from
+/// `netns::others_on_node`; one with another name under /run/netns is someone's, and a NIC on
+/// its way home from a dead pod passes through none): the link there, and who holds it
+/// ("held by pid 4242 (sleep)"). DEL and `inspect` ask.
+pub(crate) async fn orphaned_nic(r: &Record) -> Option<(LinkInfo, String)> {
     let owner = r.owner();
-    // Only namespaces a process keeps: one with another name under /run/netns is someone's
-    // (a NIC on its way home from a dead pod passes through none).
     let held = crate::netns::others_on_node()
         .into_iter()
         .filter(|(p, _)| p.starts_with("/proc"));
@@ -143,7 +164,7 @@ async fn orphaned(r: &Record, netns: &str) -> Result<()> {
             Ok(l) => l.all().await.unwrap_or_default(),
             Err(_) => continue,
         };
-        let Some(l) = links.iter().find(|l| is_orphaned_nic(l, r, &owner)) else {
+        let Some(l) = links.into_iter().find(|l| is_orphaned_nic(l, r, &owner)) else {
             continue;
         };
         let holders = crate::orphan::holders(&ns);
@@ -152,22 +173,9 @@ async fn orphaned(r: &Record, netns: &str) -> Result<()> {
         } else {
             format!("held by {}", crate::orphan::describe(&holders))
         };
-        return Err(Error::new(
-            Code::TryAgain,
-            format!(
-                "{} is still in a network namespace as {} (index {}): the pod's path {} is gone, but the namespace lives on ({held_by}); keeping its IP and the attachment's state so that DEL can be retried once that is over",
-                r.host_name,
-                l.name,
-                l.index,
-                if netns.is_empty() {
-                    "(none given)"
-                } else {
-                    netns
-                },
-            ),
-        ));
+        return Some((l, held_by));
     }
-    Ok(())
+    None
 }
 
 /// Is `l`, in some namespace reached through a process, the NIC of `r`? A hardware NIC is its

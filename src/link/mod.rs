@@ -9,7 +9,7 @@ mod uses;
 
 pub use restore::{POD_FLAGS, Settings};
 pub use route::{KernelRoute, MAIN_TABLE, RouteSpec};
-pub use unreadable::Unreadable;
+pub use unreadable::{Unreadable, dump as unreadable_links};
 
 use crate::error::{Code, Error, Result};
 use crate::netns::Netns;
