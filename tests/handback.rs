@@ -1,8 +1,9 @@
 //! Home exactly as it left: what a pod with NET_ADMIN does to its NIC (flags, group, queue
-//! length, links stacked on it, altnames) must not come home with it or reach the next pod,
-//! and what the runtime sends DEL (the host's own netns, a container ID of any length) must
-//! not make DEL act on the host or fail for ever. Issue 17; docs/trust.md's pod rows point
-//! here. Needs root (see tests/common/mod.rs).
+//! length, links stacked on it, altnames, a name that is not UTF-8) must not come home with it,
+//! reach the next pod or hide the NIC; what the runtime sends DEL (the host's own netns, a
+//! container ID of any length, a netns path gone while the netns lives on) must not make DEL act
+//! on the host, release what is still in use, or fail for ever. Issue 17, by case number;
+//! docs/trust.md's rows point here. Needs root (see tests/common/mod.rs).
 
 mod common;
 
