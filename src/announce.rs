@@ -30,24 +30,30 @@ pub fn announce(ns: &Netns, ifname: &str, ifindex: u32, mac: &str, addrs: &[IpAd
         log::warn!("not announcing {ifname}'s addresses: it has no Ethernet MAC ({mac:?})");
         return;
     };
-    let sent = ns.run(|| -> std::io::Result<Vec<String>> {
-        let sock = Linger(Some(open_packet_socket()?));
-        let sock = sock
-            .0
-            .as_ref()
-            .ok_or_else(|| std::io::Error::other("no socket"))?;
-        let mut failed = Vec::new();
-        for ip in addrs {
-            let (frame, dst, proto) = match ip {
-                IpAddr::V4(v4) => (garp(mac, *v4), BROADCAST, ETH_P_ARP),
-                IpAddr::V6(v6) => (unsolicited_na(mac, *v6), ALL_NODES_MAC, ETH_P_IPV6),
-            };
-            if let Err(e) = send(sock, ifindex, dst, proto, &frame) {
-                failed.push(format!("{ip}: {e}"));
+    // The socket is made in the pod's namespace (and stays bound to it); it is used and
+    // dropped from the plugin's own, so the child that `Linger` forks is no process of the
+    // pod's netns (a DEL looking for processes that keep a pod's netns alive must not find
+    // the plugin's).
+    let sent = ns
+        .run(open_packet_socket)
+        .map(|opened| -> std::io::Result<Vec<String>> {
+            let sock = Linger(Some(opened?));
+            let sock = sock
+                .0
+                .as_ref()
+                .ok_or_else(|| std::io::Error::other("no socket"))?;
+            let mut failed = Vec::new();
+            for ip in addrs {
+                let (frame, dst, proto) = match ip {
+                    IpAddr::V4(v4) => (garp(mac, *v4), BROADCAST, ETH_P_ARP),
+                    IpAddr::V6(v6) => (unsolicited_na(mac, *v6), ALL_NODES_MAC, ETH_P_IPV6),
+                };
+                if let Err(e) = send(sock, ifindex, dst, proto, &frame) {
+                    failed.push(format!("{ip}: {e}"));
+                }
             }
-        }
-        Ok(failed)
-    });
+            Ok(failed)
+        });
     let kinds = "gratuitous ARP / unsolicited neighbour advertisement";
     match sent {
         Ok(Ok(failed)) if failed.is_empty() => {

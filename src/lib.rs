@@ -25,6 +25,7 @@ pub mod mutate;
 pub mod netns;
 pub mod nexthop;
 pub mod node;
+pub mod orphan;
 pub mod rdma;
 pub mod select;
 pub mod state;

@@ -70,8 +70,18 @@ pub fn attachment(state_dir: &Path, container_id: &str, ifname: &str) -> Result<
 
 /// Like [`attachment`] but without waiting: `None` when another call holds it (GC skips it).
 pub fn try_attachment(state_dir: &Path, container_id: &str, ifname: &str) -> Result<Option<Guard>> {
-    let what = format!("attachment {container_id}/{ifname}");
-    let path = lock_dir(state_dir).join(format!("att-{}.lock", owner_key(container_id, ifname)));
+    try_attachment_by_key(
+        state_dir,
+        &owner_key(container_id, ifname),
+        &format!("{container_id}/{ifname}"),
+    )
+}
+
+/// [`try_attachment`] by the attachment's owner key (all a hashed temp file name keeps of a
+/// long container ID); `label` names it in messages.
+pub fn try_attachment_by_key(state_dir: &Path, owner: &str, label: &str) -> Result<Option<Guard>> {
+    let what = format!("attachment {label}");
+    let path = lock_dir(state_dir).join(format!("att-{owner}.lock"));
     take(&path, Duration::ZERO, &what)
 }
 

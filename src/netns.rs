@@ -105,6 +105,35 @@ impl Netns {
         self.file.as_raw_fd()
     }
 
+    /// Is this the host's own network namespace: the one the plugin runs in, or init's
+    /// (pid 1's, when the plugin may open it)? Never a pod's: a CNI_NETNS naming it would make
+    /// ADD, CHECK or DEL act on the host's links.
+    pub fn is_the_hosts(&self) -> bool {
+        [
+            "/proc/thread-self/ns/net",
+            "/proc/self/ns/net",
+            "/proc/1/ns/net",
+        ]
+        .iter()
+        .filter_map(|p| Netns::open(Path::new(p)).ok())
+        .any(|host| self.same_as(&host))
+    }
+
+    /// Refuse this namespace as a pod's if it is the host's own (see
+    /// [`is_the_hosts`](Self::is_the_hosts)): invalid CNI_NETNS (4).
+    pub fn refuse_if_host(&self) -> Result<()> {
+        if !self.is_the_hosts() {
+            return Ok(());
+        }
+        Err(Error::new(
+            Code::InvalidEnv,
+            format!(
+                "CNI_NETNS {} is the host's own network namespace, not a pod's; refusing to act on the host's links",
+                self.path.display()
+            ),
+        ))
+    }
+
     /// Same namespace (same nsfs inode)?
     pub fn same_as(&self, other: &Netns) -> bool {
         match (self.file.metadata(), other.file.metadata()) {
@@ -212,6 +241,21 @@ mod tests {
     fn other_namespace_kinds_are_rejected() {
         let err = Netns::open(Path::new("/proc/self/ns/uts")).unwrap_err();
         assert_eq!(err.code, Code::InvalidEnv);
+    }
+
+    #[test]
+    fn the_hosts_own_namespace_is_refused() {
+        let me = Netns::open(Path::new("/proc/self/ns/net")).unwrap();
+        assert!(me.is_the_hosts());
+        assert_eq!(me.refuse_if_host().unwrap_err().code, Code::InvalidEnv);
+        let other = std::thread::spawn(|| {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET).unwrap();
+            Netns::current().unwrap()
+        })
+        .join()
+        .unwrap();
+        assert!(!other.is_the_hosts());
+        assert!(other.refuse_if_host().is_ok());
     }
 
     #[test]

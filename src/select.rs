@@ -62,7 +62,10 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
     match names.as_slice() {
         [] => {}
         [name] => {
-            if let Some(link) = host.by_name(name).await? {
+            // The kernel finds a link by any of its names, altnames included.
+            if let Some(link) = host.by_name(name).await?
+                && (link.name == *name || altname_is_the_nodes(&link, name, store)?)
+            {
                 return found_on_host(link, host, store, sel).await;
             }
         }
@@ -77,7 +80,7 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
         }
     }
     // A NIC on the host with our tag is free whatever the records say: its pod is gone.
-    if let Some(lost) = find_lost(sel, host).await? {
+    if let Some(lost) = find_lost(sel, host, store).await? {
         return Ok(lost);
     }
     if let Some(r) = store.all()?.iter().find(|r| attachment_holds(r, sel)) {
@@ -187,11 +190,41 @@ fn attachment_holds(r: &Record, sel: &Selector) -> bool {
     }
 }
 
+/// Is `alt`, an altname of `link`, one the node gave it? A lost NIC (back on the host from a
+/// dead pod, still tagged) also carries the altnames its pod added, which may be any name,
+/// another NIC's included: only those its attachment's record lists count. An untagged link's
+/// altnames are the node's.
+fn altname_is_the_nodes(link: &LinkInfo, alt: &str, store: &Store) -> Result<bool> {
+    let Some(tag) = link.alias.as_deref().and_then(Tag::decode) else {
+        return Ok(true);
+    };
+    let records = store.all()?;
+    let ok = records
+        .iter()
+        .find(|r| r.owner() == tag.owner)
+        .is_some_and(|r| r.altnames.iter().any(|a| a == alt));
+    if !ok {
+        log::info!(
+            "{alt:?} is an altname of {}, a NIC back from a dead pod, but not one the node gave it: it does not select {}",
+            link.name,
+            link.name
+        );
+    }
+    Ok(ok)
+}
+
 /// A NIC that came back from a dead pod keeps the pod-side name but carries our tag with its
-/// original name: find it by that identity.
-async fn find_lost(sel: &Selector, host: &Links) -> Result<Option<Resolved>> {
+/// original name: find it by that identity (an altname only if the node gave it).
+async fn find_lost(sel: &Selector, host: &Links, store: &Store) -> Result<Option<Resolved>> {
+    let records = store.all()?;
     let wanted = |l: &LinkInfo, tag: &Tag| match sel {
-        Selector::Name(n) => tag.host_name == *n || l.altnames.contains(n),
+        Selector::Name(n) => {
+            tag.host_name == *n
+                || (l.altnames.contains(n)
+                    && records
+                        .iter()
+                        .any(|r| r.owner() == tag.owner && r.altnames.contains(n)))
+        }
         Selector::Mac(m) => l.mac == *m,
         Selector::Pci(id) | Selector::DeviceId(id) => sysfs::pci_of(&l.name).as_deref() == Some(id),
         Selector::KernelPath(p) => {

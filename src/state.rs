@@ -1,6 +1,7 @@
 //! What ADD remembers so DEL can undo it, even if the plugin dies between any two steps:
 //!
-//! - a state file per attachment, `STATE_DIR/<containerID>:<ifname>.json`, written (atomically)
+//! - a state file per attachment, `STATE_DIR/<containerID>:<ifname>.json` (a container ID too
+//!   long for a file name is cut and hashed, see `stem`), written (atomically)
 //!   before the first change to the host and removed after the last undo;
 //! - a tag in the NIC's alias (IFLA_IFALIAS), set by the same request that moves the NIC, so
 //!   the link itself says who holds it and what it was called. It travels with the NIC: into
@@ -98,6 +99,16 @@ pub struct Record {
     /// The NIC's alternative names: a selector may name it by any of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub altnames: Vec<String>,
+    /// The NIC's interface flags that a pod can flip ([`crate::link::POD_FLAGS`]: promisc,
+    /// allmulticast, NOARP, multicast, ...), its device group and transmit queue length, as
+    /// the node had them: DEL puts them back. `None` in records of versions before this rule
+    /// (DEL then leaves them as they are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_flags: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_group: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_txqlen: Option<u32>,
     /// The NIC's ifindex on the host when ADD found it.
     #[serde(default)]
     pub host_index: u32,
@@ -133,6 +144,18 @@ impl Record {
         owner_key(&self.container_id, &self.ifname)
     }
 
+    /// What DEL restores beyond name, MTU, MAC and alias: flags, group, queue length and
+    /// altnames as the node had them. Records from before ADD noted the NIC's identity
+    /// (`host_index` 0) did not note its altnames either: those are left as they are.
+    pub fn settings(&self) -> crate::link::Settings {
+        crate::link::Settings {
+            flags: self.host_flags.map(|f| f & crate::link::POD_FLAGS),
+            group: self.host_group,
+            txqlen: self.host_txqlen,
+            altnames: (self.host_index != 0).then(|| self.altnames.clone()),
+        }
+    }
+
     pub fn tag(&self) -> Tag {
         Tag {
             host_name: self.host_name.clone(),
@@ -144,6 +167,45 @@ impl Record {
 }
 
 const TEMP_SUFFIX: &str = ".json.tmp";
+
+/// NAME_MAX: the longest file name Linux filesystems take.
+const NAME_MAX: usize = 255;
+
+/// How much of a long container ID a hashed state file name keeps, for people reading the
+/// directory.
+const LONG_ID_KEPT: usize = 64;
+
+/// An attachment's state file name without its suffix: `<containerID>:<ifname>`, or, when a
+/// file of that name (with the longer, temp suffix) would not fit NAME_MAX (a container ID of
+/// 230 bytes or more: the spec sets no limit), `<the ID's first 64 bytes>~<owner key>:<ifname>`.
+/// `~` is no character of a container ID, so a hashed name never equals a plain one; the owner
+/// key is the attachment lock's.
+fn stem(container_id: &str, ifname: &str) -> String {
+    let plain = format!("{container_id}:{ifname}");
+    if plain.len() + TEMP_SUFFIX.len() <= NAME_MAX {
+        return plain;
+    }
+    let mut cut = LONG_ID_KEPT.min(container_id.len());
+    while !container_id.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(
+        "{}~{}:{ifname}",
+        &container_id[..cut],
+        owner_key(container_id, ifname)
+    )
+}
+
+/// A temp file a killed write left: whose (the attachment's lock key, and a label for
+/// messages) and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Temp {
+    /// The attachment's [`owner_key`]: what its lock is named by.
+    pub owner: String,
+    /// `<containerID>/<ifname>`, the ID cut short in a hashed name.
+    pub label: String,
+    path: PathBuf,
+}
 
 fn remove_if_present(p: &Path, what: &str) -> Result<()> {
     match fs::remove_file(p) {
@@ -165,9 +227,11 @@ impl Store {
         }
     }
 
-    /// IDs and names were validated (no '/', no ':' in interface names), so the name is safe.
+    /// IDs and names were validated (no '/', no ':' in interface names), so the name is safe;
+    /// a long ID is hashed (see [`stem`]).
     fn path(&self, container_id: &str, ifname: &str) -> PathBuf {
-        self.dir.join(format!("{container_id}:{ifname}.json"))
+        self.dir
+            .join(format!("{}.json", stem(container_id, ifname)))
     }
 
     pub fn load(&self, container_id: &str, ifname: &str) -> Result<Option<Record>> {
@@ -194,7 +258,7 @@ impl Store {
     /// under the attachment's lock by the next ADD, DEL or GC.
     fn temp_path(&self, container_id: &str, ifname: &str) -> PathBuf {
         self.dir
-            .join(format!("{container_id}:{ifname}{TEMP_SUFFIX}"))
+            .join(format!("{}{TEMP_SUFFIX}", stem(container_id, ifname)))
     }
 
     /// Write atomically: a crash leaves the old file or the new one, never half of one. The
@@ -226,19 +290,28 @@ impl Store {
     /// Remove the temp file a write killed before its rename left behind, if any. Only under
     /// the attachment's lock: without it, the file may be a live call's write in progress.
     pub fn remove_temp(&self, container_id: &str, ifname: &str) -> Result<()> {
-        let p = self.temp_path(container_id, ifname);
+        self.remove_temp_at(&self.temp_path(container_id, ifname))
+    }
+
+    /// Remove temp file `t` (from [`temps`](Self::temps)); the same rule as
+    /// [`remove_temp`](Self::remove_temp): only under its attachment's lock.
+    pub fn remove_temp_file(&self, t: &Temp) -> Result<()> {
+        self.remove_temp_at(&t.path)
+    }
+
+    fn remove_temp_at(&self, p: &Path) -> Result<()> {
         if p.exists() {
             log::info!(
                 "removing {}, left by a plugin killed while writing it",
                 p.display()
             );
         }
-        remove_if_present(&p, "stale temp state file")
+        remove_if_present(p, "stale temp state file")
     }
 
-    /// The attachments (container ID, interface) that have a temp file in the store: writes
-    /// in progress, or left by a killed writer. Foreign files are skipped.
-    pub fn temps(&self) -> Result<Vec<(String, String)>> {
+    /// The temp files in the store: writes in progress, or left by a killed writer. Foreign
+    /// files are skipped.
+    pub fn temps(&self) -> Result<Vec<Temp>> {
         let rd = match fs::read_dir(&self.dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -253,10 +326,27 @@ impl Store {
             .filter_map(|e| e.ok())
             .filter_map(|e| {
                 let name = e.file_name().into_string().ok()?;
-                let (cid, ifname) = name.strip_suffix(TEMP_SUFFIX)?.rsplit_once(':')?;
-                crate::cni::env::validate_container_id(cid).ok()?;
+                let (head, ifname) = name.strip_suffix(TEMP_SUFFIX)?.rsplit_once(':')?;
                 crate::cni::env::validate_ifname(ifname).ok()?;
-                Some((cid.to_string(), ifname.to_string()))
+                let (owner, label) = match head.rsplit_once('~') {
+                    // A long container ID's hashed name: its first bytes and the owner key.
+                    Some((kept, key))
+                        if key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit()) =>
+                    {
+                        crate::cni::env::validate_container_id(kept).ok()?;
+                        (key.to_string(), format!("{kept}.../{ifname}"))
+                    }
+                    Some(_) => return None,
+                    None => {
+                        crate::cni::env::validate_container_id(head).ok()?;
+                        (owner_key(head, ifname), format!("{head}/{ifname}"))
+                    }
+                };
+                Some(Temp {
+                    owner,
+                    label,
+                    path: e.path(),
+                })
             })
             .collect())
     }
@@ -335,6 +425,9 @@ mod tests {
             mac: "aa:bb:cc:dd:ee:ff".into(),
             perm_mac: String::new(),
             altnames: Vec::new(),
+            host_flags: Some(0x1002),
+            host_group: Some(0),
+            host_txqlen: Some(1000),
             parent: None,
             kind: Some("veth".into()),
             host_index: 7,
@@ -363,6 +456,43 @@ mod tests {
     }
 
     #[test]
+    fn a_container_id_of_any_length_has_a_state_file_name_that_fits() {
+        let short = stem("abc", "net1");
+        assert_eq!(short, "abc:net1");
+        for len in [229, 230, 243, 255, 4096] {
+            let id = "a".repeat(len);
+            let s = stem(&id, "net123456789012");
+            assert!(s.len() + TEMP_SUFFIX.len() <= NAME_MAX, "{len}: {s}");
+            // Two long IDs that share their first bytes still differ.
+            let other = format!("{}b", "a".repeat(len - 1));
+            assert_ne!(s, stem(&other, "net123456789012"), "{len}");
+        }
+    }
+
+    #[test]
+    fn a_record_of_an_older_version_still_loads_without_settings() {
+        // Written before ADD recorded flags, group and txqueuelen: DEL leaves those alone.
+        let old = br#"{"containerId":"c1","ifname":"net1","network":"n","netns":"/x",
+            "hostName":"eth1","hostMtu":1500,"hostUp":true,"mac":"aa:bb:cc:dd:ee:ff"}"#;
+        let r: Record = serde_json::from_slice(old).unwrap();
+        let s = r.settings();
+        assert_eq!((s.flags, s.group, s.txqlen), (None, None, None));
+        assert_eq!(s.altnames, None, "altnames were not recorded then");
+        // Written after altnames (with the NIC's identity) but before flags, group, txqlen.
+        let mid = br#"{"containerId":"c1","ifname":"net1","network":"n","netns":"/x",
+            "hostName":"eth1","hostMtu":1500,"hostUp":true,"mac":"aa:bb:cc:dd:ee:ff",
+            "hostIndex":7,"podIndex":7,"kind":"veth"}"#;
+        let r: Record = serde_json::from_slice(mid).unwrap();
+        let s = r.settings();
+        assert_eq!((s.flags, s.group, s.txqlen), (None, None, None));
+        assert_eq!(
+            s.altnames,
+            Some(Vec::new()),
+            "no altnames: the NIC had none"
+        );
+    }
+
+    #[test]
     fn temp_files_are_listed_and_removed_with_the_attachment() {
         let dir = std::env::temp_dir().join(format!("rhd-state-temps-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
@@ -378,13 +508,24 @@ mod tests {
             let _ = fs::write(dir.join(f), b"{");
         }
         let s = Store::new(&dir);
+        let long = "l".repeat(300);
+        fs::write(s.temp_path(&long, "net3"), b"{").unwrap();
         let mut t = s.temps().unwrap();
-        t.sort();
-        let want = |c: &str, i: &str| (c.to_string(), i.to_string());
-        assert_eq!(t, vec![want("c1", "net1"), want("c2", "net2")]);
+        t.sort_by(|a, b| a.label.cmp(&b.label));
+        let owners: Vec<&str> = t.iter().map(|t| t.owner.as_str()).collect();
+        let labels: Vec<&str> = t.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(labels[..2], ["c1/net1", "c2/net2"]);
+        assert!(labels[2].starts_with("llll") && labels[2].ends_with(".../net3"));
+        let keys = [
+            owner_key("c1", "net1"),
+            owner_key("c2", "net2"),
+            owner_key(&long, "net3"),
+        ];
+        assert_eq!(owners, keys);
         s.remove("c1", "net1").unwrap();
         s.remove_temp("c2", "net2").unwrap();
         s.remove_temp("c2", "net2").unwrap();
+        s.remove_temp_file(&t[2]).unwrap();
         assert!(s.temps().unwrap().is_empty());
         assert!(!dir.join("c1:net1.json").exists());
         let _ = fs::remove_dir_all(&dir);

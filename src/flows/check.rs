@@ -44,6 +44,7 @@ pub async fn check(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
             ))
         })?;
     let pod_ns = Netns::open(Path::new(&env.netns))?;
+    pod_ns.refuse_if_host()?;
     let pod = Links::open_in(&pod_ns)?;
     let link = pod.by_name(&env.ifname).await?.ok_or_else(|| {
         mismatch(format!(

@@ -3,7 +3,7 @@
 //! bearing our tag) their names back. Keeps going past individual failures and reports them
 //! all: the first as the error, the others in its details.
 
-use super::give_back::{release_attachment, restore_lost};
+use super::give_back::{name_lost_unreadable, release_attachment, restore_lost};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, ValidAttachment};
 use crate::error::first_error;
@@ -107,19 +107,20 @@ fn remove_stale_temps(conf: &NetConf, store: &Store, errors: &mut Vec<Error>) {
             return;
         }
     };
-    for (cid, ifname) in temps {
-        let removed = match lock::try_attachment(&conf.state_dir, &cid, &ifname) {
-            Ok(Some(_attachment)) => store.remove_temp(&cid, &ifname),
+    for t in temps {
+        let removed = match lock::try_attachment_by_key(&conf.state_dir, &t.owner, &t.label) {
+            Ok(Some(_attachment)) => store.remove_temp_file(&t),
             Ok(None) => {
                 log::info!(
-                    "GC: {cid}/{ifname} is busy; its temp state file may be a write in progress"
+                    "GC: {} is busy; its temp state file may be a write in progress",
+                    t.label
                 );
                 Ok(())
             }
             Err(e) => Err(e),
         };
         if let Err(e) = removed {
-            errors.push(e.context(format!("GC: stale temp state file of {cid}/{ifname}")));
+            errors.push(e.context(format!("GC: stale temp state file of {}", t.label)));
         }
     }
 }
@@ -138,6 +139,7 @@ async fn recover_lost(
         .map(|a| owner_key(&a.container_id, &a.ifname))
         .collect();
     let host = Links::open()?;
+    name_lost_unreadable(&host, &crate::netns::Netns::current()?).await?;
     for l in host.all().await? {
         let Some(tag) = l.alias.as_deref().and_then(Tag::decode) else {
             continue;

@@ -7,7 +7,7 @@ use crate::cni::netconf::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::{Arrival, LinkInfo, Links};
+use crate::link::{Arrival, LinkInfo, Links, Unreadable};
 use crate::lock;
 use crate::netns::Netns;
 use crate::node::Node;
@@ -39,6 +39,14 @@ pub async fn release_attachment(
     let host_ns = Netns::current()?;
     let host = Links::open()?;
     let pod_ns = Netns::open_if_alive(netns);
+    // The host's own netns is no pod's: acting on it would rename, re-MTU and re-MAC whatever
+    // host link sits at the NIC's recorded index. Refused before anything, the state kept.
+    if let Some(ns) = &pod_ns {
+        ns.refuse_if_host().map_err(|mut e| {
+            e.msg.push_str("; the attachment's state is kept");
+            e
+        })?;
+    }
     let pod = match &pod_ns {
         Some(ns) => match Links::open_in(ns) {
             Ok(l) => Some(l),
@@ -58,6 +66,13 @@ pub async fn release_attachment(
         pod_ns: pod_ns.as_ref(),
         pod: pod.as_ref(),
     };
+    // The pod's netns path is gone, but the netns may live on (a process still in it): then
+    // the NIC, still carrying the pod's address, is in it. Nothing is released.
+    if pod_ns.is_none()
+        && let Some(r) = record
+    {
+        orphaned(r, netns).await?;
+    }
     // IPAM first, while the interface is still in the pod: a plugin may need it to give its
     // address back (the dhcp daemon sends DHCPRELEASE from it; once the NIC has left, the
     // lease would leak). Whatever IPAM says, the NIC is still returned. A plugin the node does
@@ -105,6 +120,81 @@ pub async fn release_attachment(
     crate::error::first_error(errors)
 }
 
+/// Fail (11, retryable) if `r`'s NIC sits in a living network namespace the plugin can reach
+/// only through a process in it (see [`orphaned_nic`]): the pod's, whose path `netns` is gone.
+/// Its IP and the attachment's state are kept: once the holders exit, a hardware NIC comes
+/// back to the host (and the retry restores it) and a virtual one is gone with the netns.
+async fn orphaned(r: &Record, netns: &str) -> Result<()> {
+    let Some((l, held_by)) = orphaned_nic(r).await else {
+        return Ok(());
+    };
+    Err(Error::new(
+        Code::TryAgain,
+        format!(
+            "{} is still in a network namespace as {} (index {}): the pod's path {} is gone, but the namespace lives on ({held_by}); keeping its IP and the attachment's state so that DEL can be retried once that is over",
+            r.host_name,
+            l.name,
+            l.index,
+            if netns.is_empty() {
+                "(none given)"
+            } else {
+                netns
+            },
+        ),
+    ))
+}
+
+/// `r`'s NIC in a network namespace only a process keeps (`/proc/PID/ns/net`, from
+/// `netns::others_on_node`; one with another name under /run/netns is someone's, and a NIC on
+/// its way home from a dead pod passes through none): the link there, and who holds it
+/// ("held by pid 4242 (sleep)"). DEL and `inspect` ask.
+pub(crate) async fn orphaned_nic(r: &Record) -> Option<(LinkInfo, String)> {
+    let owner = r.owner();
+    let held = crate::netns::others_on_node()
+        .into_iter()
+        .filter(|(p, _)| p.starts_with("/proc"));
+    for (path, label) in held {
+        let Ok(ns) = Netns::open(&path) else {
+            continue;
+        };
+        if ns.is_the_hosts() {
+            continue;
+        }
+        let links = match Links::open_in(&ns) {
+            Ok(l) => l.all().await.unwrap_or_default(),
+            Err(_) => continue,
+        };
+        let Some(l) = links.into_iter().find(|l| is_orphaned_nic(l, r, &owner)) else {
+            continue;
+        };
+        let holders = crate::orphan::holders(&ns);
+        let held_by = if holders.is_empty() {
+            label
+        } else {
+            format!("held by {}", crate::orphan::describe(&holders))
+        };
+        return Some((l, held_by));
+    }
+    None
+}
+
+/// Is `l`, in some namespace reached through a process, the NIC of `r`? A hardware NIC is its
+/// device; a virtual one must also be at the recorded pod index and bear our tag or the
+/// recorded MAC (any namespace may have a veth at that index). Either way, not one bearing
+/// another attachment's tag: the NIC may have come home and gone to another pod since.
+fn is_orphaned_nic(l: &LinkInfo, r: &Record, owner: &str) -> bool {
+    let tag = l.alias.as_deref().and_then(Tag::decode);
+    let tagged = tag.as_ref().is_some_and(|t| t.owner == owner);
+    if tag.is_some() && !tagged {
+        return false;
+    }
+    if legacy(r) {
+        return tagged;
+    }
+    is_the_nic(l, r)
+        && (r.parent.is_some() || (Some(l.index) == r.pod_index && (tagged || l.mac == r.mac)))
+}
+
 /// The IPAM plugin and configuration to release with: what ADD used (in the record), whatever
 /// the network's config says now, which its writer may have changed since (another plugin,
 /// another pool). The config sent is the current one with ADD's `ipam` object in it. Records
@@ -144,11 +234,27 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
     let _nic = lock::device(&r.host_name)?;
     let original_alias = r.host_alias.as_deref();
     if let (Some(pod), Some(pod_ns)) = (s.pod, s.pod_ns) {
+        // A name that is not UTF-8 hides a link from every lookup: give ours a readable one.
+        pod.name_unreadable(pod_ns, |u| unreadable_is_ours(u, r, &owner))
+            .await?;
         let links = pod.all().await?;
         if let Some(link) = find_ours(&links, r, &owner, Where::Pod) {
             if r.rdma_device.is_some() || r.soft_device.is_some() {
                 super::rdma::release(pod_ns, s.host_ns, link.index, Some(r))?;
             }
+            // What the pod made of its NIC does not leave with it: links stacked on it go,
+            // flags, group, queue length and altnames return to what the node had.
+            let keep = |e: Error| {
+                let mut e = e.context(format!("{} is still in pod {}", r.host_name, r.netns));
+                e.msg
+                    .push_str("; keeping the attachment's state so that DEL can be retried");
+                e
+            };
+            pod.delete_uppers(link.index).await.map_err(keep)?;
+            pod.restore_settings(link.index, &r.settings())
+                .await
+                .map_err(keep)?;
+            free_home_name(s, r, &owner).await.map_err(keep)?;
             let how = restored(r, original_alias, &link);
             log::info!(
                 "returning {} (index {} in the pod) to the host as {} (mtu {})",
@@ -170,12 +276,17 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
             super::rdma::return_device(dev, pod_ns, s.host_ns)?;
         }
     }
+    s.host
+        .name_unreadable(s.host_ns, |u| tagged_by(u, Some(&owner)))
+        .await?;
     if let Some(link) = find_ours(&s.host.all().await?, r, &owner, Where::Host) {
         log::info!(
             "{} is back on the host without a DEL; restoring its name {}",
             link.name,
             r.host_name
         );
+        // Settings first, while the link still bears the tag that lets a retry find it.
+        s.host.restore_settings(link.index, &r.settings()).await?;
         s.host
             .restore_in_place(link.index, &restored(r, original_alias, &link))
             .await?;
@@ -213,6 +324,66 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
         );
     }
     Ok(false)
+}
+
+/// A NIC lost to a dead pod (back on the host, still tagged) may carry, as an altname its pod
+/// gave it, the name `r`'s NIC comes home under: the move would fail on it for ever. Restore
+/// that NIC from its own attachment's record first (its altnames as the node had them), which
+/// frees the name. A link that has the name as its own is left to the move's error.
+async fn free_home_name(s: &Places<'_>, r: &Record, owner: &str) -> Result<()> {
+    let Some(l) = s.host.by_name(&r.host_name).await? else {
+        return Ok(());
+    };
+    let Some(tag) = l.alias.as_deref().and_then(Tag::decode) else {
+        return Ok(());
+    };
+    if l.name == r.host_name || tag.owner == owner {
+        return Ok(());
+    }
+    log::info!(
+        "{} is an altname of {}, a NIC back from a dead pod (originally {}); restoring that NIC first",
+        r.host_name,
+        l.name,
+        tag.host_name
+    );
+    let records = Store::new(&s.conf.state_dir).all()?;
+    restore_lost(s.host, &l, &tag, &records, "DEL").await
+}
+
+/// Does unreadable link `u` (a name that is not UTF-8) bear a tag of ours: `owner`'s, or any
+/// attachment's when `None`?
+fn tagged_by(u: &Unreadable, owner: Option<&str>) -> bool {
+    u.alias
+        .as_deref()
+        .and_then(Tag::decode)
+        .is_some_and(|t| owner.is_none_or(|o| t.owner == o))
+}
+
+/// Is unreadable link `u`, in the pod, the NIC of `r`? As [`find_ours`] decides: a hardware
+/// NIC by its device, a virtual one by its pod index and kind; a legacy record by our tag.
+fn unreadable_is_ours(u: &Unreadable, r: &Record, owner: &str) -> bool {
+    if legacy(r) {
+        return tagged_by(u, Some(owner));
+    }
+    match &r.parent {
+        Some(p) => u
+            .parent
+            .as_deref()
+            .is_some_and(|d| p.rsplit_once('/').is_some_and(|(_, dev)| dev == d)),
+        None => {
+            u.kind == r.kind
+                && (Some(u.index) == r.pod_index
+                    || (r.pod_index.is_none() && tagged_by(u, Some(owner))))
+        }
+    }
+}
+
+/// Give every NIC lost to a dead pod (back on the host, bearing our tag) whose name is not
+/// UTF-8 a readable name, so that ADD, GC and STATUS see it and restore it from its record.
+pub(super) async fn name_lost_unreadable(host: &Links, host_ns: &Netns) -> Result<()> {
+    host.name_unreadable(host_ns, |u| tagged_by(u, None))
+        .await
+        .map(drop)
 }
 
 /// Where [`find_ours`] looks: the pod (any state of the NIC) or the host (only a lost NIC,
@@ -353,7 +524,10 @@ pub(super) fn restoration(
         host_alias: None,
         mac: l.mac.clone(),
         perm_mac: l.perm_mac.clone(),
-        altnames: Vec::new(),
+        altnames: l.altnames.clone(),
+        host_flags: None,
+        host_group: None,
+        host_txqlen: None,
         parent: l.parent.as_ref().map(parent_key),
         kind: l.kind.clone(),
         host_index: l.index,
@@ -376,6 +550,7 @@ pub(super) async fn restore(host: &Links, l: &LinkInfo, r: &Record, who: &str) -
         r.host_name,
         r.host_mtu
     );
+    host.restore_settings(l.index, &r.settings()).await?;
     host.restore_in_place(l.index, &restored(r, r.host_alias.as_deref(), l))
         .await
 }

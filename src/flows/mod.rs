@@ -11,6 +11,8 @@ mod rdma;
 mod status;
 mod undo;
 
+pub(crate) use give_back::orphaned_nic;
+
 use crate::cni::env::{Command, Env};
 use crate::cni::netconf::NetConf;
 use crate::cni::result::CniResult;

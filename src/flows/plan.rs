@@ -46,16 +46,8 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         node.admit_ipam(t)?;
     }
     let pod_ns = Netns::open(Path::new(&env.netns))?;
+    pod_ns.refuse_if_host()?;
     let host_ns = Netns::current()?;
-    if pod_ns.same_as(&host_ns) {
-        return Err(Error::new(
-            Code::InvalidEnv,
-            format!(
-                "CNI_NETNS {} is the host's own network namespace",
-                env.netns
-            ),
-        ));
-    }
     let host = Links::open()?;
     let pod = Links::open_in(&pod_ns)?;
     let store = Store::new(&conf.state_dir);
@@ -73,6 +65,8 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             ),
         ));
     }
+    // A NIC lost to a dead pod under a name that is not UTF-8 is invisible until renamed.
+    give_back::name_lost_unreadable(&host, &host_ns).await?;
     let (resolved, nic_lock) = resolve_locked(selector, &host, &store).await?;
     log::info!(
         "{selector} is {} (mac {}, mtu {}{})",
@@ -108,6 +102,10 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             up: r.host_up,
             alias: r.host_alias.clone(),
             mac: r.mac.clone(),
+            altnames: r.altnames.clone(),
+            flags: r.host_flags.unwrap_or(resolved.link.flags),
+            group: r.host_group.unwrap_or(resolved.link.group),
+            txqlen: r.host_txqlen.unwrap_or(resolved.link.txqlen),
             ..resolved.link.clone()
         },
         None => resolved.link.clone(),
@@ -135,6 +133,9 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         mac: home.mac.clone(),
         perm_mac: home.perm_mac.clone(),
         altnames: home.altnames.clone(),
+        host_flags: Some(home.flags & crate::link::POD_FLAGS),
+        host_group: Some(home.group),
+        host_txqlen: Some(home.txqlen),
         parent: home.parent.as_ref().map(parent_key),
         kind: home.kind.clone(),
         host_index: home.index,
@@ -285,6 +286,9 @@ mod tests {
             mac: String::new(),
             mtu: 1500,
             up: false,
+            flags: 0,
+            group: 0,
+            txqlen: 0,
             alias: None,
             min_mtu: Some(68),
             max_mtu: Some(1500),

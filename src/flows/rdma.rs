@@ -187,6 +187,18 @@ pub fn create_soft(kind: SoftDevice, name: &str, ifname: &str, pod_ns: &Netns) -
     pod_ns.run(|| -> Result<()> {
         let mut sock = RdmaSocket::open().map_err(|e| rdma_error("opening RDMA netlink", e))?;
         sock.add_soft_device(name, link_type, ifname).map_err(|e| {
+            // A taken name (the kernel answers ENFILE, "too many open files in system"): its
+            // own error, and the device that has it is someone else's (see `release`).
+            if let Ok(Some(other)) = sock.device_by_name(name) {
+                return Error::new(
+                    Code::Rdma,
+                    format!(
+                        "cannot create {link_type} device {name} on {ifname}: an RDMA device of that name already exists ({} device, index {}), not bound to this NIC; it is left alone. If it is a stale leftover, remove it (`rdma link delete {name}`) and retry",
+                        other.driver.as_deref().unwrap_or("unknown"),
+                        other.index
+                    ),
+                );
+            }
             let hint = if e.errno() == Some(libc::EOPNOTSUPP) || e.errno() == Some(libc::ENOENT) {
                 format!(
                     " (is the {link_type} driver available? `modprobe {}`)",
@@ -265,9 +277,27 @@ pub fn release(
                 .device_by_name(name)
                 .map_err(|e| rdma_error(format!("looking up {name}"), e))?
         {
-            sock.delete_device(dev.index)
-                .map_err(|e| rdma_error(format!("deleting software RDMA device {name}"), e))?;
-            log::info!("deleted software RDMA device {name}");
+            // Ours only if bound to our NIC (the kernel names a port's netdev only to a socket
+            // in the netdev's netns: here, the pod's). A device of that name on another netdev
+            // is not ours: ADD's creation failed on the clash, and its rollback must not take
+            // the device that caused it.
+            let ports = sock
+                .ports()
+                .map_err(|e| rdma_error("listing RDMA ports", e))?;
+            let bound = ports
+                .iter()
+                .any(|p| p.dev_index == dev.index && p.netdev_index == Some(nic_index));
+            if bound {
+                sock.delete_device(dev.index).map_err(|e| {
+                    rdma_error(format!("deleting software RDMA device {name}"), e)
+                })?;
+                log::info!("deleted software RDMA device {name}");
+            } else {
+                log::warn!(
+                    "leaving RDMA device {name} (index {}) alone: it is not bound to this attachment's NIC (index {nic_index} in the pod), so this attachment did not create it",
+                    dev.index
+                );
+            }
         }
         let mode = sock
             .netns_mode()

@@ -10,13 +10,14 @@ use crate::node::Node;
 use crate::select;
 use crate::state::Store;
 
-use super::give_back::restore_lost;
+use super::give_back::{name_lost_unreadable, restore_lost};
 
 /// STATUS: ready (Ok) when the configured NIC can be attached or already is, the node policy
 /// allows it, and the IPAM plugin answers; otherwise 50 with the reason.
 pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     if let Some(sel) = &conf.selector {
         let host = Links::open()?;
+        name_lost_unreadable(&host, &crate::netns::Netns::current()?).await?;
         let store = Store::new(&conf.state_dir);
         match select::resolve(sel, &host, &store).await {
             // A NIC back from a dead pod is ready once it has its own name again.

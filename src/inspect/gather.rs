@@ -128,6 +128,13 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
             }
         });
         let inside = pod_link(r);
+        let mut notes = Vec::new();
+        if let Some((l, held_by)) = orphaned(r) {
+            notes.push(format!(
+                "the pod's netns path {} is gone, but the NIC is still in its namespace as {} ({held_by}): DEL fails with 11, keeping the IP and the state, until that is over",
+                r.netns, l.name
+            ));
+        }
         nics.push(NicRow {
             name: r.host_name.clone(),
             ifindex: None,
@@ -141,7 +148,32 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
             rdma,
             attachment: Some(Attachment::from(r)),
             counters: None,
-            notes: Vec::new(),
+            notes,
+        });
+    }
+
+    // Lost NICs whose name is not UTF-8: invisible to the link dump above.
+    for u in crate::link::unreadable_links().unwrap_or_default() {
+        let Some(tag) = u.alias.as_deref().and_then(Tag::decode) else {
+            continue;
+        };
+        nics.push(NicRow {
+            name: u.shown(),
+            ifindex: Some(u.index),
+            mac: String::new(),
+            driver: None,
+            pci: None,
+            location: "host",
+            oper_state: None,
+            admin_up: None,
+            mtu: None,
+            rdma: None,
+            attachment: None,
+            counters: None,
+            notes: vec![format!(
+                "came back from a pod deleted without DEL (originally {}) under a name that is not UTF-8; the next ADD, GC or STATUS renames it rhd{} and restores it",
+                tag.host_name, u.index
+            )],
         });
     }
 
@@ -168,6 +200,18 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
         counter_errors: BTreeMap::new(),
         runtimes: super::runtime::runtimes(Path::new("/proc")),
     })
+}
+
+/// Where an attached NIC is when its pod's netns path is gone but a process keeps the netns.
+fn orphaned(r: &Record) -> Option<(LinkInfo, String)> {
+    if r.netns.is_empty() || Path::new(&r.netns).exists() {
+        return None;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .ok()?;
+    rt.block_on(crate::flows::orphaned_nic(r))
 }
 
 /// The attached NIC as the pod sees it (by its MAC), if the pod's netns is still there.

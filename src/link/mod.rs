@@ -2,10 +2,14 @@
 //! move+rename+MTU+alias+up in one request, addresses. Routes are `route.rs`'s; what the node
 //! itself uses a link for (uplink checks) is `uses.rs`'s.
 
+mod restore;
 mod route;
+mod unreadable;
 mod uses;
 
+pub use restore::{POD_FLAGS, Settings};
 pub use route::{KernelRoute, MAIN_TABLE, RouteSpec};
+pub use unreadable::{Unreadable, dump as unreadable_links};
 
 use crate::error::{Code, Error, Result};
 use crate::netns::Netns;
@@ -25,6 +29,12 @@ pub struct LinkInfo {
     pub mac: String,
     pub mtu: u32,
     pub up: bool,
+    /// The interface flags (`ifi_flags`: IFF_UP, IFF_PROMISC, IFF_NOARP, ...).
+    pub flags: u32,
+    /// IFLA_GROUP: the device group (0 is `default`).
+    pub group: u32,
+    /// IFLA_TXQLEN: the transmit queue length.
+    pub txqlen: u32,
     pub alias: Option<String>,
     /// The MTU range the driver accepts, when the kernel reports it.
     pub min_mtu: Option<u32>,
@@ -329,6 +339,9 @@ fn info(m: &LinkMessage) -> LinkInfo {
         mac: String::new(),
         mtu: 0,
         up: m.header.flags.contains(LinkFlags::Up),
+        flags: m.header.flags.bits(),
+        group: 0,
+        txqlen: 0,
         alias: None,
         min_mtu: None,
         max_mtu: None,
@@ -347,6 +360,8 @@ fn info(m: &LinkMessage) -> LinkInfo {
             LinkAttribute::IfName(n) => li.name = n.clone(),
             LinkAttribute::Address(mac) => li.mac = format_mac(mac),
             LinkAttribute::Mtu(mtu) => li.mtu = *mtu,
+            LinkAttribute::Group(g) => li.group = *g,
+            LinkAttribute::TxQueueLen(q) => li.txqlen = *q,
             LinkAttribute::IfAlias(al) => li.alias = Some(al.clone()),
             LinkAttribute::MinMtu(m) => li.min_mtu = Some(*m),
             LinkAttribute::MaxMtu(m) if *m > 0 => li.max_mtu = Some(*m),

@@ -15,6 +15,8 @@
 #                 nothing changed
 #   isolation     rdma.isolation "exclusive" in shared mode: refused (111), nothing changed
 #   no-verbs      libibverbs hidden: ADD still verifies the GIDs through sysfs
+#   soft-name-clash  the software device's name is taken by a device on another NIC: ADD fails
+#                 (114, saying so) and its rollback leaves that device alone
 #   gid-timeout   a too-short rdma.gidTimeoutMs on a netdev with no carrier: ADD fails with 113 and
 #                 rolls back (NIC home, IP released, soft device gone)
 # exclusive-stock (netns mode exclusive, stock rdma_rxe):
@@ -215,6 +217,25 @@ shared() {
     check "after $point: nic7 is home, no IP, no state" bash -c "ip link show nic7 >/dev/null && test \"$(ips_left)\" = 0 && test -z \"\$(find $WORK/state -name '*.json')\""
     ip netns del pc; ip link del nic7
   done
+
+  case_ soft-name-clash
+  # The software device's name (rxe_<attachment key>) is already a device on another NIC: ADD
+  # fails with its own message, and its rollback leaves that device alone (it used to delete it).
+  ip netns add p8; NETNS=/var/run/netns/p8
+  veth nic8 peer8; veth nic9 peer9
+  KEY=$(python3 -c 'import sys
+h = 0xcbf29ce484222325
+for b in (sys.argv[1] + "/" + sys.argv[2]).encode():
+    h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+print("%016x" % h)' c-clash net1)
+  rdma link add "rxe_$KEY" type rxe netdev nic9
+  conf "$WORK/cl.conf" clash '"device":"nic8"' '{"softDevice":"rxe"}' "$(host_local 10.68.0.0/24)"
+  cni add "$WORK/cl.conf" c-clash
+  expect_code 114
+  check "the message says the name is taken" bash -c "grep -q 'rxe_$KEY' <<<'$OUT' && grep -q 'already exists' <<<'$OUT'"
+  check "rxe_$KEY is still there, on nic9" bash -c "rdma link show | grep -q 'rxe_$KEY/1 .*netdev nic9'"
+  check "nic8 is home, no IP, no state" bash -c "ip link show nic8 >/dev/null && test \"$(ips_left)\" = 0 && test -z \"\$(find $WORK/state -name '*.json')\""
+  rdma link delete "rxe_$KEY"; ip netns del p8; ip link del nic8; ip link del nic9
 
   case_ gid-timeout
   ip netns add p6; NETNS=/var/run/netns/p6
