@@ -551,6 +551,14 @@ fn a_nic_carrying_a_macvlan_in_another_namespace_is_refused() {
         .spawn()
         .expect("unshare --net sleep");
     let pid = holder.id().to_string();
+    // Once the holder is `sleep`, unshare has made its namespace and exec'd: the message below
+    // names the holder by its comm, which is `unshare` until then.
+    for _ in 0..100 {
+        if std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let vl = format!("rh{}v{}", tag(), rig.n);
     ip(&["link", "add", &vl, "link", &nic.name, "type", "macvlan"]);
     let mut moved = run("ip", &["link", "set", &vl, "netns", &pid]);
