@@ -54,6 +54,9 @@ impl RdmaPlan {
 pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan>> {
     let rdma_conf = &conf.rdma;
     if rdma_conf.isolation == Isolation::None {
+        // "Do not touch RDMA" cannot protect a software device bound to the NIC: the kernel
+        // destroys it when its netdev changes namespace, in either mode.
+        refuse_destroying_a_soft_device(nic, "rdma.isolation \"none\" does not keep it alive")?;
         return Ok(None);
     }
     let required = rdma_conf.soft_device.is_some()
@@ -146,6 +149,36 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan
         },
         NetnsMode::Shared => RdmaPlan::Stay { device: dev.name },
     }))
+}
+
+/// Refuse (112) a NIC with a software RDMA device (rxe, siw) bound to it on the host: moving
+/// the NIC would destroy that device. Without RDMA on the node there is nothing to protect.
+fn refuse_destroying_a_soft_device(nic: &LinkInfo, why_here: &str) -> Result<()> {
+    let Ok(mut sock) = RdmaSocket::open() else {
+        return Ok(());
+    };
+    let paired = pair::pair(
+        &mut sock,
+        &Nic {
+            index: nic.index,
+            name: &nic.name,
+            mac: &nic.mac,
+        },
+    )?;
+    match paired {
+        Some(dev) if pair::is_soft_driver(&dev) => Err(Error::new(
+            Code::RdmaMoveUnsupported,
+            format!(
+                "RDMA device {} is a software device ({}) bound to {}: the kernel destroys it when {} changes namespace ({why_here}). Delete it (`rdma link delete {}`) and set rdma.softDevice to create one inside the pod instead",
+                dev.name,
+                dev.driver.as_deref().unwrap_or("?"),
+                nic.name,
+                nic.name,
+                dev.name
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A node-unique name for a software device (names are global in shared mode): the kind and

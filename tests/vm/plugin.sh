@@ -12,7 +12,7 @@
 #   soft-siw      softDevice siw: iWARP, port ACTIVE verified; DEL cleans up
 #   siw-traffic   two pods, each given one end of a veth pair + softDevice siw: rping between them
 #   rxe-on-host   a stock rxe already bound to the NIC would die with the move: refused (112),
-#                 nothing changed
+#                 nothing changed; the same with rdma.isolation "none"
 #   isolation     rdma.isolation "exclusive" in shared mode: refused (111), nothing changed
 #   no-verbs      libibverbs hidden: ADD still verifies the GIDs through sysfs
 #   soft-name-clash  the software device's name is taken by a device on another NIC: ADD fails
@@ -22,6 +22,7 @@
 # exclusive-stock (netns mode exclusive, stock rdma_rxe):
 #   move-refused  the kernel answers EOPNOTSUPP to moving rxe: ADD fails (112) before the NIC leaves;
 #                 NIC home, IP released, rxe0 still on the host
+#   none-keeps-rxe rdma.isolation "none" on a NIC with a host rxe: refused (112), rxe0 survives
 #   soft-refused  softDevice in exclusive mode: refused (111)
 # exclusive-move (netns mode exclusive, the test-only rdma_rxe_netns on the VM's virtio NIC):
 #   move          pciBusID selects the virtio NIC; ADD moves the RDMA device into the pod (the
@@ -174,6 +175,11 @@ shared() {
   check "nic3 stayed on the host" link_is nic3 1500
   check "rxe3 still exists" bash -c "rdma dev show rxe3"
   check "no IP was taken" test "$(ips_left)" = 0
+  # "Do not touch RDMA" must not mean "destroy the node's rxe3" (issue 17, case 4).
+  conf "$WORK/hn.conf" host-rxe-none '"device":"nic3"' '{"isolation":"none"}' "$(host_local 10.63.0.0/24)"
+  cni add "$WORK/hn.conf" c-hn
+  expect_code 112
+  check "with isolation none too: nic3 stayed on the host and rxe3 still exists" bash -c "ip link show nic3 && rdma dev show rxe3"
   rdma link delete rxe3; ip netns del p3; ip link del nic3
 
   case_ isolation
@@ -266,6 +272,13 @@ exclusive_stock() {
   check "rxe0 is still on the host" bash -c "rdma dev show rxe0"
   check "the IP is not held" test "$(ips_left)" = 0
   check "no state file" test -z "$(find "$WORK/state" -name '*.json' 2>/dev/null)"
+
+  case_ none-keeps-rxe
+  # rdma.isolation "none" would move nic1 alone, and the kernel would destroy rxe0 with it.
+  conf "$WORK/n.conf" nonex '"device":"nic1"' '{"isolation":"none"}' "$(host_local 10.72.0.0/24)"
+  cni add "$WORK/n.conf" c-n
+  expect_code 112
+  check "nic1 is home and rxe0 still exists" bash -c "ip link show nic1 && rdma dev show rxe0"
 
   case_ soft-refused
   conf "$WORK/s.conf" softx '"device":"nic1"' '{"softDevice":"rxe"}' "$(host_local 10.71.0.0/24)"
