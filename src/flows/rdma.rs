@@ -199,7 +199,7 @@ pub fn move_in(device: &str, index: u32, pod_ns: &Netns) -> Result<()> {
             Error::new(
                 Code::RdmaMoveUnsupported,
                 format!(
-                    "RDMA device {device} cannot change network namespace: its driver lacks netns support (the kernel answered EOPNOTSUPP); nothing was changed. Drivers that can: mlx4, mlx5, hns, irdma, erdma. Set rdma.isolation to \"none\" to attach the NIC alone"
+                    "RDMA device {device} cannot change network namespace: its driver lacks netns support (the kernel answered EOPNOTSUPP); nothing was changed. Drivers that can: mlx4, mlx5, hns, irdma, erdma. Set rdma.isolation to \"none\" to attach the NIC alone (a hardware device stays on the host; a software rxe/siw device bound to the NIC would be destroyed by the move, so it is refused: delete it first)"
                 ),
             )
         } else {
