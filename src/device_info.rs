@@ -88,6 +88,28 @@ pub fn confine(path: &Path, dir: &Path) -> Result<PathBuf> {
     Ok(path.to_path_buf())
 }
 
+/// The device-info file must be this attachment's: Multus names it
+/// `<network>-<containerID>_<ifname>` (`/` as `-`), so its name ends with
+/// `-<containerID>_<ifname>`. A config naming another attachment's file (a NAD can carry
+/// `runtimeConfig` itself) would have DEL remove that file.
+pub fn check_owner(path: &Path, container_id: &str, ifname: &str) -> Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let own = format!("-{container_id}_{ifname}").replace('/', "-");
+    if name.ends_with(&own) {
+        return Ok(());
+    }
+    Err(Error::new(
+        Code::InvalidConfig,
+        format!(
+            "runtimeConfig.CNIDeviceInfoFile {}: not this attachment's (Multus names it <network>{own})",
+            path.display()
+        ),
+    ))
+}
+
 /// Write (or complete) the device-info file at `path`.
 pub fn write(path: &Path, info: &DeviceInfo) -> Result<()> {
     let fail = |what: String| {
@@ -102,8 +124,16 @@ pub fn write(path: &Path, info: &DeviceInfo) -> Result<()> {
     crate::files::replace(path, &body).map_err(|e| fail(format!("cannot write it: {e}")))
 }
 
-/// Remove the device-info file; gone already is fine.
+/// Remove the device-info file; gone already is fine, and so is anything but a file there
+/// (left alone: not ours).
 pub fn remove(path: &Path) -> Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_file() && !m.file_type().is_symlink() => {
+            log::warn!("device-info: {} is not a file; left alone", path.display());
+            return Ok(());
+        }
+        _ => {}
+    }
     match fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::new(
             Code::Io,
@@ -194,6 +224,23 @@ mod tests {
         remove(&path).unwrap();
         assert!(!path.exists());
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_file_must_be_this_attachments_as_multus_names_it() {
+        let dir = Path::new(DEFAULT_DIR);
+        assert!(check_owner(&dir.join("rail-0-c1f2_net1"), "c1f2", "net1").is_ok());
+        for other in [
+            "rail-0-victim_net1",
+            "rail-0-c1f2_net2",
+            "c1f2_net1-x",
+            "rail-0-xc1f2_net1x",
+        ] {
+            assert!(
+                check_owner(&dir.join(other), "c1f2", "net1").is_err(),
+                "{other}"
+            );
+        }
     }
 
     #[test]

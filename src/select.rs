@@ -157,6 +157,17 @@ async fn found_on_host(
     sel: &Selector,
 ) -> Result<Resolved> {
     let _ = host;
+    // The loopback device (which `"hwaddr": "00:00:00:00:00:00"` also selects) is no NIC: the
+    // kernel refuses to move it, and a record naming index 1 could never be undone.
+    if link.flags & libc::IFF_LOOPBACK as u32 != 0 {
+        return Err(Error::new(
+            Code::NotAllowed,
+            format!(
+                "{sel} selects {}, the loopback interface: it is never handed to a pod",
+                link.name
+            ),
+        ));
+    }
     // A tagged NIC on the host is one the kernel gave back when its pod's netns died: the
     // attachment that tagged it is stale (its DEL will still release its IP), the NIC is free.
     let lost = link.alias.as_deref().and_then(Tag::decode);

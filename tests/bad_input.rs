@@ -139,6 +139,22 @@ fn unknown_top_level_field_is_2() {
     );
 }
 
+/// The loopback device is no NIC: `"hwaddr": "00:00:00:00:00:00"` (lo's MAC) or `"device":
+/// "lo"` once left a record no DEL could undo (the kernel refuses to move lo).
+#[test]
+fn the_loopback_device_is_never_selected_107() {
+    case(
+        107,
+        Stdin::Conf(|c| {
+            let o = c.as_object_mut().unwrap();
+            o.remove("device");
+            o.insert("hwaddr".into(), json!("00:00:00:00:00:00"));
+        }),
+        same_env,
+    );
+    case(107, Stdin::Conf(|c| c["device"] = json!("lo")), same_env);
+}
+
 #[test]
 fn negative_mtu_is_7() {
     case(7, Stdin::Conf(|c| c["mtu"] = json!(-5)), same_env);

@@ -138,7 +138,7 @@ fn multus_caps(rig: &Rig, net: &str, cid: &str, device_id: &str) -> Vec<String> 
             "CNIDeviceInfoFile={}",
             rig.dir
                 .path()
-                .join(format!("devinfo/{net}-{cid}_{IF}.json"))
+                .join(format!("devinfo/{net}-{cid}_{IF}"))
                 .display()
         ),
     ]

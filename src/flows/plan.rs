@@ -146,7 +146,13 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         ipam: ipam_recorded(conf),
         soft_device: None,
         pod: env.pod(),
-        device_info: conf.device_info_file.clone(),
+        device_info: match &conf.device_info_file {
+            Some(p) => {
+                crate::device_info::check_owner(p, &env.container_id, &env.ifname)?;
+                Some(p.clone())
+            }
+            None => None,
+        },
     };
     if let Some(p) = &rdma {
         p.record_into(&mut record);

@@ -368,7 +368,7 @@ exclusive_move() {
  "capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},
  "ipam":$(host_local 10.84.0.0/24),"logFile":"plugin.log"}
 EOF
-  INFO=$WORK/devinfo/xinfo-c-i_net1-device.json
+  INFO=$WORK/devinfo/xinfo-c-i_net1   # Multus names it <network>-<containerID>_<ifname>
   cni add "$WORK/i.conf" c-i -cap "deviceID=$PCI" -cap "CNIDeviceInfoFile=$INFO"
   check "ADD with the CNIDeviceInfoFile capability succeeds" test "$RC" = 0
   check "the device-info file names $PCI and rxens0 (spec 1.1.0, type pci)" python3 -c '
