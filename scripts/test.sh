@@ -35,7 +35,7 @@ cargo test --no-fail-fast
 step "path-sensitive tests from a checkout path of 150+ characters"
 LONG=$(mktemp -d /tmp/rhd-long-XXXXXX)
 trap 'rm -rf "$LONG"' EXIT
-LONG=$LONG/$(printf 'a-checkout-as-deep-as-a-home-directory-makes-it-%s/' 1 2)rdma-host-device
+LONG=$LONG/$(printf 'a-checkout-as-deep-as-a-home-directory-makes-it-%s/' 1 2 3)rdma-host-device
 mkdir -p "$LONG"
 git ls-files -z --cached --others --exclude-standard |
   tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$LONG"
