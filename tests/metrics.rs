@@ -587,3 +587,121 @@ fn a_flood_of_new_idle_connections_does_not_lock_out_scrapes() {
     rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[])
         .ok();
 }
+
+/// A TCP connection to `dst` from the loopback address `src` (any of 127/8 is this machine's),
+/// so a test can be two peers.
+fn connect_from(src: std::net::Ipv4Addr, dst: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let std::net::SocketAddr::V4(dst) = dst else {
+        return Err(std::io::Error::other("IPv4 only"));
+    };
+    let sa = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: plain socket calls on a fd we own; TcpStream takes it over.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let from = sa(src, 0);
+        if libc::bind(fd, (&from as *const libc::sockaddr_in).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let to = sa(*dst.ip(), dst.port());
+        if libc::connect(fd, (&to as *const libc::sockaddr_in).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stream)
+    }
+}
+
+/// The outside review's E1: a neighbour on 8 connections writes 50 pipelined `GET /metrics`
+/// at a time, as fast as it is answered, for 4 s. Requests that arrive while a scrape runs
+/// share its result, and one address's flood is bounded by its own waiting requests (the rest
+/// of its own get 503): a scraper from another address (127.0.0.2) every 100 ms never fails.
+#[test]
+fn pipelined_scrapes_from_one_address_never_fail_anothers() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = attach(&rig, &nic, &pod, 0, ARGS);
+    let exp = Exporter::start(&rig, &[]);
+    exp.scrape();
+    let dst: std::net::SocketAddr = exp.addr.parse().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flood_ok, flood_503) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let attackers: Vec<_> = (0..8)
+        .map(|_| {
+            let (stop, ok, busy) = (stop.clone(), flood_ok.clone(), flood_503.clone());
+            std::thread::spawn(move || {
+                let mut batch = "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n".repeat(49);
+                batch.push_str("GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(dst) else {
+                        continue;
+                    };
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                    if s.write_all(batch.as_bytes()).is_err() {
+                        continue;
+                    }
+                    let mut raw = Vec::new();
+                    let _ = s.read_to_end(&mut raw);
+                    let raw = String::from_utf8_lossy(&raw);
+                    ok.fetch_add(raw.matches("HTTP/1.1 200").count(), Ordering::Relaxed);
+                    busy.fetch_add(raw.matches("HTTP/1.1 503").count(), Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let limit = Duration::from_secs(2);
+    let (mut ok, mut failed, mut worst) = (0, Vec::new(), Duration::ZERO);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(4) {
+        let t = Instant::now();
+        let got = (|| -> std::io::Result<String> {
+            let mut s = connect_from(std::net::Ipv4Addr::new(127, 0, 0, 2), dst)?;
+            s.set_read_timeout(Some(limit))?;
+            write!(
+                s,
+                "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            )?;
+            let mut raw = String::new();
+            s.read_to_string(&mut raw)?;
+            Ok(raw)
+        })();
+        match got {
+            Ok(raw) if raw.starts_with("HTTP/1.1 200") && t.elapsed() < limit => {
+                ok += 1;
+                worst = worst.max(t.elapsed());
+            }
+            other => failed.push(format!("after {:?}: {other:?}", t.elapsed())),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for a in attackers {
+        let _ = a.join();
+    }
+    let (fo, fb) = (
+        flood_ok.load(Ordering::Relaxed),
+        flood_503.load(Ordering::Relaxed),
+    );
+    eprintln!("scraper: {ok} x 200, worst {worst:?}; the flood: {fo} x 200, {fb} x 503");
+    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[])
+        .ok();
+    assert!(
+        failed.is_empty(),
+        "scrapes from another address failed: {failed:#?}"
+    );
+    assert!(ok >= 10, "only {ok} scrapes in 4 s");
+}

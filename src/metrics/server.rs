@@ -11,12 +11,17 @@
 //! - a client has [`HEADER_TIMEOUT`] to send its request headers (hyper), and a connection
 //!   that makes no progress for [`STALL_TIMEOUT`] while not being answered (idle between
 //!   requests, or a client that stopped reading its reply) is closed;
-//! - at most [`SCRAPES_WAITING`] `/metrics` requests wait for the scrape; more get 503 at once,
-//!   so requests being answered stay few and there is always a slot to take;
+//! - `/metrics` requests that arrive while a scrape runs share its result (one scrape serves
+//!   them all: a client pipelining requests costs the node nothing and delays no one); a peer
+//!   address has at most [`SCRAPES_WAITING_PER_PEER`] requests waiting, more of its own get
+//!   503 at once, so requests being answered stay few, a flood from one address never makes
+//!   another address's scrape fail, and there is always a slot to take;
 //! - every connection is a task on the one runtime thread, never a thread of its own; scrapes
 //!   run on at most [`SCRAPE_THREADS`] blocking threads.
 
 use super::Exporter;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
@@ -33,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 
 /// Connections held at once (each one fd and a few KiB).
 pub const MAX_CONNECTIONS: usize = 128;
@@ -41,8 +46,8 @@ pub const MAX_CONNECTIONS: usize = 128;
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection not being answered that makes no progress this long is closed.
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// `/metrics` requests waiting for (or running) the scrape; more are answered 503.
-pub const SCRAPES_WAITING: usize = 4;
+/// `/metrics` requests of one peer address waiting for the scrape; more of its own get 503.
+pub const SCRAPES_WAITING_PER_PEER: usize = 4;
 /// Blocking threads for scrapes.
 const SCRAPE_THREADS: usize = 4;
 
@@ -55,10 +60,81 @@ fn reply(status: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Response<Fu
     r
 }
 
+/// One scrape's outcome, shared by every request that waited for it.
+type Scrape = Shared<BoxFuture<'static, Result<Bytes, String>>>;
+
+/// The scrape in flight (requests arriving join it) and how many requests each peer address
+/// has waiting.
+#[derive(Default)]
+struct Scrapes {
+    current: Mutex<Option<Scrape>>,
+    waiting: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A peer's place among the waiting requests, given back on drop.
+struct Waiting<'a> {
+    scrapes: &'a Scrapes,
+    peer: IpAddr,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut w = self
+            .scrapes
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = w.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                w.remove(&self.peer);
+            }
+        }
+    }
+}
+
+impl Scrapes {
+    /// A place for `peer`'s request, unless it has [`SCRAPES_WAITING_PER_PEER`] waiting.
+    fn wait(&self, peer: IpAddr) -> Option<Waiting<'_>> {
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let n = w.entry(peer).or_insert(0);
+        if *n >= SCRAPES_WAITING_PER_PEER {
+            return None;
+        }
+        *n += 1;
+        Some(Waiting {
+            scrapes: self,
+            peer,
+        })
+    }
+
+    /// The scrape in flight, or a new one: every request gets a scrape that started no
+    /// earlier than its arrival minus one scrape's time.
+    fn join(&self, exporter: &Arc<Exporter>) -> Scrape {
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = cur.as_ref()
+            && s.peek().is_none()
+        {
+            return s.clone();
+        }
+        let exporter = exporter.clone();
+        let s = async move {
+            tokio::task::spawn_blocking(move || Bytes::from(exporter.scrape()))
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .boxed()
+        .shared();
+        *cur = Some(s.clone());
+        s
+    }
+}
+
 async fn handle(
     req: Request<Incoming>,
     exporter: Arc<Exporter>,
-    scrapes: Arc<Semaphore>,
+    scrapes: Arc<Scrapes>,
+    peer: IpAddr,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -66,14 +142,16 @@ async fn handle(
     }
     Ok(match req.uri().path() {
         "/metrics" => {
-            let Ok(_turn) = scrapes.try_acquire_owned() else {
+            let Some(_turn) = scrapes.wait(peer) else {
                 return Ok(reply(
                     StatusCode::SERVICE_UNAVAILABLE,
                     TEXT,
-                    format!("{SCRAPES_WAITING} scrapes are already waiting; try again\n"),
+                    format!(
+                        "{SCRAPES_WAITING_PER_PEER} requests of {peer} are already waiting; try again\n"
+                    ),
                 ));
             };
-            match tokio::task::spawn_blocking(move || exporter.scrape()).await {
+            match scrapes.join(&exporter).await {
                 Ok(body) => reply(StatusCode::OK, super::encode::CONTENT_TYPE, body),
                 // Only a bug in the encoder itself gets here: one pod's trouble never does.
                 Err(e) => reply(
@@ -270,7 +348,7 @@ impl AsyncWrite for Tracked {
 }
 
 /// Serve one connection until it ends, stalls, or its slot is taken by a newer one.
-async fn connection(io: Tracked, id: u64, exporter: Arc<Exporter>, scrapes: Arc<Semaphore>) {
+async fn connection(io: Tracked, id: u64, exporter: Arc<Exporter>, scrapes: Arc<Scrapes>) {
     let (slots, slot) = (io.slots.clone(), io.slot.clone());
     let svc = {
         let (slots, slot) = (slots.clone(), slot.clone());
@@ -279,7 +357,7 @@ async fn connection(io: Tracked, id: u64, exporter: Arc<Exporter>, scrapes: Arc<
             let (slots, slot) = (slots.clone(), slot.clone());
             async move {
                 let _answering = Answering::new(&slots, &slot);
-                handle(req, exporter, scrapes).await
+                handle(req, exporter, scrapes, slot.peer).await
             }
         })
     };
@@ -316,7 +394,7 @@ pub fn serve(listen: SocketAddr, exporter: Arc<Exporter>) -> std::io::Result<()>
             exporter.source.state_dir.display()
         );
         let slots = Arc::new(Slots::new());
-        let scrapes = Arc::new(Semaphore::new(SCRAPES_WAITING));
+        let scrapes = Arc::new(Scrapes::default());
         loop {
             let (stream, peer) = match listener.accept().await {
                 Ok(s) => s,
