@@ -130,6 +130,11 @@ pub struct CharDevices {
     pub umad: bool,
     #[serde(default)]
     pub issm: bool,
+    /// Also name each RDMA device's CDI device (`rdma-host-device.io/rdma=<device>`, from the
+    /// spec `rdma-host-device cdi` writes): a runtime that reads CDI then runs its memlock
+    /// hook. Off by default: a runtime without the spec would fail the container.
+    #[serde(default)]
+    pub cdi: bool,
 }
 
 /// `vendor-domain/name` as the kubelet accepts an extended resource: a DNS subdomain (not

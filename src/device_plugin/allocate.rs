@@ -10,7 +10,7 @@
 //! from `/dev`: the plugin's container needs no device nodes, and a device the kernel does
 //! not have is not returned (the runtime would fail the container on a missing node).
 
-use super::api::{ContainerAllocateResponse, DeviceSpec};
+use super::api::{CdiDevice, ContainerAllocateResponse, DeviceSpec};
 use super::pool::Nic;
 use crate::device_info::{self, DeviceInfo};
 use crate::node::{CharDevices, Pool};
@@ -73,6 +73,11 @@ pub fn container_response(
         if chars.issm {
             r.devices
                 .extend(char_devices(sys, "infiniband_mad", "issm", d));
+        }
+        if chars.cdi {
+            r.cdi_devices.push(CdiDevice {
+                name: format!("{}={d}", crate::cdi::KIND),
+            });
         }
     }
     if !rdma.is_empty() {
@@ -245,8 +250,13 @@ mod tests {
         let chars = CharDevices {
             umad: true,
             issm: true,
+            cdi: false,
         };
         let r = container_response(&pool(), &[&a], chars, &sys);
+        assert!(
+            r.cdi_devices.is_empty(),
+            "no CDI names unless the node says so"
+        );
         assert_eq!(
             paths(&r),
             [
@@ -254,6 +264,20 @@ mod tests {
                 "/dev/infiniband/umad0",
                 "/dev/infiniband/issm0",
                 "/dev/infiniband/rdma_cm"
+            ]
+        );
+        // With CDI: each RDMA device's CDI name too (its spec carries the memlock hook).
+        let cdi = CharDevices {
+            cdi: true,
+            ..Default::default()
+        };
+        let r = container_response(&pool(), &[&a, &b], cdi, &sys);
+        let names: Vec<&str> = r.cdi_devices.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "rdma-host-device.io/rdma=mlx5_0",
+                "rdma-host-device.io/rdma=mlx5_1"
             ]
         );
         // rdma_ucm not loaded: rdma_cm is left out rather than failing the container.
