@@ -130,7 +130,7 @@ pub const TABLE: &[CodeInfo] = &[
     },
     CodeInfo {
         code: Code::NotAllowed,
-        meaning: "the node policy does not allow it: handing this NIC to a pod (not in `allowedNics`, or one the node or another pod uses), or running this `ipam.type` (not in `ipamPlugins`)",
+        meaning: "the node policy does not allow it: handing this NIC to a pod (not in `allowedNics`, or one the node or another pod uses), or running this `ipam.type` (not in `ipamPlugins`), or a path in `ipam` outside `ipamPaths`",
         action: "pick another NIC or IPAM plugin, or change the node configuration",
     },
     CodeInfo {

@@ -19,6 +19,13 @@ pub const DEFAULT_LOG_DIR: &str = "/var/log/rdma-host-device";
 /// managers people use with a host NIC, and nothing that is not an address manager (`portmap`,
 /// `bridge`, ... are plugins too, and would run as root with the tenant's config).
 pub const DEFAULT_IPAM_PLUGINS: [&str; 4] = ["host-local", "static", "dhcp", "whereabouts"];
+/// The directories a path in a network configuration's `ipam` may name when the node says
+/// nothing: host-local's default dataDir (/var/lib/cni/networks), dhcp's socket
+/// (/run/cni/dhcp.sock), whereabouts' kubeconfig (/etc/cni/net.d/...).
+pub const DEFAULT_IPAM_PATHS: [&str; 4] = ["/var/lib/cni", "/run/cni", "/var/run/cni", "/etc/cni"];
+/// `ipam` keys known to be paths: a relative value with `..` is refused too (an absolute
+/// value of any key is checked against `ipamPaths`).
+const IPAM_PATH_KEYS: [&str; 3] = ["dataDir", "resolvConf", "daemonSocketPath"];
 
 /// Larger than any sane node config; the file is the operator's, but we never read unbounded.
 const MAX_LEN: u64 = 1 << 20;
@@ -253,6 +260,12 @@ pub struct Node {
     /// and execs what `ipam.type` names with the tenant's config on stdin: the node decides.
     #[serde(default = "default_ipam_plugins")]
     pub ipam_plugins: Vec<String>,
+    /// The only directories (absolute, compared by path component) an absolute path anywhere
+    /// in a network configuration's `ipam` may name: the IPAM plugin runs as root and creates,
+    /// reads or connects to what its config names (host-local's `dataDir`, `resolvConf`, dhcp's
+    /// `daemonSocketPath`, ...).
+    #[serde(default = "default_ipam_paths")]
+    pub ipam_paths: Vec<PathBuf>,
     /// What the device plugin offers the kubelet (`rdma-host-device device-plugin`), kept as
     /// its JSON text: the CNI verbs never parse it (nor stop on a mistake in it); the device
     /// plugin and `node-config` do, through [`Node::device_plugin`].
@@ -291,6 +304,21 @@ fn default_ipam_plugins() -> Vec<String> {
     DEFAULT_IPAM_PLUGINS.iter().map(|s| s.to_string()).collect()
 }
 
+fn default_ipam_paths() -> Vec<PathBuf> {
+    DEFAULT_IPAM_PATHS.iter().map(PathBuf::from).collect()
+}
+
+fn has_dotdot(p: &Path) -> bool {
+    p.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+}
+
+/// Whether `path` (absolute, without `..`) is one of `prefixes` or under one, by whole
+/// components: `/etc/cnix` is not under `/etc/cni`.
+pub fn path_under(prefixes: &[PathBuf], path: &Path) -> bool {
+    path.is_absolute() && !has_dotdot(path) && prefixes.iter().any(|p| path.starts_with(p))
+}
+
 impl Default for Node {
     fn default() -> Self {
         Node {
@@ -301,6 +329,7 @@ impl Default for Node {
             device_info_dir: default_device_info_dir(),
             memlock: default_memlock(),
             ipam_plugins: default_ipam_plugins(),
+            ipam_paths: default_ipam_paths(),
             device_plugin_json: None,
             source: "built-in defaults".into(),
         }
@@ -342,6 +371,7 @@ impl Node {
             "deviceInfoDir": self.device_info_dir,
             "memlock": self.memlock,
             "ipamPlugins": self.ipam_plugins,
+            "ipamPaths": self.ipam_paths,
             "source": self.source,
         });
         if let Some(p) = &self.allowed_nics {
@@ -402,6 +432,14 @@ impl Node {
                 )));
             }
         }
+        for p in &node.ipam_paths {
+            if !p.is_absolute() || has_dotdot(p) {
+                return Err(bad(format!(
+                    "ipamPaths entry {} must be an absolute directory without '..'",
+                    p.display()
+                )));
+            }
+        }
         Ok(node)
     }
 
@@ -423,6 +461,68 @@ impl Node {
                 self.source
             ),
         ))
+    }
+
+    /// Whether every path in a network configuration's `ipam` object is one the node lets IPAM
+    /// name: each absolute string, at any depth, must be under `ipamPaths` without `..`, and a
+    /// relative value of a key known to be a path must not contain `..`. Refused with 107 (the
+    /// node's policy) naming the key and the allowed directories.
+    pub fn admit_ipam_paths(&self, ipam: &serde_json::Value) -> Result<()> {
+        self.walk_ipam("ipam", None, ipam)
+    }
+
+    fn walk_ipam(&self, at: &str, key: Option<&str>, v: &serde_json::Value) -> Result<()> {
+        use serde_json::Value;
+        match v {
+            Value::Object(m) => m
+                .iter()
+                .try_for_each(|(k, v)| self.walk_ipam(&format!("{at}.{k}"), Some(k), v)),
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, v)| self.walk_ipam(&format!("{at}[{i}]"), key, v)),
+            Value::String(s) => {
+                let p = Path::new(s);
+                let refuse = |why: &str| {
+                    Err(Error::new(
+                        Code::NotAllowed,
+                        format!(
+                            "{at} {s:?} {why}; IPAM paths must be under {} (ipamPaths in the node policy: {})",
+                            if self.ipam_paths.is_empty() {
+                                "no directory at all".to_owned()
+                            } else {
+                                self.ipam_paths
+                                    .iter()
+                                    .map(|p| p.display().to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            },
+                            self.source
+                        ),
+                    ))
+                };
+                if s.starts_with('/') {
+                    if has_dotdot(p) {
+                        return refuse("contains '..'");
+                    }
+                    if !path_under(&self.ipam_paths, p) {
+                        return refuse("is outside the directories this node lets IPAM name");
+                    }
+                    // The plugin's own records are never IPAM's (host-local writes
+                    // <dataDir>/<network name>/, so a parent of the stateDir reaches it too).
+                    if p.starts_with(&self.state_dir) || self.state_dir.starts_with(p) {
+                        return refuse(&format!(
+                            "is, holds or is inside the plugin's own stateDir {}",
+                            self.state_dir.display()
+                        ));
+                    }
+                } else if key.is_some_and(|k| IPAM_PATH_KEYS.contains(&k)) && has_dotdot(p) {
+                    return refuse("contains '..'");
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The `devicePlugin` section, parsed and checked; `None` without one.
@@ -658,5 +758,101 @@ mod tests {
                 .msg
                 .contains("allows none")
         );
+    }
+
+    #[test]
+    fn ipam_paths_match_whole_components_under_the_node_prefixes() {
+        let pre: Vec<PathBuf> = default_ipam_paths();
+        for ok in [
+            "/var/lib/cni",
+            "/var/lib/cni/networks",
+            "/var/lib/cni/",
+            "/run/cni/dhcp.sock",
+            "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig",
+            "/etc//cni/./net.d",
+        ] {
+            assert!(path_under(&pre, Path::new(ok)), "{ok}");
+        }
+        for no in [
+            "/etc/cnix",
+            "/etc/cni-evil/x",
+            "/var/lib/cn",
+            "/var/lib",
+            "/",
+            "/tmp/x/deep",
+            "/var/lib/cni/../../../root",
+            "var/lib/cni/x",
+        ] {
+            assert!(!path_under(&pre, Path::new(no)), "{no}");
+        }
+    }
+
+    #[test]
+    fn ipam_paths_refuse_paths_outside_the_prefixes_naming_the_key() {
+        let n = Node::default();
+        let ok = serde_json::json!({"type":"host-local","subnet":"10.0.0.0/24",
+            "routes":[{"dst":"0.0.0.0/0"}],"dataDir":"/var/lib/cni/networks",
+            "kubernetes":{"kubeconfig":"/etc/cni/net.d/w.kubeconfig"},"dataDirx":"rel/ok"});
+        n.admit_ipam_paths(&ok).unwrap();
+        for (ipam, key) in [
+            (serde_json::json!({"dataDir":"/tmp/x/deep"}), "ipam.dataDir"),
+            (serde_json::json!({"dataDir":"/etc/cnix"}), "ipam.dataDir"),
+            (
+                serde_json::json!({"dataDir":"/var/lib/cni/../../tmp"}),
+                "ipam.dataDir",
+            ),
+            (serde_json::json!({"dataDir":"../../tmp"}), "ipam.dataDir"),
+            (
+                serde_json::json!({"resolvConf":"/root/secret"}),
+                "ipam.resolvConf",
+            ),
+            (
+                serde_json::json!({"daemonSocketPath":"/tmp/evil.sock"}),
+                "ipam.daemonSocketPath",
+            ),
+            (
+                serde_json::json!({"kubernetes":{"kubeconfig":"/root/.kube/config"}}),
+                "ipam.kubernetes.kubeconfig",
+            ),
+            (serde_json::json!({"x":[{"y":"/tmp/z"}]}), "ipam.x[0].y"),
+            (serde_json::json!({"dataDir":DEFAULT_STATE_DIR}), "stateDir"),
+            (serde_json::json!({"dataDir":"/var/lib/cni"}), "stateDir"),
+            (
+                serde_json::json!({"dataDir":"/var/lib/cni/rdma-host-device/x"}),
+                "stateDir",
+            ),
+        ] {
+            let e = n.admit_ipam_paths(&ipam).unwrap_err();
+            assert_eq!(e.code, Code::NotAllowed, "{ipam}");
+            assert!(e.msg.contains(key), "{key}: {}", e.msg);
+            assert!(
+                e.msg
+                    .contains("/var/lib/cni, /run/cni, /var/run/cni, /etc/cni"),
+                "{}",
+                e.msg
+            );
+        }
+        // The node's list decides, and to_json shows it.
+        let p = write(r#"{"ipamPaths":["/srv/ipam"]}"#);
+        let n = Node::from_file(&p, true).unwrap();
+        let _ = std::fs::remove_file(p);
+        n.admit_ipam_paths(&serde_json::json!({"dataDir":"/srv/ipam/x"}))
+            .unwrap();
+        assert!(
+            n.admit_ipam_paths(&serde_json::json!({"dataDir":"/var/lib/cni/x"}))
+                .is_err()
+        );
+        assert!(n.to_json().contains("\"/srv/ipam\""), "{}", n.to_json());
+        assert!(Node::default().to_json().contains("\"/var/run/cni\""));
+        for body in [
+            r#"{"ipamPaths":["relative"]}"#,
+            r#"{"ipamPaths":["/a/../b"]}"#,
+        ] {
+            let p = write(body);
+            let e = Node::from_file(&p, true).unwrap_err();
+            let _ = std::fs::remove_file(p);
+            assert_eq!(e.code, Code::InvalidConfig, "{body}");
+            assert!(e.msg.contains("ipamPaths"), "{}", e.msg);
+        }
     }
 }

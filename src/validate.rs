@@ -108,6 +108,7 @@ pub fn check_config(raw: &[u8]) -> Result<String, Error> {
     ];
     if let Some(i) = &conf.ipam_type {
         node.admit_ipam(i)?;
+        node.admit_ipam_paths(v.get("ipam").unwrap_or(&Value::Null))?;
         parts.push(format!("ipam {i}"));
     }
     if let Some(s) = conf.rdma.soft_device {

@@ -793,3 +793,152 @@ fn del_does_not_run_an_ipam_plugin_the_node_no_longer_allows() {
     nic.assert_home(Some(&pod), &del);
     rig.assert_state_empty(&del);
 }
+
+// ---------------------------------------------------------------- IPAM paths
+
+/// A path anywhere in `ipam` (host-local's `dataDir`, `resolvConf`, dhcp's `daemonSocketPath`,
+/// ...) is one root's IPAM plugin creates, reads or connects to: ADD refuses one outside the
+/// node's `ipamPaths` (or with `..`) with 107 before it changes anything, and nothing appears
+/// there; a root-only file named as `resolvConf` never reaches the output.
+#[test]
+fn ipam_paths_outside_the_nodes_ipam_paths_are_refused_before_any_change() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let outside = TempDir::new("ipam-outside");
+    let target = outside.path().join("deep");
+    let secret = outside.path().join("secret");
+    fs::write(&secret, "search rhd-secret-domain.example\n").unwrap();
+    // Root's own, readable by root only.
+    std::os::unix::fs::chown(&secret, Some(0), Some(0)).unwrap();
+    fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let escape = format!(
+        "{}/../{}/deep",
+        rig.dir.path().display(),
+        outside.path().file_name().unwrap().to_str().unwrap()
+    );
+    let cases = [
+        ("dataDir", json!(target), "outside"),
+        ("dataDir", json!(escape), "'..'"),
+        ("dataDir", json!("../../../../tmp/rhd-ipam-rel"), "'..'"),
+        ("dataDir", json!(rig.state_dir()), "stateDir"),
+        ("resolvConf", json!(secret), "outside"),
+        (
+            "daemonSocketPath",
+            json!(outside.path().join("evil.sock")),
+            "outside",
+        ),
+    ];
+    for (key, value, why) in cases {
+        let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+        conf["ipam"] = rig.host_local_ipam();
+        conf["ipam"][key] = value.clone();
+        let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+        assert_eq!(code(&add), 107, "{key} {value}\n{add}");
+        let m = msg(&add);
+        assert!(
+            m.contains(&format!("ipam.{key}")) && m.contains(why),
+            "names the key and why: {m}"
+        );
+        assert!(
+            m.contains("/var/lib/cni, /run/cni, /var/run/cni, /etc/cni") && m.contains("ipamPaths"),
+            "names the allowed directories: {m}"
+        );
+        nic.assert_home(Some(&pod), &add);
+        rig.assert_state_empty(&add);
+        assert!(!target.exists(), "created {}\n{add}", target.display());
+        assert!(!Path::new("/tmp/rhd-ipam-rel").exists(), "{add}");
+        assert!(
+            !rig.state_dir().join(rig.net_name()).exists(),
+            "host-local wrote into the stateDir\n{add}"
+        );
+        assert!(
+            !add.stdout.contains("rhd-secret-domain") && !add.stderr.contains("rhd-secret-domain"),
+            "the secret reached the output\n{add}"
+        );
+        assert!(
+            rig.allocations_of(&rig.net_name(), &rig.cid(0)).is_empty(),
+            "IPAM ran\n{add}"
+        );
+    }
+    assert_eq!(
+        fs::read_dir(outside.path()).unwrap().count(),
+        1,
+        "only the secret is in {}",
+        outside.path().display()
+    );
+    // `validate` applies the same check.
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["ipam"] = rig.host_local_ipam();
+    conf["ipam"]["dataDir"] = json!(target);
+    let file = rig.write("outside.conf", &conf);
+    let out = std::process::Command::new(plugin())
+        .args(["validate", file.to_str().unwrap()])
+        .env(NODE_CONFIG_ENV, rig.node_config())
+        .env_remove("CNI_COMMAND")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "validate accepted it: {said}");
+    assert!(said.contains("ipam.dataDir"), "{said}");
+}
+
+/// The rig's own dataDir (its node lists the rig's directory) works, a node that lists another
+/// directory allows that one, and CHECK refuses a path the node does not allow.
+#[test]
+fn ipam_paths_the_node_lists_are_allowed() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = attach(&rig, &nic, &pod);
+    assert_eq!(rig.allocations_of(&rig.net_name(), &rig.cid(0)).len(), 1);
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+
+    let site = TempDir::new("ipam-site");
+    let data = site.path().join("pools");
+    rig.set_node(json!({"ipamPaths": [site.path()]}));
+    let out = run(
+        plugin().to_str().unwrap(),
+        &["node-config", rig.node_config().to_str().unwrap()],
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(
+        shown["ipamPaths"],
+        json!([site.path()]),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["ipam"] = rig.host_local_ipam();
+    // The rig's own directory is no longer listed.
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    assert_eq!(code(&add), 107, "{add}");
+    nic.assert_home(Some(&pod), &add);
+    conf["ipam"]["dataDir"] = json!(data);
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    let result = add.ok();
+    assert!(
+        data.join(rig.net_name()).is_dir(),
+        "host-local used {}\n{add}",
+        data.display()
+    );
+    // CHECK applies the node's paths too.
+    let mut check = conf.clone();
+    check["prevResult"] = result;
+    rig.call("CHECK", &check, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    check["ipam"]["dataDir"] = json!(rig.data_dir());
+    let out = rig.call("CHECK", &check, &pod.path(), &rig.cid(0), IF, &[]);
+    assert_eq!(code(&out), 107, "{out}");
+    assert!(msg(&out).contains("ipam.dataDir"), "{out}");
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    rig.assert_state_empty(&del);
+}

@@ -42,8 +42,13 @@ pub struct Plan {
 pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     let selector = conf.require_selector()?;
     // The node decides what this root process may exec for the tenant: checked first.
+    // The paths in `ipam` too: the plugin runs as root and writes, reads or connects there.
+    let ipam_conf = serde_json::from_slice::<serde_json::Value>(&conf.raw)
+        .map(|v| v["ipam"].clone())
+        .unwrap_or_default();
     if let Some(t) = &conf.ipam_type {
         node.admit_ipam(t)?;
+        node.admit_ipam_paths(&ipam_conf)?;
     }
     let pod_ns = Netns::open(Path::new(&env.netns))?;
     pod_ns.refuse_if_host()?;
@@ -113,9 +118,6 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     if let Some(mtu) = conf.mtu {
         check_mtu(&home, mtu)?;
     }
-    let ipam_conf = serde_json::from_slice::<serde_json::Value>(&conf.raw)
-        .map(|v| v["ipam"].clone())
-        .unwrap_or_default();
     if ipv6_declared(&ipam_conf) {
         check_ipv6_mtu(conf.mtu.unwrap_or(home.mtu), "the config's ipam")?;
     }

@@ -119,7 +119,18 @@ impl Rig {
     pub fn set_node(&self, extra: Value) {
         let mut keys = self.node_keys.lock().unwrap_or_else(|e| e.into_inner());
         keys.1 = extra.clone();
-        let mut node = json!({"stateDir": self.state_dir(), "logDir": self.log_dir()});
+        // IPAM paths: the node's defaults plus this rig's own directory (where the tests'
+        // host-local dataDir lives), unless the test sets ipamPaths itself.
+        let mut ipam_paths: Vec<Value> = rdma_host_device::node::DEFAULT_IPAM_PATHS
+            .iter()
+            .map(|p| json!(p))
+            .collect();
+        ipam_paths.push(json!(self.dir.path()));
+        let mut node = json!({
+            "stateDir": self.state_dir(),
+            "logDir": self.log_dir(),
+            "ipamPaths": ipam_paths,
+        });
         if !keys.0.is_empty() {
             let mut allowed: Vec<String> = rdma_host_device::node::DEFAULT_IPAM_PLUGINS
                 .iter()

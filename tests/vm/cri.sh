@@ -35,7 +35,8 @@ mount -t tmpfs tmpfs "$D"
 mkdir -p "$D/bin" "$D/net.d" "$D/ipam" "$D/state" "$D/log"
 cp /usr/lib/cni/loopback /usr/lib/cni/host-local "$D/bin/"
 ln -s "$BIN" "$D/bin/rdma-host-device"
-echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\"}" >"$D/node.json"
+# ipamPaths: the defaults plus $D (host-local's dataDir below is $D/ipam).
+echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"ipamPaths\":[\"/var/lib/cni\",\"/run/cni\",\"/var/run/cni\",\"/etc/cni\",\"$D\"]}" >"$D/node.json"
 cat >"$D/config.toml" <<EOF
 version = 2
 root = "$D/root"

@@ -48,7 +48,8 @@ BIN=${RHD_BIN:-$REPO/target/debug/rdma-host-device}
 DRIVER=${RHD_DRIVER:-$REPO/target/vm/libcni-driver}
 WORK=$(mktemp -d)
 # The node's settings (state and log directories) come from the node configuration, not the NAD.
-echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\",\"deviceInfoDir\":\"$WORK/devinfo\"}" >"$WORK/node.json"
+# ipamPaths: the defaults plus $WORK (host-local's dataDir below is $WORK/ipam).
+echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\",\"deviceInfoDir\":\"$WORK/devinfo\",\"ipamPaths\":[\"/var/lib/cni\",\"/run/cni\",\"/var/run/cni\",\"/etc/cni\",\"$WORK\"]}" >"$WORK/node.json"
 export RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/node.json
 PLUGINS=$WORK/bin
 mkdir -p "$PLUGINS"
