@@ -11,7 +11,7 @@ use crate::cni::netconf::{Isolation, NetConf, Selector, SoftDevice};
 use crate::error::{Code, Error, Result};
 use crate::link::LinkInfo;
 use crate::netns::Netns;
-use crate::rdma::netlink::{NetnsMode, RdmaNlError, RdmaSocket};
+use crate::rdma::netlink::{NetnsMode, RdmaDevice, RdmaNlError, RdmaSocket};
 use crate::rdma::pair::{self, Nic, rdma_error};
 use crate::rdma::verbs::{self, Source, VerbsError, Verification};
 use crate::state::Record;
@@ -99,15 +99,7 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan
             name: soft_name(kind, env),
         }));
     }
-    let paired = pair::pair(
-        &mut sock,
-        &Nic {
-            index: nic.index,
-            name: &nic.name,
-            mac: &nic.mac,
-        },
-    )?;
-    let Some(dev) = paired else {
+    let Some(dev) = paired_with(&mut sock, nic)? else {
         if required {
             return Err(Error::new(
                 Code::RdmaNotFound,
@@ -130,16 +122,10 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan
         ));
     }
     if mode == NetnsMode::Shared && pair::is_soft_driver(&dev) {
-        return Err(Error::new(
-            Code::RdmaMoveUnsupported,
-            format!(
-                "RDMA device {} is a software device ({}) bound to {}: the kernel destroys it when {} changes namespace. Delete it (`rdma link delete {}`) and set rdma.softDevice to create one inside the pod instead",
-                dev.name,
-                dev.driver.as_deref().unwrap_or("?"),
-                nic.name,
-                nic.name,
-                dev.name
-            ),
+        return Err(destroyed_by_the_move(
+            &dev,
+            nic,
+            "in shared mode only the NIC moves",
         ));
     }
     Ok(Some(match mode {
@@ -151,32 +137,42 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan
     }))
 }
 
-/// Refuse (112) a NIC with a software RDMA device (rxe, siw) bound to it on the host: moving
-/// the NIC would destroy that device. Without RDMA on the node there is nothing to protect.
-fn refuse_destroying_a_soft_device(nic: &LinkInfo, why_here: &str) -> Result<()> {
-    let Ok(mut sock) = RdmaSocket::open() else {
-        return Ok(());
-    };
-    let paired = pair::pair(
-        &mut sock,
+/// The RDMA device paired with `nic`, if any.
+fn paired_with(sock: &mut RdmaSocket, nic: &LinkInfo) -> Result<Option<RdmaDevice>> {
+    pair::pair(
+        sock,
         &Nic {
             index: nic.index,
             name: &nic.name,
             mac: &nic.mac,
         },
-    )?;
-    match paired {
-        Some(dev) if pair::is_soft_driver(&dev) => Err(Error::new(
-            Code::RdmaMoveUnsupported,
-            format!(
-                "RDMA device {} is a software device ({}) bound to {}: the kernel destroys it when {} changes namespace ({why_here}). Delete it (`rdma link delete {}`) and set rdma.softDevice to create one inside the pod instead",
-                dev.name,
-                dev.driver.as_deref().unwrap_or("?"),
-                nic.name,
-                nic.name,
-                dev.name
-            ),
-        )),
+    )
+}
+
+/// 112 for a software RDMA device (rxe, siw) bound to `nic` on the host: moving the NIC
+/// would destroy it.
+fn destroyed_by_the_move(dev: &RdmaDevice, nic: &LinkInfo, why_here: &str) -> Error {
+    Error::new(
+        Code::RdmaMoveUnsupported,
+        format!(
+            "RDMA device {} is a software device ({}) bound to {}: the kernel destroys it when {} changes namespace ({why_here}). Delete it (`rdma link delete {}`) and set rdma.softDevice to create one inside the pod instead",
+            dev.name,
+            dev.driver.as_deref().unwrap_or("?"),
+            nic.name,
+            nic.name,
+            dev.name
+        ),
+    )
+}
+
+/// Refuse a NIC with a software RDMA device bound to it on the host, whatever the config
+/// says. Without RDMA on the node there is nothing to protect.
+fn refuse_destroying_a_soft_device(nic: &LinkInfo, why_here: &str) -> Result<()> {
+    let Ok(mut sock) = RdmaSocket::open() else {
+        return Ok(());
+    };
+    match paired_with(&mut sock, nic)? {
+        Some(dev) if pair::is_soft_driver(&dev) => Err(destroyed_by_the_move(&dev, nic, why_here)),
         _ => Ok(()),
     }
 }
