@@ -547,15 +547,38 @@ fn a_flood_of_new_idle_connections_does_not_lock_out_scrapes() {
             }
         })
     };
+    let sa: std::net::SocketAddr = exp.addr.parse().unwrap();
     let limit = Duration::from_secs(2);
+    let (ok, failed, worst) = ask_every_100ms_for_4s(&["/metrics", "/healthz"], limit, || {
+        TcpStream::connect_timeout(&sa, limit)
+    });
+    stop.store(true, Ordering::Relaxed);
+    attacker.join().unwrap();
+    eprintln!(
+        "flood of {} idle connections in 4 s: {ok} requests answered (worst {worst:?}), {} failed",
+        opened.load(Ordering::Relaxed),
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{failed:#?}");
+    assert!(ok >= 20, "only {ok} requests in 4 s");
+    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[])
+        .ok();
+}
+
+/// A scraper: every 100 ms for 4 s, `GET` each of `paths` on a new connection from `connect`.
+/// Returns how many were answered 200 within `limit`, what failed, and the slowest answer.
+fn ask_every_100ms_for_4s(
+    paths: &[&str],
+    limit: Duration,
+    connect: impl Fn() -> std::io::Result<TcpStream>,
+) -> (usize, Vec<String>, Duration) {
     let (mut ok, mut failed, mut worst) = (0, Vec::new(), Duration::ZERO);
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(4) {
-        for path in ["/metrics", "/healthz"] {
+        for path in paths {
             let t = Instant::now();
             let got = (|| -> std::io::Result<String> {
-                let sa: std::net::SocketAddr = exp.addr.parse().map_err(std::io::Error::other)?;
-                let mut s = TcpStream::connect_timeout(&sa, limit)?;
+                let mut s = connect()?;
                 s.set_read_timeout(Some(limit))?;
                 write!(
                     s,
@@ -575,17 +598,7 @@ fn a_flood_of_new_idle_connections_does_not_lock_out_scrapes() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    stop.store(true, Ordering::Relaxed);
-    attacker.join().unwrap();
-    eprintln!(
-        "flood of {} idle connections in 4 s: {ok} requests answered (worst {worst:?}), {} failed",
-        opened.load(Ordering::Relaxed),
-        failed.len()
-    );
-    assert!(failed.is_empty(), "{failed:#?}");
-    assert!(ok >= 20, "only {ok} requests in 4 s");
-    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[])
-        .ok();
+    (ok, failed, worst)
 }
 
 /// A TCP connection to `dst` from the loopback address `src` (any of 127/8 is this machine's),
@@ -663,31 +676,9 @@ fn pipelined_scrapes_from_one_address_never_fail_anothers() {
             })
         })
         .collect();
-    let limit = Duration::from_secs(2);
-    let (mut ok, mut failed, mut worst) = (0, Vec::new(), Duration::ZERO);
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(4) {
-        let t = Instant::now();
-        let got = (|| -> std::io::Result<String> {
-            let mut s = connect_from(std::net::Ipv4Addr::new(127, 0, 0, 2), dst)?;
-            s.set_read_timeout(Some(limit))?;
-            write!(
-                s,
-                "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-            )?;
-            let mut raw = String::new();
-            s.read_to_string(&mut raw)?;
-            Ok(raw)
-        })();
-        match got {
-            Ok(raw) if raw.starts_with("HTTP/1.1 200") && t.elapsed() < limit => {
-                ok += 1;
-                worst = worst.max(t.elapsed());
-            }
-            other => failed.push(format!("after {:?}: {other:?}", t.elapsed())),
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (ok, failed, worst) = ask_every_100ms_for_4s(&["/metrics"], Duration::from_secs(2), || {
+        connect_from(std::net::Ipv4Addr::new(127, 0, 0, 2), dst)
+    });
     stop.store(true, Ordering::Relaxed);
     for a in attackers {
         let _ = a.join();
