@@ -88,15 +88,25 @@ impl World {
     }
 }
 
-/// Wait until `path` exists (another call took a lock).
+/// Wait until another process holds the flock on `path`: the file's existence is not enough
+/// (a call creates it, then locks it; a second call started in between could win the lock,
+/// as it did once in a CI run under load).
 fn wait_for(path: &std::path::Path) {
+    use std::os::fd::AsRawFd;
     let t = Instant::now();
-    while !path.exists() {
+    loop {
         assert!(
             t.elapsed() < Duration::from_secs(10),
-            "{} never appeared",
+            "{} was never locked",
             path.display()
         );
+        if let Ok(f) = std::fs::File::open(path) {
+            // SAFETY: flock on a fd we own; a lock we get is dropped with the file at once.
+            let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc != 0 {
+                return;
+            }
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
 }
