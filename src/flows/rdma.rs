@@ -335,33 +335,46 @@ pub fn release(
             return Ok(());
         }
         // Exclusive: what is visible here lives here. Ours is the one paired with our NIC, or
-        // the one the record names (its port may have lost the netdev already).
+        // the one the record names (its port may have lost the netdev already). It goes home
+        // under the name the node gave it: a pod may have renamed it (`rdma dev set NAME name
+        // X`), and NADs by rdmaDevice or NCCL_IB_HCA settings name the node's name.
         let ports = sock
             .ports()
             .map_err(|e| rdma_error("listing RDMA ports", e))?;
-        let mut names: Vec<String> = ports
+        let mut ours: Vec<(u32, String)> = ports
             .into_iter()
             .filter(|p| p.netdev_index == Some(nic_index))
-            .map(|p| p.dev_name)
+            .map(|p| (p.dev_index, p.dev_name))
             .collect();
-        if let Some(name) = record
+        let recorded = record
             .filter(|r| r.rdma_moved)
-            .and_then(|r| r.rdma_device.clone())
-        {
-            names.push(name);
-        }
-        names.sort();
-        names.dedup();
-        for name in names {
-            if let Some(dev) = sock
-                .device_by_name(&name)
+            .and_then(|r| r.rdma_device.clone());
+        if let Some(name) = &recorded
+            && let Some(dev) = sock
+                .device_by_name(name)
                 .map_err(|e| rdma_error(format!("looking up {name}"), e))?
-            {
-                sock.move_to_netns(dev.index, host_ns.fd()).map_err(|e| {
-                    rdma_error(format!("returning RDMA device {name} to the host"), e)
+        {
+            ours.push((dev.index, dev.name));
+        }
+        ours.sort();
+        ours.dedup_by_key(|(index, _)| *index);
+        for (index, name) in ours {
+            let home = recorded.as_deref().unwrap_or(&name);
+            if name != home {
+                sock.rename(index, home).map_err(|e| {
+                    rdma_error(
+                        format!(
+                            "giving RDMA device {name} (renamed in the pod) its name {home} back before it goes home"
+                        ),
+                        e,
+                    )
                 })?;
-                log::info!("returned RDMA device {name} to the host");
+                log::info!("RDMA device {name} renamed back to {home}");
             }
+            sock.move_to_netns(index, host_ns.fd()).map_err(|e| {
+                rdma_error(format!("returning RDMA device {home} to the host"), e)
+            })?;
+            log::info!("returned RDMA device {home} to the host");
         }
         Ok(())
     })?

@@ -220,6 +220,16 @@ impl RdmaSocket {
             .map(drop)
     }
 
+    /// `rdma dev set OLD name NAME`, for a device in this socket's netns.
+    pub fn rename(&mut self, dev_index: u32, name: &str) -> Result<(), RdmaNlError> {
+        let req = [
+            ReqAttr::U32(attr::DEV_INDEX, dev_index),
+            ReqAttr::Str(attr::DEV_NAME, checked_name(name)?),
+        ];
+        self.request("dev set name", cmd::SET, NLM_F_REQUEST | NLM_F_ACK, &req)
+            .map(drop)
+    }
+
     /// `rdma link add NAME type LINK_TYPE netdev NETDEV`; the netdev is looked up in this
     /// socket's netns, the new device lands in init_net (visible everywhere in shared mode).
     pub fn add_soft_device(

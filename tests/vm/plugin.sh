@@ -28,6 +28,7 @@
 #   move          pciBusID selects the virtio NIC; ADD moves the RDMA device into the pod (the
 #                 host no longer lists it, the pod does), verbs in the pod show the GID, 1.1.0
 #                 result has pciID; DEL brings both back under their own names
+#   renamed-in-pod the pod renames its RDMA device: DEL brings it home under the node's name
 #   rdma-selector the same NIC selected by "rdmaDevice"
 #   device-info   deviceID + CNIDeviceInfoFile capabilities as Multus passes them: the file names
 #                 the NIC's PCI address and RDMA device; DEL removes it
@@ -348,6 +349,20 @@ exclusive_move() {
   check "rxens0 is home" bash -c "rdma dev show rxens0"
   check "no IP held, no state" test "$(ips_left)$(find "$WORK/state" -name '*.json' | wc -l)" = 00
   ip netns del p5in; ip netns del p5
+
+  case_ renamed-in-pod
+  # The pod renames its RDMA device; DEL brings it home under the node's name (issue 17 case 5).
+  ip netns add p6; NETNS=/var/run/netns/p6
+  conf "$WORK/rn.conf" xrename "\"pciBusID\":\"$PCI\"" '{"isolation":"exclusive"}' "$(host_local 10.85.0.0/24)"
+  cni add "$WORK/rn.conf" c-rn
+  check "ADD succeeds" test "$RC" = 0
+  ip netns exec p6 rdma dev set rxens0 name podrdma
+  check "the pod renamed it" test "$(pod_rdma_devs p6)" = podrdma
+  cni del "$WORK/rn.conf" c-rn
+  check "DEL succeeds" test "$RC" = 0
+  check "it is home as rxens0, and no podrdma" bash -c "rdma dev show rxens0 && ! rdma dev show podrdma 2>/dev/null"
+  check "$NIC is home" link_is "$NIC" 1480
+  ip netns del p6
 
   case_ rdma-selector
   ip netns add p2; NETNS=/var/run/netns/p2
