@@ -2,15 +2,11 @@
 //! `RTA_NH_ID`, with the device in the nexthop object. rtnetlink has no nexthop API, so this is
 //! a small synchronous dump over a NETLINK_ROUTE socket in the calling thread's namespace.
 
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+use crate::raw_route::{self, NLMSG_DONE, NLMSG_ERROR, u16_at, u32_at};
 use std::collections::HashSet;
 
 const RTM_NEWNEXTHOP: u16 = 104;
 const RTM_GETNEXTHOP: u16 = 106;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_DUMP: u16 = 0x300;
 const NHA_ID: u16 = 1;
 const NHA_GROUP: u16 = 2;
 const NHA_OIF: u16 = 5;
@@ -44,48 +40,34 @@ pub fn ids_through(index: u32) -> std::io::Result<HashSet<u32>> {
 }
 
 fn dump() -> std::io::Result<Vec<Nexthop>> {
-    let mut sock = Socket::new(NETLINK_ROUTE)?;
-    sock.bind_auto()?;
-    let mut req = Vec::with_capacity(24);
-    req.extend_from_slice(&24u32.to_ne_bytes());
-    req.extend_from_slice(&RTM_GETNEXTHOP.to_ne_bytes());
-    req.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    req.extend_from_slice(&1u32.to_ne_bytes()); // seq
-    req.extend_from_slice(&0u32.to_ne_bytes()); // pid
-    req.extend_from_slice(&[0u8; 8]); // struct nhmsg, AF_UNSPEC
-    sock.send_to(&req, &SocketAddr::new(0, 0), 0)?;
     let mut out = Vec::new();
-    let mut total = 0;
-    loop {
-        let (buf, _) = sock.recv_from_full()?;
-        total += buf.len();
-        match parse(&buf, &mut out) {
-            Parsed::More if total < MAX_BYTES => {}
-            Parsed::More | Parsed::Done => return Ok(out),
-            // EOPNOTSUPP/EINVAL from kernels without nexthop objects: none exist.
+    let mut refused = None;
+    // struct nhmsg, AF_UNSPEC
+    raw_route::dump(RTM_GETNEXTHOP, &[0u8; 8], MAX_BYTES, |buf| {
+        match parse(buf, &mut out) {
+            Parsed::More => true,
+            Parsed::Done => false,
             Parsed::Error(code) => {
-                log::debug!(
-                    "no nexthop objects to look at (the kernel answers errno {})",
-                    -code
-                );
-                return Ok(Vec::new());
+                refused = Some(code);
+                false
             }
         }
+    })?;
+    // EOPNOTSUPP/EINVAL from kernels without nexthop objects: none exist.
+    if let Some(code) = refused {
+        log::debug!(
+            "no nexthop objects to look at (the kernel answers errno {})",
+            -code
+        );
+        return Ok(Vec::new());
     }
+    Ok(out)
 }
 
 enum Parsed {
     More,
     Done,
     Error(i32),
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
 /// Parse one datagram of netlink messages, appending the nexthops found.

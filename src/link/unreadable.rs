@@ -9,15 +9,11 @@
 use super::{Links, nl_error};
 use crate::error::{Code, Error, Result};
 use crate::netns::Netns;
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+use crate::raw_route::{self, NLMSG_DONE, NLMSG_ERROR, u16_at, u32_at};
 use rtnetlink::LinkUnspec;
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_DUMP: u16 = 0x300;
 const IFLA_IFNAME: u16 = 3;
 const IFLA_LINKINFO: u16 = 18;
 const IFLA_INFO_KIND: u16 = 1;
@@ -49,34 +45,12 @@ impl Unreadable {
 
 /// The links in the calling thread's namespace whose name is not UTF-8.
 pub fn dump() -> std::io::Result<Vec<Unreadable>> {
-    let mut sock = Socket::new(NETLINK_ROUTE)?;
-    sock.bind_auto()?;
-    let mut req = Vec::with_capacity(32);
-    req.extend_from_slice(&32u32.to_ne_bytes());
-    req.extend_from_slice(&RTM_GETLINK.to_ne_bytes());
-    req.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    req.extend_from_slice(&1u32.to_ne_bytes()); // seq
-    req.extend_from_slice(&0u32.to_ne_bytes()); // pid
-    req.extend_from_slice(&[0u8; IFINFOMSG_LEN]); // AF_UNSPEC, every link
-    sock.send_to(&req, &SocketAddr::new(0, 0), 0)?;
     let mut out = Vec::new();
-    let mut total = 0;
-    loop {
-        let (buf, _) = sock.recv_from_full()?;
-        total += buf.len();
-        match parse(&buf, &mut out) {
-            Some(()) if total < MAX_BYTES => {}
-            _ => return Ok(out),
-        }
-    }
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    // AF_UNSPEC in a zeroed ifinfomsg: every link.
+    raw_route::dump(RTM_GETLINK, &[0u8; IFINFOMSG_LEN], MAX_BYTES, |buf| {
+        parse(buf, &mut out).is_some()
+    })?;
+    Ok(out)
 }
 
 /// Netlink attributes in `b`: (type, value).
