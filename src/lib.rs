@@ -26,6 +26,7 @@ pub mod netns;
 pub mod nexthop;
 pub mod node;
 pub mod orphan;
+pub mod process;
 pub mod raw_route;
 pub mod rdma;
 pub mod select;

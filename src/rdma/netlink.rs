@@ -34,6 +34,7 @@ mod cmd {
     pub const PORT_GET: u16 = 5;
     pub const SYS_GET: u16 = 6;
     pub const GET_CHARDEV: u16 = 15;
+    pub const RES_CTX_GET: u16 = 22;
 }
 
 /// `enum rdma_nldev_attr`: only the ones we send or read.
@@ -44,8 +45,11 @@ mod attr {
     pub const NODE_GUID: u16 = 6; // u64, host byte order
     pub const PORT_STATE: u16 = 12; // u8
     pub const PORT_PHYS_STATE: u16 = 13; // u8
+    pub const RES_PID: u16 = 28; // u32: the process that owns a user resource
+    pub const RES_KERN_NAME: u16 = 29; // string: the kernel module owning a kernel resource
     pub const DEV_NODE_TYPE: u16 = 14; // u8
     pub const NDEV_INDEX: u16 = 50; // u32
+    pub const RES_CTXN: u16 = 64; // u32: a verbs context's number on its device
     pub const NDEV_NAME: u16 = 51; // string
     pub const LINK_TYPE: u16 = 65; // string: "rxe", "siw"
     pub const SYS_NETNS_MODE: u16 = 66; // u8: 1 shared, 0 exclusive
@@ -53,6 +57,8 @@ mod attr {
     pub const NET_NS_FD: u16 = 68; // u32
     pub const CHARDEV_TYPE: u16 = 69; // string: "uverbs"
     pub const UVERBS_DRIVER_ID: u16 = 73; // u32 (the header says u64; accept both)
+    pub const RES_CTX: u16 = 86; // nested: the table of verbs contexts
+    pub const RES_CTX_ENTRY: u16 = 87; // nested: one context
 }
 
 /// How long one request may wait for the kernel before giving up (a CNI plugin must not hang).
@@ -119,6 +125,19 @@ pub struct RdmaPort {
     /// The paired netdev; absent when it lives in another netns than the socket.
     pub netdev_index: Option<u32>,
     pub netdev_name: Option<String>,
+}
+
+/// A verbs context a process holds open on an RDMA device (`RDMA_NLDEV_CMD_RES_CTX_GET`):
+/// what `ibv_open_device` (and librdmacm, on every device it sees) creates. While one is open,
+/// deleting a software device sleeps in the kernel until its process closes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaUser {
+    /// The context's number on its device.
+    pub ctxn: Option<u32>,
+    /// The owner's pid in the caller's pid namespace (the kernel hides contexts of processes
+    /// outside it); None for a kernel user, which names its module instead.
+    pub pid: Option<u32>,
+    pub kernel_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +271,19 @@ impl RdmaSocket {
         let req = [ReqAttr::U32(attr::DEV_INDEX, dev_index)];
         self.request("link delete", cmd::DELLINK, NLM_F_REQUEST | NLM_F_ACK, &req)
             .map(drop)
+    }
+
+    /// The verbs contexts open on a device of this socket's netns, one per holder (a process
+    /// may hold several). Kernels before 5.9 cannot say (EINVAL/EOPNOTSUPP from the kernel).
+    pub fn users(&mut self, dev_index: u32) -> Result<Vec<RdmaUser>, RdmaNlError> {
+        let req = [ReqAttr::U32(attr::DEV_INDEX, dev_index)];
+        let bodies = self.request(
+            "res ctx get",
+            cmd::RES_CTX_GET,
+            NLM_F_REQUEST | NLM_F_DUMP,
+            &req,
+        )?;
+        users_from_bodies(&bodies)
     }
 
     fn dump_devices(&mut self) -> Result<Vec<RdmaDevice>, RdmaNlError> {
@@ -605,6 +637,41 @@ fn port_from_attrs(body: &[u8]) -> Result<RdmaPort, RdmaNlError> {
     })
 }
 
+/// The contexts of a `RES_CTX_GET` dump: each message holds the device, then a `RES_CTX`
+/// table of `RES_CTX_ENTRY` nests (a context's number and its owner's pid or module).
+fn users_from_bodies(bodies: &[Vec<u8>]) -> Result<Vec<RdmaUser>, RdmaNlError> {
+    let mut users = Vec::new();
+    for body in bodies {
+        each_attr(body, |kind, table| {
+            if kind != attr::RES_CTX {
+                return Ok(());
+            }
+            each_attr(table, |kind, entry| {
+                if kind != attr::RES_CTX_ENTRY {
+                    return Ok(());
+                }
+                let mut user = RdmaUser {
+                    ctxn: None,
+                    pid: None,
+                    kernel_name: None,
+                };
+                each_attr(entry, |kind, v| {
+                    match kind {
+                        attr::RES_CTXN => user.ctxn = Some(get_u32(kind, v)?),
+                        attr::RES_PID => user.pid = Some(get_u32(kind, v)?),
+                        attr::RES_KERN_NAME => user.kernel_name = Some(get_str(v)),
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+                users.push(user);
+                Ok(())
+            })
+        })?;
+    }
+    Ok(users)
+}
+
 fn sys_from_bodies(bodies: &[Vec<u8>]) -> Result<NetnsMode, RdmaNlError> {
     let mut mode = None;
     for body in bodies {
@@ -672,6 +739,12 @@ fn parse_devices(reply: &[u8], seq: u32) -> Result<Vec<RdmaDevice>, RdmaNlError>
 #[cfg(test)]
 fn parse_ports(reply: &[u8], seq: u32) -> Result<Vec<RdmaPort>, RdmaNlError> {
     decode_all(&collect(reply, seq, "port get")?, port_from_attrs)
+}
+
+/// Decode a complete `RES_CTX_GET` dump reply.
+#[cfg(test)]
+fn parse_users(reply: &[u8], seq: u32) -> Result<Vec<RdmaUser>, RdmaNlError> {
+    users_from_bodies(&collect(reply, seq, "res ctx get")?)
 }
 
 /// Decode a complete `SYS_GET` reply (the answer, then the ACK).
