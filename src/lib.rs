@@ -23,11 +23,11 @@ pub mod metrics;
 #[path = "fuzz/mutate.rs"]
 pub mod mutate;
 pub mod netns;
-pub mod nexthop;
+
+pub mod netlink_sync;
 pub mod node;
 pub mod orphan;
 pub mod process;
-pub mod raw_route;
 pub mod rdma;
 pub mod select;
 pub mod state;

@@ -2,6 +2,7 @@
 //! move+rename+MTU+alias+up in one request, addresses. Routes are `route.rs`'s; what the node
 //! itself uses a link for (uplink checks) is `uses.rs`'s.
 
+mod nexthop;
 mod restore;
 mod route;
 mod unreadable;

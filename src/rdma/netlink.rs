@@ -14,13 +14,16 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+use crate::netlink_sync::SyncSocket;
 
 use netlink_packet_core::{
     DecodeError, Emitable, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkBuffer,
     NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable, Nla,
     NlasIterator,
 };
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_RDMA};
+use netlink_sys::protocols::NETLINK_RDMA;
 
 /// `RDMA_NL_NLDEV`: the netlink "client" of the device interface (bits 10..16 of the type).
 const RDMA_NL_NLDEV: u16 = 5;
@@ -62,9 +65,7 @@ mod attr {
 }
 
 /// How long one request may wait for the kernel before giving up (a CNI plugin must not hang).
-const RECV_TIMEOUT_SECS: libc::time_t = 30;
-/// Receive buffer: the kernel sizes dump datagrams after the largest buffer we offer.
-const RECV_BUF_LEN: usize = 64 * 1024;
+const RECV_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RdmaNlError {
@@ -150,30 +151,19 @@ pub enum NetnsMode {
 
 /// A socket bound to the netns of the thread that called `open()`.
 pub struct RdmaSocket {
-    socket: Socket,
-    seq: u32,
-    buf: Vec<u8>,
+    socket: SyncSocket,
 }
 
 impl RdmaSocket {
     pub fn open() -> Result<Self, RdmaNlError> {
-        let mut socket = Socket::new(NETLINK_RDMA).map_err(|e| {
+        let socket = SyncSocket::open(NETLINK_RDMA, RECV_TIMEOUT).map_err(|e| {
             if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) {
                 RdmaNlError::Unavailable(e)
             } else {
                 RdmaNlError::Io(e)
             }
         })?;
-        socket.bind_auto().map_err(RdmaNlError::Io)?;
-        socket
-            .connect(&SocketAddr::new(0, 0))
-            .map_err(RdmaNlError::Io)?;
-        set_recv_timeout(&socket, RECV_TIMEOUT_SECS).map_err(RdmaNlError::Io)?;
-        Ok(RdmaSocket {
-            socket,
-            seq: 0,
-            buf: Vec::with_capacity(RECV_BUF_LEN),
-        })
+        Ok(RdmaSocket { socket })
     }
 
     /// Every RDMA device visible from this netns, with its driver when the kernel says: one
@@ -317,52 +307,15 @@ impl RdmaSocket {
         flags: u16,
         attrs: &[ReqAttr],
     ) -> Result<Vec<Vec<u8>>, RdmaNlError> {
-        self.seq = self.seq.wrapping_add(1);
-        let bytes = encode_request(command, flags, self.seq, attrs);
-        self.socket.send(&bytes, 0).map_err(RdmaNlError::Io)?;
-        let mut reply = Reply::new(op, self.seq);
+        let seq = self.socket.next_seq();
+        let bytes = encode_request(command, flags, seq, attrs);
+        self.socket.send(&bytes).map_err(RdmaNlError::Io)?;
+        let mut reply = Reply::new(op, seq);
         while !reply.done {
-            self.buf.clear();
-            let n = match self.socket.recv(&mut self.buf, libc::MSG_TRUNC) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let msg = format!("no reply to {op} within {RECV_TIMEOUT_SECS} s");
-                    return Err(RdmaNlError::Io(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        msg,
-                    )));
-                }
-                Err(e) => return Err(RdmaNlError::Io(e)),
-            };
-            if n > self.buf.len() {
-                return Err(decode_err(format!("{op}: datagram of {n} bytes truncated")));
-            }
-            reply.feed(&self.buf)?;
+            let datagram = self.socket.recv(op).map_err(RdmaNlError::Io)?;
+            reply.feed(datagram)?;
         }
         Ok(reply.bodies)
-    }
-}
-
-fn set_recv_timeout(socket: &Socket, secs: libc::time_t) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: secs,
-        tv_usec: 0,
-    };
-    // SAFETY: a valid socket fd and a pointer to a timeval that outlives the call, with its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
     }
 }
 
