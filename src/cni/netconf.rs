@@ -490,7 +490,7 @@ fn selector(
         found.push(Selector::Name(v));
     }
     if let Some(v) = hwaddr {
-        found.push(Selector::Mac(parse_mac(&v)?));
+        found.push(Selector::Mac(normalised_hwaddr(&v)?));
     }
     if let Some(v) = kernelpath {
         if !v.starts_with("/sys/devices/") || v.contains("/../") || v.ends_with("/..") {
@@ -551,20 +551,15 @@ fn validate_bus_id(field: &str, v: &str) -> Result<()> {
     }
 }
 
-/// Normalise a MAC to lower-case colon form.
-pub fn parse_mac(v: &str) -> Result<String> {
-    let parts: Vec<&str> = v.split([':', '-']).collect();
-    let ok = parts.len() == 6
-        && parts
-            .iter()
-            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()));
-    if ok {
-        Ok(parts.join(":").to_ascii_lowercase())
-    } else {
-        Err(invalid_config(format!(
-            "hwaddr {v:?} is not a MAC address like 0a:58:0a:00:00:01"
-        )))
-    }
+/// `hwaddr` in lower-case colon form, the form links report.
+fn normalised_hwaddr(v: &str) -> Result<String> {
+    crate::link::parse_mac(v)
+        .map(|m| crate::link::format_mac(&m))
+        .ok_or_else(|| {
+            invalid_config(format!(
+                "hwaddr {v:?} is not a MAC address like 0a:58:0a:00:00:01"
+            ))
+        })
 }
 
 #[cfg(test)]

@@ -287,16 +287,9 @@ fn rdma_view() -> (Option<RdmaView>, RdmaSummary) {
     if !errors.is_empty() {
         summary.error = Some(errors.join("; "));
     }
-    summary.netns_mode = view.mode.map(mode_name);
+    summary.netns_mode = view.mode.map(NetnsMode::name);
     summary.guidance = mode_guidance(view.mode, view.devices.is_empty());
     (Some(view), summary)
-}
-
-fn mode_name(m: NetnsMode) -> &'static str {
-    match m {
-        NetnsMode::Shared => "shared",
-        NetnsMode::Exclusive => "exclusive",
-    }
 }
 
 /// What the netns mode means for networks using this plugin (the DaemonSet logs this too).

@@ -107,12 +107,9 @@ fn merge(into: &mut Snapshot, part: Snapshot) {
     }
 }
 
+/// The mode's name, or "none" without RDMA.
 fn mode_name(mode: Option<NetnsMode>) -> &'static str {
-    match mode {
-        Some(NetnsMode::Shared) => "shared",
-        Some(NetnsMode::Exclusive) => "exclusive",
-        None => "none",
-    }
+    mode.map_or("none", NetnsMode::name)
 }
 
 /// The kernel's RDMA netns mode, or None without RDMA.

@@ -149,6 +149,16 @@ pub enum NetnsMode {
     Exclusive,
 }
 
+impl NetnsMode {
+    /// The name `rdma system` and the kernel's `netns_mode` documentation use.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetnsMode::Shared => "shared",
+            NetnsMode::Exclusive => "exclusive",
+        }
+    }
+}
+
 /// A socket bound to the netns of the thread that called `open()`.
 pub struct RdmaSocket {
     socket: SyncSocket,
