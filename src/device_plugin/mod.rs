@@ -58,29 +58,13 @@ pub fn options(args: &[String]) -> Result<Options, String> {
         device_info_dir: PathBuf::from(allocate::DEFAULT_DEVICE_INFO_DIR),
         state_dir: None,
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-            _ => (a.as_str(), None),
-        };
-        let mut dir = |name: &str| {
-            let d = PathBuf::from(
-                inline
-                    .clone()
-                    .or_else(|| it.next().cloned())
-                    .ok_or_else(|| format!("{name} needs a value"))?,
-            );
-            if !d.is_absolute() {
-                return Err(format!("{name} must be an absolute path"));
-            }
-            Ok(d)
-        };
-        match flag {
-            "--socket-dir" => o.socket_dir = dir("--socket-dir")?,
-            "--device-info-dir" => o.device_info_dir = dir("--device-info-dir")?,
-            "--state-dir" => o.state_dir = Some(dir("--state-dir")?),
-            other => return Err(format!("device-plugin: unknown option {other:?}")),
+    let mut f = crate::cli::Flags::new("device-plugin", args);
+    while let Some(flag) = f.next_flag() {
+        match flag.as_str() {
+            "--socket-dir" => o.socket_dir = f.absolute_path()?,
+            "--device-info-dir" => o.device_info_dir = f.absolute_path()?,
+            "--state-dir" => o.state_dir = Some(f.absolute_path()?),
+            _ => return Err(f.unknown()),
         }
     }
     Ok(o)
