@@ -4,6 +4,7 @@
 //! into a directory on this machine (no Rust needed to run it), and the NCCL pod names a
 //! network that conf/ defines. No root needed except for the install script's chroot check.
 
+mod common;
 mod conf_yaml;
 
 use serde_json::{Value, json};
@@ -577,9 +578,7 @@ fn install_script_installs_atomically_and_idempotently() {
 /// is this machine itself (HOST_ROOT=/, CNI_BIN_DIR under it).
 #[test]
 fn install_script_runs_the_plugin_with_the_nodes_libc() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("not root: chroot check skipped");
+    if !common::root_for("the install script's chroot check") {
         return;
     }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
