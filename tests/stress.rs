@@ -35,8 +35,7 @@ impl World {
     fn conf(&self, k: usize) -> Value {
         let mut c = self
             .rig
-            .conf("1.0.0", json!({"device": self.nics[k].name, "mtu": 1400}));
-        c["ipam"] = self.rig.host_local_ipam();
+            .host_local_conf("1.0.0", json!({"device": self.nics[k].name, "mtu": 1400}));
         if let Ok(f) = std::env::var("RHD_STRESS_LOG") {
             // A file name: it lands in the rig's node logDir.
             c["logFile"] = json!(f);

@@ -1,7 +1,8 @@
 //! Shared support for the integration tests, by concern: `process.rs` (commands, the plugin
 //! exec'd directly, `RunOut`), `net.rs` (netns, veth NICs, `ip -j` views), `client.rs` (the
-//! libcni client), `rig.rs` (one test's world), `root.rs` (root or a loud skip; in CI, a
-//! failure). Everything is re-exported here.
+//! libcni client), `containerd.rs` (a private containerd CRI, the kubelet-side client),
+//! `cleanup.rs` (mounts, processes and cgroups a runtime left), `rig.rs` (one test's world),
+//! `root.rs` (root or a loud skip; in CI, a failure). Everything is re-exported here.
 //!
 //! Tests run in parallel threads, so every name carries a per-process tag and a per-test
 //! counter. Tests need root (netns, links): without it a test binary skips, saying how many
@@ -9,13 +10,17 @@
 //! libcni client) they fail loudly.
 #![allow(dead_code, unused_imports)]
 
+mod cleanup;
 mod client;
+mod containerd;
 mod net;
 mod process;
 mod rig;
 mod root;
 
+pub use cleanup::*;
 pub use client::*;
+pub use containerd::*;
 pub use net::*;
 pub use process::*;
 pub use rig::*;

@@ -13,6 +13,29 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 // ---------------------------------------------------------------- commands
 
+/// The checkout the tests run from.
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The venv's python, with grpcio for the kubelet-side clients of the CRI and device-plugin
+/// tests (scripts/setup.sh makes it: `$RHD_VENV`, default ~/.cache/rhd-venv).
+pub fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("RHD_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(&std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".cache/rhd-venv")
+        });
+    let py = venv.join("bin/python");
+    assert!(
+        py.exists(),
+        "{} missing: the CRI and device-plugin tests need a venv with grpcio and grpcio-tools (scripts/setup.sh makes it)",
+        py.display()
+    );
+    py
+}
+
 /// Run a command, return its output; panic only if it cannot start.
 pub fn run(prog: &str, args: &[&str]) -> Output {
     Command::new(prog)
