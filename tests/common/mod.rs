@@ -2,7 +2,8 @@
 //! exec'd directly, `RunOut`), `net.rs` (netns, veth NICs, `ip -j` views), `client.rs` (the
 //! libcni client), `containerd.rs` (a private containerd CRI, the kubelet-side client),
 //! `cleanup.rs` (mounts, processes and cgroups a runtime left), `rig.rs` (one test's world),
-//! `root.rs` (root or a loud skip; in CI, a failure). Everything is re-exported here.
+//! `root.rs` (root or a loud skip; in CI, a failure), `world.rs` (NICs, pods and the network's
+//! config the flow tests share). Everything is re-exported here.
 //!
 //! Tests run in parallel threads, so every name carries a per-process tag and a per-test
 //! counter. Tests need root (netns, links): without it a test binary skips, saying how many
@@ -17,6 +18,7 @@ mod net;
 mod process;
 mod rig;
 mod root;
+mod world;
 
 pub use cleanup::*;
 pub use client::*;
@@ -25,6 +27,7 @@ pub use net::*;
 pub use process::*;
 pub use rig::*;
 pub use root::*;
+pub use world::*;
 
 use serde_json::{Value, json};
 use std::fmt;
