@@ -6,23 +6,8 @@ fn link(alias: Option<String>) -> LinkInfo {
     LinkInfo {
         index: 7,
         name: "net1".to_owned(),
-        mac: "0a:58:0a:00:00:01".to_owned(),
-        mtu: 1500,
-        up: false,
-        flags: 0,
-        group: 0,
-        txqlen: 1000,
         alias,
-        min_mtu: None,
-        max_mtu: None,
-        master: None,
-        perm_mac: String::new(),
-        altnames: Vec::new(),
-        parent: Some(("0000:3b:00.1".to_owned(), "pci".to_owned())),
-        kind: None,
-        lower: None,
-        lower_netnsid: None,
-        carrier: false,
+        ..LinkInfo::default()
     }
 }
 

@@ -22,22 +22,7 @@ fn link(index: u32, name: &str, mac: &str) -> LinkInfo {
         index,
         name: name.to_owned(),
         mac: mac.to_owned(),
-        mtu: 1500,
-        up: true,
-        flags: 0,
-        group: 0,
-        txqlen: 1000,
-        alias: None,
-        min_mtu: None,
-        max_mtu: None,
-        master: None,
-        perm_mac: String::new(),
-        altnames: Vec::new(),
-        parent: None,
-        kind: None,
-        lower: None,
-        lower_netnsid: None,
-        carrier: true,
+        ..LinkInfo::default()
     }
 }
 
