@@ -150,22 +150,12 @@ fn cni_documents() -> Vec<(String, Value)> {
 }
 
 fn validate(doc: &Value) -> (bool, String) {
-    let mut child = Command::new(PLUGIN)
-        .args(["validate", "-"])
-        .env_remove("CNI_COMMAND")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(doc.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_stdin(
+        Command::new(PLUGIN)
+            .args(["validate", "-"])
+            .env_remove("CNI_COMMAND"),
+        doc.to_string().as_bytes(),
+    );
     (
         out.status.success(),
         format!(
@@ -533,20 +523,10 @@ fn install_script_installs_atomically_and_idempotently() {
     assert_eq!(fs::read(&dest).unwrap(), fs::read(&src).unwrap());
 
     // The installed plugin answers the CNI VERSION verb as a runtime calls it.
-    let mut child = Command::new(&dest)
-        .env("CNI_COMMAND", "VERSION")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(br#"{"cniVersion":"1.0.0"}"#)
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_stdin(
+        Command::new(&dest).env("CNI_COMMAND", "VERSION"),
+        br#"{"cniVersion":"1.0.0"}"#,
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         v["supportedVersions"]

@@ -651,7 +651,6 @@ impl Node {
 
     /// The plugin, called as `rig.call` does, but inside this node's netns.
     fn call(&self, rig: &Rig, cmd: &str, conf: &Value, netns: &str, cid: &str) -> RunOut {
-        use std::io::Write;
         let version = conf["cniVersion"].as_str().unwrap_or("1.0.0");
         let mut c = std::process::Command::new("ip");
         c.args(["netns", "exec", &self.ns.name])
@@ -661,17 +660,8 @@ impl Node {
             .env("CNI_NETNS", netns)
             .env("CNI_IFNAME", IF)
             .env("CNI_PATH", rig.cni_path(version))
-            .env(NODE_CONFIG_ENV, rig.node_config())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = c.spawn().expect("spawn the plugin in the node netns");
-        let _ = child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(&serde_json::to_vec(conf).unwrap());
-        let out = child.wait_with_output().unwrap();
+            .env(NODE_CONFIG_ENV, rig.node_config());
+        let out = output_with_stdin(&mut c, &serde_json::to_vec(conf).unwrap());
         RunOut {
             what: format!(
                 "{cmd} {cid} in node {} for {netns:?}\n  conf {conf}",

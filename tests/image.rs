@@ -322,20 +322,10 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
     // Installed: the very binary, executable, answering CNI VERSION on the node.
     assert_eq!(fs::read(&dest).unwrap(), fs::read(&bin).unwrap());
     assert_eq!(fs::metadata(&dest).unwrap().mode() & 0o777, 0o755);
-    let v = Command::new(&dest)
-        .env("CNI_COMMAND", "VERSION")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin
-                .take()
-                .unwrap()
-                .write_all(br#"{"cniVersion":"1.0.0"}"#)?;
-            c.wait_with_output()
-        })
-        .unwrap();
+    let v = output_with_stdin(
+        Command::new(&dest).env("CNI_COMMAND", "VERSION"),
+        br#"{"cniVersion":"1.0.0"}"#,
+    );
     let v: Value = serde_json::from_slice(&v.stdout).unwrap_or(Value::Null);
     assert!(
         v["supportedVersions"]

@@ -427,19 +427,10 @@ impl Drop for Containerd<'_> {
 
 /// The shim socket containerd 1.6 makes for a task: /run/containerd/s/sha256(address/ns/id).
 fn shim_socket(address: &str, id: &str) -> PathBuf {
-    let out = Command::new("sha256sum")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin
-                .take()
-                .unwrap()
-                .write_all(format!("{address}/k8s.io/{id}").as_bytes())?;
-            c.wait_with_output()
-        })
-        .unwrap();
+    let out = output_with_stdin(
+        &mut Command::new("sha256sum"),
+        format!("{address}/k8s.io/{id}").as_bytes(),
+    );
     let hex = String::from_utf8_lossy(&out.stdout);
     Path::new("/run/containerd/s").join(hex.split_whitespace().next().unwrap_or("none"))
 }
