@@ -68,7 +68,8 @@ pub fn require_root() {
     }
     let _only_one = DECIDING.lock();
     let me = binary();
-    let count = match tests_selected() {
+    let selected = tests_selected();
+    let count = match selected {
         Some(1) => "its 1 test needs".to_owned(),
         Some(n) => format!("its {n} tests need"),
         None => "its tests need".to_owned(),
@@ -87,9 +88,52 @@ pub fn require_root() {
         "\n==== SKIPPED {me}: {count} root (network namespaces and links) and this is \
          uid {uid}. The binary stops at the first test to find that out: tests not \
          finished by then did not run.\n==== Its green result tested nothing: run \
-         scripts/test.sh as root. (With $CI or ${MUST_RUN_ENV} set, this is a failure.)\n\n"
+         scripts/test.sh as root. (With $CI or ${MUST_RUN_ENV} set, this is a failure.)\n{}\n",
+        run_so_far(&me, selected.unwrap_or(0))
     ));
     std::process::exit(0);
+}
+
+/// The running total of this `cargo test` run: every binary of one run has the same parent
+/// (cargo), so each skipping binary adds its count to a file named after that process (its
+/// pid and start time, so a recycled pid starts afresh) and says the sum. Empty if the file
+/// cannot be written.
+fn run_so_far(me: &str, tests: usize) -> String {
+    use std::io::Read;
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    // Field 22 of /proc/PID/stat, after the parenthesised command name.
+    let started = std::fs::read_to_string(format!("/proc/{parent}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(19).map(str::to_owned))
+        })
+        .unwrap_or_default();
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("skipped-without-root-{parent}-{started}"));
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .open(&path)
+    else {
+        return String::new();
+    };
+    if writeln!(f, "{me} {tests}").is_err() {
+        return String::new();
+    }
+    let mut text = String::new();
+    let _ = std::fs::File::open(&path).and_then(|mut f| f.read_to_string(&mut text));
+    let counts: Vec<usize> = text
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+        .collect();
+    format!(
+        "==== This cargo test run so far: {} integration binaries skipped, {} tests not run.\n",
+        counts.len(),
+        counts.iter().sum::<usize>()
+    )
 }
 
 /// One check of a test that needs root where the rest does not: true to go on. Without root it
