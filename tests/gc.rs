@@ -261,8 +261,7 @@ fn gc_restores_lost_nic_of_stale_attachment() {
     w.attach_and_lose(0, 0);
     let gc = w.gc(&[], &[]);
     gc.ok();
-    w.assert_restored(0, &gc);
-    w.assert_no_ip_no_state(&gc);
+    w.assert_restored_released(0, &gc);
 }
 
 #[test]
@@ -272,8 +271,7 @@ fn gc_restores_lost_nic_without_record() {
     // Some other attachment is valid; this NIC's is not.
     let gc = w.gc(&[("someone-else".into(), "net1".into())], &[]);
     gc.ok();
-    w.assert_restored(0, &gc);
-    w.assert_no_ip_no_state(&gc);
+    w.assert_restored_released(0, &gc);
 }
 
 #[test]
@@ -285,6 +283,5 @@ fn gc_leaves_lost_nic_of_valid_attachment_to_its_del() {
     w.assert_lost(0, &gc);
     let del = w.call("DEL", 0, 0, &[]);
     del.ok();
-    w.assert_restored(0, &del);
-    w.assert_no_ip_no_state(&del);
+    w.assert_restored_released(0, &del);
 }

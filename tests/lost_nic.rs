@@ -42,8 +42,7 @@ fn del_of_a_lost_nic_whose_name_is_taken_says_so_by_name() {
     drop(squat);
     let del = w.call("DEL", 0, 0, &[]);
     del.ok();
-    w.assert_restored(0, &del);
-    w.assert_no_ip_no_state(&del);
+    w.assert_restored_released(0, &del);
 }
 
 // ---------------------------------------------------------------- ADD
@@ -86,8 +85,7 @@ fn add_takes_lost_nic(selector: impl FnOnce(&World) -> Value) {
     );
     let del1 = w.call_with("DEL", &conf, 1, &[]);
     del1.ok();
-    w.assert_restored(0, &del1);
-    w.assert_no_ip_no_state(&del1);
+    w.assert_restored_released(0, &del1);
 }
 
 #[test]
@@ -112,8 +110,7 @@ fn add_restores_nic_that_returned_after_del() {
     assert!(link(Some(&w.pods[1].name), &w.ifname).is_some(), "{add}");
     let del = w.call("DEL", 0, 1, &[]);
     del.ok();
-    w.assert_restored(0, &del);
-    w.assert_no_ip_no_state(&del);
+    w.assert_restored_released(0, &del);
 }
 
 // ---------------------------------------------------------------- DEL, STATUS (GC: tests/gc.rs)
@@ -124,8 +121,7 @@ fn del_restores_its_lost_nic() {
     w.attach_and_lose(0, 0);
     let del = w.call("DEL", 0, 0, &[]);
     del.ok();
-    w.assert_restored(0, &del);
-    w.assert_no_ip_no_state(&del);
+    w.assert_restored_released(0, &del);
     w.call("DEL", 0, 0, &[]).ok();
 }
 

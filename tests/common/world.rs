@@ -180,6 +180,13 @@ impl World {
         );
     }
 
+    /// After the last DEL or GC: NIC `k` restored ([`World::assert_restored`]), no IP
+    /// allocated, nothing in the stateDir.
+    pub fn assert_restored_released(&self, k: usize, ctx: &dyn fmt::Display) {
+        self.assert_restored(k, ctx);
+        self.assert_no_ip_no_state(ctx);
+    }
+
     /// No IP allocated on the network, nothing in the stateDir.
     pub fn assert_no_ip_no_state(&self, ctx: &dyn fmt::Display) {
         let a = self.rig.allocations(&self.rig.net_name());
