@@ -1,4 +1,4 @@
-//! The world the flow tests share (tests/faults.rs, gc.rs, lost_nic.rs): veth NICs, pods, one
+//! The world the flow tests share (tests/faults.rs, gc.rs, lost_nic.rs, stress.rs): veth NICs, pods, one
 //! CNI_IFNAME unique to the test, and the network's config selecting each NIC with host-local
 //! IPAM (so a leaked address shows) and MTU 1400 (so a restored MTU shows). A test file adds
 //! its own checks in an `impl World` of its own.
@@ -44,12 +44,17 @@ impl World {
         }
     }
 
-    /// The network's config selecting NIC `k`.
+    /// The network's config selecting NIC `k`. With `$RHD_TEST_LOG` (a file name) the plugin
+    /// logs there, in the rig's node logDir.
     pub fn conf(&self, k: usize) -> Value {
-        self.rig.host_local_conf(
+        let mut c = self.rig.host_local_conf(
             &self.version,
             json!({"device": self.nics[k].name, "mtu": 1400}),
-        )
+        );
+        if let Ok(f) = std::env::var("RHD_TEST_LOG") {
+            c["logFile"] = json!(f);
+        }
+        c
     }
 
     /// The container ID of pod `i`.
@@ -101,6 +106,14 @@ impl World {
     pub fn status(&self) -> RunOut {
         self.rig
             .call("STATUS", &self.network_conf(), "", "", "", &[])
+    }
+
+    /// Links in pod `i` other than lo.
+    pub fn pod_links(&self, i: usize) -> Vec<Link> {
+        links(Some(&self.pods[i].name))
+            .into_iter()
+            .filter(|l| l.name != "lo")
+            .collect()
     }
 
     /// Is NIC `k` in pod `i` as CNI_IFNAME?
