@@ -7,30 +7,16 @@
 mod common;
 mod conf_yaml;
 
+use common::{PLUGIN, files_under};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-const PLUGIN: &str = env!("CARGO_BIN_EXE_rdma-host-device");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn conf_dir() -> PathBuf {
     Path::new(ROOT).join("conf")
-}
-
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(files_under(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
 }
 
 fn ext(p: &Path) -> &str {
