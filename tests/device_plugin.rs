@@ -19,23 +19,6 @@ use std::time::{Duration, Instant};
 const RESOURCE: &str = "rdma-host-device.io/rail";
 const ENDPOINT: &str = "rdma-host-device-rail.sock";
 
-/// The venv's python (scripts/setup.sh: `$RHD_VENV`, default ~/.cache/rhd-venv).
-fn python() -> PathBuf {
-    let venv = std::env::var_os("RHD_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(&std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                .join(".cache/rhd-venv")
-        });
-    let py = venv.join("bin/python");
-    assert!(
-        py.exists(),
-        "{} missing: the device-plugin tests need a venv with grpcio and grpcio-tools (scripts/setup.sh makes it)",
-        py.display()
-    );
-    py
-}
-
 /// The kubelet stand-in, one JSON command a line.
 struct Kubelet {
     child: Child,
@@ -46,7 +29,7 @@ struct Kubelet {
 impl Kubelet {
     fn start(dir: &Path) -> Kubelet {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/device_plugin/kubelet.py");
-        let mut child = Command::new(python())
+        let mut child = Command::new(venv_python())
             .arg(script)
             .arg(dir)
             // Generated once, atomically (kubelet.py renames them into place), shared by runs.

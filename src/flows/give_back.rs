@@ -583,3 +583,6 @@ pub(super) async fn restore_lost(
     }
     restore(host, &now, &r, who).await
 }
+
+#[cfg(test)]
+mod tests;

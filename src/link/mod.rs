@@ -23,6 +23,8 @@ use std::net::IpAddr;
 
 /// What we need to know about a link.
 #[derive(Debug, Clone, PartialEq, Eq)]
+// Unit tests build links from the few fields a decision reads.
+#[cfg_attr(test, derive(Default))]
 pub struct LinkInfo {
     pub index: u32,
     pub name: String,
