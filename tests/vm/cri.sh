@@ -21,6 +21,12 @@
 #                 the same pod, not allocated the device (root, containerd's default
 #                 capabilities), has no /dev/infiniband, and a uverbs node it makes itself
 #                 (mknod) cannot be opened: the device cgroup refuses it
+#   cdi           the same device through CDI, with a runtime that reads it (Debian's podman;
+#                 containerd 1.6 reads none): `rdma-host-device cdi` writes the spec from the
+#                 guest's sysfs and /dev (rxe0's uverbs0, rdma_cm) with node.json's memlock
+#                 (1 GiB); a container given only rdma-host-device.io/rdma=rxe0, as uid 1000,
+#                 has uverbs0 and rdma_cm, `ulimit -l` 1048576 (the hook ran) and ibv_devinfo
+#                 lists rxe0; without the name: no device, the runtime's memlock
 #
 # Needs (prepared on the host by run.sh): target/vm/pause.tar (the sandbox image),
 # target/vm/rdma-tools.tar (busybox, ibv_devinfo, rping, ibv_rc_pingpong, the rxe and siw
@@ -49,7 +55,7 @@ cp /usr/lib/cni/loopback /usr/lib/cni/host-local "$D/bin/"
 ln -s "$BIN" "$D/bin/rdma-host-device"
 # ipamPaths: the defaults plus $D (host-local's dataDir below is $D/ipam).
 # devicePlugin: one pool holding the VM's NIC (for the allocated case's device plugin).
-echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"ipamPaths\":[\"/var/lib/cni\",\"/run/cni\",\"/var/run/cni\",\"/etc/cni\",\"$D\"],
+echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"ipamPaths\":[\"/var/lib/cni\",\"/run/cni\",\"/var/run/cni\",\"/etc/cni\",\"$D\"],\"memlock\":\"1073741824\",
  \"devicePlugin\":{\"pools\":[{\"resourceName\":\"rdma-host-device.io/rail\",\"selectors\":{\"pciAddresses\":[\"$PCI\"]}}]}}" >"$D/node.json"
 cat >"$D/config.toml" <<EOF
 version = 2
@@ -218,6 +224,32 @@ if ((FAIL)); then
   echo "--- device plugin log (last 20 lines)"; tail -20 "$D/device-plugin.log"
   echo "--- kubelet.py log (last 10 lines)"; tail -10 "$D/kubelet.log"
 fi
+
+case_ cdi
+# podman's own storage on the tmpfs; the container's root is the rdma-tools image's layer.
+ROOTFS=$D/tools-root
+mkdir -p "$ROOTFS" "$D/oci"
+tar -xf "$REPO/target/vm/rdma-tools.tar" -C "$D/oci"
+for b in "$D"/oci/blobs/sha256/*; do tar -tzf "$b" >/dev/null 2>&1 && tar -xzf "$b" -C "$ROOTFS"; done
+mkdir -p /var/run/cdi
+check "rdma-host-device cdi writes the spec with rxe0" bash -c \
+  "RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json $BIN cdi --hook $BIN 2>&1 | grep -q '1 RDMA device'"
+# pod: podman run as uid 1000 in the host's netns (exclusive mode: rxe0 is there), CDI names.
+pod() {
+  podman --root="$D/podman/storage" --runroot="$D/podman/run" --tmpdir="$D/podman/tmp" \
+    --cgroup-manager=cgroupfs --events-backend=file run --rm --network=host --user 1000:1000 \
+    "$@" --rootfs "$ROOTFS" /bin/sh -c 'echo "memlock=$(ulimit -l)"; ls /dev/infiniband 2>&1; ibv_devinfo 2>&1' 2>&1
+}
+seen=$(pod --device rdma-host-device.io/rdma=rxe0)
+echo "$seen" | sed 's/^/    | /'
+check "given only the CDI name: uverbs0, rdma_cm, ulimit -l 1048576 (the hook), ibv_devinfo lists rxe0" \
+  has_all "$seen" '^memlock=1048576$' '^uverbs0$' '^rdma_cm$' 'hca_id:.rxe0'
+seen=$(pod)
+echo "$seen" | sed 's/^/    | /'
+check "without it: no /dev/infiniband, no rxe0, the runtime's own memlock" has_all "$seen" \
+  '/dev/infiniband: No such file' '^memlock=[0-9]' 'No IB devices found'
+check "without it: the memlock is not the policy's" bash -c "! grep -q '^memlock=1048576$'" <<<"$seen"
+rm -f /var/run/cdi/rdma-host-device.json
 
 if ((FAIL)); then
   echo "--- plugin log (last 30 lines)"; tail -30 "$D/log/cri.log"
