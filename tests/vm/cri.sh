@@ -20,7 +20,8 @@
 #                 (containerd 1.6 has no CDI: the runtime's own limit). A second container of
 #                 the same pod, not allocated the device (root, containerd's default
 #                 capabilities), has no /dev/infiniband, and a uverbs node it makes itself
-#                 (mknod) cannot be opened: the device cgroup refuses it
+#                 (mknod) cannot be opened: the device cgroup refuses it. The device plugin
+#                 keeps a CDI spec (--cdi-spec) naming rxe0, before and while it is in the pod
 #   cdi           the same device through CDI, with a runtime that reads it (Debian's podman;
 #                 containerd 1.6 reads none): `rdma-host-device cdi` writes the spec from the
 #                 guest's sysfs and /dev (rxe0's uverbs0, rdma_cm) with node.json's memlock
@@ -163,8 +164,10 @@ kub() {
   IFS= read -r -t 180 l <&"${KUBELET[0]}" || l='{"error": "kubelet.py did not answer"}'
   printf '%s\n' "$l"
 }
+mkdir -p "$D/cdi"
 RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json "$BIN" device-plugin --socket-dir "$D/dp" \
-  --device-info-dir "$D/devinfo-dp" >"$D/device-plugin.log" 2>&1 &
+  --device-info-dir "$D/devinfo-dp" --cdi-spec "$D/cdi/rdma-host-device.json" --cdi-hook "$BIN" \
+  >"$D/device-plugin.log" 2>&1 &
 DP_PID=$!
 R=rdma-host-device.io/rail
 r=$(kub '{"cmd": "registered", "count": 1, "timeout": 120}')
@@ -172,6 +175,7 @@ check "the device plugin registered $R" test "$(jget resource_name <<<"$r")" = $
 kub "{\"cmd\": \"watch\", \"resource\": \"$R\"}" >/dev/null
 r=$(kub "{\"cmd\": \"devices\", \"resource\": \"$R\", \"want\": {\"$PCI\": \"Healthy\"}, \"timeout\": 120}")
 check "ListAndWatch offers $PCI, Healthy" test "$(jget error <<<"$r")" = None
+check "the device plugin keeps a CDI spec naming rxe0" grep -q '"name": "rxe0"' "$D/cdi/rdma-host-device.json"
 # As the kubelet does: Allocate at admission, before the sandbox exists (rxe0 still on the host).
 A=$(kub "{\"cmd\": \"allocate\", \"resource\": \"$R\", \"containers\": [[\"$PCI\"]]}")
 echo "    Allocate: $A"
@@ -213,6 +217,9 @@ print(json.dumps({"command": ["/bin/sleep", "3600"], "envs": r["envs"], "devices
     check "without the allocation: ibv_devinfo shows no rxe0" bash -c "! grep -q 'hca_id:.rxe0'" <<<"$seen"
     check "without the allocation: a uverbs node it makes ($MAJMIN) cannot be opened" has_all "$seen" '^made$' "can't open.*Operation not permitted"
   fi
+  sleep 6  # one discovery (5 s) with rxe0 in the pod, gone from the host's sysfs
+  check "with rxe0 in the pod, the CDI spec still names it (a restarted container resolves it)" \
+    grep -q '"name": "rxe0"' "$D/cdi/rdma-host-device.json"
   for c in ${C1:-} ${C2:-}; do cri cstop "$c" >/dev/null; cri cremove "$c" >/dev/null || bad "RemoveContainer $c"; done
   r=$(cri stop "$POD") || bad "StopPodSandbox: $r"
   r=$(cri remove "$POD") || bad "RemovePodSandbox: $r"
