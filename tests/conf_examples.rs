@@ -273,8 +273,9 @@ fn daemonset_configmap_carries_the_install_script_verbatim() {
 }
 
 /// The device plugin runs as the DaemonSet's container with what it needs and nothing more:
-/// the kubelet's device-plugins directory, Multus' devinfo directory, the state dir and the
-/// node configuration read-only, and no privilege.
+/// the kubelet's device-plugins directory, Multus' devinfo directory, the CDI directory it
+/// keeps the spec in, the state dir, the node configuration and the node's /dev/infiniband
+/// read-only (stat only), and no privilege.
 #[test]
 fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
     let docs = documents();
@@ -292,7 +293,12 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
         .expect("a device-plugin container");
     assert_eq!(
         c["command"],
-        serde_json::json!(["/usr/local/bin/rdma-host-device", "device-plugin"])
+        serde_json::json!([
+            "/usr/local/bin/rdma-host-device",
+            "device-plugin",
+            "--cdi-spec",
+            "/var/run/cdi/rdma-host-device.json"
+        ])
     );
     assert_ne!(c["securityContext"]["privileged"], true);
     assert_eq!(
@@ -325,12 +331,15 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
         ("/var/run/k8s.cni.cncf.io/devinfo", false),
         ("/var/lib/cni/rdma-host-device", true),
         ("/etc/rdma-host-device", true),
+        ("/var/run/cdi", false),
+        ("/dev/infiniband", true),
     ] {
         assert!(
             mounts.contains(&(path.to_owned(), Some(path.to_owned()), ro)),
             "{path} from the host (read-only: {ro}): {mounts:?}"
         );
     }
+    assert_eq!(mounts.len(), 6, "nothing more: {mounts:?}");
     assert_eq!(spec["hostNetwork"], true, "it must see the host's NICs");
 }
 

@@ -352,6 +352,31 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
         cm["data"]["node.json"].as_str().unwrap()
     );
 
+    // The CDI spec, where runtimes that read CDI look (/var/run/cdi on the node): kind
+    // rdma-host-device.io/rdma, one device per RDMA device (none on this machine: no RDMA), and
+    // the memlock hook at the plugin's path on the node with the node configuration's limit.
+    let spec_path = node.host("/var/run/cdi/rdma-host-device.json");
+    let spec: Value = serde_json::from_slice(
+        &fs::read(&spec_path).unwrap_or_else(|e| panic!("{}: {e}\n{log}", spec_path.display())),
+    )
+    .unwrap();
+    eprintln!("the CDI spec the install container wrote:\n{spec:#}");
+    assert_eq!(spec["kind"], "rdma-host-device.io/rdma", "{spec:#}");
+    let hook = &spec["containerEdits"]["hooks"][0];
+    assert_eq!(hook["hookName"], "createRuntime", "{spec:#}");
+    assert_eq!(hook["path"], "/opt/cni/bin/rdma-host-device", "{spec:#}");
+    let memlock: Value = serde_json::from_str(cm["data"]["node.json"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        hook["args"],
+        json!([
+            "rdma-host-device",
+            "memlock-hook",
+            memlock["memlock"].as_str().unwrap_or("unlimited")
+        ]),
+        "the hook carries the node configuration's memlock: {spec:#}"
+    );
+    assert!(log.contains("rdma-host-device.io/rdma=NAME"), "{log}");
+
     // A restart of the pod: nothing to do, the binary is not touched.
     let inode = fs::metadata(&dest).unwrap().ino();
     let out = podman.run(&podman_args(&ds, "install", &node, &image, false));

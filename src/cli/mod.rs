@@ -35,13 +35,16 @@ network config. By hand:
       scrape and exits.
 
   rdma-host-device device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]
+                                 [--cdi-spec FILE [--cdi-hook PATH]]
       A kubelet device plugin (runs until killed): each pool of the node configuration's
       devicePlugin is an extended resource whose devices are the NICs its selectors match
       (never the node's own uplinks). Registers on DIR/kubelet.sock (default
       /var/lib/kubelet/device-plugins), again whenever the kubelet restarts; reports NUMA
       nodes and health (link, RDMA port); Allocate hands out the NICs' RDMA char devices, sets
       RDMA_HOST_DEVICE_<POOL>_IDS and RDMA_HOST_DEVICE_<POOL>_RDMA, and writes the device-info
-      files Multus reads (default /var/run/k8s.cni.cncf.io/devinfo/dp).
+      files Multus reads (default /var/run/k8s.cni.cncf.io/devinfo/dp). With --cdi-spec, it
+      also keeps that CDI spec current (as `cdi` writes it, the hook at PATH, default
+      /opt/cni/bin/rdma-host-device), so an RDMA device loaded later gets its CDI name.
 
   rdma-host-device node-config [FILE]
       The node configuration (FILE, or what the plugin reads: $RDMA_HOST_DEVICE_NODE_CONFIG or

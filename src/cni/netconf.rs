@@ -121,7 +121,8 @@ pub enum Selector {
     Mac(String),
     KernelPath(String),
     Pci(String),
-    /// `deviceID` from Multus or the `deviceID` capability: a PCI or auxiliary-bus device.
+    /// `deviceID` from Multus or the `deviceID` capability: a PCI or auxiliary-bus device, or
+    /// the interface name a device plugin gives a virtual link (`select::resolve`).
     DeviceId(String),
     RdmaDevice(String),
 }
@@ -533,8 +534,8 @@ fn selector(
     }
 }
 
-/// A PCI (`0000:3b:00.1`) or auxiliary-bus (`mlx5_core.sf.4`) device name: one sysfs path
-/// component.
+/// A PCI (`0000:3b:00.1`) or auxiliary-bus (`mlx5_core.sf.4`) device name, or (`deviceID`
+/// of a virtual link) an interface name: one sysfs path component.
 fn validate_bus_id(field: &str, v: &str) -> Result<()> {
     let ok = !v.is_empty()
         && v.len() <= 64
@@ -545,8 +546,13 @@ fn validate_bus_id(field: &str, v: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
+        let or_name = if field == "deviceID" {
+            ", auxiliary device or interface name"
+        } else {
+            " or auxiliary device name"
+        };
         Err(invalid_config(format!(
-            "{field} {v:?} is not a PCI address (like 0000:3b:00.1) or auxiliary device name"
+            "{field} {v:?} is not a PCI address (like 0000:3b:00.1){or_name}"
         )))
     }
 }

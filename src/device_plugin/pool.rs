@@ -3,10 +3,17 @@
 //! refuses (`allowedNics`, the node's own uplinks). Each NIC is one device whose ID is what
 //! Multus hands the CNI as `deviceID`: its PCI function, else its auxiliary-bus device (a
 //! sub-function), else (a virtual link, as in the tests) its interface name.
+//!
+//! A NIC's RDMA device is found by ADD's own pairing rules (`rdma::pair::pair_from`: the RDMA
+//! port whose netdev is the NIC, else sysfs, else the node GUID), so a software RDMA device
+//! (rxe, siw: no PCI parent) and an eRDMA device are found as ADD will find them, and
+//! `Allocate` hands out their char devices.
 
 use crate::error::Result;
 use crate::link::Links;
 use crate::node::{DevicePluginConfig, NicFacts, Node};
+use crate::rdma::netlink::{RdmaDevice, RdmaNlError, RdmaPort, RdmaSocket};
+use crate::rdma::pair;
 use crate::state::{Store, Tag};
 use crate::sysfs;
 use std::path::Path;
@@ -40,10 +47,9 @@ impl Nic {
     }
 }
 
-/// The ID Multus will pass as `deviceID`, which ADD resolves (`sysfs::netdevs_of_bus_device`).
-pub fn device_id(pci: Option<&str>, aux: Option<&str>, name: &str) -> String {
-    pci.or(aux).unwrap_or(name).to_owned()
-}
+/// The ID Multus will pass as `deviceID`, which ADD resolves (`select::resolve`): one rule for
+/// both sides, in `sysfs`.
+pub use crate::sysfs::device_id;
 
 /// Sort NICs into pools (in `dp.pools` order): a NIC goes to the first pool whose selectors
 /// match it, never to two. Returns the pools' NICs (sorted by ID) and a line per NIC left out
@@ -112,6 +118,7 @@ pub async fn gather(
     sys: &Path,
 ) -> Result<Vec<Nic>> {
     let wanted = |n: &Nic| dp.pools.iter().any(|p| p.selectors.matches(&n.facts()));
+    let (rdma_devices, rdma_ports) = rdma_view();
     let mut out: Vec<Nic> = Vec::new();
     for l in host.all().await? {
         if l.name == "lo" {
@@ -133,7 +140,7 @@ pub async fn gather(
             id: device_id(pci.as_deref(), aux.as_deref(), &l.name),
             name,
             driver: sysfs::nic_driver(&l.name),
-            rdma_device: sysfs::rdma_of(&l.name),
+            rdma_device: paired(&rdma_devices, &rdma_ports, &l),
             pci,
             numa: None,
             attached: false,
@@ -174,6 +181,37 @@ pub async fn gather(
         }
     }
     Ok(out)
+}
+
+/// The host's RDMA devices and ports (RDMA netlink), empty where the kernel has no RDMA; a
+/// failed dump is logged and pairing falls back to sysfs.
+fn rdma_view() -> (Vec<RdmaDevice>, Vec<RdmaPort>) {
+    let listed = RdmaSocket::open().and_then(|mut s| Ok((s.devices()?, s.ports()?)));
+    match listed {
+        Ok(v) => v,
+        Err(RdmaNlError::Unavailable(_)) => (Vec::new(), Vec::new()),
+        Err(e) => {
+            log::warn!("listing RDMA devices and ports: {e}; pairing NICs by sysfs only");
+            (Vec::new(), Vec::new())
+        }
+    }
+}
+
+/// The RDMA device ADD would pair with host link `l`; none when it pairs ambiguously (ADD
+/// would refuse it, naming the devices; logged).
+fn paired(devices: &[RdmaDevice], ports: &[RdmaPort], l: &crate::link::LinkInfo) -> Option<String> {
+    let nic = pair::Nic {
+        index: l.index,
+        name: &l.name,
+        mac: &l.mac,
+    };
+    match pair::pair_from(devices, ports, &nic) {
+        Ok(p) => p.map(|p| p.device.name),
+        Err(e) => {
+            log::warn!("{}", e.msg);
+            None
+        }
+    }
 }
 
 /// The device IDs of the NICs now in pods (read every health tick: ADD saves its record before
