@@ -163,6 +163,21 @@ pub fn ethtool_driver(ifname: &str) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
+/// The PCI root complex (host bridge) a PCI or auxiliary device hangs off, as sysfs names it
+/// (`pci0000:3a`): devices under one root reach each other (and the GPUs there) without
+/// crossing the CPU interconnect. `None` for a device that is not under a PCI root.
+pub fn pci_root(sys: &Path, bus_id: &str) -> Option<String> {
+    let sys = std::fs::canonicalize(sys).ok()?;
+    let devices = sys.join("devices");
+    ["pci", "auxiliary"].iter().find_map(|bus| {
+        let dir =
+            std::fs::canonicalize(sys.join("bus").join(bus).join("devices").join(bus_id)).ok()?;
+        let root = dir.strip_prefix(&devices).ok()?.components().next()?;
+        let root = root.as_os_str().to_str()?;
+        root.starts_with("pci").then(|| root.to_string())
+    })
+}
+
 /// The NUMA node of a PCI function or auxiliary-bus device (`bus_id`), from `numa_node` in its
 /// sysfs directory or, for a sub-function, its nearest ancestor's; `None` when the kernel does
 /// not know (`-1`) or says nothing. `sys` is `/sys` (a fake tree in unit tests).
@@ -246,6 +261,19 @@ mod tests {
         );
         assert_eq!(numa_node(&root, "0000:00:05.0"), None, "-1 is no topology");
         assert_eq!(numa_node(&root, "veth0"), None);
+        assert_eq!(
+            pci_root(&root, "0000:3b:00.0").as_deref(),
+            Some("pci0000:3a")
+        );
+        assert_eq!(
+            pci_root(&root, "mlx5_core.sf.2").as_deref(),
+            Some("pci0000:3a")
+        );
+        assert_eq!(
+            pci_root(&root, "0000:00:05.0").as_deref(),
+            Some("pci0000:00")
+        );
+        assert_eq!(pci_root(&root, "veth0"), None);
         let _ = std::fs::remove_dir_all(&root);
     }
 

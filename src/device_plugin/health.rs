@@ -84,6 +84,7 @@ mod tests {
             driver: None,
             rdma_device: rdma.map(Into::into),
             numa: None,
+            pci_root: None,
             attached,
             uplink: Vec::new(),
         }

@@ -29,6 +29,8 @@ pub struct Nic {
     pub driver: Option<String>,
     pub rdma_device: Option<String>,
     pub numa: Option<i64>,
+    /// The PCI root complex it hangs off (`pci0000:3a`), for keeping a request under one.
+    pub pci_root: Option<String>,
     /// In a pod: its attachment record is in the state directory.
     pub attached: bool,
     /// Why the node itself uses it (default route, global address, ...), if it does.
@@ -143,6 +145,7 @@ pub async fn gather(
             rdma_device: paired(&rdma_devices, &rdma_ports, &l),
             pci,
             numa: None,
+            pci_root: None,
             attached: false,
             uplink: Vec::new(),
         };
@@ -150,9 +153,10 @@ pub async fn gather(
             continue;
         }
         nic.uplink = host.node_uses(&l).await?;
-        nic.numa = (nic.id != l.name)
-            .then(|| sysfs::numa_node(sys, &nic.id))
-            .flatten();
+        if nic.id != l.name {
+            nic.numa = sysfs::numa_node(sys, &nic.id);
+            nic.pci_root = sysfs::pci_root(sys, &nic.id);
+        }
         out.push(nic);
     }
     for r in store.all()? {
@@ -167,6 +171,9 @@ pub async fn gather(
         let nic = Nic {
             numa: (id != r.host_name)
                 .then(|| sysfs::numa_node(sys, &id))
+                .flatten(),
+            pci_root: (id != r.host_name)
+                .then(|| sysfs::pci_root(sys, &id))
                 .flatten(),
             driver: r.pci.as_deref().and_then(sysfs::pci_driver),
             id,
@@ -244,6 +251,7 @@ mod tests {
             driver: Some(driver.into()),
             rdma_device: None,
             numa: None,
+            pci_root: None,
             attached: false,
             uplink: Vec::new(),
         }
