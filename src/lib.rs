@@ -11,6 +11,7 @@ pub mod device_plugin;
 pub mod error;
 pub mod fault;
 pub mod files;
+pub mod flags;
 pub mod flows;
 #[cfg(test)]
 mod fuzz;

@@ -65,7 +65,7 @@ pub fn options(args: &[String]) -> Result<Options, String> {
         cdi_spec: None,
         cdi_hook: PathBuf::from(crate::cdi::DEFAULT_HOOK),
     };
-    let mut f = crate::cli::Flags::new("device-plugin", args);
+    let mut f = crate::flags::Flags::new("device-plugin", args);
     while let Some(flag) = f.next_flag() {
         match flag.as_str() {
             "--socket-dir" => o.socket_dir = f.absolute_path()?,

@@ -78,7 +78,7 @@ pub struct Options {
 pub fn options(args: &[String]) -> Result<Options, String> {
     let mut listen = DEFAULT_LISTEN.to_string();
     let (mut state_dir, mut once) = (None, false);
-    let mut f = crate::cli::Flags::new("metrics", args);
+    let mut f = crate::flags::Flags::new("metrics", args);
     while let Some(flag) = f.next_flag() {
         match flag.as_str() {
             "--listen" => listen = f.value()?,

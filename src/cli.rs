@@ -2,9 +2,8 @@
 //! (`--version`, `--help`, `inspect`, `validate`). A runtime never gets here: it sets
 //! CNI_COMMAND, and main.rs sends those calls to the CNI flows.
 
-mod flags;
+use crate::flags::Flags;
 use crate::inspect::{self, Color};
-pub use flags::Flags;
 use std::path::PathBuf;
 
 const HELP: &str = "\
