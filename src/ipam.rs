@@ -39,7 +39,7 @@ pub struct Ipam<'a> {
     netns: String,
 }
 
-fn find(plugin: &str, path: &[PathBuf]) -> Result<PathBuf> {
+fn locate_plugin(plugin: &str, path: &[PathBuf]) -> Result<PathBuf> {
     path.iter()
         .map(|d| d.join(plugin))
         .find(|p| {
@@ -63,7 +63,7 @@ impl<'a> Ipam<'a> {
         node.admit_ipam(plugin)?;
         Ok(Ipam {
             plugin: plugin.to_string(),
-            exe: find(plugin, &env.path)?,
+            exe: locate_plugin(plugin, &env.path)?,
             env,
             container_id: env.container_id.clone(),
             ifname: env.ifname.clone(),
@@ -394,7 +394,7 @@ mod tests {
 
     #[test]
     fn missing_plugin_is_a_config_error() {
-        let e = find("no-such-ipam", &[PathBuf::from("/nonexistent")]).unwrap_err();
+        let e = locate_plugin("no-such-ipam", &[PathBuf::from("/nonexistent")]).unwrap_err();
         assert_eq!(e.code, Code::InvalidConfig);
         assert!(e.msg.contains("no-such-ipam"));
     }
