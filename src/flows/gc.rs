@@ -71,8 +71,8 @@ async fn release_stale(
     store: &Store,
     r: &Record,
 ) -> Result<()> {
-    let Some(_attachment) = lock::try_attachment(&conf.state_dir, &r.container_id, &r.ifname)?
-    else {
+    let label = format!("{}/{}", r.container_id, r.ifname);
+    let Some(_attachment) = lock::try_attachment(&conf.state_dir, &r.owner(), &label)? else {
         log::info!(
             "GC: {}/{} is busy with another call; leaving it to that call",
             r.container_id,
@@ -109,7 +109,7 @@ fn remove_stale_temps(conf: &NetConf, store: &Store, errors: &mut Vec<Error>) {
         }
     };
     for t in temps {
-        let removed = match lock::try_attachment_by_key(&conf.state_dir, &t.owner, &t.label) {
+        let removed = match lock::try_attachment(&conf.state_dir, &t.owner, &t.label) {
             Ok(Some(_attachment)) => store.remove_temp_file(&t),
             Ok(None) => {
                 log::info!(

@@ -85,8 +85,8 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             .map(|p| format!(", pci {p}"))
             .unwrap_or_default()
     );
-    let records = store.all()?;
-    select::admit(node, &host, &resolved, selector, &records).await?;
+    let records = &resolved.records;
+    select::admit(node, &host, &resolved, selector, records).await?;
     if pod.by_name(&env.ifname).await?.is_some() {
         return Err(Error::new(
             Code::IfnameExists,
@@ -99,7 +99,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     let restore = resolved
         .lost
         .as_ref()
-        .and_then(|tag| restoration(&resolved.link, tag, &records, "ADD"));
+        .and_then(|tag| restoration(&resolved.link, tag, records, "ADD"));
     // The NIC as it will be once restored: what the record remembers as its own.
     let home = match &restore {
         Some(r) => LinkInfo {

@@ -22,12 +22,12 @@ pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
         match select::resolve(sel, &host, &store).await {
             // A NIC back from a dead pod is ready once it has its own name again.
             Ok(r) => {
-                let records = store.all()?;
-                select::admit(node, &host, &r, sel, &records)
+                let records = &r.records;
+                select::admit(node, &host, &r, sel, records)
                     .await
                     .map_err(|e| Error::new(Code::NotAvailable, format!("not ready: {}", e.msg)))?;
                 if let Some(tag) = &r.lost {
-                    restore_lost(&host, &r.link, tag, &records, "STATUS").await?;
+                    restore_lost(&host, &r.link, tag, records, "STATUS").await?;
                 }
                 if let Some(why) = super::rdma::not_ready_on_host(conf, &r.link)? {
                     return Err(Error::new(
