@@ -39,7 +39,7 @@ pub struct Ipam<'a> {
     netns: String,
 }
 
-fn find(plugin: &str, path: &[PathBuf]) -> Result<PathBuf> {
+fn locate_plugin(plugin: &str, path: &[PathBuf]) -> Result<PathBuf> {
     path.iter()
         .map(|d| d.join(plugin))
         .find(|p| {
@@ -63,7 +63,7 @@ impl<'a> Ipam<'a> {
         node.admit_ipam(plugin)?;
         Ok(Ipam {
             plugin: plugin.to_string(),
-            exe: find(plugin, &env.path)?,
+            exe: locate_plugin(plugin, &env.path)?,
             env,
             container_id: env.container_id.clone(),
             ifname: env.ifname.clone(),
@@ -110,12 +110,11 @@ impl<'a> Ipam<'a> {
     }
 
     fn call_raw(&self, command: &str, conf: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
-        let conf = &for_ipam(conf, command).map_err(|error| Failure {
+        let (conf, asked) = &for_ipam(conf, command).map_err(|error| Failure {
             their_code: None,
             error,
         })?;
-        let asked = crate::cni::netconf::peek_version(conf).and_then(|v| Version::parse(&v).ok());
-        if let (Some(asked), Some(newest)) = (asked, self.remembered_version())
+        if let (Some(asked), Some(newest)) = (*asked, self.remembered_version())
             && newest < asked
         {
             let conf = with_version(conf, newest).map_err(|error| Failure {
@@ -300,7 +299,8 @@ const IPAM_CAPABILITIES: [&str; 2] = ["ips", "ipRanges"];
 /// delegated plugin gets the configuration its caller got; we narrow it because that
 /// configuration is a tenant's and the delegate runs as root: a `prevResult` and
 /// `runtimeConfig.portMappings` written into a NAD are not for an address manager.
-pub fn for_ipam(conf: &[u8], command: &str) -> Result<Vec<u8>> {
+/// Also the `cniVersion` it asks for, when that is one we know.
+pub fn for_ipam(conf: &[u8], command: &str) -> Result<(Vec<u8>, Option<Version>)> {
     let val: Value = serde_json::from_slice(conf)
         .map_err(|e| Error::new(Code::Decode, format!("network configuration for IPAM: {e}")))?;
     let Value::Object(given) = val else {
@@ -309,6 +309,10 @@ pub fn for_ipam(conf: &[u8], command: &str) -> Result<Vec<u8>> {
             "network configuration for IPAM: not a JSON object",
         ));
     };
+    let version = given
+        .get("cniVersion")
+        .and_then(Value::as_str)
+        .and_then(|v| Version::parse(v).ok());
     let mut out = serde_json::Map::new();
     for (k, v) in given {
         if IPAM_KEYS.contains(&k.as_str()) || (k == "prevResult" && command == "CHECK") {
@@ -325,7 +329,7 @@ pub fn for_ipam(conf: &[u8], command: &str) -> Result<Vec<u8>> {
             }
         }
     }
-    Ok(Value::Object(out).to_string().into_bytes())
+    Ok((Value::Object(out).to_string().into_bytes(), version))
 }
 
 /// The config with another cniVersion, its prevResult rewritten in that version's shape.
@@ -394,7 +398,7 @@ mod tests {
 
     #[test]
     fn missing_plugin_is_a_config_error() {
-        let e = find("no-such-ipam", &[PathBuf::from("/nonexistent")]).unwrap_err();
+        let e = locate_plugin("no-such-ipam", &[PathBuf::from("/nonexistent")]).unwrap_err();
         assert_eq!(e.code, Code::InvalidConfig);
         assert!(e.msg.contains("no-such-ipam"));
     }
@@ -409,7 +413,7 @@ mod tests {
                              "ips":["10.0.0.4/24"],"bandwidth":{"ingressRate":1}},
             "capabilities":{"portMappings":true},"rdma":{"isolation":"none"},"mtu":9000}"#;
         for cmd in ["ADD", "DEL", "GC", "STATUS"] {
-            let v: Value = serde_json::from_slice(&for_ipam(c, cmd).unwrap()).unwrap();
+            let v: Value = serde_json::from_slice(&for_ipam(c, cmd).unwrap().0).unwrap();
             let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
             let mut keys = keys.clone();
             keys.sort();
@@ -432,7 +436,7 @@ mod tests {
             );
             assert_eq!(v["ipam"]["type"], "static");
         }
-        let v: Value = serde_json::from_slice(&for_ipam(c, "CHECK").unwrap()).unwrap();
+        let v: Value = serde_json::from_slice(&for_ipam(c, "CHECK").unwrap().0).unwrap();
         assert_eq!(v["prevResult"]["ips"][0]["address"], "10.9.9.9/32");
         // Only port mappings: no runtimeConfig at all.
         let v: Value = serde_json::from_slice(
@@ -440,7 +444,8 @@ mod tests {
                 br#"{"name":"n","runtimeConfig":{"portMappings":[]}}"#,
                 "ADD",
             )
-            .unwrap(),
+            .unwrap()
+            .0,
         )
         .unwrap();
         assert!(v.get("runtimeConfig").is_none(), "{v}");

@@ -68,18 +68,10 @@ pub fn attachment(state_dir: &Path, container_id: &str, ifname: &str) -> Result<
     take(&path, wait(), &what)?.ok_or_else(|| busy(&what))
 }
 
-/// Like [`attachment`] but without waiting: `None` when another call holds it (GC skips it).
-pub fn try_attachment(state_dir: &Path, container_id: &str, ifname: &str) -> Result<Option<Guard>> {
-    try_attachment_by_key(
-        state_dir,
-        &owner_key(container_id, ifname),
-        &format!("{container_id}/{ifname}"),
-    )
-}
-
-/// [`try_attachment`] by the attachment's owner key (all a hashed temp file name keeps of a
-/// long container ID); `label` names it in messages.
-pub fn try_attachment_by_key(state_dir: &Path, owner: &str, label: &str) -> Result<Option<Guard>> {
+/// Like [`attachment`] but without waiting (`None` when another call holds it: GC skips it),
+/// by the attachment's owner key (all a hashed temp file name keeps of a long container ID);
+/// `label` names it in messages.
+pub fn try_attachment(state_dir: &Path, owner: &str, label: &str) -> Result<Option<Guard>> {
     let what = format!("attachment {label}");
     let path = lock_dir(state_dir).join(format!("att-{owner}.lock"));
     take(&path, Duration::ZERO, &what)
@@ -221,15 +213,27 @@ mod tests {
         let d = dir("foreign");
         let p = d.join(format!("locks/att-{}.lock", owner_key("c1", "net1")));
         let f = foreign_hold(&p);
-        assert!(try_attachment(&d, "c1", "net1").unwrap().is_none());
+        assert!(
+            try_attachment(&d, &owner_key("c1", "net1"), "c1/net1")
+                .unwrap()
+                .is_none()
+        );
         let t = Instant::now();
         let r = take(&p, Duration::from_millis(100), "x").unwrap();
         assert!(r.is_none());
         assert!(t.elapsed() >= Duration::from_millis(100));
         // Different attachments never wait on each other.
-        assert!(try_attachment(&d, "c2", "net1").unwrap().is_some());
+        assert!(
+            try_attachment(&d, &owner_key("c2", "net1"), "c2/net1")
+                .unwrap()
+                .is_some()
+        );
         drop(f);
-        assert!(try_attachment(&d, "c1", "net1").unwrap().is_some());
+        assert!(
+            try_attachment(&d, &owner_key("c1", "net1"), "c1/net1")
+                .unwrap()
+                .is_some()
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 

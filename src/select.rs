@@ -19,6 +19,9 @@ pub struct Resolved {
     /// Set when the NIC came back from a dead pod without a DEL: it carries our tag and may
     /// bear the pod-side name. The caller restores it before use.
     pub lost: Option<Tag>,
+    /// The attachments' records as `resolve` read them, right after the host lookup: one
+    /// snapshot for the caller's policy check and a lost NIC's restoration.
+    pub records: Vec<Record>,
 }
 
 fn not_found(sel: &Selector, why: &str) -> Error {
@@ -33,14 +36,14 @@ fn not_found(sel: &Selector, why: &str) -> Error {
 /// moves a NIC and DEL forgets it after the NIC is back, so a NIC missing from the host is
 /// always explained by a record read afterwards, even while other calls run.
 pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Resolved> {
-    let names = match sel {
-        Selector::Name(n) => vec![n.clone()],
+    // The host lookup first: the link the selector names, and the name it was found by.
+    let (candidate, by_name): (Option<LinkInfo>, Option<String>) = match sel {
         Selector::Mac(mac) => {
             let all = host.all().await?;
             let hits: Vec<&LinkInfo> = all.iter().filter(|l| l.mac == *mac).collect();
             match hits.as_slice() {
-                [one] => return found_on_host((*one).clone(), host, store, sel).await,
-                [] => Vec::new(),
+                [one] => (Some((*one).clone()), None),
+                [] => (None, None),
                 many => {
                     return Err(Error::new(
                         Code::DeviceAmbiguous,
@@ -55,36 +58,45 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
                 }
             }
         }
-        Selector::KernelPath(p) => sysfs::netdevs_under(Path::new(p)),
-        Selector::Pci(id) => sysfs::netdevs_of_bus_device(id),
-        Selector::DeviceId(id) => netdevs_of_device_id(id)?,
-        Selector::RdmaDevice(dev) => crate::rdma::pair::netdevs_of_rdma_device(dev)?,
-    };
-    match names.as_slice() {
-        [] => {}
-        [name] => {
-            // The kernel finds a link by any of its names, altnames included.
-            if let Some(link) = host.by_name(name).await?
-                && (link.name == *name || altname_is_the_nodes(&link, name, store)?)
-            {
-                return found_on_host(link, host, store, sel).await;
+        _ => {
+            let names = match sel {
+                Selector::Name(n) => vec![n.clone()],
+                Selector::KernelPath(p) => sysfs::netdevs_under(Path::new(p)),
+                Selector::Pci(id) => sysfs::netdevs_of_bus_device(id),
+                Selector::DeviceId(id) => netdevs_of_device_id(id)?,
+                Selector::RdmaDevice(dev) => crate::rdma::pair::netdevs_of_rdma_device(dev)?,
+                Selector::Mac(_) => Vec::new(),
+            };
+            match names.as_slice() {
+                [] => (None, None),
+                // The kernel finds a link by any of its names, altnames included.
+                [name] => (host.by_name(name).await?, Some(name.clone())),
+                many => {
+                    return Err(Error::new(
+                        Code::DeviceAmbiguous,
+                        format!(
+                            "{sel} has several network interfaces ({}); select one by name",
+                            many.join(", ")
+                        ),
+                    ));
+                }
             }
         }
-        many => {
-            return Err(Error::new(
-                Code::DeviceAmbiguous,
-                format!(
-                    "{sel} has several network interfaces ({}); select one by name",
-                    many.join(", ")
-                ),
-            ));
-        }
+    };
+    // Then the records, once (see above for why after).
+    let records = store.all()?;
+    if let Some(link) = candidate
+        && by_name
+            .as_deref()
+            .is_none_or(|name| link.name == name || altname_is_the_nodes(&link, name, &records))
+    {
+        return found_on_host(link, &records, sel);
     }
     // A NIC on the host with our tag is free whatever the records say: its pod is gone.
-    if let Some(lost) = find_lost(sel, host, store).await? {
+    if let Some(lost) = find_lost(sel, host, &records).await? {
         return Ok(lost);
     }
-    if let Some(r) = store.all()?.iter().find(|r| attachment_holds(r, sel)) {
+    if let Some(r) = records.iter().find(|r| attachment_holds(r, sel)) {
         return Err(Error::new(
             Code::DeviceBusy,
             format!(
@@ -180,13 +192,7 @@ pub async fn admit(
 /// A link found on the host. One that carries our tag is lost (our tag only leaves the pod
 /// with a dead netns: every move sets or clears it in the same request), so it is free even
 /// when its old attachment's record is still there; the caller restores it.
-async fn found_on_host(
-    link: LinkInfo,
-    host: &Links,
-    store: &Store,
-    sel: &Selector,
-) -> Result<Resolved> {
-    let _ = host;
+fn found_on_host(link: LinkInfo, records: &[Record], sel: &Selector) -> Result<Resolved> {
     // The loopback device (which `"hwaddr": "00:00:00:00:00:00"` also selects) is no NIC: the
     // kernel refuses to move it, and a record naming index 1 could never be undone.
     if link.flags & libc::IFF_LOOPBACK as u32 != 0 {
@@ -202,7 +208,7 @@ async fn found_on_host(
     // attachment that tagged it is stale (its DEL will still release its IP), the NIC is free.
     let lost = link.alias.as_deref().and_then(Tag::decode);
     if let Some(tag) = &lost
-        && let Some(r) = store.all()?.into_iter().find(|r| r.owner() == tag.owner)
+        && let Some(r) = records.iter().find(|r| r.owner() == tag.owner)
     {
         log::info!(
             "{sel} ({}) came back from container {}'s dead netns {}; taking it over",
@@ -215,6 +221,7 @@ async fn found_on_host(
         pci: sysfs::pci_of(&link.name),
         link,
         lost,
+        records: records.to_vec(),
     })
 }
 
@@ -243,11 +250,10 @@ fn attachment_holds(r: &Record, sel: &Selector) -> bool {
 /// dead pod, still tagged) also carries the altnames its pod added, which may be any name,
 /// another NIC's included: only those its attachment's record lists count. An untagged link's
 /// altnames are the node's.
-fn altname_is_the_nodes(link: &LinkInfo, alt: &str, store: &Store) -> Result<bool> {
+fn altname_is_the_nodes(link: &LinkInfo, alt: &str, records: &[Record]) -> bool {
     let Some(tag) = link.alias.as_deref().and_then(Tag::decode) else {
-        return Ok(true);
+        return true;
     };
-    let records = store.all()?;
     let ok = records
         .iter()
         .find(|r| r.owner() == tag.owner)
@@ -259,13 +265,12 @@ fn altname_is_the_nodes(link: &LinkInfo, alt: &str, store: &Store) -> Result<boo
             link.name
         );
     }
-    Ok(ok)
+    ok
 }
 
 /// A NIC that came back from a dead pod keeps the pod-side name but carries our tag with its
 /// original name: find it by that identity (an altname only if the node gave it).
-async fn find_lost(sel: &Selector, host: &Links, store: &Store) -> Result<Option<Resolved>> {
-    let records = store.all()?;
+async fn find_lost(sel: &Selector, host: &Links, records: &[Record]) -> Result<Option<Resolved>> {
     let wanted = |l: &LinkInfo, tag: &Tag| match sel {
         Selector::Name(n) => {
             tag.host_name == *n
@@ -294,6 +299,7 @@ async fn find_lost(sel: &Selector, host: &Links, store: &Store) -> Result<Option
                 pci: sysfs::pci_of(&l.name),
                 link: l,
                 lost: Some(tag),
+                records: records.to_vec(),
             }));
         }
     }

@@ -3,18 +3,19 @@
 //! addresses from IPAM and apply them, verify the GIDs, answer with the result. Every step
 //! registers its undo before it acts; any failure takes back every step already done.
 
-use super::give_back::{self, Places};
+use super::give_back::Places;
+use super::lost;
 use super::plan::{self, Plan, check_ipv6_mtu};
 use super::rdma::{self, RdmaPlan};
 use super::undo::{Undo, UndoStack};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, SoftDevice};
-use crate::cni::result::{CniResult, Interface, IpConfig, Route};
+use crate::cni::result::{CniResult, Interface};
 use crate::device_info::{self, DeviceInfo};
 use crate::error::{Code, Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::{Arrival, Links, RouteSpec};
+use crate::link::Arrival;
 use crate::node::Node;
 use crate::state::Store;
 use futures::FutureExt;
@@ -66,7 +67,7 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
 
     // 1. A NIC lost to a dead pod gets its own name, MTU and MAC back first.
     if let Some(r) = &plan.restore {
-        give_back::restore(&plan.host, nic, r, "ADD").await?;
+        lost::restore(&plan.host, nic, r, "ADD").await?;
     }
 
     // 2. Remember, before the first change, what DEL needs.
@@ -169,7 +170,7 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
         if got.ips.iter().any(|ip| ip.address.addr().is_ipv6()) {
             check_ipv6_mtu(inside.mtu, &format!("IPAM plugin {t:?}'s result"))?;
         }
-        apply_ipam(pod, inside.index, &got, ours, &mut result).await?;
+        super::address::apply_ipam(pod, inside.index, &got, ours, &mut result).await?;
         if conf.dns.is_none() && !got.dns.is_empty() {
             result.dns = got.dns;
         }
@@ -216,79 +217,4 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
     }
     fault::hit("add:before-result")?;
     Ok(result)
-}
-
-/// Apply IPAM's addresses and routes to our interface, and record them in the result. A route
-/// without a gateway goes via the IPAM gateway of its address family.
-async fn apply_ipam(
-    pod: &Links,
-    index: u32,
-    got: &CniResult,
-    ours: usize,
-    result: &mut CniResult,
-) -> Result<()> {
-    for ip in &got.ips {
-        pod.add_address(index, ip.address).await?;
-        result.ips.push(IpConfig {
-            interface: Some(ours),
-            ..ip.clone()
-        });
-    }
-    for r in &got.routes {
-        let gw = r.gw.or_else(|| gateway_for(&got.ips, r.dst.addr()));
-        pod.add_route(index, &route_spec(r, gw)).await?;
-        result.routes.push(r.clone());
-    }
-    Ok(())
-}
-
-/// A result route as the kernel is asked for it, every 1.1.0 field included. `mtu`, `advmss`
-/// and `priority` 0 mean unset (libcni omits them when 0); `table` and `scope` 0 are values.
-pub(super) fn route_spec(r: &Route, gw: Option<IpAddr>) -> RouteSpec {
-    RouteSpec {
-        dst: r.dst,
-        gw,
-        table: r.table,
-        scope: r.scope,
-        priority: r.priority.filter(|&p| p != 0),
-        tos: r.tos,
-        mtu: r.mtu.filter(|&m| m != 0),
-        advmss: r.advmss.filter(|&m| m != 0),
-    }
-}
-
-fn gateway_for(ips: &[IpConfig], dst: IpAddr) -> Option<IpAddr> {
-    ips.iter()
-        .filter_map(|i| i.gateway)
-        .find(|g| g.is_ipv4() == dst.is_ipv4())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn route_without_gw_uses_gateway_of_its_family() {
-        let ips = vec![
-            IpConfig {
-                address: "fd00::2/64".parse().unwrap(),
-                gateway: Some("fd00::1".parse().unwrap()),
-                interface: None,
-            },
-            IpConfig {
-                address: "10.0.0.2/24".parse().unwrap(),
-                gateway: Some("10.0.0.1".parse().unwrap()),
-                interface: None,
-            },
-        ];
-        assert_eq!(
-            gateway_for(&ips, "10.9.0.0".parse().unwrap()),
-            Some("10.0.0.1".parse().unwrap())
-        );
-        assert_eq!(
-            gateway_for(&ips, "fd01::".parse().unwrap()),
-            Some("fd00::1".parse().unwrap())
-        );
-        assert_eq!(gateway_for(&ips[..1], "10.9.0.0".parse().unwrap()), None);
-    }
 }

@@ -87,16 +87,12 @@ pub async fn check(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     // subnets (a route via another interface's gateway belongs to that interface).
     let routes = pod.routes(link.index).await?;
     for r in &prev.routes {
-        let gw = r.gw.or_else(|| {
-            ours.iter()
-                .filter_map(|i| i.gateway)
-                .find(|g| g.is_ipv4() == r.dst.addr().is_ipv4())
-        });
+        let gw = super::address::gateway_of(r, ours.iter().copied());
         let on_our_link = gw.is_some_and(|g| ours.iter().any(|i| i.address.contains(&g)));
         if !on_our_link {
             continue;
         }
-        let want = super::add::route_spec(r, gw);
+        let want = super::address::route_spec(r, gw);
         match routes.iter().find(|k| want.same_key(k)) {
             None => {
                 return Err(mismatch(format!(

@@ -3,17 +3,18 @@
 //! bearing our tag) their names back. Keeps going past individual failures and reports them
 //! all: the first as the error, the others in its details.
 
-use super::give_back::{name_lost_unreadable, release_attachment, restore_lost};
+use super::give_back::release_attachment;
+use super::lost::recover_lost;
 use crate::cni::env::Env;
-use crate::cni::netconf::{NetConf, ValidAttachment};
+use crate::cni::netconf::NetConf;
 use crate::error::first_error;
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::{LinkInfo, Links};
 use crate::lock;
+
 use crate::node::Node;
-use crate::state::{Record, Store, Tag, owner_key};
+use crate::state::{Record, Store};
 use std::collections::HashSet;
 
 /// GC: release every attachment of this network not in `cni.dev/valid-attachments`, restore
@@ -70,8 +71,8 @@ async fn release_stale(
     store: &Store,
     r: &Record,
 ) -> Result<()> {
-    let Some(_attachment) = lock::try_attachment(&conf.state_dir, &r.container_id, &r.ifname)?
-    else {
+    let label = format!("{}/{}", r.container_id, r.ifname);
+    let Some(_attachment) = lock::try_attachment(&conf.state_dir, &r.owner(), &label)? else {
         log::info!(
             "GC: {}/{} is busy with another call; leaving it to that call",
             r.container_id,
@@ -108,7 +109,7 @@ fn remove_stale_temps(conf: &NetConf, store: &Store, errors: &mut Vec<Error>) {
         }
     };
     for t in temps {
-        let removed = match lock::try_attachment_by_key(&conf.state_dir, &t.owner, &t.label) {
+        let removed = match lock::try_attachment(&conf.state_dir, &t.owner, &t.label) {
             Ok(Some(_attachment)) => store.remove_temp_file(&t),
             Ok(None) => {
                 log::info!(
@@ -124,47 +125,3 @@ fn remove_stale_temps(conf: &NetConf, store: &Store, errors: &mut Vec<Error>) {
         }
     }
 }
-
-/// Tagged links on the host whose attachment is not valid: NICs that came back from a pod
-/// deleted without DEL (or after a DEL that ran before the kernel returned them). Restore each
-/// under its original name, MTU and admin state.
-async fn recover_lost(
-    valid: &[ValidAttachment],
-    tried: &HashSet<String>,
-    records: &[Record],
-    errors: &mut Vec<Error>,
-) -> Result<()> {
-    let valid: HashSet<String> = valid
-        .iter()
-        .map(|a| owner_key(&a.container_id, &a.ifname))
-        .collect();
-    let host = Links::open()?;
-    name_lost_unreadable(&host, &crate::netns::Netns::current()?).await?;
-    for l in host.all().await? {
-        let Some(tag) = lost_to_restore(&l, &valid, tried) else {
-            continue;
-        };
-        let restored = match fault::hit("gc:lost-nic") {
-            Ok(()) => restore_lost(&host, &l, &tag, records, "GC").await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = restored {
-            errors.push(e.context(format!(
-                "GC: restoring lost NIC {} (originally {})",
-                l.name, tag.host_name
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The tag of host link `l` if GC is to restore it as a lost NIC: it bears an attachment's tag
-/// (an operator's alias does not decode as one), that attachment is not in `valid` (its DEL
-/// will come), and this GC has not just released it (`tried`: its NIC was looked for then).
-fn lost_to_restore(l: &LinkInfo, valid: &HashSet<String>, tried: &HashSet<String>) -> Option<Tag> {
-    let tag = l.alias.as_deref().and_then(Tag::decode)?;
-    (!valid.contains(&tag.owner) && !tried.contains(&tag.owner)).then_some(tag)
-}
-
-#[cfg(test)]
-mod tests;

@@ -2,10 +2,13 @@
 //! bottom like the story it tells.
 
 mod add;
+mod address;
 mod check;
 mod del;
 mod gc;
 mod give_back;
+mod lost;
+mod ours;
 mod plan;
 mod rdma;
 mod status;

@@ -3,7 +3,8 @@
 //! `add::attach` only acts on it. Planning takes the attachment's and the NIC's locks and
 //! keeps them in the plan, so nothing it decided can change under it.
 
-use super::give_back::{self, parent_key};
+use super::lost;
+use super::ours::{parent_key, restoration};
 use super::rdma::{self, RdmaPlan};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, Selector};
@@ -71,7 +72,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         ));
     }
     // A NIC lost to a dead pod under a name that is not UTF-8 is invisible until renamed.
-    give_back::name_lost_unreadable(&host, &host_ns).await?;
+    lost::name_lost_unreadable(&host, &host_ns).await?;
     let (resolved, nic_lock) = resolve_locked(selector, &host, &store).await?;
     log::info!(
         "{selector} is {} (mac {}, mtu {}{})",
@@ -84,8 +85,8 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             .map(|p| format!(", pci {p}"))
             .unwrap_or_default()
     );
-    let records = store.all()?;
-    select::admit(node, &host, &resolved, selector, &records).await?;
+    let records = &resolved.records;
+    select::admit(node, &host, &resolved, selector, records).await?;
     if pod.by_name(&env.ifname).await?.is_some() {
         return Err(Error::new(
             Code::IfnameExists,
@@ -98,7 +99,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     let restore = resolved
         .lost
         .as_ref()
-        .and_then(|tag| give_back::restoration(&resolved.link, tag, &records, "ADD"));
+        .and_then(|tag| restoration(&resolved.link, tag, records, "ADD"));
     // The NIC as it will be once restored: what the record remembers as its own.
     let home = match &restore {
         Some(r) => LinkInfo {

@@ -10,7 +10,7 @@ use crate::node::Node;
 use crate::select;
 use crate::state::Store;
 
-use super::give_back::{name_lost_unreadable, restore_lost};
+use super::lost::{name_lost_unreadable, restore_lost};
 
 /// STATUS: ready (Ok) when the configured NIC can be attached or already is, the node policy
 /// allows it, and the IPAM plugin answers; otherwise 50 with the reason.
@@ -22,11 +22,12 @@ pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
         match select::resolve(sel, &host, &store).await {
             // A NIC back from a dead pod is ready once it has its own name again.
             Ok(r) => {
-                select::admit(node, &host, &r, sel, &store.all()?)
+                let records = &r.records;
+                select::admit(node, &host, &r, sel, records)
                     .await
                     .map_err(|e| Error::new(Code::NotAvailable, format!("not ready: {}", e.msg)))?;
                 if let Some(tag) = &r.lost {
-                    restore_lost(&host, &r.link, tag, &store.all()?, "STATUS").await?;
+                    restore_lost(&host, &r.link, tag, records, "STATUS").await?;
                 }
                 if let Some(why) = super::rdma::not_ready_on_host(conf, &r.link)? {
                     return Err(Error::new(

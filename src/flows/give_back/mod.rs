@@ -7,11 +7,19 @@ use crate::cni::netconf::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::{Arrival, LinkInfo, Links, Unreadable};
+use crate::link::{LinkInfo, Links};
 use crate::lock;
 use crate::netns::Netns;
 use crate::node::Node;
 use crate::state::{Record, Store, Tag};
+
+use super::ours::{
+    Where, find_ours, is_orphaned_nic, legacy, parent_key, restored, tagged_by, unreadable_is_ours,
+};
+
+pub mod rdma;
+
+use super::lost::restore_lost;
 
 /// Where giving back acts: the call's environment and config, the host and, when it still
 /// exists, the pod (namespace and an rtnetlink socket in each).
@@ -77,7 +85,7 @@ pub async fn release_attachment(
     // blocking this call until they close it: refused first, with nothing released (its
     // address goes only with the NIC), so that the retry finds the attachment whole.
     if let (Some(ns), Some(r)) = (&pod_ns, record) {
-        super::rdma::refuse_releasing_a_used_soft_device(ns, r)?;
+        rdma::refuse_releasing_a_used_soft_device(ns, r)?;
     }
     // IPAM first, while the interface is still in the pod: a plugin may need it to give its
     // address back (the dhcp daemon sends DHCPRELEASE from it; once the NIC has left, the
@@ -184,23 +192,6 @@ pub(crate) async fn orphaned_nic(r: &Record) -> Option<(LinkInfo, String)> {
     None
 }
 
-/// Is `l`, in some namespace reached through a process, the NIC of `r`? A hardware NIC is its
-/// device; a virtual one must also be at the recorded pod index and bear our tag or the
-/// recorded MAC (any namespace may have a veth at that index). Either way, not one bearing
-/// another attachment's tag: the NIC may have come home and gone to another pod since.
-fn is_orphaned_nic(l: &LinkInfo, r: &Record, owner: &str) -> bool {
-    let tag = l.alias.as_deref().and_then(Tag::decode);
-    let tagged = tag.as_ref().is_some_and(|t| t.owner == owner);
-    if tag.is_some() && !tagged {
-        return false;
-    }
-    if legacy(r) {
-        return tagged;
-    }
-    is_the_nic(l, r)
-        && (r.parent.is_some() || (Some(l.index) == r.pod_index && (tagged || l.mac == r.mac)))
-}
-
 /// The IPAM plugin and configuration to release with: what ADD used (in the record), whatever
 /// the network's config says now, which its writer may have changed since (another plugin,
 /// another pool). The config sent is the current one with ADD's `ipam` object in it. Records
@@ -244,10 +235,14 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
         pod.name_unreadable(pod_ns, |u| unreadable_is_ours(u, r, &owner))
             .await?;
         let links = pod.all().await?;
-        if let Some(link) = find_ours(&links, r, &owner, Where::Pod) {
-            if r.rdma_device.is_some() || r.soft_device.is_some() {
-                super::rdma::release(pod_ns, s.host_ns, link.index, Some(r))?;
-            }
+        let ours = find_ours(&links, r, &owner, Where::Pod);
+        // The RDMA side first, while the NIC is in the pod: a software device dies with its
+        // netdev's move, and a moved device must not be left behind. Without the NIC there
+        // (ADD killed between moving the RDMA device and the NIC) the device may be alone.
+        if r.rdma_device.is_some() || r.soft_device.is_some() {
+            rdma::release(pod_ns, s.host_ns, ours.as_ref().map(|l| l.index), Some(r))?;
+        }
+        if let Some(link) = ours {
             // What the pod made of its NIC does not leave with it: links stacked on it go,
             // flags, group, queue length and altnames return to what the node had.
             let keep = |e: Error| {
@@ -274,12 +269,6 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
                 return Err(still_in_pod(r, &still));
             }
             return Ok(true);
-        }
-        if r.rdma_moved
-            && let Some(dev) = &r.rdma_device
-        {
-            // Killed between moving the RDMA device and the NIC: the device is in the pod alone.
-            super::rdma::return_device(dev, pod_ns, s.host_ns)?;
         }
     }
     s.host
@@ -356,124 +345,6 @@ async fn free_home_name(s: &Places<'_>, r: &Record, owner: &str) -> Result<()> {
     restore_lost(s.host, &l, &tag, &records, "DEL").await
 }
 
-/// Does unreadable link `u` (a name that is not UTF-8) bear a tag of ours: `owner`'s, or any
-/// attachment's when `None`?
-fn tagged_by(u: &Unreadable, owner: Option<&str>) -> bool {
-    u.alias
-        .as_deref()
-        .and_then(Tag::decode)
-        .is_some_and(|t| owner.is_none_or(|o| t.owner == o))
-}
-
-/// Is unreadable link `u`, in the pod, the NIC of `r`? As [`find_ours`] decides: a hardware
-/// NIC by its device, a virtual one by its pod index and kind; a legacy record by our tag.
-fn unreadable_is_ours(u: &Unreadable, r: &Record, owner: &str) -> bool {
-    if legacy(r) {
-        return tagged_by(u, Some(owner));
-    }
-    match &r.parent {
-        Some(p) => u
-            .parent
-            .as_deref()
-            .is_some_and(|d| p.rsplit_once('/').is_some_and(|(_, dev)| dev == d)),
-        None => {
-            u.kind == r.kind
-                && (Some(u.index) == r.pod_index
-                    || (r.pod_index.is_none() && tagged_by(u, Some(owner))))
-        }
-    }
-}
-
-/// Give every NIC lost to a dead pod (back on the host, bearing our tag) whose name is not
-/// UTF-8 a readable name, so that ADD, GC and STATUS see it and restore it from its record.
-pub(super) async fn name_lost_unreadable(host: &Links, host_ns: &Netns) -> Result<()> {
-    host.name_unreadable(host_ns, |u| tagged_by(u, None))
-        .await
-        .map(drop)
-}
-
-/// Where [`find_ours`] looks: the pod (any state of the NIC) or the host (only a lost NIC,
-/// which still bears our tag; an untagged one there is simply at home).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Where {
-    Pod,
-    Host,
-}
-
-/// Is `l` the NIC that `r` describes, by what a pod cannot forge? A NIC with a parent device
-/// (a PCI function, an SF, a virtio device) is that device: no link a pod creates has one. A
-/// virtual "NIC" (tests' veths) can only be matched by its kind, the permanent MAC where it
-/// has one, and where it is; a pod can imitate those, so virtual NICs are not protected.
-fn is_the_nic(l: &LinkInfo, r: &Record) -> bool {
-    let perm_ok = r.perm_mac.is_empty() || l.perm_mac == r.perm_mac;
-    match &r.parent {
-        Some(p) => perm_ok && l.parent.as_ref().map(parent_key).as_deref() == Some(p.as_str()),
-        None => perm_ok && l.parent.is_none() && l.kind == r.kind,
-    }
-}
-
-/// `bus/device` as the record keeps it.
-pub(super) fn parent_key((dev, bus): &(String, String)) -> String {
-    format!("{bus}/{dev}")
-}
-
-/// Records written before ADD noted the NIC's identity (host index, parent, kind): DEL falls
-/// back to the alias tag and MAC for them, as those versions did.
-fn legacy(r: &Record) -> bool {
-    r.host_index == 0
-}
-
-/// The NIC of `r` among `links`, by what a pod cannot forge. A link bearing our tag that is
-/// not the NIC is ignored, and said so.
-fn find_ours(links: &[LinkInfo], r: &Record, owner: &str, place: Where) -> Option<LinkInfo> {
-    let tagged = |l: &LinkInfo| {
-        l.alias
-            .as_deref()
-            .and_then(Tag::decode)
-            .is_some_and(|t| t.owner == owner)
-    };
-    let hit = if legacy(r) {
-        links
-            .iter()
-            .find(|l| tagged(l) || (place == Where::Pod && l.mac == r.mac && l.alias.is_none()))
-    } else {
-        match (place, r.pod_index, r.parent.is_some()) {
-            // Hardware: the device itself, wherever its index is now.
-            (Where::Pod, _, true) => links.iter().find(|l| is_the_nic(l, r)),
-            // Virtual: the index the pod cannot change (though it can reuse it).
-            (Where::Pod, Some(index), false) => {
-                links.iter().find(|l| l.index == index && is_the_nic(l, r))
-            }
-            // ADD died between the move and noting the pod-side index: the host index (kept
-            // by a move when it is free), our tag or the recorded MAC, on a link of its kind.
-            (Where::Pod, None, false) => links.iter().find(|l| {
-                is_the_nic(l, r)
-                    && l.mac == r.mac
-                    && (l.index == r.host_index || tagged(l) || l.alias.is_none())
-            }),
-            // On the host only a lost NIC (still tagged) is ours to restore.
-            (Where::Host, _, _) => links
-                .iter()
-                .find(|l| tagged(l) && is_the_nic(l, r) && (r.parent.is_some() || l.mac == r.mac)),
-        }
-    };
-    for l in links.iter().filter(|l| tagged(l)) {
-        if hit.is_none_or(|h| h.index != l.index) {
-            log::warn!(
-                "ignoring {} (index {}, mac {}): it bears the tag of {}/{} but is not its NIC {} ({})",
-                l.name,
-                l.index,
-                l.mac,
-                r.container_id,
-                r.ifname,
-                r.host_name,
-                r.parent.clone().unwrap_or_else(|| format!("mac {}", r.mac))
-            );
-        }
-    }
-    hit.cloned()
-}
-
 fn still_in_pod(r: &Record, l: &LinkInfo) -> Error {
     Error::new(
         Code::Netlink,
@@ -483,106 +354,3 @@ fn still_in_pod(r: &Record, l: &LinkInfo) -> Error {
         ),
     )
 }
-
-/// How the NIC of `r` looks once restored: its original name, MTU, admin state, alias and MAC.
-fn restored<'a>(r: &'a Record, original_alias: Option<&'a str>, now: &LinkInfo) -> Arrival<'a> {
-    Arrival {
-        name: &r.host_name,
-        mtu: Some(r.host_mtu),
-        alias: Some(original_alias.unwrap_or("")),
-        up: r.host_up,
-        mac: (now.mac != r.mac && !r.mac.is_empty()).then_some(r.mac.as_str()),
-    }
-}
-
-/// How a lost NIC (back on the host from a pod's dead netns, still tagged) is to be restored:
-/// from its attachment's record when there is one. Without a record (a DEL ran while the NIC
-/// was still on its way home) only the tag is left, and the pod could have written it: it may
-/// then only rename this NIC, never to a name another attachment's NIC had. `None`: leave the
-/// link as it is. `who` names the caller in the log.
-pub(super) fn restoration(
-    l: &LinkInfo,
-    tag: &Tag,
-    records: &[Record],
-    who: &str,
-) -> Option<Record> {
-    if let Some(r) = records.iter().find(|r| r.owner() == tag.owner) {
-        return Some(r.clone());
-    }
-    if let Some(other) = records.iter().find(|r| r.host_name == tag.host_name) {
-        log::warn!(
-            "{who}: {} bears a tag naming {}, the NIC of attachment {}/{}; not renaming it",
-            l.name,
-            tag.host_name,
-            other.container_id,
-            other.ifname
-        );
-        return None;
-    }
-    Some(Record {
-        container_id: String::new(),
-        ifname: String::new(),
-        network: String::new(),
-        netns: String::new(),
-        host_name: tag.host_name.clone(),
-        host_mtu: tag.host_mtu,
-        host_up: tag.host_up,
-        host_alias: None,
-        mac: l.mac.clone(),
-        perm_mac: l.perm_mac.clone(),
-        altnames: l.altnames.clone(),
-        host_flags: None,
-        host_group: None,
-        host_txqlen: None,
-        parent: l.parent.as_ref().map(parent_key),
-        kind: l.kind.clone(),
-        host_index: l.index,
-        pod_index: None,
-        pci: None,
-        rdma_device: None,
-        rdma_moved: false,
-        ipam: None,
-        soft_device: None,
-        pod: None,
-        device_info: None,
-    })
-}
-
-/// Restore lost NIC `l` as `r` says, where it is (on the host).
-pub(super) async fn restore(host: &Links, l: &LinkInfo, r: &Record, who: &str) -> Result<()> {
-    log::info!(
-        "{who}: {} is a lost NIC (back from a pod deleted without DEL); restoring it as {} (mtu {})",
-        l.name,
-        r.host_name,
-        r.host_mtu
-    );
-    host.restore_settings(l.index, &r.settings()).await?;
-    host.restore_in_place(l.index, &restored(r, r.host_alias.as_deref(), l))
-        .await
-}
-
-/// Give a lost NIC its own name, MTU and admin state back (see [`restoration`]), under its
-/// lock, if it is still lost once the lock is held (an ADD, DEL, GC or STATUS may have
-/// restored it meanwhile). GC and STATUS call this; ADD plans and acts in two steps.
-pub(super) async fn restore_lost(
-    host: &Links,
-    l: &LinkInfo,
-    tag: &Tag,
-    records: &[Record],
-    who: &str,
-) -> Result<()> {
-    let Some(r) = restoration(l, tag, records, who) else {
-        return Ok(());
-    };
-    let _nic = lock::device(&r.host_name)?;
-    let Some(now) = host.by_index(l.index).await? else {
-        return Ok(());
-    };
-    if find_ours(std::slice::from_ref(&now), &r, &tag.owner, Where::Host).is_none() {
-        return Ok(());
-    }
-    restore(host, &now, &r, who).await
-}
-
-#[cfg(test)]
-mod tests;
