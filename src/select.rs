@@ -107,7 +107,7 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
     }
     if let Selector::RdmaDevice(dev) = sel {
         // The network asked for RDMA by name: say that RDMA is what is missing.
-        let why = if Path::new("/sys/class/infiniband").exists() {
+        let why = if sysfs::has_rdma() {
             "no RDMA device of that name has a network interface in the host network namespace (see `rdma link show`)"
         } else {
             "this node has no RDMA devices at all (no /sys/class/infiniband: load the NIC's RDMA driver)"
@@ -133,7 +133,7 @@ fn netdevs_of_device_id(id: &str) -> Result<Vec<String>> {
     if !by_bus.is_empty() || sysfs::is_pci_address(id) {
         return Ok(by_bus);
     }
-    if !Path::new("/sys/class/net").join(id).exists() {
+    if !sysfs::netdev_exists(id) {
         return Ok(Vec::new());
     }
     let own = sysfs::device_id(

@@ -1,6 +1,11 @@
 //! What sysfs (and, for a virtual link's driver, one ethtool ioctl) says about net devices:
-//! the devices behind them, their PCI addresses, drivers and RDMA devices. Every read of
-//! /sys/class/net, /sys/bus and /sys/devices the plugin makes lives here.
+//! the devices behind them, their PCI addresses, drivers, NUMA nodes, PCI roots and RDMA
+//! devices. The CNI verbs' and `inspect`'s reads of /sys/class/net, /sys/bus and /sys/devices
+//! live here. Four modules read sysfs trees of their own, each for one concern: the GID table
+//! (`rdma/verbs/sysfs.rs`, through a private sysfs mount inside the pod's netns), uverbs char
+//! devices (`cdi.rs`), RDMA port counters (`metrics/`, `inspect/counters.rs`) and the device
+//! plugin's per-tick link and port state (`device_plugin/health.rs`); those take the sysfs
+//! root as a parameter, so tests give them a fake tree.
 
 use std::path::{Path, PathBuf};
 
@@ -202,13 +207,60 @@ pub fn numa_node(sys: &Path, bus_id: &str) -> Option<i64> {
 /// The RDMA device on the same device as a net device (`/sys/class/net/<name>/device/infiniband`),
 /// for the policy's `rdmaDevices`; ADD's own pairing (RDMA netlink) decides what moves.
 pub fn rdma_of(ifname: &str) -> Option<String> {
-    let rd = std::fs::read_dir(format!("/sys/class/net/{ifname}/device/infiniband")).ok()?;
-    let mut names: Vec<String> = rd
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names.into_iter().next()
+    rdma_devices_of(ifname).into_iter().next()
+}
+
+/// Every RDMA device on the same device as net device `ifname`, sorted (none for a virtual
+/// link, or a software RDMA device, which has no `device/infiniband`).
+pub fn rdma_devices_of(ifname: &str) -> Vec<String> {
+    list_dir(
+        &Path::new("/sys/class/net")
+            .join(ifname)
+            .join("device/infiniband"),
+    )
+}
+
+/// The net devices on the same device as RDMA device `dev` (`device/net`), sorted.
+pub fn netdevs_of_rdma(dev: &str) -> Vec<String> {
+    list_dir(
+        &Path::new("/sys/class/infiniband")
+            .join(dev)
+            .join("device/net"),
+    )
+}
+
+/// Whether this node has any RDMA device (`/sys/class/infiniband` exists once ib_core has one
+/// registered).
+pub fn has_rdma() -> bool {
+    Path::new("/sys/class/infiniband").exists()
+}
+
+/// Whether `ifname` has a device behind it (hardware, or a virtio/SF device), not a virtual link.
+pub fn has_device(ifname: &str) -> bool {
+    Path::new("/sys/class/net")
+        .join(ifname)
+        .join("device")
+        .exists()
+}
+
+/// Whether net device `ifname` exists in the host's namespace as sysfs shows it.
+pub fn netdev_exists(ifname: &str) -> bool {
+    Path::new("/sys/class/net").join(ifname).exists()
+}
+
+/// A net device's operational state (`operstate`: up, down, lowerlayerdown, ...).
+pub fn operstate(ifname: &str) -> Option<String> {
+    read_trimmed(&format!("/sys/class/net/{ifname}/operstate"))
+}
+
+/// Whether the device `dev` exists on bus `bus` (`/sys/bus/<bus>/devices/<dev>`): a PCI function
+/// or auxiliary device that was not removed or unplugged.
+pub fn bus_device_exists(bus: &str, dev: &str) -> bool {
+    Path::new("/sys/bus")
+        .join(bus)
+        .join("devices")
+        .join(dev)
+        .exists()
 }
 
 #[cfg(test)]

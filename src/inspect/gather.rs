@@ -47,10 +47,7 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
                 paired_devices.push(dev.name.clone());
                 rdma_row(&dev, port, Some(how), rdma_view.as_ref(), &mut gid_cache)
             });
-        let has_device = Path::new("/sys/class/net")
-            .join(&l.name)
-            .join("device")
-            .exists();
+        let has_device = sysfs::has_device(&l.name);
         if !(opts.all || has_device || rdma.is_some() || tag.is_some()) {
             hidden_links += 1;
             continue;
@@ -85,7 +82,7 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
             driver: sysfs::nic_driver(&l.name),
             pci: crate::sysfs::pci_of(&l.name),
             location: "host",
-            oper_state: sysfs::read_trimmed(&format!("/sys/class/net/{}/operstate", l.name)),
+            oper_state: sysfs::operstate(&l.name),
             admin_up: Some(l.up),
             mtu: Some(l.mtu),
             rdma,

@@ -5,7 +5,6 @@
 
 use super::netlink::{RdmaDevice, RdmaNlError, RdmaPort, RdmaSocket};
 use crate::error::{Code, Error, Result};
-use std::path::Path;
 
 pub fn rdma_error(what: impl std::fmt::Display, e: RdmaNlError) -> Error {
     Error::new(Code::Rdma, format!("{what}: {e}"))
@@ -59,11 +58,7 @@ pub fn pair_from(
     let mut names: Vec<String> = by_port.iter().map(|p| p.dev_name.clone()).collect();
     let mut how = "RDMA netlink port netdev";
     if names.is_empty() {
-        names = crate::sysfs::list_dir(
-            &Path::new("/sys/class/net")
-                .join(nic.name)
-                .join("device/infiniband"),
-        );
+        names = crate::sysfs::rdma_devices_of(nic.name);
         how = "sysfs device/infiniband";
     }
     if names.is_empty()
@@ -110,11 +105,7 @@ pub fn netdevs_of_rdma_device(dev: &str) -> Result<Vec<String>> {
         Err(e) => return Err(rdma_error("opening RDMA netlink", e)),
     };
     if names.is_empty() {
-        names = crate::sysfs::list_dir(
-            &Path::new("/sys/class/infiniband")
-                .join(dev)
-                .join("device/net"),
-        );
+        names = crate::sysfs::netdevs_of_rdma(dev);
     }
     names.sort();
     names.dedup();

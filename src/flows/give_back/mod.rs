@@ -300,9 +300,9 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
         .await?
         .into_iter()
         .any(|l| l.parent.as_ref().map(parent_key).as_deref() == Some(parent));
-    let device_exists = parent.split_once('/').is_some_and(|(bus, dev)| {
-        std::path::Path::new(&format!("/sys/bus/{bus}/devices/{dev}")).exists()
-    });
+    let device_exists = parent
+        .split_once('/')
+        .is_some_and(|(bus, dev)| crate::sysfs::bus_device_exists(bus, dev));
     if !home && s.pod.is_some() && device_exists {
         return Err(Error::new(
             Code::Netlink,
