@@ -30,8 +30,8 @@ REPO=$(cd "$HERE/../.." && pwd -P)
 # the same Debian version so our modules match the booted kernel exactly.
 # If the archive no longer has this version, the newest matching set is used
 # (with a warning); RDMA_VM_KERNEL_ABI + RDMA_VM_KERNEL_VERSION override.
-PIN_ABI=${RDMA_VM_KERNEL_ABI:-6.1.0-48}
-PIN_VERSION=${RDMA_VM_KERNEL_VERSION:-6.1.172-1}
+PIN_ABI=${RDMA_VM_KERNEL_ABI:-6.1.0-56}
+PIN_VERSION=${RDMA_VM_KERNEL_VERSION:-6.1.192-2}
 FLAVOUR=amd64
 SRC_PKG=linux-source-6.1
 
