@@ -17,7 +17,7 @@ UNIT=$(cargo test --no-run --message-format=json -q 2>/dev/null \
   | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["bin"] and m["profile"]["test"]:
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["lib"] and m["profile"]["test"]:
         print(m["executable"])' | head -1)
 [[ -x $UNIT ]] || { echo "run: cannot find the unit-test binary" >&2; exit 1; }
 mkdir -p target/vm

@@ -12,8 +12,16 @@ ip link set v1 up
 ip addr add 10.9.9.1/24 dev v0
 rdma link add rxe0 type rxe netdev v0
 echo "netns mode: $(rdma system show | head -1)"
-"$BIN" --ignored --test-threads=1 rdma::
+# run FILTER [ENV...]: the #[ignore]d tests matching FILTER; running none is a failure (a
+# renamed module or the wrong binary would otherwise pass by testing nothing).
+run() {
+  local filter=$1 out; shift
+  out=$(env "$@" "$BIN" --ignored --test-threads=1 "$filter" 2>&1) || { echo "$out"; return 1; }
+  echo "$out"
+  grep -Eq '^running [1-9]' <<<"$out" || { echo "unit.sh: no test matched $filter in $BIN" >&2; return 1; }
+}
+run rdma::
 echo "--- again with libibverbs hidden (the sysfs fallback)"
 mkdir -p /tmp/hidden-verbs
 mv /usr/lib/x86_64-linux-gnu/libibverbs.so.1* /tmp/hidden-verbs/
-RDMA_VM_NO_VERBS=1 "$BIN" --ignored --test-threads=1 verbs
+run verbs RDMA_VM_NO_VERBS=1
