@@ -72,7 +72,7 @@ pub fn owner_key(container_id: &str, ifname: &str) -> String {
 }
 
 /// The state file's content.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record {
     pub container_id: String,
@@ -139,7 +139,34 @@ pub struct Record {
     pub device_info: Option<std::path::PathBuf>,
 }
 
+/// `bus/device`, how a record keeps a link's parent device (`IFLA_PARENT_DEV_*`).
+pub fn parent_key((dev, bus): &(String, String)) -> String {
+    format!("{bus}/{dev}")
+}
+
 impl Record {
+    /// What a record says about NIC `home` as the host has it: its name, MTU, admin state,
+    /// alias, MACs, altnames, the flags a pod can flip, group, queue length, parent device,
+    /// kind and index. The attachment's own fields are the caller's.
+    pub fn of_home(home: &crate::link::LinkInfo) -> Record {
+        Record {
+            host_name: home.name.clone(),
+            host_mtu: home.mtu,
+            host_up: home.up,
+            host_alias: home.alias.clone().filter(|a| !a.is_empty()),
+            mac: home.mac.clone(),
+            perm_mac: home.perm_mac.clone(),
+            altnames: home.altnames.clone(),
+            host_flags: Some(home.flags & crate::link::POD_FLAGS),
+            host_group: Some(home.group),
+            host_txqlen: Some(home.txqlen),
+            parent: home.parent.as_ref().map(parent_key),
+            kind: home.kind.clone(),
+            host_index: home.index,
+            ..Record::default()
+        }
+    }
+
     pub fn owner(&self) -> String {
         owner_key(&self.container_id, &self.ifname)
     }

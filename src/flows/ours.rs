@@ -4,7 +4,7 @@
 //! parent device; a virtual one its kind and where it is; our alias tag is a hint only.
 
 use crate::link::{Arrival, LinkInfo, Unreadable};
-use crate::state::{Record, Tag};
+use crate::state::{Record, Tag, parent_key};
 use std::collections::HashSet;
 
 /// Where [`find_ours`] looks: the pod (any state of the NIC) or the host (only a lost NIC,
@@ -25,11 +25,6 @@ pub(super) fn is_the_nic(l: &LinkInfo, r: &Record) -> bool {
         Some(p) => perm_ok && l.parent.as_ref().map(parent_key).as_deref() == Some(p.as_str()),
         None => perm_ok && l.parent.is_none() && l.kind == r.kind,
     }
-}
-
-/// `bus/device` as the record keeps it.
-pub(super) fn parent_key((dev, bus): &(String, String)) -> String {
-    format!("{bus}/{dev}")
 }
 
 /// Records written before ADD noted the NIC's identity (host index, parent, kind): DEL falls
@@ -178,32 +173,17 @@ pub(super) fn restoration(
         );
         return None;
     }
+    // The link's own identity; the name, MTU and state its tag says; nothing the pod could
+    // have set (flags, group, queue length) is restored without a record.
     Some(Record {
-        container_id: String::new(),
-        ifname: String::new(),
-        network: String::new(),
-        netns: String::new(),
         host_name: tag.host_name.clone(),
         host_mtu: tag.host_mtu,
         host_up: tag.host_up,
         host_alias: None,
-        mac: l.mac.clone(),
-        perm_mac: l.perm_mac.clone(),
-        altnames: l.altnames.clone(),
         host_flags: None,
         host_group: None,
         host_txqlen: None,
-        parent: l.parent.as_ref().map(parent_key),
-        kind: l.kind.clone(),
-        host_index: l.index,
-        pod_index: None,
-        pci: None,
-        rdma_device: None,
-        rdma_moved: false,
-        ipam: None,
-        soft_device: None,
-        pod: None,
-        device_info: None,
+        ..Record::of_home(l)
     })
 }
 

@@ -4,7 +4,7 @@
 //! keeps them in the plan, so nothing it decided can change under it.
 
 use super::lost;
-use super::ours::{parent_key, restoration};
+use super::ours::restoration;
 use super::rdma::{self, RdmaPlan};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, Selector};
@@ -129,25 +129,8 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         ifname: env.ifname.clone(),
         network: conf.name.clone(),
         netns: env.netns.clone(),
-        host_name: home.name.clone(),
-        host_mtu: home.mtu,
-        host_up: home.up,
-        host_alias: home.alias.clone().filter(|a| !a.is_empty()),
-        mac: home.mac.clone(),
-        perm_mac: home.perm_mac.clone(),
-        altnames: home.altnames.clone(),
-        host_flags: Some(home.flags & crate::link::POD_FLAGS),
-        host_group: Some(home.group),
-        host_txqlen: Some(home.txqlen),
-        parent: home.parent.as_ref().map(parent_key),
-        kind: home.kind.clone(),
-        host_index: home.index,
-        pod_index: None,
         pci: resolved.pci.clone(),
-        rdma_device: None,
-        rdma_moved: false,
         ipam: ipam_recorded(conf),
-        soft_device: None,
         pod: env.pod(),
         device_info: match &conf.device_info_file {
             Some(p) => {
@@ -156,6 +139,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             }
             None => None,
         },
+        ..Record::of_home(&home)
     };
     if let Some(p) = &rdma {
         p.record_into(&mut record);

@@ -11,10 +11,10 @@ use crate::link::{LinkInfo, Links};
 use crate::lock;
 use crate::netns::Netns;
 use crate::node::Node;
-use crate::state::{Record, Store, Tag};
+use crate::state::{Record, Store, Tag, parent_key};
 
 use super::ours::{
-    Where, find_ours, is_orphaned_nic, legacy, parent_key, restored, tagged_by, unreadable_is_ours,
+    Where, find_ours, is_orphaned_nic, legacy, restored, tagged_by, unreadable_is_ours,
 };
 
 pub mod rdma;
