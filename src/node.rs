@@ -7,6 +7,7 @@
 //! (the environment of a CNI plugin is the runtime's, a node-level component, not the tenant's).
 
 use crate::error::{Code, Error, Result};
+use crate::rdma::identity::{format_guid, parse_guid};
 use serde::Deserialize;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -43,7 +44,9 @@ pub struct NicPolicy {
     /// Kernel drivers, `mlx5_core`, `irdma`'s `ice`, ...
     #[serde(default)]
     pub drivers: Vec<String>,
-    /// RDMA devices, `mlx5_0`.
+    /// RDMA devices by node GUID (`0200:00ff:fe00:0010`, as `rdma dev` prints it), or by name
+    /// (`mlx5_0`): a name matches only where no pod can rename devices (exclusive netns mode),
+    /// see `rdma::identity`.
     #[serde(default)]
     pub rdma_devices: Vec<String>,
 }
@@ -55,7 +58,19 @@ impl NicPolicy {
         any(&self.names, Some(nic.name))
             || any(&self.pci_addresses, nic.pci)
             || any(&self.drivers, nic.driver)
-            || any(&self.rdma_devices, nic.rdma_device)
+            || self.rdma_devices.iter().any(|e| rdma_entry_matches(e, nic))
+    }
+
+    /// `rdmaDevices` entries that name this NIC's RDMA device by a name a pod may have given
+    /// it (shared netns mode): they do not count, and the refusal says why.
+    fn untrusted_rdma_names<'a>(&'a self, nic: &NicFacts<'_>) -> Vec<&'a str> {
+        self.rdma_devices
+            .iter()
+            .filter(|e| {
+                parse_guid(e).is_none() && !nic.rdma_name_is_the_nodes && nic.rdma_device == Some(e)
+            })
+            .map(String::as_str)
+            .collect()
     }
 
     fn is_empty(&self) -> bool {
@@ -336,13 +351,26 @@ impl Default for Node {
     }
 }
 
+/// Does one `rdmaDevices` entry name this NIC's RDMA device? A node GUID by the device's GUID;
+/// a name only when no pod can have given it (`rdma::identity`).
+fn rdma_entry_matches(entry: &str, nic: &NicFacts<'_>) -> bool {
+    match parse_guid(entry) {
+        Some(g) => nic.rdma_guid == Some(g),
+        None => nic.rdma_name_is_the_nodes && nic.rdma_device == Some(entry),
+    }
+}
+
 /// What the NIC is, as far as the node policy cares.
 #[derive(Debug, Default)]
 pub struct NicFacts<'a> {
     pub name: &'a str,
     pub pci: Option<&'a str>,
     pub driver: Option<&'a str>,
+    /// Its RDMA device's name now, its node GUID, and whether that name is the node's (no pod
+    /// can rename a device: exclusive netns mode) or may be a pod's choice (shared mode).
     pub rdma_device: Option<&'a str>,
+    pub rdma_guid: Option<u64>,
+    pub rdma_name_is_the_nodes: bool,
     /// Why the node itself needs this NIC (default route, global address, bond port), if it does.
     pub uplink: Vec<String>,
 }
@@ -555,12 +583,26 @@ impl Node {
         if let Some(p) = &self.allowed_nics
             && !p.matches(nic)
         {
+            let untrusted = p.untrusted_rdma_names(nic);
             return Err(refuse(format!(
-                "it is not in allowedNics (name {}, pci {}, driver {}, rdma device {})",
+                "it is not in allowedNics (name {}, pci {}, driver {}, rdma device {}{}){}",
                 nic.name,
                 nic.pci.unwrap_or("none"),
                 nic.driver.unwrap_or("none"),
                 nic.rdma_device.unwrap_or("none"),
+                nic.rdma_guid
+                    .map(|g| format!(" node GUID {}", format_guid(g)))
+                    .unwrap_or_default(),
+                if untrusted.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; rdmaDevices {untrusted:?} matched only by name, and in the shared RDMA netns mode any pod with NET_ADMIN can rename RDMA devices (`rdma dev set`): list the device's node GUID instead{}",
+                        nic.rdma_guid
+                            .map(|g| format!(" ({})", format_guid(g)))
+                            .unwrap_or_default()
+                    )
+                },
             )));
         }
         if !nic.uplink.is_empty() {
@@ -726,6 +768,50 @@ mod tests {
             ..Node::default()
         };
         assert!(n2.admit(&nic("up0", None, &["x"])).is_ok());
+    }
+
+    #[test]
+    fn rdma_devices_policy_matches_a_node_guid_and_a_name_only_where_pods_cannot_rename() {
+        // A pod swapped two device names in shared mode: the forbidden NIC's device (GUID
+        // ...0002) is now called "rxe_ok", the name the policy allows.
+        let forbidden = |shared: bool| NicFacts {
+            name: "eth-bad",
+            rdma_device: Some("rxe_ok"),
+            rdma_guid: Some(2),
+            rdma_name_is_the_nodes: !shared,
+            ..Default::default()
+        };
+        let allowed = NicFacts {
+            name: "eth-ok",
+            rdma_device: Some("rxe_bad"),
+            rdma_guid: Some(1),
+            ..Default::default()
+        };
+        let by = |entries: &[&str]| Node {
+            allowed_nics: Some(NicPolicy {
+                rdma_devices: entries.iter().map(|e| e.to_string()).collect(),
+                ..Default::default()
+            }),
+            ..Node::default()
+        };
+        // By GUID: the names do not matter.
+        let guid = by(&["0000:0000:0000:0001"]);
+        assert!(guid.admit(&allowed).is_ok());
+        let e = guid.admit(&forbidden(true)).unwrap_err();
+        assert_eq!(e.code, Code::NotAllowed);
+        assert!(e.msg.contains("node GUID 0000:0000:0000:0002"), "{}", e.msg);
+        // By name in shared mode: the swapped name does not admit it, and the refusal says
+        // why and which GUID to list.
+        let name = by(&["rxe_ok"]);
+        let e = name.admit(&forbidden(true)).unwrap_err();
+        assert_eq!(e.code, Code::NotAllowed);
+        assert!(
+            e.msg.contains("rename") && e.msg.contains("(0000:0000:0000:0002)"),
+            "{}",
+            e.msg
+        );
+        // In exclusive mode a name is the node's.
+        assert!(name.admit(&forbidden(false)).is_ok());
     }
 
     #[test]

@@ -21,6 +21,10 @@ pub struct Nic {
     pub pci: Option<String>,
     pub driver: Option<String>,
     pub rdma_device: Option<String>,
+    /// Its RDMA device's node GUID, and whether `rdma_device` is the node's name for it (no
+    /// pod can rename devices, or its record says so) or may be a pod's (`rdma::identity`).
+    pub rdma_guid: Option<u64>,
+    pub rdma_name_is_the_nodes: bool,
     pub numa: Option<i64>,
     /// In a pod: its attachment record is in the state directory.
     pub attached: bool,
@@ -35,6 +39,8 @@ impl Nic {
             pci: self.pci.as_deref(),
             driver: self.driver.as_deref(),
             rdma_device: self.rdma_device.as_deref(),
+            rdma_guid: self.rdma_guid,
+            rdma_name_is_the_nodes: self.rdma_name_is_the_nodes,
             uplink: self.uplink.clone(),
         }
     }
@@ -113,6 +119,8 @@ pub async fn gather(
 ) -> Result<Vec<Nic>> {
     let wanted = |n: &Nic| dp.pools.iter().any(|p| p.selectors.matches(&n.facts()));
     let mut out: Vec<Nic> = Vec::new();
+    // One RDMA read for every NIC (none on a node without RDMA netlink).
+    let rdma = crate::rdma::identity::Snapshot::read()?;
     for l in host.all().await? {
         if l.name == "lo" {
             continue;
@@ -129,11 +137,24 @@ pub async fn gather(
             .as_ref()
             .filter(|(_, bus)| bus == "auxiliary")
             .map(|(dev, _)| dev.clone());
+        let id = match &rdma {
+            Some(snap) => snap.of(&crate::rdma::pair::Nic {
+                index: l.index,
+                name: &l.name,
+                mac: &l.mac,
+            })?,
+            None => None,
+        };
         let mut nic = Nic {
             id: device_id(pci.as_deref(), aux.as_deref(), &l.name),
             name,
             driver: sysfs::nic_driver(&l.name),
-            rdma_device: sysfs::rdma_of(&l.name),
+            rdma_device: id
+                .as_ref()
+                .map(|d| d.name.clone())
+                .or_else(|| sysfs::rdma_of(&l.name)),
+            rdma_guid: id.as_ref().and_then(|d| d.guid),
+            rdma_name_is_the_nodes: id.as_ref().is_none_or(|d| d.name_is_the_nodes),
             pci,
             numa: None,
             attached: false,
@@ -166,6 +187,9 @@ pub async fn gather(
             name: r.host_name.clone(),
             pci: r.pci.clone(),
             rdma_device: r.rdma_device.clone(),
+            // The name ADD recorded, read from the node when it attached the NIC.
+            rdma_guid: None,
+            rdma_name_is_the_nodes: true,
             attached: true,
             uplink: Vec::new(),
         };
@@ -205,6 +229,8 @@ mod tests {
             pci: pci.map(Into::into),
             driver: Some(driver.into()),
             rdma_device: None,
+            rdma_guid: None,
+            rdma_name_is_the_nodes: false,
             numa: None,
             attached: false,
             uplink: Vec::new(),

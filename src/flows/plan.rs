@@ -85,7 +85,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             .unwrap_or_default()
     );
     let records = store.all()?;
-    select::admit(node, &host, &resolved, selector, &records).await?;
+    select::admit(node, &host, &resolved, &records).await?;
     if pod.by_name(&env.ifname).await?.is_some() {
         return Err(Error::new(
             Code::IfnameExists,

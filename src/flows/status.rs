@@ -22,7 +22,7 @@ pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
         match select::resolve(sel, &host, &store).await {
             // A NIC back from a dead pod is ready once it has its own name again.
             Ok(r) => {
-                select::admit(node, &host, &r, sel, &store.all()?)
+                select::admit(node, &host, &r, &store.all()?)
                     .await
                     .map_err(|e| Error::new(Code::NotAvailable, format!("not ready: {}", e.msg)))?;
                 if let Some(tag) = &r.lost {
