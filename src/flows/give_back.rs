@@ -38,14 +38,20 @@ pub async fn release_attachment(
     let mut errors = Vec::new();
     let host_ns = Netns::current()?;
     let host = Links::open()?;
-    let pod_ns = Netns::open_if_alive(netns);
+    let pod_ns = Netns::open_if_alive(netns).map_err(|mut e| {
+        e.msg.push_str("; the attachment's state is kept");
+        e
+    })?;
     // The host's own netns is no pod's: acting on it would rename, re-MTU and re-MAC whatever
     // host link sits at the NIC's recorded index. Refused before anything, the state kept.
+    // So is a namespace other than the one ADD attached in (the path retargeted since).
     if let Some(ns) = &pod_ns {
-        ns.refuse_if_host().map_err(|mut e| {
-            e.msg.push_str("; the attachment's state is kept");
-            e
-        })?;
+        ns.refuse_if_host()
+            .and_then(|()| refuse_if_not_adds(ns, record))
+            .map_err(|mut e| {
+                e.msg.push_str("; the attachment's state is kept");
+                e
+            })?;
     }
     let pod = match &pod_ns {
         Some(ns) => match Links::open_in(ns) {
@@ -118,6 +124,43 @@ pub async fn release_attachment(
         store.remove(&env.container_id, &env.ifname)?;
     }
     crate::error::first_error(errors)
+}
+
+/// Refuse (4) a pod namespace that is not the one ADD attached in: the path now names
+/// another namespace (a symlink or bind mount retargeted to another pod's), where the NIC's
+/// recorded index may be anyone's link. DEL, GC and CHECK act only on the namespace ADD
+/// recorded; where that one is still reachable, the message says how.
+pub fn refuse_if_not_adds(ns: &Netns, record: Option<&Record>) -> Result<()> {
+    let Some(want) = record.and_then(|r| r.netns_id) else {
+        return Ok(());
+    };
+    let got = ns.identity()?;
+    if got == want {
+        return Ok(());
+    }
+    let still = crate::netns::others_on_node()
+        .into_iter()
+        .find(|(p, _)| {
+            std::fs::metadata(p)
+                .map(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    (m.dev(), m.ino()) == want
+                })
+                .unwrap_or(false)
+        })
+        .map(|(_, label)| format!(" (that namespace is still there: {label})"))
+        .unwrap_or_else(|| " (that namespace is not found on the node)".into());
+    Err(Error::new(
+        Code::InvalidEnv,
+        format!(
+            "CNI_NETNS {} is now network namespace {}:{}, not {}:{} where ADD attached the NIC{still}; refusing to act on another namespace's links",
+            ns.path().display(),
+            got.0,
+            got.1,
+            want.0,
+            want.1
+        ),
+    ))
 }
 
 /// Fail (11, retryable) if `r`'s NIC sits in a living network namespace the plugin can reach
@@ -532,6 +575,7 @@ pub(super) fn restoration(
         kind: l.kind.clone(),
         host_index: l.index,
         pod_index: None,
+        netns_id: None,
         pci: None,
         rdma_device: None,
         rdma_moved: false,

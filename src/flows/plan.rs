@@ -128,6 +128,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         ifname: env.ifname.clone(),
         network: conf.name.clone(),
         netns: env.netns.clone(),
+        netns_id: Some(pod_ns.identity()?),
         host_name: home.name.clone(),
         host_mtu: home.mtu,
         host_up: home.up,
