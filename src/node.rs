@@ -360,6 +360,47 @@ fn rdma_entry_matches(entry: &str, nic: &NicFacts<'_>) -> bool {
     }
 }
 
+/// Directories the plugin's own state, logs and device-info files must not be: the plugin
+/// creates, replaces and deletes files in them (DEL removes a device-info file it recorded;
+/// with `deviceInfoDir: /etc` that reached any file in /etc).
+const SYSTEM_DIRS: [&str; 22] = [
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
+    "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/var/log",
+    "/var/run",
+];
+
+/// Why `dir` cannot be one of the plugin's own directories (`stateDir`, `logDir`,
+/// `deviceInfoDir`): a NUL byte (no path has one), a system directory itself, or anything
+/// under /proc, /sys or /dev.
+fn check_own_dir(key: &str, dir: &Path) -> std::result::Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    if dir.as_os_str().as_bytes().contains(&0) {
+        return Err(format!("{key} {dir:?} contains a NUL byte"));
+    }
+    let norm: PathBuf = dir.components().collect();
+    if SYSTEM_DIRS.iter().any(|d| norm == Path::new(d)) {
+        return Err(format!(
+            "{key} {} is a system directory; the plugin creates and deletes files there: give it a directory of its own (e.g. {})",
+            dir.display(),
+            match key {
+                "stateDir" => DEFAULT_STATE_DIR,
+                "logDir" => DEFAULT_LOG_DIR,
+                _ => "/var/run/k8s.cni.cncf.io/devinfo/cni",
+            }
+        ));
+    }
+    if ["/proc", "/sys", "/dev"]
+        .iter()
+        .any(|d| norm.starts_with(d))
+    {
+        return Err(format!(
+            "{key} {} is on a kernel file system (/proc, /sys, /dev)",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
 /// What the NIC is, as far as the node policy cares.
 #[derive(Debug, Default)]
 pub struct NicFacts<'a> {
@@ -438,6 +479,14 @@ impl Node {
         if body.len() as u64 > MAX_LEN {
             return Err(bad(format!("larger than {MAX_LEN} bytes")));
         }
+        // serde reads a struct from a JSON array too, field by field (`["/x"]` set stateDir):
+        // the file is one object of named keys or nothing.
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(bad(
+                "the top level must be a JSON object ({\"stateDir\": ...}), not an array or a value"
+                    .into(),
+            ));
+        }
         let mut node: Node = serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?;
         node.source = path.display().to_string();
         for (key, dir) in [
@@ -451,6 +500,7 @@ impl Node {
                     dir.display()
                 )));
             }
+            check_own_dir(key, dir).map_err(bad)?;
         }
         crate::cdi::Memlock::parse(&node.memlock).map_err(|e| bad(e.msg))?;
         for p in &node.ipam_plugins {
@@ -675,6 +725,52 @@ mod tests {
             assert!(e.msg.contains(&p.display().to_string()), "{}", e.msg);
             let _ = std::fs::remove_file(p);
         }
+    }
+
+    #[test]
+    fn node_config_edge_cases_are_errors_that_say_what_is_wrong() {
+        for (body, says) in [
+            // serde's sequence form of a struct: `[]` was all defaults, `["/x"]` a stateDir.
+            ("[]", "top level must be a JSON object"),
+            (r#"["/tmp/rhd-state2"]"#, "top level must be a JSON object"),
+            (" \n [ ] ", "top level must be a JSON object"),
+            ("null", "top level must be a JSON object"),
+            (r#""x""#, "top level must be a JSON object"),
+            (
+                r#"{"deviceInfoDir":"/"}"#,
+                "deviceInfoDir / is a system directory",
+            ),
+            (
+                r#"{"deviceInfoDir":"/etc"}"#,
+                "deviceInfoDir /etc is a system directory",
+            ),
+            (r#"{"deviceInfoDir":"/etc/"}"#, "is a system directory"),
+            (r#"{"stateDir":"/"}"#, "stateDir / is a system directory"),
+            (r#"{"stateDir":"//var//lib"}"#, "is a system directory"),
+            (r#"{"logDir":"/proc/self"}"#, "kernel file system"),
+            (r#"{"logDir":"/dev/shm"}"#, "kernel file system"),
+            (r#"{"stateDir":"/tmp/a\u0000b"}"#, "NUL byte"),
+            (r#"{"memlock":"0"}"#, "less than one page"),
+            (r#"{"memlock":"4095"}"#, "less than one page"),
+            (r#"{"memlock":0}"#, "invalid type"),
+        ] {
+            let p = write(body);
+            let e = Node::from_file(&p, true).unwrap_err();
+            let _ = std::fs::remove_file(&p);
+            assert_eq!(e.code, Code::InvalidConfig, "{body}");
+            assert!(
+                e.msg.contains(says) && e.msg.contains(&p.display().to_string()),
+                "{body}: {}",
+                e.msg
+            );
+        }
+        // Still fine: directories of the plugin's own, an object with leading whitespace.
+        let p = write(
+            " {\"stateDir\":\"/var/lib/cni/rdma-host-device\",\"deviceInfoDir\":\"/var/run/k8s.cni.cncf.io/devinfo/cni\",\"memlock\":\"4096\"}",
+        );
+        let n = Node::from_file(&p, true);
+        let _ = std::fs::remove_file(&p);
+        n.unwrap();
     }
 
     #[test]
