@@ -182,6 +182,36 @@ impl Netns {
         ))
     }
 
+    /// Refuse (4) this namespace unless it is `want` (a recorded [`identity`](Self::identity);
+    /// `None`, from an older record: anything): the path now names another namespace (a
+    /// symlink or bind mount retargeted to another pod's), where a recorded ifindex may be
+    /// anyone's link. Where the wanted namespace is still reachable, the message says how.
+    pub fn refuse_if_not(&self, want: Option<(u64, u64)>) -> Result<()> {
+        let Some(want) = want else {
+            return Ok(());
+        };
+        let got = self.identity()?;
+        if got == want {
+            return Ok(());
+        }
+        let still = others_on_node()
+            .into_iter()
+            .find(|(p, _)| std::fs::metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == want))
+            .map(|(_, label)| format!(" (that namespace is still there: {label})"))
+            .unwrap_or_else(|| " (that namespace is not found on the node)".into());
+        Err(Error::new(
+            Code::InvalidEnv,
+            format!(
+                "CNI_NETNS {} is now network namespace {}:{}, not {}:{} where ADD attached the NIC{still}; refusing to act on another namespace's links",
+                self.path.display(),
+                got.0,
+                got.1,
+                want.0,
+                want.1
+            ),
+        ))
+    }
+
     /// Same namespace (same nsfs inode)?
     pub fn same_as(&self, other: &Netns) -> bool {
         match (self.file.metadata(), other.file.metadata()) {

@@ -126,41 +126,10 @@ pub async fn release_attachment(
     crate::error::first_error(errors)
 }
 
-/// Refuse (4) a pod namespace that is not the one ADD attached in: the path now names
-/// another namespace (a symlink or bind mount retargeted to another pod's), where the NIC's
-/// recorded index may be anyone's link. DEL, GC and CHECK act only on the namespace ADD
-/// recorded; where that one is still reachable, the message says how.
+/// Refuse (4) a pod namespace that is not the one ADD attached in (see
+/// [`Netns::refuse_if_not`]): DEL, GC and CHECK act only on the namespace ADD recorded.
 pub fn refuse_if_not_adds(ns: &Netns, record: Option<&Record>) -> Result<()> {
-    let Some(want) = record.and_then(|r| r.netns_id) else {
-        return Ok(());
-    };
-    let got = ns.identity()?;
-    if got == want {
-        return Ok(());
-    }
-    let still = crate::netns::others_on_node()
-        .into_iter()
-        .find(|(p, _)| {
-            std::fs::metadata(p)
-                .map(|m| {
-                    use std::os::unix::fs::MetadataExt;
-                    (m.dev(), m.ino()) == want
-                })
-                .unwrap_or(false)
-        })
-        .map(|(_, label)| format!(" (that namespace is still there: {label})"))
-        .unwrap_or_else(|| " (that namespace is not found on the node)".into());
-    Err(Error::new(
-        Code::InvalidEnv,
-        format!(
-            "CNI_NETNS {} is now network namespace {}:{}, not {}:{} where ADD attached the NIC{still}; refusing to act on another namespace's links",
-            ns.path().display(),
-            got.0,
-            got.1,
-            want.0,
-            want.1
-        ),
-    ))
+    ns.refuse_if_not(record.and_then(|r| r.netns_id))
 }
 
 /// Fail (11, retryable) if `r`'s NIC sits in a living network namespace the plugin can reach

@@ -275,18 +275,19 @@ print("%016x" % h)' c-clash net1)
     conf "$WORK/sw.conf" swap '"device":"nicbad"' '{}' "$(host_local 10.69.0.0/24)"
     RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/swap-node.json cni add "$WORK/sw.conf" c-sw
     expect_code 107
-    check "rdmaDevices [$policy]: the refusal names nicbad's node GUID" bash -c "grep -q '$(cat /sys/class/infiniband/rxok/node_guid)' <<<'$OUT'"
+    # (the message has quotes and parentheses: grep it from stdin, never inside bash -c)
+    check "rdmaDevices [$policy]: the refusal names nicbad's node GUID" grep -qF "$(cat /sys/class/infiniband/rxok/node_guid)" <<<"$OUT"
   done
   conf "$WORK/sw.conf" swap '"rdmaDevice":"rxok"' '{}' "$(host_local 10.69.0.0/24)"
   RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/swap-node.json cni add "$WORK/sw.conf" c-sw
   expect_code 111
-  check "rdmaDevice by name in shared mode: refused, naming the GUID to use" bash -c "grep -q 'rename' <<<'$OUT'"
+  check "rdmaDevice by name in shared mode: refused, naming the GUID to use" grep -q rename <<<"$OUT"
   # By GUID, the selector finds nicok (whose device the pod renamed rxbad) and the policy
   # admits it: what stops ADD now is only that a host rxe dies with the move (112).
   conf "$WORK/sw.conf" swap "\"rdmaDevice\":\"$GOK\"" '{}' "$(host_local 10.69.0.0/24)"
   RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/swap-node.json cni add "$WORK/sw.conf" c-sw
   expect_code 112
-  check "rdmaDevice by GUID selected nicok" bash -c "grep -q nicok <<<'$OUT'"
+  check "rdmaDevice by GUID selected nicok" grep -q "bound to nicok" <<<"$OUT"
   check "both NICs stayed on the host, no IP taken" bash -c "ip link show nicok >/dev/null && ip link show nicbad >/dev/null && test \"$(ips_left)\" = 0"
   rdma link delete rxok; rdma link delete rxbad; ip netns del p9; ip link del nicok; ip link del nicbad
 }
