@@ -17,6 +17,11 @@
 #   NODE_CONFIG  a node configuration to install (optional; the DaemonSet's ConfigMap has one):
 #                checked with `rdma-host-device node-config`, then put atomically into
 #   NODE_CONFIG_DIR  (default $HOST_ROOT/etc/rdma-host-device) as node.json
+#   CDI_SPEC     where to write the CDI spec of the node's RDMA devices (optional; the DaemonSet
+#                sets /var/run/cdi/rdma-host-device.json, a hostPath): `rdma-host-device cdi`,
+#                with the node configuration's memlock, so a runtime that reads CDI resolves
+#                rdma-host-device.io/rdma=<device> and runs the memlock hook
+#   CDI_HOOK     the hook's path as the node's runtime sees it (default /opt/cni/bin/rdma-host-device)
 #
 # It replaces the plugin atomically (copy to a temporary name in the same directory, then
 # rename), so a runtime executing the plugin during an upgrade runs the old or the new binary,
@@ -86,6 +91,16 @@ if [ -n "${NODE_CONFIG:-}" ] && [ -f "$NODE_CONFIG" ]; then
   chmod 0644 "$ntmp"
   mv -f "$ntmp" "$NODE_CONFIG_DIR/node.json"
   say "installed the node configuration $NODE_CONFIG_DIR/node.json"
+fi
+
+# The CDI spec: one device per RDMA device whose /dev/infiniband/uverbsN exists here (the
+# DaemonSet mounts the node's /dev/infiniband), the memlock hook with the node configuration's
+# limit. A spec that cannot be written fails the install: pods given CDI names would not start.
+if [ -n "${CDI_SPEC:-}" ]; then
+  cfg=${NODE_CONFIG_DIR:-${HOST_ROOT%/}/etc/rdma-host-device}/node.json
+  [ -f "$cfg" ] && export RDMA_HOST_DEVICE_NODE_CONFIG="$cfg"
+  "$DEST" cdi --out "$CDI_SPEC" --hook "${CDI_HOOK:-/opt/cni/bin/$NAME}" ||
+    fail "cannot write the CDI spec $CDI_SPEC"
 fi
 
 # What the node offers: NICs, RDMA devices, the RDMA netns mode and what it means.

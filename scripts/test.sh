@@ -16,6 +16,7 @@ for a in "$@"; do
   esac
 done
 [[ $(id -u) == 0 ]] || { echo "test: run as root (the tests create network namespaces)" >&2; exit 1; }
+export RHD_TESTS_MUST_RUN=1 # an integration test that cannot run fails, never skips (tests/common/root.rs)
 step() { printf '\n=== %s\n' "$*"; }
 
 step "setup: the plan for each set, then the test set's packages"

@@ -102,13 +102,9 @@ impl Drop for Linger {
     }
 }
 
+/// The NIC's MAC, if it has one to announce from (not all zeros).
 fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut out = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in &mut out {
-        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    (parts.next().is_none() && out != [0; 6]).then_some(out)
+    crate::link::parse_mac(s).filter(|m| *m != [0; 6])
 }
 
 fn open_packet_socket() -> std::io::Result<OwnedFd> {

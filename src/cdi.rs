@@ -147,6 +147,8 @@ pub fn spec(
         .cloned()
         .collect::<Vec<_>>();
     entries.extend(kept);
+    // By name: a device leaving for a pod (kept) or coming home changes nothing in the file.
+    entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     let rdma_cm = dev.join("infiniband/rdma_cm");
     let mut common = json!({
         "hooks": [{
@@ -179,6 +181,35 @@ pub fn write_spec(path: &Path, spec: &Value) -> Result<()> {
             format!("cannot write CDI spec {}: {e}", path.display()),
         )
     })
+}
+
+/// Bring the spec at `out` up to date with the devices now under `sysfs`/`dev` (the previous
+/// spec's entries of devices moved into pods kept, as `spec` says): written only when it
+/// changed. Returns the number of devices when it wrote, `None` when the file already said so.
+/// The device plugin calls it every discovery, so a device that appears after the DaemonSet's
+/// pod started gets its CDI name.
+pub fn refresh(
+    out: &Path,
+    sysfs: &Path,
+    dev: &Path,
+    memlock: Memlock,
+    hook: &Path,
+) -> Result<Option<usize>> {
+    let previous: Option<Value> = fs::read(out)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let spec = spec(
+        &verbs_devices(sysfs, dev),
+        dev,
+        memlock,
+        hook,
+        previous.as_ref(),
+    );
+    if previous.as_ref() == Some(&spec) {
+        return Ok(None);
+    }
+    write_spec(out, &spec)?;
+    Ok(Some(spec["devices"].as_array().map_or(0, Vec::len)))
 }
 
 /// The OCI hook: the container's process (the `pid` of the runtime's state on stdin) gets
@@ -252,6 +283,62 @@ mod tests {
         for bad in [&b"{}"[..], b"not json", br#"{"pid": 0}"#, br#"{"pid": -5}"#] {
             assert!(memlock_hook(Memlock::Unlimited, &mut &bad[..]).is_err());
         }
+    }
+
+    #[test]
+    fn refresh_writes_only_what_changed_and_follows_new_devices() {
+        let root = std::env::temp_dir().join(format!("rhd-cdi-refresh-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let (sys, dev, out) = (
+            root.join("sys"),
+            root.join("dev"),
+            root.join("cdi/spec.json"),
+        );
+        let add = |n: &str, ibdev: &str| {
+            let d = sys.join("class/infiniband_verbs").join(n);
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("ibdev"), format!("{ibdev}\n")).unwrap();
+            fs::create_dir_all(dev.join("infiniband")).unwrap();
+            fs::write(dev.join("infiniband").join(n), "").unwrap();
+        };
+        let hook = Path::new(DEFAULT_HOOK);
+        let names = || -> Vec<String> {
+            let v: Value = serde_json::from_slice(&fs::read(&out).unwrap()).unwrap();
+            v["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        add("uverbs0", "mlx5_0");
+        assert_eq!(
+            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            Some(1)
+        );
+        assert_eq!(
+            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            None
+        );
+        // A device loaded later: its name appears.
+        add("uverbs1", "mlx5_1");
+        assert_eq!(
+            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            Some(2)
+        );
+        assert_eq!(names(), ["mlx5_0", "mlx5_1"]);
+        // mlx5_0 moved into a pod (gone from this sysfs, its node still there): kept.
+        fs::remove_dir_all(sys.join("class/infiniband_verbs/uverbs0")).unwrap();
+        assert_eq!(
+            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            None
+        );
+        // A new memlock policy is a change.
+        assert_eq!(
+            refresh(&out, &sys, &dev, Memlock::Bytes(1 << 30), hook).unwrap(),
+            Some(2)
+        );
+        let _ = fs::remove_dir_all(&root);
     }
 
     #[test]

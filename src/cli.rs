@@ -2,6 +2,7 @@
 //! (`--version`, `--help`, `inspect`, `validate`). A runtime never gets here: it sets
 //! CNI_COMMAND, and main.rs sends those calls to the CNI flows.
 
+use crate::flags::Flags;
 use crate::inspect::{self, Color};
 use std::path::PathBuf;
 
@@ -33,13 +34,16 @@ network config. By hand:
       scrape and exits.
 
   rdma-host-device device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]
+                                 [--cdi-spec FILE [--cdi-hook PATH]]
       A kubelet device plugin (runs until killed): each pool of the node configuration's
       devicePlugin is an extended resource whose devices are the NICs its selectors match
       (never the node's own uplinks). Registers on DIR/kubelet.sock (default
       /var/lib/kubelet/device-plugins), again whenever the kubelet restarts; reports NUMA
       nodes and health (link, RDMA port); Allocate hands out the NICs' RDMA char devices, sets
       RDMA_HOST_DEVICE_<POOL>_IDS and RDMA_HOST_DEVICE_<POOL>_RDMA, and writes the device-info
-      files Multus reads (default /var/run/k8s.cni.cncf.io/devinfo/dp).
+      files Multus reads (default /var/run/k8s.cni.cncf.io/devinfo/dp). With --cdi-spec, it
+      also keeps that CDI spec current (as `cdi` writes it, the hook at PATH, default
+      /opt/cni/bin/rdma-host-device), so an RDMA device loaded later gets its CDI name.
 
   rdma-host-device node-config [FILE]
       The node configuration (FILE, or what the plugin reads: $RDMA_HOST_DEVICE_NODE_CONFIG or
@@ -141,18 +145,18 @@ fn cdi(args: &[String]) -> i32 {
     let mut hook = PathBuf::from(cdi::DEFAULT_HOOK);
     let mut sysfs = PathBuf::from("/sys");
     let mut dev = PathBuf::from("/dev");
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let Some(v) = it.next() else {
-            return usage_error(&format!("cdi: {a} needs a value"));
+    let mut f = Flags::new("cdi", args);
+    while let Some(flag) = f.next_flag() {
+        let parsed = match flag.as_str() {
+            "--out" => f.value().map(|v| out = PathBuf::from(v)),
+            "--memlock" => f.value().map(|v| memlock = Some(v)),
+            "--hook" => f.value().map(|v| hook = PathBuf::from(v)),
+            "--sysfs" => f.value().map(|v| sysfs = PathBuf::from(v)),
+            "--dev" => f.value().map(|v| dev = PathBuf::from(v)),
+            _ => Err(f.unknown()),
         };
-        match a.as_str() {
-            "--out" => out = PathBuf::from(v),
-            "--memlock" => memlock = Some(v.clone()),
-            "--hook" => hook = PathBuf::from(v),
-            "--sysfs" => sysfs = PathBuf::from(v),
-            "--dev" => dev = PathBuf::from(v),
-            _ => return usage_error(&format!("cdi: unknown option {a:?}")),
+        if let Err(msg) = parsed {
+            return usage_error(&msg);
         }
     }
     let limit = match memlock.map_or_else(|| crate::node::Node::load().map(|n| n.memlock), Ok) {
@@ -230,26 +234,13 @@ fn usage_error(msg: &str) -> i32 {
 
 fn inspect_options(args: &[String]) -> Result<inspect::Options, String> {
     let mut opts = inspect::Options::default();
-    let mut it = args.iter().peekable();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-            _ => (a.as_str(), None),
-        };
-        let mut value = |name: &str| {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match flag {
+    let mut f = Flags::new("inspect", args);
+    while let Some(flag) = f.next_flag() {
+        match flag.as_str() {
             "--json" => opts.json = true,
             "--watch" | "-w" => {
                 // SECS is optional: the next argument only if it is a number.
-                let secs = inline
-                    .clone()
-                    .or_else(|| it.next_if(|n| n.parse::<f64>().is_ok()).cloned());
-                let secs = match secs {
+                let secs = match f.optional_value(|n| n.parse::<f64>().is_ok()) {
                     None => 2.0,
                     Some(s) => s
                         .parse::<f64>()
@@ -260,9 +251,9 @@ fn inspect_options(args: &[String]) -> Result<inspect::Options, String> {
                 opts.watch = Some(std::time::Duration::from_secs_f64(secs));
             }
             "--all" | "-a" => opts.all = true,
-            "--state-dir" => opts.state_dir = PathBuf::from(value("--state-dir")?),
+            "--state-dir" => opts.state_dir = f.absolute_path()?,
             "--color" | "--colour" => {
-                opts.color = match value("--color")?.as_str() {
+                opts.color = match f.value()?.as_str() {
                     "auto" => Color::Auto,
                     "always" => Color::Always,
                     "never" => Color::Never,
@@ -270,7 +261,7 @@ fn inspect_options(args: &[String]) -> Result<inspect::Options, String> {
                 }
             }
             "--no-color" => opts.color = Color::Never,
-            other => return Err(format!("inspect: unknown option {other:?}")),
+            _ => return Err(f.unknown()),
         }
     }
     if !opts.state_dir.is_absolute() {

@@ -85,7 +85,7 @@ pub const TABLE: &[CodeInfo] = &[
     },
     CodeInfo {
         code: Code::TryAgain,
-        meaning: "try again later (another call holds the NIC)",
+        meaning: "try again later: another call holds the NIC; DEL: processes (named) hold the pod's software RDMA device open, or the pod's netns lives on without its path",
         action: "retried by the runtime",
     },
     CodeInfo {
@@ -130,7 +130,7 @@ pub const TABLE: &[CodeInfo] = &[
     },
     CodeInfo {
         code: Code::NotAllowed,
-        meaning: "the node policy does not allow it: handing this NIC to a pod (not in `allowedNics`, or one the node or another pod uses), or running this `ipam.type` (not in `ipamPlugins`), or a path in `ipam` outside `ipamPaths`",
+        meaning: "the node policy does not allow it: handing this NIC to a pod (not in `allowedNics`, or one the node or another pod uses, or, in exclusive mode, whose RDMA device host processes hold open: named), or running this `ipam.type` (not in `ipamPlugins`), or a path in `ipam` outside `ipamPaths`",
         action: "pick another NIC or IPAM plugin, or change the node configuration",
     },
     CodeInfo {
@@ -150,7 +150,7 @@ pub const TABLE: &[CodeInfo] = &[
     },
     CodeInfo {
         code: Code::GidTimeout,
-        meaning: "verification timed out: missing RoCE v2 GIDs (named) or a port not ACTIVE",
+        meaning: "verification timed out: missing RoCE v2 GIDs (named) or a port not ACTIVE (RoCE and iWARP alike; the message gives the netdev's carrier)",
         action: "check the link's carrier; raise `gidTimeoutMs`",
     },
     CodeInfo {

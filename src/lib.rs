@@ -11,6 +11,7 @@ pub mod device_plugin;
 pub mod error;
 pub mod fault;
 pub mod files;
+pub mod flags;
 pub mod flows;
 #[cfg(test)]
 mod fuzz;
@@ -23,10 +24,11 @@ pub mod metrics;
 #[path = "fuzz/mutate.rs"]
 pub mod mutate;
 pub mod netns;
-pub mod nexthop;
+
+pub mod netlink_sync;
 pub mod node;
 pub mod orphan;
-pub mod raw_route;
+pub mod process;
 pub mod rdma;
 pub mod select;
 pub mod state;

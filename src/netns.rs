@@ -283,8 +283,8 @@ pub fn others_on_node() -> Vec<(PathBuf, String)> {
         if let Some(i) = id(&p)
             && seen.insert(i)
         {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            out.push((p, format!("the netns of pid {pid} ({})", comm.trim())));
+            let comm = crate::process::comm(pid);
+            out.push((p, format!("the netns of pid {pid} ({comm})")));
         }
     }
     out

@@ -281,6 +281,10 @@ pub struct Node {
     /// `daemonSocketPath`, ...).
     #[serde(default = "default_ipam_paths")]
     pub ipam_paths: Vec<PathBuf>,
+    /// Exclusive mode: whether ADD may move an RDMA device that host processes hold open
+    /// (their verbs contexts are cut off). Off by default: such a NIC is refused (107).
+    #[serde(default)]
+    pub take_rdma_devices_in_use: bool,
     /// What the device plugin offers the kubelet (`rdma-host-device device-plugin`), kept as
     /// its JSON text: the CNI verbs never parse it (nor stop on a mistake in it); the device
     /// plugin and `node-config` do, through [`Node::device_plugin`].
@@ -345,6 +349,7 @@ impl Default for Node {
             memlock: default_memlock(),
             ipam_plugins: default_ipam_plugins(),
             ipam_paths: default_ipam_paths(),
+            take_rdma_devices_in_use: false,
             device_plugin_json: None,
             source: "built-in defaults".into(),
         }

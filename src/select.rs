@@ -58,7 +58,8 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
             }
         }
         Selector::KernelPath(p) => sysfs::netdevs_under(Path::new(p)),
-        Selector::Pci(id) | Selector::DeviceId(id) => sysfs::netdevs_of_bus_device(id),
+        Selector::Pci(id) => sysfs::netdevs_of_bus_device(id),
+        Selector::DeviceId(id) => netdevs_of_device_id(id)?,
         Selector::RdmaDevice(dev) => crate::rdma::pair::netdevs_of_rdma_device(dev)?,
     };
     match names.as_slice() {
@@ -109,6 +110,35 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
     Err(not_found(
         sel,
         "it is not in the host network namespace (check the name with `ip link`, or whether another pod holds it)",
+    ))
+}
+
+/// `deviceID`: what a device plugin hands out (`sysfs::device_id`), a PCI function or
+/// auxiliary-bus device, or the interface name of a virtual link (ours gives a veth its name).
+/// A name counts only where it is that link's device ID: a NIC with a bus device is known by
+/// it, so `deviceID` never reaches a hardware NIC by a name (that is `device`'s job). Either
+/// way the node policy (`admit`) judges the NIC found, as for every selector.
+fn netdevs_of_device_id(id: &str) -> Result<Vec<String>> {
+    let by_bus = sysfs::netdevs_of_bus_device(id);
+    if !by_bus.is_empty() || sysfs::is_pci_address(id) {
+        return Ok(by_bus);
+    }
+    if !Path::new("/sys/class/net").join(id).exists() {
+        return Ok(Vec::new());
+    }
+    let own = sysfs::device_id(
+        sysfs::pci_of(id).as_deref(),
+        sysfs::aux_of(id).as_deref(),
+        id,
+    );
+    if own == id {
+        return Ok(vec![id.to_owned()]);
+    }
+    Err(Error::new(
+        Code::DeviceNotFound,
+        format!(
+            "deviceID {id:?} is the name of an interface whose device ID is {own:?}: a device plugin hands out {own:?}, and a NIC with a bus device is never selected by name through deviceID (use \"device\" for a name)"
+        ),
     ))
 }
 
@@ -194,7 +224,15 @@ fn attachment_holds(r: &Record, sel: &Selector) -> bool {
     match sel {
         Selector::Name(n) => r.host_name == *n || r.altnames.contains(n),
         Selector::Mac(m) => r.mac == *m,
-        Selector::Pci(id) | Selector::DeviceId(id) => r.pci.as_deref() == Some(id.as_str()),
+        Selector::Pci(id) => r.pci.as_deref() == Some(id.as_str()),
+        Selector::DeviceId(id) => {
+            let aux = r
+                .parent
+                .as_deref()
+                .and_then(|p| p.strip_prefix("auxiliary/"));
+            r.pci.as_deref() == Some(id.as_str())
+                || sysfs::device_id(r.pci.as_deref(), aux, &r.host_name) == *id
+        }
         Selector::RdmaDevice(d) => r.rdma_device.as_deref() == Some(d.as_str()),
         Selector::KernelPath(p) => Path::new(p).file_name().is_some_and(|f| {
             r.host_name == f.to_string_lossy() || r.pci.as_deref() == Some(&*f.to_string_lossy())

@@ -47,6 +47,23 @@ pub fn netdevs_of_bus_device(id: &str) -> Vec<String> {
         .collect()
 }
 
+/// The ID a device plugin hands out for a NIC, which Multus passes to ADD as `deviceID`: its
+/// PCI function, else its auxiliary-bus device (a sub-function), else (a virtual link, which
+/// has no bus device) its interface name.
+pub fn device_id(pci: Option<&str>, aux: Option<&str>, name: &str) -> String {
+    pci.or(aux).unwrap_or(name).to_owned()
+}
+
+/// The auxiliary-bus device behind a net device (`mlx5_core.sf.2` for a sub-function).
+pub fn aux_of(ifname: &str) -> Option<String> {
+    let dev = std::fs::canonicalize(format!("/sys/class/net/{ifname}/device")).ok()?;
+    let base = dev.file_name()?.to_string_lossy().into_owned();
+    Path::new("/sys/bus/auxiliary/devices")
+        .join(&base)
+        .exists()
+        .then_some(base)
+}
+
 /// The PCI address behind a net device (through a virtio hop if there is one).
 pub fn pci_of(ifname: &str) -> Option<String> {
     let dev = std::fs::canonicalize(format!("/sys/class/net/{ifname}/device")).ok()?;
@@ -146,6 +163,21 @@ pub fn ethtool_driver(ifname: &str) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
+/// The PCI root complex (host bridge) a PCI or auxiliary device hangs off, as sysfs names it
+/// (`pci0000:3a`): devices under one root reach each other (and the GPUs there) without
+/// crossing the CPU interconnect. `None` for a device that is not under a PCI root.
+pub fn pci_root(sys: &Path, bus_id: &str) -> Option<String> {
+    let sys = std::fs::canonicalize(sys).ok()?;
+    let devices = sys.join("devices");
+    ["pci", "auxiliary"].iter().find_map(|bus| {
+        let dir =
+            std::fs::canonicalize(sys.join("bus").join(bus).join("devices").join(bus_id)).ok()?;
+        let root = dir.strip_prefix(&devices).ok()?.components().next()?;
+        let root = root.as_os_str().to_str()?;
+        root.starts_with("pci").then(|| root.to_string())
+    })
+}
+
 /// The NUMA node of a PCI function or auxiliary-bus device (`bus_id`), from `numa_node` in its
 /// sysfs directory or, for a sub-function, its nearest ancestor's; `None` when the kernel does
 /// not know (`-1`) or says nothing. `sys` is `/sys` (a fake tree in unit tests).
@@ -229,6 +261,19 @@ mod tests {
         );
         assert_eq!(numa_node(&root, "0000:00:05.0"), None, "-1 is no topology");
         assert_eq!(numa_node(&root, "veth0"), None);
+        assert_eq!(
+            pci_root(&root, "0000:3b:00.0").as_deref(),
+            Some("pci0000:3a")
+        );
+        assert_eq!(
+            pci_root(&root, "mlx5_core.sf.2").as_deref(),
+            Some("pci0000:3a")
+        );
+        assert_eq!(
+            pci_root(&root, "0000:00:05.0").as_deref(),
+            Some("pci0000:00")
+        );
+        assert_eq!(pci_root(&root, "veth0"), None);
         let _ = std::fs::remove_dir_all(&root);
     }
 

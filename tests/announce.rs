@@ -214,8 +214,7 @@ fn ipv6_with_mtu_below_1280_fails_with_7() {
             .is_some_and(|m| m.contains("IPv6 needs MTU >= 1280")),
         "{add}"
     );
-    nic.assert_home(Some(&pod), &add);
-    rig.assert_state_empty(&add);
+    rig.assert_detached(&nic, Some(&pod), &add);
     let logs = &add.stderr;
     assert!(
         !logs.contains("moved "),
@@ -234,6 +233,5 @@ fn ipv6_with_mtu_below_1280_fails_with_7() {
             .is_some_and(|m| m.contains("IPv6 needs MTU >= 1280")),
         "{add}"
     );
-    nic.assert_home(Some(&pod), &add);
-    rig.assert_state_empty(&add);
+    rig.assert_detached(&nic, Some(&pod), &add);
 }

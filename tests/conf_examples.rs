@@ -4,32 +4,19 @@
 //! into a directory on this machine (no Rust needed to run it), and the NCCL pod names a
 //! network that conf/ defines. No root needed except for the install script's chroot check.
 
+mod common;
 mod conf_yaml;
 
+use common::{PLUGIN, files_under};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-const PLUGIN: &str = env!("CARGO_BIN_EXE_rdma-host-device");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn conf_dir() -> PathBuf {
     Path::new(ROOT).join("conf")
-}
-
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(files_under(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
 }
 
 fn ext(p: &Path) -> &str {
@@ -149,22 +136,12 @@ fn cni_documents() -> Vec<(String, Value)> {
 }
 
 fn validate(doc: &Value) -> (bool, String) {
-    let mut child = Command::new(PLUGIN)
-        .args(["validate", "-"])
-        .env_remove("CNI_COMMAND")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(doc.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_stdin(
+        Command::new(PLUGIN)
+            .args(["validate", "-"])
+            .env_remove("CNI_COMMAND"),
+        doc.to_string().as_bytes(),
+    );
     (
         out.status.success(),
         format!(
@@ -296,8 +273,9 @@ fn daemonset_configmap_carries_the_install_script_verbatim() {
 }
 
 /// The device plugin runs as the DaemonSet's container with what it needs and nothing more:
-/// the kubelet's device-plugins directory, Multus' devinfo directory, the state dir and the
-/// node configuration read-only, and no privilege.
+/// the kubelet's device-plugins directory, Multus' devinfo directory, the CDI directory it
+/// keeps the spec in, the state dir, the node configuration and the node's /dev/infiniband
+/// read-only (stat only), and no privilege.
 #[test]
 fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
     let docs = documents();
@@ -315,7 +293,12 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
         .expect("a device-plugin container");
     assert_eq!(
         c["command"],
-        serde_json::json!(["/usr/local/bin/rdma-host-device", "device-plugin"])
+        serde_json::json!([
+            "/usr/local/bin/rdma-host-device",
+            "device-plugin",
+            "--cdi-spec",
+            "/var/run/cdi/rdma-host-device.json"
+        ])
     );
     assert_ne!(c["securityContext"]["privileged"], true);
     assert_eq!(
@@ -348,12 +331,15 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
         ("/var/run/k8s.cni.cncf.io/devinfo", false),
         ("/var/lib/cni/rdma-host-device", true),
         ("/etc/rdma-host-device", true),
+        ("/var/run/cdi", false),
+        ("/dev/infiniband", true),
     ] {
         assert!(
             mounts.contains(&(path.to_owned(), Some(path.to_owned()), ro)),
             "{path} from the host (read-only: {ro}): {mounts:?}"
         );
     }
+    assert_eq!(mounts.len(), 6, "nothing more: {mounts:?}");
     assert_eq!(spec["hostNetwork"], true, "it must see the host's NICs");
 }
 
@@ -532,20 +518,10 @@ fn install_script_installs_atomically_and_idempotently() {
     assert_eq!(fs::read(&dest).unwrap(), fs::read(&src).unwrap());
 
     // The installed plugin answers the CNI VERSION verb as a runtime calls it.
-    let mut child = Command::new(&dest)
-        .env("CNI_COMMAND", "VERSION")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(br#"{"cniVersion":"1.0.0"}"#)
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::output_with_stdin(
+        Command::new(&dest).env("CNI_COMMAND", "VERSION"),
+        br#"{"cniVersion":"1.0.0"}"#,
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         v["supportedVersions"]
@@ -577,9 +553,7 @@ fn install_script_installs_atomically_and_idempotently() {
 /// is this machine itself (HOST_ROOT=/, CNI_BIN_DIR under it).
 #[test]
 fn install_script_runs_the_plugin_with_the_nodes_libc() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("not root: chroot check skipped");
+    if !common::root_for("the install script's chroot check") {
         return;
     }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))

@@ -45,8 +45,7 @@ fn a_device_info_path_outside_the_nodes_dir_is_refused_and_nothing_changes() {
             m.contains("deviceInfoDir") || m.contains("not this attachment's"),
             "the message says why: {err}\n{add}"
         );
-        nic.assert_home(Some(&pod), &add);
-        rig.assert_state_empty(&add);
+        rig.assert_detached(&nic, Some(&pod), &add);
         assert!(
             !elsewhere.exists(),
             "a file was written outside deviceInfoDir\n{add}"
@@ -93,6 +92,5 @@ fn a_device_plugins_file_is_kept_by_add_and_removed_by_del() {
     let del = rig.drive("del", &file, &pod.path(), &cid, IF, &["-cap", &cap]);
     del.ok();
     assert!(!info.exists(), "DEL left the device-info file\n{del}");
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }

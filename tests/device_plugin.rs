@@ -4,7 +4,11 @@
 //! plugin's `Register`, calls `GetDevicePluginOptions`, `ListAndWatch`,
 //! `GetPreferredAllocation` and `Allocate` on the plugin's socket, and restarts like a kubelet
 //! (sockets deleted and recreated). The NICs are veths selected by name (this machine has no
-//! PCI NICs and no RDMA; char devices and NUMA are unit-tested on fake sysfs trees).
+//! PCI NICs and no RDMA; char devices and NUMA are unit-tested on fake sysfs trees; the VM's
+//! group cri-exclusive, case `allocated`, runs the same path with a real RDMA device).
+//! The whole host path is here too: the kubelet's Allocate, then ADD given the allocated
+//! device's ID as Multus passes it (`deviceID`, a veth's ID being its name), and the node
+//! policy that bounds what a tenant's own `deviceID` can reach.
 //! Needs root (veths, netns) and the venv with grpcio that scripts/setup.sh makes.
 
 mod common;
@@ -19,23 +23,6 @@ use std::time::{Duration, Instant};
 const RESOURCE: &str = "rdma-host-device.io/rail";
 const ENDPOINT: &str = "rdma-host-device-rail.sock";
 
-/// The venv's python (scripts/setup.sh: `$RHD_VENV`, default ~/.cache/rhd-venv).
-fn python() -> PathBuf {
-    let venv = std::env::var_os("RHD_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(&std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                .join(".cache/rhd-venv")
-        });
-    let py = venv.join("bin/python");
-    assert!(
-        py.exists(),
-        "{} missing: the device-plugin tests need a venv with grpcio and grpcio-tools (scripts/setup.sh makes it)",
-        py.display()
-    );
-    py
-}
-
 /// The kubelet stand-in, one JSON command a line.
 struct Kubelet {
     child: Child,
@@ -46,7 +33,7 @@ struct Kubelet {
 impl Kubelet {
     fn start(dir: &Path) -> Kubelet {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/device_plugin/kubelet.py");
-        let mut child = Command::new(python())
+        let mut child = Command::new(venv_python())
             .arg(script)
             .arg(dir)
             // Generated once, atomically (kubelet.py renames them into place), shared by runs.
@@ -442,4 +429,150 @@ fn without_a_device_plugin_section_it_refuses_to_start_and_says_why() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("no devicePlugin"), "{err}");
+}
+
+/// The config Multus hands the plugin for a NAD annotated with our resource name: the device
+/// the kubelet allocated to the pod as `deviceID` and `pciBusID` (the same value), and as
+/// `runtimeConfig.deviceID` (the `deviceID` capability).
+fn as_multus_passes(rig: &Rig, id: &str) -> Value {
+    let mut c = rig.conf("1.0.0", json!({"deviceID": id, "pciBusID": id}));
+    c["capabilities"] = json!({"deviceID": true});
+    c["runtimeConfig"] = json!({"deviceID": id});
+    c
+}
+
+#[test]
+fn the_kubelets_allocation_reaches_add_as_multus_device_id_and_that_nic_lands_in_the_pod() {
+    let (rig, sockets, devinfo) = world(&[]);
+    let (a, b) = (rig.nic(0), rig.nic(1));
+    let (pod, other) = (rig.netns(0), rig.netns(1));
+    rig.set_node(json!({"devicePlugin": {"pools": [
+        {"resourceName": RESOURCE, "selectors": {"names": [a.name, b.name]}}
+    ]}}));
+    let mut k = Kubelet::start(sockets.path());
+    let plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
+    registered(&mut k, 1, &plugin);
+    k.ask(json!({"cmd": "watch", "resource": RESOURCE}));
+    devices(
+        &mut k,
+        json!({&a.name: "Healthy", &b.name: "Healthy"}),
+        5.0,
+        &plugin,
+    );
+
+    // The kubelet picks one device for the pod's request and allocates it.
+    let p = k.ask(json!({"cmd": "preferred", "resource": RESOURCE,
+        "available": [a.name, b.name], "size": 1}));
+    let id = p["ids"][0][0]
+        .as_str()
+        .expect("a preferred device")
+        .to_owned();
+    let r = k.ask(json!({"cmd": "allocate", "resource": RESOURCE, "containers": [[id]]}));
+    assert_eq!(
+        r["responses"][0]["envs"]["RDMA_HOST_DEVICE_RAIL_IDS"],
+        id.as_str(),
+        "{r}"
+    );
+    let (mine, free) = if id == a.name { (&a, &b) } else { (&b, &a) };
+
+    // Multus passes that ID to ADD: the allocated NIC, and only it, goes into the pod.
+    let conf = as_multus_passes(&rig, &id);
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), "net1", &[]);
+    let result = add.ok();
+    assert_eq!(result["interfaces"][0]["name"], "net1", "{add}");
+    assert_eq!(result["interfaces"][0]["mac"], mine.mac.as_str(), "{add}");
+    assert!(
+        link(Some(&pod.name), "net1").is_some_and(|l| l.mac == mine.mac),
+        "the allocated NIC is the pod's net1\n{add}"
+    );
+    assert!(mine.on_host().is_none(), "{add}");
+    assert!(free.on_host().is_some(), "the other NIC stays home\n{add}");
+    // In the pod, it stays Healthy; a second pod's ADD with the same deviceID is refused.
+    std::thread::sleep(Duration::from_millis(600));
+    devices(&mut k, json!({&id: "Healthy"}), 1.0, &plugin);
+    let again = rig.call("ADD", &conf, &other.path(), &rig.cid(1), "net1", &[]);
+    let e = again.err_code(102);
+    assert!(
+        e["msg"].as_str().unwrap_or("").contains(&rig.cid(0)),
+        "busy names the pod holding it\n{again}"
+    );
+    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[])
+        .ok();
+    mine.assert_home(Some(&pod), &"after DEL");
+}
+
+#[test]
+fn a_tenants_device_id_reaches_no_nic_the_node_policy_refuses_nor_a_hardware_nic_by_its_name() {
+    let rig = Rig::new();
+    let (a, c) = (rig.nic(0), rig.nic(1));
+    let pod = rig.netns(0);
+    // The node allows `a` only (its pool would hold `a` only, whatever the pool's selectors).
+    rig.set_node(json!({
+        "allowedNics": {"names": [a.name]},
+        "devicePlugin": {"pools": [
+            {"resourceName": RESOURCE, "selectors": {"names": [a.name, c.name]}}
+        ]}
+    }));
+    // A NAD that writes `c`'s ID itself, as if the kubelet had allocated it: 107.
+    let add = rig.call(
+        "ADD",
+        &as_multus_passes(&rig, &c.name),
+        &pod.path(),
+        &rig.cid(0),
+        "net1",
+        &[],
+    );
+    let e = add.err_code(107);
+    assert!(
+        e["msg"].as_str().unwrap_or("").contains("allowedNics"),
+        "{add}"
+    );
+    c.assert_home(Some(&pod), &add);
+    // A name that is no interface: not found (100), nothing changed.
+    let add = rig.call(
+        "ADD",
+        &as_multus_passes(&rig, "rhdnosuch0"),
+        &pod.path(),
+        &rig.cid(0),
+        "net1",
+        &[],
+    );
+    add.err_code(100);
+    // A NIC with a PCI function is known by its PCI address: its name is no deviceID (a
+    // device plugin never hands it out), so `deviceID: eth0` reaches nothing. Only on a
+    // machine that has such a NIC (the build machines have a virtio one).
+    let hardware = std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find_map(|n| rdma_host_device::sysfs::pci_of(&n).map(|pci| (n, pci)));
+    match hardware {
+        Some((name, pci)) => {
+            let add = rig.call(
+                "ADD",
+                &rig.conf("1.0.0", json!({"deviceID": name})),
+                &pod.path(),
+                &rig.cid(0),
+                "net1",
+                &[],
+            );
+            let e = add.err_code(100);
+            assert!(
+                e["msg"].as_str().unwrap_or("").contains(&pci),
+                "the error names the NIC's device ID\n{add}"
+            );
+            assert!(
+                link(None, &name).is_some(),
+                "{name} is still on the host\n{add}"
+            );
+        }
+        None => eprintln!("no NIC with a PCI function here: the hardware-name case is skipped"),
+    }
+    // And the allowed NIC by its ID: attached.
+    let conf = as_multus_passes(&rig, &a.name);
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), "net1", &[])
+        .ok();
+    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[])
+        .ok();
+    a.assert_home(Some(&pod), &"after DEL");
 }

@@ -216,8 +216,7 @@ fn dhcp_lease_is_released_on_del() {
 
     let del = rig.drive("del", &path, &pod.path(), &cid, "net1", &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &logs(&del));
-    rig.assert_state_empty(&logs(&del));
+    rig.assert_detached(&nic, Some(&pod), &logs(&del));
     let released = eventually(5, || {
         read_log().contains(&format!("DHCPRELEASE({}) {ip_only} ", nic.peer)) && !leased()
     });

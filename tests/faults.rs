@@ -11,54 +11,25 @@
 mod common;
 
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
-/// One pod, one NIC, host-local IPAM.
-struct World {
-    rig: Rig,
-    nic: Veth,
-    pod: Netns,
-    cid: String,
-    /// CNI_IFNAME: unique per test, since a "refunded" NIC lands on the shared host under it.
-    ifname: String,
-    conf: Value,
+/// The tests' one attachment: NIC 0 in pod 0 of a [`World`], cniVersion 1.0.0.
+fn world() -> World {
+    World::new("1.0.0", 1, 1)
 }
 
 impl World {
-    fn new() -> World {
-        let rig = Rig::new();
-        let nic = rig.nic(0);
-        let pod = rig.netns(0);
-        let cid = rig.cid(0);
-        let mut conf = rig.conf("1.0.0", json!({"device": nic.name, "mtu": 1400}));
-        conf["ipam"] = rig.host_local_ipam();
-        World {
-            ifname: format!("pod{}x{}", tag(), rig.n),
-            rig,
-            nic,
-            pod,
-            cid,
-            conf,
-        }
-    }
-
-    fn call(&self, cmd: &str, fault: Option<&str>) -> RunOut {
+    /// `cmd` for the one attachment, with `fault` injected (`RHD_FAULT`).
+    fn at(&self, cmd: &str, fault: Option<&str>) -> RunOut {
         let extra: Vec<(&str, &str)> = fault.map(|f| ("RHD_FAULT", f)).into_iter().collect();
-        self.rig.call(
-            cmd,
-            &self.conf,
-            &self.pod.path(),
-            &self.cid,
-            &self.ifname,
-            &extra,
-        )
+        self.call(cmd, 0, 0, &extra)
     }
 
     /// Everything as before the first ADD: NIC home with name and MTU, pod empty, no IP
     /// allocated, no state file (lock files included).
     fn assert_clean(&self, ctx: &dyn std::fmt::Display) {
-        self.nic.assert_home(Some(&self.pod), ctx);
-        let left: Vec<String> = links(Some(&self.pod.name))
+        self.nics[0].assert_home(Some(&self.pods[0]), ctx);
+        let left: Vec<String> = links(Some(&self.pods[0].name))
             .into_iter()
             .map(|l| l.name)
             .filter(|n| n != "lo")
@@ -67,7 +38,7 @@ impl World {
         let a = self.rig.allocations(&self.rig.net_name());
         assert!(a.is_empty(), "IP still allocated: {a:?}\n{ctx}");
         self.rig.assert_state_empty(ctx);
-        let host = link(None, &self.nic.name).unwrap();
+        let host = link(None, &self.nics[0].name).unwrap();
         assert!(
             host.alias
                 .as_deref()
@@ -79,24 +50,24 @@ impl World {
 
     /// The NIC is in the pod as CNI_IFNAME with an address.
     fn assert_attached(&self, ctx: &dyn std::fmt::Display) {
-        let l = link(Some(&self.pod.name), &self.ifname).unwrap_or_else(|| {
+        let l = link(Some(&self.pods[0].name), &self.ifname).unwrap_or_else(|| {
             panic!(
                 "pod has no {}\n{}\n{ctx}",
                 self.ifname,
-                dump(Some(&self.pod.name))
+                dump(Some(&self.pods[0].name))
             )
         });
-        assert_eq!(l.mac, self.nic.mac, "wrong NIC in the pod\n{ctx}");
+        assert_eq!(l.mac, self.nics[0].mac, "wrong NIC in the pod\n{ctx}");
         assert_eq!(l.mtu, 1400, "MTU in the pod\n{ctx}");
         assert_eq!(l.addrs.len(), 1, "pod addresses {:?}\n{ctx}", l.addrs);
     }
 
     /// A fresh ADD and DEL work, leaving everything clean.
     fn assert_usable(&self) {
-        let add = self.call("ADD", None);
+        let add = self.at("ADD", None);
         add.ok();
         self.assert_attached(&add);
-        let del = self.call("DEL", None);
+        let del = self.at("DEL", None);
         del.ok();
         self.assert_clean(&del);
     }
@@ -105,19 +76,19 @@ impl World {
 // ---------------------------------------------------------------- ADD killed
 
 fn add_killed_at(point: &str) {
-    let w = World::new();
+    let w = world();
     let fault = format!("{point}:kill");
-    let add = w.call("ADD", Some(&fault));
+    let add = w.at("ADD", Some(&fault));
     assert!(add.killed(), "ADD was not killed at {point}\n{add}");
     assert!(
         add.stdout.is_empty(),
         "a killed plugin prints nothing\n{add}"
     );
     // The runtime saw ADD fail: it calls DEL (maybe more than once).
-    let del = w.call("DEL", None);
+    let del = w.at("DEL", None);
     del.ok();
     w.assert_clean(&del);
-    w.call("DEL", None).ok();
+    w.at("DEL", None).ok();
     w.assert_usable();
 }
 
@@ -149,11 +120,11 @@ fn add_killed_before_result() {
 /// Killed while rolling back an ADD that failed late: at each undo step in turn.
 #[test]
 fn add_killed_during_rollback() {
-    let w = World::new();
+    let w = world();
     let mut n = 1;
     loop {
         let fault = format!("add:after-addresses:error,add:undo:kill@{n}");
-        let add = w.call("ADD", Some(&fault));
+        let add = w.at("ADD", Some(&fault));
         if !add.killed() {
             // Past the last undo step: the rollback finished by itself.
             assert!(n > 2, "rollback has fewer steps than expected ({n})\n{add}");
@@ -161,7 +132,7 @@ fn add_killed_during_rollback() {
             w.assert_clean(&add);
             break;
         }
-        let del = w.call("DEL", None);
+        let del = w.at("DEL", None);
         del.ok();
         w.assert_clean(&del);
         n += 1;
@@ -173,8 +144,8 @@ fn add_killed_during_rollback() {
 // ---------------------------------------------------------------- ADD fails or panics
 
 fn add_fails_at(point: &str) {
-    let w = World::new();
-    let add = w.call("ADD", Some(&format!("{point}:error")));
+    let w = world();
+    let add = w.at("ADD", Some(&format!("{point}:error")));
     let e = add.one_error();
     assert!(
         e["msg"].as_str().unwrap().contains("injected fault"),
@@ -182,13 +153,13 @@ fn add_fails_at(point: &str) {
     );
     // The rollback alone restored everything.
     w.assert_clean(&add);
-    w.call("DEL", None).ok();
+    w.at("DEL", None).ok();
     w.assert_usable();
 }
 
 fn add_panics_at(point: &str) {
-    let w = World::new();
-    let add = w.call("ADD", Some(&format!("{point}:panic")));
+    let w = world();
+    let add = w.at("ADD", Some(&format!("{point}:panic")));
     let e = add.one_error();
     assert_eq!(e["code"], 999, "a panic is error 999\n{add}");
     assert_eq!(e["cniVersion"], "1.0.0", "in the config's version\n{add}");
@@ -197,7 +168,7 @@ fn add_panics_at(point: &str) {
         "{add}"
     );
     w.assert_clean(&add);
-    w.call("DEL", None).ok();
+    w.at("DEL", None).ok();
     w.assert_usable();
 }
 
@@ -232,11 +203,11 @@ fn add_panic_at_each_boundary_prints_999_and_rolls_back() {
 // ---------------------------------------------------------------- DEL killed, failing, panicking
 
 fn del_faulted_at(point: &str, action: &str) {
-    let w = World::new();
-    let add = w.call("ADD", None);
+    let w = world();
+    let add = w.at("ADD", None);
     add.ok();
     w.assert_attached(&add);
-    let del = w.call("DEL", Some(&format!("{point}:{action}")));
+    let del = w.at("DEL", Some(&format!("{point}:{action}")));
     match action {
         "kill" => assert!(del.killed(), "DEL was not killed at {point}\n{del}"),
         "panic" => assert_eq!(del.one_error()["code"], 999, "{del}"),
@@ -245,7 +216,7 @@ fn del_faulted_at(point: &str, action: &str) {
         }
     }
     // The runtime retries DEL until it succeeds.
-    let again = w.call("DEL", None);
+    let again = w.at("DEL", None);
     again.ok();
     w.assert_clean(&again);
     w.assert_usable();
@@ -283,17 +254,16 @@ fn del_panic_prints_999() {
 /// returns it, is recognised and restored by the next ADD.
 #[test]
 fn add_killed_then_pod_force_deleted() {
-    let _serial = lost_nic_lock();
-    let w = World::new();
-    let add = w.call("ADD", Some("add:after-ipam:kill"));
+    let w = World::losing("1.0.0", 1, 1);
+    let add = w.at("ADD", Some("add:after-ipam:kill"));
     assert!(add.killed(), "{add}");
-    kill_netns_refunding(&w.pod, &w.ifname);
-    let del = w.call("DEL", None);
+    kill_netns_refunding(&w.pods[0], &w.ifname);
+    let del = w.at("DEL", None);
     del.ok();
     let a = w.rig.allocations(&w.rig.net_name());
     assert!(a.is_empty(), "IP leaked: {a:?}\n{del}");
     w.rig.assert_state_empty(&del);
-    w.nic.assert_home(None, &del);
+    w.nics[0].assert_home(None, &del);
 }
 
 // ---------------------------------------------------------------- killed inside the state write
@@ -303,13 +273,13 @@ impl World {
     fn temp_file(&self) -> std::path::PathBuf {
         self.rig
             .state_dir()
-            .join(format!("{}:{}.json.tmp", self.cid, self.ifname))
+            .join(format!("{}:{}.json.tmp", self.cid(0), self.ifname))
     }
 
     /// ADD killed between writing the state's temp file and renaming it: the temp file is
     /// left, and no state file.
     fn add_killed_mid_state_write(&self) {
-        let add = self.call("ADD", Some("state:before-rename:kill"));
+        let add = self.at("ADD", Some("state:before-rename:kill"));
         assert!(
             add.killed(),
             "ADD was not killed inside the state write\n{add}"
@@ -328,9 +298,9 @@ impl World {
 /// DEL removes the temp file a killed ADD left: nothing of the attachment survives.
 #[test]
 fn add_killed_mid_state_write_then_del_leaves_nothing() {
-    let w = World::new();
+    let w = world();
     w.add_killed_mid_state_write();
-    let del = w.call("DEL", None);
+    let del = w.at("DEL", None);
     del.ok();
     w.assert_clean(&del);
     w.assert_usable();
@@ -339,13 +309,11 @@ fn add_killed_mid_state_write_then_del_leaves_nothing() {
 /// The next ADD of the attachment removes it too, even one that fails before writing state.
 #[test]
 fn add_killed_mid_state_write_then_failing_add_removes_temp() {
-    let w = World::new();
+    let w = world();
     w.add_killed_mid_state_write();
-    let mut conf = w.conf.clone();
+    let mut conf = w.conf(0);
     conf["device"] = json!(format!("nx{}x{}", tag(), w.rig.n));
-    let add = w
-        .rig
-        .call("ADD", &conf, &w.pod.path(), &w.cid, &w.ifname, &[]);
+    let add = w.call_with("ADD", &conf, 0, &[]);
     add.err_code(100);
     assert!(
         !w.temp_file().exists(),

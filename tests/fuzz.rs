@@ -126,8 +126,7 @@ fn panic_prints_valid_error_json() {
         assert_eq!(e["cniVersion"], version, "{out}");
         assert!(e["msg"].as_str().unwrap().contains("bug"), "{out}");
         assert_eq!(out.stdout.lines().count(), 1, "one JSON object only\n{out}");
-        nic.assert_home(Some(&pod), &out);
-        rig.assert_state_empty(&out);
+        rig.assert_detached(&nic, Some(&pod), &out);
     }
 }
 

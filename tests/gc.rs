@@ -1,77 +1,24 @@
-//! GC (CNI 1.1.0) on a node where some things cannot be cleaned: it must clean everything else,
-//! report every failure (the first as the error, the others in its details), leave valid
-//! attachments and attachments another call is working on alone, and finish the job on a later
-//! GC once the obstacle is gone. Needs root.
+//! GC (CNI 1.1.0): it releases the attachments the runtime no longer lists and restores NICs
+//! lost to dead pods (with or without their record), and leaves valid attachments and
+//! attachments another call is working on alone. On a node where some things cannot be
+//! cleaned it must clean everything else, report every failure (the first as the error, the
+//! others in its details), and finish the job on a later GC once the obstacle is gone. Needs
+//! root.
 
 mod common;
 
 use common::*;
 use rdma_host_device::state::owner_key;
-use serde_json::{Value, json};
 use std::os::fd::AsRawFd;
 
-struct World {
-    rig: Rig,
-    nics: Vec<Veth>,
-    pods: Vec<Netns>,
-    ifname: String,
-    /// Declared last, so dropped last: see `lost_nic_lock`.
-    _serial: std::fs::File,
+/// NIC `i` goes to pod `i`; configs of cniVersion 1.1.0 (GC's).
+fn world(n: u32) -> World {
+    World::losing("1.1.0", n, n)
 }
 
 impl World {
-    fn new(n: u32) -> World {
-        let serial = lost_nic_lock();
-        let rig = Rig::new();
-        let nics = (0..n).map(|i| rig.nic(i)).collect();
-        let pods = (0..n).map(|i| rig.netns(i)).collect();
-        World {
-            _serial: serial,
-            ifname: format!("gc{}x{}", tag(), rig.n),
-            rig,
-            nics,
-            pods,
-        }
-    }
-
-    fn conf(&self, i: usize) -> Value {
-        let mut c = self
-            .rig
-            .conf("1.1.0", json!({"device": self.nics[i].name, "mtu": 1400}));
-        c["ipam"] = self.rig.host_local_ipam();
-        c
-    }
-
-    fn cid(&self, i: usize) -> String {
-        self.rig.cid(i as u32)
-    }
-
-    fn call(&self, cmd: &str, i: usize, extra: &[(&str, &str)]) -> RunOut {
-        self.rig.call(
-            cmd,
-            &self.conf(i),
-            &self.pods[i].path(),
-            &self.cid(i),
-            &self.ifname,
-            extra,
-        )
-    }
-
     fn add(&self, i: usize) {
-        self.call("ADD", i, &[]).ok();
-    }
-
-    fn gc(&self, valid: &[usize], extra: &[(&str, &str)]) -> RunOut {
-        let mut c = self.conf(0);
-        c["cni.dev/valid-attachments"] = valid
-            .iter()
-            .map(|&i| json!({"containerID": self.cid(i), "ifname": self.ifname}))
-            .collect();
-        self.rig.call("GC", &c, "", "", "", extra)
-    }
-
-    fn attached(&self, i: usize) -> bool {
-        link(Some(&self.pods[i].name), &self.ifname).is_some_and(|l| l.mac == self.nics[i].mac)
+        self.call("ADD", i, i, &[]).ok();
     }
 
     fn has_record(&self, i: usize) -> bool {
@@ -103,7 +50,7 @@ fn error_text(out: &RunOut) -> String {
 fn gc_keeps_going_past_errors_and_reports_them_all() {
     // 0, 2: stale, cleanable. 1: stale, but its NIC's name is taken on the host meanwhile.
     // 3: lost on the host, its name taken too. 4: valid.
-    let w = World::new(5);
+    let w = world(5);
     for i in 0..5 {
         w.add(i);
     }
@@ -111,7 +58,7 @@ fn gc_keeps_going_past_errors_and_reports_them_all() {
     let squat1 = Veth::new(&w.nics[1].name, &w.rig.peer_name(11), 1500);
     let squat3 = Veth::new(&w.nics[3].name, &w.rig.peer_name(13), 1500);
 
-    let gc = w.gc(&[4], &[]);
+    let gc = w.gc(&w.attachments(&[4]), &[]);
     let text = error_text(&gc);
     for (what, name) in [("stale 1", &w.nics[1].name), ("lost 3", &w.nics[3].name)] {
         assert!(
@@ -126,25 +73,28 @@ fn gc_keeps_going_past_errors_and_reports_them_all() {
     w.assert_released(0, &gc);
     w.assert_released(2, &gc);
     assert!(
-        w.attached(1) && w.has_record(1),
+        w.attached(1, 1) && w.has_record(1),
         "1 must stay as it was\n{gc}"
     );
     assert!(
         link(None, &w.ifname).is_some_and(|l| l.mac == w.nics[3].mac),
         "3 must stay lost\n{gc}"
     );
-    assert!(w.attached(4) && w.has_record(4), "GC touched valid 4\n{gc}");
+    assert!(
+        w.attached(4, 4) && w.has_record(4),
+        "GC touched valid 4\n{gc}"
+    );
 
     // The obstacles go; the next GC finishes the job.
     drop(squat1);
     drop(squat3);
-    let gc = w.gc(&[4], &[]);
+    let gc = w.gc(&w.attachments(&[4]), &[]);
     gc.ok();
     w.assert_released(1, &gc);
     w.nics[3].assert_home(None, &gc);
     assert!(link(None, &w.ifname).is_none(), "{gc}");
-    assert!(w.attached(4), "GC touched valid 4\n{gc}");
-    let del = w.call("DEL", 4, &[]);
+    assert!(w.attached(4, 4), "GC touched valid 4\n{gc}");
+    let del = w.call("DEL", 4, 4, &[]);
     del.ok();
     w.assert_released(4, &del);
     w.rig.assert_state_empty(&del);
@@ -153,7 +103,7 @@ fn gc_keeps_going_past_errors_and_reports_them_all() {
 #[test]
 fn gc_injected_failures_do_not_stop_it() {
     // Two stale attachments and two lost NICs; the first of each kind fails.
-    let w = World::new(4);
+    let w = world(4);
     let lost_if = format!("gl{}x{}", tag(), w.rig.n);
     for i in 0..2 {
         w.add(i);
@@ -231,11 +181,11 @@ fn gc_injected_failures_do_not_stop_it() {
 /// own GC then releases both.
 #[test]
 fn gc_of_one_network_touches_nothing_of_another() {
-    let w = World::new(3);
+    let w = world(3);
     let net_b = format!("{}-b", w.rig.net_name());
     let conf_b = |i: usize| {
         let mut c = w.conf(i);
-        c["name"] = json!(net_b);
+        c["name"] = serde_json::json!(net_b);
         c
     };
     // 0: network A. 1, 2: network B; 2's pod dies and its NIC is lost on the host.
@@ -262,7 +212,7 @@ fn gc_of_one_network_touches_nothing_of_another() {
     gc.ok();
     w.assert_released(0, &gc);
     assert!(
-        w.attached(1) && w.has_record(1),
+        w.attached(1, 1) && w.has_record(1),
         "GC of network A released network B's attachment 1\n{gc}"
     );
     assert!(
@@ -276,7 +226,7 @@ fn gc_of_one_network_touches_nothing_of_another() {
     );
 
     let mut c = conf_b(0);
-    c["cni.dev/valid-attachments"] = json!([]);
+    c["cni.dev/valid-attachments"] = serde_json::json!([]);
     let gc = w.rig.call("GC", &c, "", "", "", &[]);
     gc.ok();
     w.nics[1].assert_home(Some(&w.pods[1]), &gc);
@@ -289,7 +239,7 @@ fn gc_of_one_network_touches_nothing_of_another() {
 /// attachments before it finishes) is left alone; the next GC takes it.
 #[test]
 fn gc_skips_attachment_busy_with_another_call() {
-    let w = World::new(2);
+    let w = world(2);
     w.add(0);
     w.add(1);
     let lock = w.rig.state_dir().join(format!(
@@ -303,14 +253,14 @@ fn gc_skips_attachment_busy_with_another_call() {
     let gc = w.gc(&[], &[]);
     gc.ok();
     assert!(
-        w.attached(0) && w.has_record(0),
+        w.attached(0, 0) && w.has_record(0),
         "GC took a busy attachment\n{gc}"
     );
     w.assert_released(1, &gc);
     // And DEL of that attachment waits for the lock (bounded), then says "try again".
-    let del = w.call("DEL", 0, &[("RHD_LOCK_TIMEOUT_MS", "200")]);
+    let del = w.call("DEL", 0, 0, &[("RHD_LOCK_TIMEOUT_MS", "200")]);
     assert_eq!(del.one_error()["code"], 11, "{del}");
-    assert!(w.attached(0), "{del}");
+    assert!(w.attached(0, 0), "{del}");
     drop(f);
     std::fs::remove_file(&lock).unwrap();
     let gc = w.gc(&[], &[]);
@@ -324,14 +274,14 @@ fn gc_skips_attachment_busy_with_another_call() {
 /// another call holds the attachment (it may be writing that file right now).
 #[test]
 fn gc_removes_temp_files_left_by_killed_writes() {
-    let w = World::new(2);
+    let w = world(2);
     let temp = |i: usize| {
         w.rig
             .state_dir()
             .join(format!("{}:{}.json.tmp", w.cid(i), w.ifname))
     };
     for i in 0..2 {
-        let add = w.call("ADD", i, &[("RHD_FAULT", "state:before-rename:kill")]);
+        let add = w.call("ADD", i, i, &[("RHD_FAULT", "state:before-rename:kill")]);
         assert!(
             add.killed(),
             "ADD {i} was not killed inside the state write\n{add}"
@@ -348,7 +298,7 @@ fn gc_removes_temp_files_left_by_killed_writes() {
     // SAFETY: flock on our own fd.
     assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
     // 1 is listed as valid (the runtime may still think the ADD is running): still garbage.
-    let gc = w.gc(&[1], &[]);
+    let gc = w.gc(&w.attachments(&[1]), &[]);
     gc.ok();
     assert!(
         temp(0).exists(),
@@ -362,4 +312,37 @@ fn gc_removes_temp_files_left_by_killed_writes() {
     for i in 0..2 {
         w.nics[i].assert_home(Some(&w.pods[i]), &gc);
     }
+}
+
+// ---------------------------------------------------------------- lost NICs (tests/lost_nic.rs)
+
+#[test]
+fn gc_restores_lost_nic_of_stale_attachment() {
+    let w = World::losing("1.0.0", 1, 1);
+    w.attach_and_lose(0, 0);
+    let gc = w.gc(&[], &[]);
+    gc.ok();
+    w.assert_restored_released(0, &gc);
+}
+
+#[test]
+fn gc_restores_lost_nic_without_record() {
+    let w = World::losing("1.0.0", 1, 1);
+    w.lose_after_del(0, 0);
+    // Some other attachment is valid; this NIC's is not.
+    let gc = w.gc(&[("someone-else".into(), "net1".into())], &[]);
+    gc.ok();
+    w.assert_restored_released(0, &gc);
+}
+
+#[test]
+fn gc_leaves_lost_nic_of_valid_attachment_to_its_del() {
+    let w = World::losing("1.0.0", 1, 1);
+    w.attach_and_lose(0, 0);
+    let gc = w.gc(&w.attachments(&[0]), &[]);
+    gc.ok();
+    w.assert_lost(0, &gc);
+    let del = w.call("DEL", 0, 0, &[]);
+    del.ok();
+    w.assert_restored_released(0, &del);
 }

@@ -357,8 +357,7 @@ fn del_naming_the_hosts_own_netns_is_refused_and_keeps_the_state() {
         .ok();
     let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 /// The netns path ADD was given is a symlink the runtime (or whoever controls it) retargets
@@ -468,8 +467,7 @@ fn a_long_container_id_attaches_and_detaches() {
     again.err_code(102);
     let del = rig.call("DEL", &conf, &pod.path(), &cid, IF, &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
     // ADD still validates the ID.
     let bad = format!("{cid}/x");
     rig.call("ADD", &conf, &pod.path(), &bad, IF, &[])
@@ -568,8 +566,7 @@ fn del_whose_netns_path_is_gone_while_the_netns_lives_on_keeps_the_ip_and_the_st
     let rig = Rig::new();
     let nic = rig.nic(0);
     let pod = rig.netns(0);
-    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
-    conf["ipam"] = rig.host_local_ipam();
+    let conf = rig.host_local_conf("1.0.0", json!({"device": nic.name}));
     rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
         .ok();
     // A process in the pod holds the netns; then the path goes.
@@ -684,8 +681,7 @@ fn a_nic_renamed_in_the_pod_to_a_name_that_is_not_utf8_still_comes_home() {
     ]);
     let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 /// A netns standing in for the node's own, for the tests that leave a link with a name that is
@@ -719,7 +715,6 @@ impl Node {
 
     /// The plugin, called as `rig.call` does, but inside this node's netns.
     fn call(&self, rig: &Rig, cmd: &str, conf: &Value, netns: &str, cid: &str) -> RunOut {
-        use std::io::Write;
         let version = conf["cniVersion"].as_str().unwrap_or("1.0.0");
         let mut c = std::process::Command::new("ip");
         c.args(["netns", "exec", &self.ns.name])
@@ -729,17 +724,8 @@ impl Node {
             .env("CNI_NETNS", netns)
             .env("CNI_IFNAME", IF)
             .env("CNI_PATH", rig.cni_path(version))
-            .env(NODE_CONFIG_ENV, rig.node_config())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = c.spawn().expect("spawn the plugin in the node netns");
-        let _ = child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(&serde_json::to_vec(conf).unwrap());
-        let out = child.wait_with_output().unwrap();
+            .env(NODE_CONFIG_ENV, rig.node_config());
+        let out = output_with_stdin(&mut c, &serde_json::to_vec(conf).unwrap());
         RunOut {
             what: format!(
                 "{cmd} {cid} in node {} for {netns:?}\n  conf {conf}",

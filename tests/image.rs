@@ -20,10 +20,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The DaemonSet YAML's documents: (ConfigMap, DaemonSet).
 fn manifests() -> (Value, Value) {
     let text = fs::read_to_string(repo().join("conf/k8s/daemonset.yaml")).unwrap();
@@ -117,19 +113,7 @@ impl Drop for Podman {
             .args(["rm", "--all", "--force", "--time=0"])
             .output();
         let _ = self.cmd().args(["rmi", "--all", "--force"]).output();
-        let prefix = self.dir.path().to_string_lossy().into_owned();
-        let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut points: Vec<&str> = info
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|p| p.starts_with(&prefix))
-            .collect();
-        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        for p in points {
-            let c = std::ffi::CString::new(p).unwrap();
-            // SAFETY: umount2 on a path string we own.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        }
+        unmount_under(self.dir.path());
     }
 }
 
@@ -338,20 +322,10 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
     // Installed: the very binary, executable, answering CNI VERSION on the node.
     assert_eq!(fs::read(&dest).unwrap(), fs::read(&bin).unwrap());
     assert_eq!(fs::metadata(&dest).unwrap().mode() & 0o777, 0o755);
-    let v = Command::new(&dest)
-        .env("CNI_COMMAND", "VERSION")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin
-                .take()
-                .unwrap()
-                .write_all(br#"{"cniVersion":"1.0.0"}"#)?;
-            c.wait_with_output()
-        })
-        .unwrap();
+    let v = output_with_stdin(
+        Command::new(&dest).env("CNI_COMMAND", "VERSION"),
+        br#"{"cniVersion":"1.0.0"}"#,
+    );
     let v: Value = serde_json::from_slice(&v.stdout).unwrap_or(Value::Null);
     assert!(
         v["supportedVersions"]
@@ -377,6 +351,31 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
         fs::read_to_string(node.host("/etc/rdma-host-device/node.json")).unwrap(),
         cm["data"]["node.json"].as_str().unwrap()
     );
+
+    // The CDI spec, where runtimes that read CDI look (/var/run/cdi on the node): kind
+    // rdma-host-device.io/rdma, one device per RDMA device (none on this machine: no RDMA), and
+    // the memlock hook at the plugin's path on the node with the node configuration's limit.
+    let spec_path = node.host("/var/run/cdi/rdma-host-device.json");
+    let spec: Value = serde_json::from_slice(
+        &fs::read(&spec_path).unwrap_or_else(|e| panic!("{}: {e}\n{log}", spec_path.display())),
+    )
+    .unwrap();
+    eprintln!("the CDI spec the install container wrote:\n{spec:#}");
+    assert_eq!(spec["kind"], "rdma-host-device.io/rdma", "{spec:#}");
+    let hook = &spec["containerEdits"]["hooks"][0];
+    assert_eq!(hook["hookName"], "createRuntime", "{spec:#}");
+    assert_eq!(hook["path"], "/opt/cni/bin/rdma-host-device", "{spec:#}");
+    let memlock: Value = serde_json::from_str(cm["data"]["node.json"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        hook["args"],
+        json!([
+            "rdma-host-device",
+            "memlock-hook",
+            memlock["memlock"].as_str().unwrap_or("unlimited")
+        ]),
+        "the hook carries the node configuration's memlock: {spec:#}"
+    );
+    assert!(log.contains("rdma-host-device.io/rdma=NAME"), "{log}");
 
     // A restart of the pod: nothing to do, the binary is not touched.
     let inode = fs::metadata(&dest).unwrap().ino();

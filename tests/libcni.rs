@@ -165,8 +165,7 @@ fn full_cycle(version: &str) {
     // ---- repeated DEL
     let del2 = rig.drive("del", &file, &pod.path(), &cid, IF, k8s);
     del2.ok();
-    nic.assert_home(Some(&pod), &del2);
-    rig.assert_state_empty(&del2);
+    rig.assert_detached(&nic, Some(&pod), &del2);
 }
 
 #[test]
@@ -206,8 +205,7 @@ fn select_ok(selector: impl FnOnce(&Veth) -> Value) {
     assert!(nic.on_host().is_none(), "NIC still on host\n{add}");
     let del = rig.drive("del", &file, &pod.path(), &cid, IF, &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 /// ADD with `conf` must fail with `code` and leave everything as it was.
@@ -329,12 +327,6 @@ fn device_not_found() {
 
 // ------------------------------------------------------------------ IPAM and DEL edge cases
 
-fn host_local_conf(rig: &Rig, nic: &Veth, version: &str) -> Value {
-    let mut c = rig.conf(version, json!({"device": nic.name}));
-    c["ipam"] = rig.host_local_ipam();
-    c
-}
-
 #[test]
 fn host_local_ip_released_on_del() {
     let rig = Rig::new();
@@ -342,7 +334,10 @@ fn host_local_ip_released_on_del() {
     let pod = rig.netns(0);
     let cid = rig.cid(0);
     let net = rig.net_name();
-    let file = rig.write("net.conf", &host_local_conf(&rig, &nic, "1.0.0"));
+    let file = rig.write(
+        "net.conf",
+        &rig.host_local_conf("1.0.0", json!({"device": nic.name})),
+    );
     let add = rig.drive("add", &file, &pod.path(), &cid, IF, &[]);
     let res = add.ok();
     let got = rig.allocations_of(&net, &cid);
@@ -370,8 +365,7 @@ fn host_local_ip_released_on_del() {
         "IP not released: {:?}\n{del}",
         rig.allocations(&net)
     );
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 #[test]
@@ -381,7 +375,10 @@ fn del_with_empty_netns_succeeds_and_releases_ip() {
     let pod = rig.netns(0);
     let cid = rig.cid(0);
     let net = rig.net_name();
-    let file = rig.write("net.conf", &host_local_conf(&rig, &nic, "1.0.0"));
+    let file = rig.write(
+        "net.conf",
+        &rig.host_local_conf("1.0.0", json!({"device": nic.name})),
+    );
     rig.drive("add", &file, &pod.path(), &cid, IF, &[]).ok();
     assert_eq!(rig.allocations_of(&net, &cid).len(), 1);
     let del = rig.drive("del", &file, "", &cid, IF, &[]);
@@ -394,8 +391,7 @@ fn del_with_empty_netns_succeeds_and_releases_ip() {
     // and a later DEL with the netns still works and brings the NIC home
     let del2 = rig.drive("del", &file, &pod.path(), &cid, IF, &[]);
     del2.ok();
-    nic.assert_home(Some(&pod), &del2);
-    rig.assert_state_empty(&del2);
+    rig.assert_detached(&nic, Some(&pod), &del2);
 }
 
 #[test]
@@ -405,7 +401,10 @@ fn del_after_netns_deleted_succeeds_and_releases_ip() {
     let pod = rig.netns(0);
     let cid = rig.cid(0);
     let net = rig.net_name();
-    let file = rig.write("net.conf", &host_local_conf(&rig, &nic, "1.0.0"));
+    let file = rig.write(
+        "net.conf",
+        &rig.host_local_conf("1.0.0", json!({"device": nic.name})),
+    );
     rig.drive("add", &file, &pod.path(), &cid, IF, &[]).ok();
     let path = pod.path();
     pod.delete(); // a veth dies with its netns; a physical NIC would return to init_net
@@ -538,8 +537,7 @@ fn check_detects_removed_address() {
     chk.err_code(106);
     let del = rig.drive("del", &file, &pod.path(), &cid, IF, &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 // ------------------------------------------------------------------ chaining
@@ -598,8 +596,7 @@ fn chain_loopback_then_ours() {
     rig.drive("check", &file, &pod.path(), &cid, IF, &[]).ok();
     let del = rig.drive("del", &file, &pod.path(), &cid, IF, &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 #[test]
@@ -689,8 +686,7 @@ fn chain_v110_loopback_then_ours() {
     rig.drive("check", &file, &pod.path(), &cid, IF, &[]).ok();
     let del = rig.drive("del", &file, &pod.path(), &cid, IF, &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 // ------------------------------------------------------------------ STATUS and GC (1.1.0)
@@ -741,10 +737,8 @@ fn gc_cycle(keys: &str) {
     let pod_b = rig.netns(1);
     let (cid_a, cid_b) = (rig.cid(0), rig.cid(1));
     let net = rig.net_name();
-    let mut conf_a = host_local_conf(&rig, &nic_a, "1.1.0");
-    conf_a["mtu"] = json!(1400);
-    let mut conf_b = host_local_conf(&rig, &nic_b, "1.1.0");
-    conf_b["mtu"] = json!(1400);
+    let conf_a = rig.host_local_conf("1.1.0", json!({"device": nic_a.name, "mtu": 1400}));
+    let conf_b = rig.host_local_conf("1.1.0", json!({"device": nic_b.name, "mtu": 1400}));
     let file_a = rig.write("a.conf", &conf_a);
     let file_b = rig.write("b.conf", &conf_b);
     rig.drive("add", &file_a, &pod_a.path(), &cid_a, IF, &[])

@@ -209,8 +209,7 @@ fn nad_nic_by_name_add_check_del_as_multus_calls_it() {
         .ok();
     let del = rig.drive("del", &file, &pod.path(), &cid, IF, &extra);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
     assert!(
         log_lines(&log)
             .iter()
@@ -271,8 +270,7 @@ fn deviceid_as_multus_injects_it(nad: &str) {
             .is_some_and(|p| p.starts_with(&rig.dir.path().join("devinfo").display().to_string())),
         "the NAD declares CNIDeviceInfoFile: libcni passes Multus' path\n{add}"
     );
-    nic.assert_home(Some(&pod), &add);
-    rig.assert_state_empty(&add);
+    rig.assert_detached(&nic, Some(&pod), &add);
     // DEL after a failed ADD (Multus always sends one) succeeds.
     rig.drive("del", &file, &pod.path(), &cid, IF, &strs(&extra))
         .ok();
@@ -439,8 +437,7 @@ fn chain_cycle(list: Value) {
 
     let del = rig.drive("del", &file, &pod.path(), &cid, IF, &extra);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 #[test]

@@ -110,8 +110,7 @@ fn every_route_field_from_ipam_is_applied_in_the_pod() {
     rig.drive("check", &file, &pod.path(), &cid, IF, &[]).ok();
     let del = rig.drive("del", &file, &pod.path(), &cid, IF, &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 /// A value the kernel refuses (scope 255 "nowhere"; tos 1, an ECN bit), or one it would not
@@ -155,8 +154,7 @@ fn a_route_field_that_cannot_be_applied_fails_add_with_7_and_rolls_back() {
             msg.contains(field) && msg.contains(route["dst"].as_str().unwrap_or("?")),
             "the message must name the field {field} and the route\n{add}"
         );
-        nic.assert_home(Some(&pod), &add);
-        rig.assert_state_empty(&add);
+        rig.assert_detached(&nic, Some(&pod), &add);
         assert!(
             pod_routes(&pod).iter().all(|r| r["dev"] != IF),
             "routes left in the pod\n{add}"

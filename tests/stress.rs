@@ -2,7 +2,8 @@
 //! again" and changes nothing), calls on different NICs that never wait for each other, and a
 //! stress run: 16 NICs, 16 pods, ADD/CHECK/DEL in random parallel order with random faults
 //! (kill, error, panic, delay) and a GC running alongside; at the end nothing may be lost.
-//! Needs root. `RHD_SEED` replays a run; `RHD_STRESS_ROUNDS` sets rounds per pod.
+//! Needs root. `RHD_SEED` replays a run; `RHD_STRESS_ROUNDS` sets rounds per pod; `RHD_TEST_LOG`
+//! (a file name) makes the plugin log there.
 
 mod common;
 
@@ -13,56 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const IF: &str = "net1";
-
-struct World {
-    rig: Rig,
-    nics: Vec<Veth>,
-    pods: Vec<Netns>,
-}
-
 impl World {
-    fn new(nics: u32, pods: u32) -> World {
-        let rig = Rig::new();
-        World {
-            nics: (0..nics).map(|i| rig.nic(i)).collect(),
-            pods: (0..pods).map(|i| rig.netns(i)).collect(),
-            rig,
-        }
-    }
-
-    /// The network's config, selecting NIC `k`.
-    fn conf(&self, k: usize) -> Value {
-        let mut c = self
-            .rig
-            .conf("1.0.0", json!({"device": self.nics[k].name, "mtu": 1400}));
-        c["ipam"] = self.rig.host_local_ipam();
-        if let Ok(f) = std::env::var("RHD_STRESS_LOG") {
-            // A file name: it lands in the rig's node logDir.
-            c["logFile"] = json!(f);
-        }
-        c
-    }
-
-    fn call(&self, cmd: &str, k: usize, pod: usize, extra: &[(&str, &str)]) -> RunOut {
-        self.rig.call(
-            cmd,
-            &self.conf(k),
-            &self.pods[pod].path(),
-            &self.rig.cid(pod as u32),
-            IF,
-            extra,
-        )
-    }
-
-    /// Links in pod `p` other than lo.
-    fn pod_links(&self, p: usize) -> Vec<Link> {
-        links(Some(&self.pods[p].name))
-            .into_iter()
-            .filter(|l| l.name != "lo")
-            .collect()
-    }
-
     /// Nothing lost: every NIC home with name and MTU and untagged, every pod empty, no IP
     /// allocated, nothing in the stateDir.
     fn assert_nothing_lost(&self, ctx: &dyn std::fmt::Display) {
@@ -118,7 +70,7 @@ fn wait_for(path: &std::path::Path) {
 /// wait instead: 11. Either way the loser changed nothing. (Once the NIC has left the host, a
 /// second ADD sees it attached and answers 102 at once.)
 fn loser_gets(code: i64, loser_env: &[(&str, &str)]) {
-    let w = World::new(1, 2);
+    let w = World::new("1.0.0", 1, 2);
     // NIC locks are node-wide (src/lock.rs NIC_LOCK_DIR).
     let lock = std::path::Path::new("/run/rdma-host-device/locks")
         .join(format!("nic-{}.lock", w.nics[0].name));
@@ -136,7 +88,7 @@ fn loser_gets(code: i64, loser_env: &[(&str, &str)]) {
         "the message must name the NIC\n{res_b}"
     );
     assert_eq!(
-        link(Some(&w.pods[0].name), IF).map(|l| l.mac),
+        link(Some(&w.pods[0].name), &w.ifname).map(|l| l.mac),
         Some(w.nics[0].mac.clone()),
         "the winner lost its NIC\n{res_b}"
     );
@@ -152,14 +104,14 @@ fn loser_gets(code: i64, loser_env: &[(&str, &str)]) {
     assert!(
         !w.rig
             .state_dir()
-            .join(format!("{cid_b}:{IF}.json"))
+            .join(format!("{cid_b}:{}.json", w.ifname))
             .exists(),
         "the loser left state\n{res_b}"
     );
     // The runtime DELs the failed ADD: that must not touch the winner.
     w.call("DEL", 0, 1, &[]).ok();
     assert!(
-        link(Some(&w.pods[0].name), IF).is_some(),
+        link(Some(&w.pods[0].name), &w.ifname).is_some(),
         "loser's DEL took the NIC"
     );
     let del = w.call("DEL", 0, 0, &[]);
@@ -180,7 +132,7 @@ fn second_add_for_same_nic_times_out_11() {
 /// Eight ADDs for one NIC at once, several times: exactly one wins each time.
 #[test]
 fn many_adds_for_one_nic_exactly_one_wins() {
-    let w = World::new(1, 8);
+    let w = World::new("1.0.0", 1, 8);
     for round in 0..3 {
         let outs: Vec<RunOut> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..8)
@@ -219,7 +171,7 @@ fn many_adds_for_one_nic_exactly_one_wins() {
 /// other pods on other NICs finish long before: there is no node-wide lock.
 #[test]
 fn calls_on_other_nics_do_not_wait() {
-    let w = World::new(3, 3);
+    let w = World::new("1.0.0", 3, 3);
     // NIC locks are node-wide (src/lock.rs NIC_LOCK_DIR).
     let lock = std::path::Path::new("/run/rdma-host-device/locks")
         .join(format!("nic-{}.lock", w.nics[0].name));
@@ -241,9 +193,7 @@ fn calls_on_other_nics_do_not_wait() {
         let result = add.ok();
         let mut conf = w.conf(1);
         conf["prevResult"] = result;
-        let check = w
-            .rig
-            .call("CHECK", &conf, &w.pods[1].path(), &w.rig.cid(1), IF, &[]);
+        let check = w.call_with("CHECK", &conf, 1, &[]);
         check.ok();
         let del = w.call("DEL", 1, 1, &[]);
         del.ok();
@@ -340,7 +290,7 @@ fn pod_worker(
         f.lock().unwrap().calls += 1;
         if add.success() {
             f.lock().unwrap().add_ok += 1;
-            match link(Some(&w.pods[pod].name), IF) {
+            match link(Some(&w.pods[pod].name), &w.ifname) {
                 Some(l) if l.mac == w.nics[k].mac => {}
                 other => bad(format!(
                     "pod {pod} round {round}: ADD ok but pod has {other:?}\n{add}"
@@ -349,14 +299,7 @@ fn pod_worker(
             if rng.chance(0.3) {
                 let mut conf = w.conf(k);
                 conf["prevResult"] = add.json();
-                let check = w.rig.call(
-                    "CHECK",
-                    &conf,
-                    &w.pods[pod].path(),
-                    &w.rig.cid(pod as u32),
-                    IF,
-                    &[],
-                );
+                let check = w.call_with("CHECK", &conf, pod, &[]);
                 f.lock().unwrap().checks += 1;
                 if !check.success() {
                     bad(format!("pod {pod} round {round}: CHECK failed\n{check}"));
@@ -428,7 +371,7 @@ fn gc_worker(w: &World, stop: &AtomicBool, f: &Mutex<Figures>, live: &Mutex<Hash
         let live = live.lock().unwrap();
         let valid: Vec<Value> = live
             .iter()
-            .map(|&p| json!({"containerID": w.rig.cid(p as u32), "ifname": IF}))
+            .map(|&p| json!({"containerID": w.cid(p), "ifname": w.ifname}))
             .collect();
         let mut conf = w.conf(0);
         conf["cniVersion"] = json!("1.1.0");
@@ -451,13 +394,12 @@ fn gc_worker(w: &World, stop: &AtomicBool, f: &Mutex<Figures>, live: &Mutex<Hash
 
 #[test]
 fn stress_16_nics_16_pods_random_faults() {
-    let _serial = lost_nic_lock(); // it runs GC
     let seed = Rng::from_env().0;
     let rounds: u32 = std::env::var("RHD_STRESS_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(40);
-    let w = World::new(16, 16);
+    let w = World::losing("1.0.0", 16, 16); // it runs GC
     let f = Mutex::new(Figures::default());
     let live = Mutex::new(HashSet::new());
     let stop = AtomicBool::new(false);

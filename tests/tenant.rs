@@ -292,8 +292,7 @@ fn a_broken_node_configuration_stops_add_with_its_path() {
 
 /// ADD with host-local IPAM (so a leaked IP shows) into pod 0 as net1.
 fn attach(rig: &Rig, nic: &Veth, pod: &Netns) -> Value {
-    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
-    conf["ipam"] = rig.host_local_ipam();
+    let conf = rig.host_local_conf("1.0.0", json!({"device": nic.name}));
     rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
         .ok();
     conf
@@ -385,8 +384,7 @@ fn del_that_cannot_bring_the_nic_home_fails_and_keeps_the_state() {
     drop(squatter);
     let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 #[test]
@@ -435,8 +433,7 @@ fn any_name_the_kernel_accepts_selects_the_nic() {
     assert_eq!(code(&other), 102, "{other}");
     let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 // ---------------------------------------------------------------- the document
@@ -505,8 +502,7 @@ fn del_releases_with_the_ipam_add_used_even_if_the_config_now_names_another() {
         rig.allocations_of(&rig.net_name(), &rig.cid(0)).is_empty(),
         "the address ADD got was not released\n{del}"
     );
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 #[test]
@@ -586,8 +582,7 @@ fn a_nic_carrying_a_macvlan_in_another_namespace_is_refused() {
         )),
         "{add}"
     );
-    nic.assert_home(Some(&pod), &add);
-    rig.assert_state_empty(&add);
+    rig.assert_detached(&nic, Some(&pod), &add);
     assert_allowed(&rig, &nic, &pod);
 }
 
@@ -671,8 +666,7 @@ fn an_ipam_type_the_node_does_not_allow_is_refused_before_any_change() {
         m.contains("\"portmap\"") && m.contains("host-local, static, dhcp, whereabouts"),
         "names the plugin and what the node allows: {m}"
     );
-    nic.assert_home(Some(&pod), &add);
-    rig.assert_state_empty(&add);
+    rig.assert_detached(&nic, Some(&pod), &add);
     let status = rig.call("STATUS", &conf, "", "", "", &[]);
     assert_eq!(code(&status), 50, "{status}");
     assert!(msg(&status).contains("portmap"), "{status}");
@@ -684,8 +678,7 @@ fn an_ipam_type_the_node_does_not_allow_is_refused_before_any_change() {
         conf["ipam"] = json!({"type": t});
         let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
         assert_eq!(code(&add), 107, "{t}\n{add}");
-        nic.assert_home(Some(&pod), &add);
-        rig.assert_state_empty(&add);
+        rig.assert_detached(&nic, Some(&pod), &add);
     }
     for ran in &seen {
         assert!(!ran.exists(), "{} was exec'd", ran.display());
@@ -790,8 +783,7 @@ fn del_does_not_run_an_ipam_plugin_the_node_no_longer_allows() {
         1,
         "host-local ran\n{del}"
     );
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 // ---------------------------------------------------------------- IPAM paths
@@ -830,8 +822,7 @@ fn ipam_paths_outside_the_nodes_ipam_paths_are_refused_before_any_change() {
         ),
     ];
     for (key, value, why) in cases {
-        let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
-        conf["ipam"] = rig.host_local_ipam();
+        let mut conf = rig.host_local_conf("1.0.0", json!({"device": nic.name}));
         conf["ipam"][key] = value.clone();
         let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
         assert_eq!(code(&add), 107, "{key} {value}\n{add}");
@@ -844,8 +835,7 @@ fn ipam_paths_outside_the_nodes_ipam_paths_are_refused_before_any_change() {
             m.contains("/var/lib/cni, /run/cni, /var/run/cni, /etc/cni") && m.contains("ipamPaths"),
             "names the allowed directories: {m}"
         );
-        nic.assert_home(Some(&pod), &add);
-        rig.assert_state_empty(&add);
+        rig.assert_detached(&nic, Some(&pod), &add);
         assert!(!target.exists(), "created {}\n{add}", target.display());
         assert!(!Path::new("/tmp/rhd-ipam-rel").exists(), "{add}");
         assert!(
@@ -868,8 +858,7 @@ fn ipam_paths_outside_the_nodes_ipam_paths_are_refused_before_any_change() {
         outside.path().display()
     );
     // `validate` applies the same check.
-    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
-    conf["ipam"] = rig.host_local_ipam();
+    let mut conf = rig.host_local_conf("1.0.0", json!({"device": nic.name}));
     conf["ipam"]["dataDir"] = json!(target);
     let file = rig.write("outside.conf", &conf);
     let out = std::process::Command::new(plugin())
@@ -914,8 +903,7 @@ fn ipam_paths_the_node_lists_are_allowed() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
-    conf["ipam"] = rig.host_local_ipam();
+    let mut conf = rig.host_local_conf("1.0.0", json!({"device": nic.name}));
     // The rig's own directory is no longer listed.
     let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
     assert_eq!(code(&add), 107, "{add}");
@@ -939,6 +927,5 @@ fn ipam_paths_the_node_lists_are_allowed() {
     assert!(msg(&out).contains("ipam.dataDir"), "{out}");
     let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
     del.ok();
-    nic.assert_home(Some(&pod), &del);
-    rig.assert_state_empty(&del);
+    rig.assert_detached(&nic, Some(&pod), &del);
 }

@@ -118,56 +118,84 @@ pub fn write_device_info(dir: &Path, pool: &Pool, nic: &Nic) -> crate::error::Re
     device_info::write(&device_info_path(dir, &pool.resource_name, &nic.id), &info)
 }
 
+/// A device `GetPreferredAllocation` may pick: its ID and where it sits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    pub id: String,
+    pub numa: Option<i64>,
+    /// The PCI root complex (`pci0000:3a`).
+    pub pci_root: Option<String>,
+}
+
 /// `GetPreferredAllocation` for one container: `must` first, then the rest from one NUMA node
 /// if one can hold it (the node the `must` devices are on, else the one that fits most tightly),
-/// then from the nodes with the most free devices. `available` pairs IDs with NUMA nodes.
-pub fn preferred(available: &[(String, Option<i64>)], must: &[String], size: usize) -> Vec<String> {
+/// then from the nodes with the most free devices; inside a NUMA node the same rule keeps the
+/// request under one PCI root complex where it can.
+pub fn preferred(available: &[Offer], must: &[String], size: usize) -> Vec<String> {
     let mut out: Vec<String> = must.iter().take(size).cloned().collect();
-    let numa_of = |id: &str| {
-        available
-            .iter()
-            .find(|(a, _)| a == id)
-            .and_then(|(_, n)| *n)
-    };
-    let mut groups: BTreeMap<Option<i64>, Vec<String>> = BTreeMap::new();
-    for (id, n) in available {
-        if !out.contains(id) {
-            groups.entry(*n).or_default().push(id.clone());
+    let placed: Vec<&Offer> = available.iter().filter(|o| out.contains(&o.id)).collect();
+    let mut by_numa: BTreeMap<Option<i64>, Vec<&Offer>> = BTreeMap::new();
+    for o in available.iter().filter(|o| !out.contains(&o.id)) {
+        by_numa.entry(o.numa).or_default().push(o);
+    }
+    let home_numa = most_common(placed.iter().filter_map(|o| o.numa)).map(Some);
+    let home_root = most_common(placed.iter().filter_map(|o| o.pci_root.clone())).map(Some);
+    let need = size.saturating_sub(out.len());
+    for numa in visit_order(&by_numa, home_numa, need) {
+        let mut by_root: BTreeMap<Option<String>, Vec<&Offer>> = BTreeMap::new();
+        for o in &by_numa[&numa] {
+            by_root.entry(o.pci_root.clone()).or_default().push(o);
+        }
+        let need = size.saturating_sub(out.len());
+        for root in visit_order(&by_root, home_root.clone(), need) {
+            let mut ids: Vec<&String> = by_root[&root].iter().map(|o| &o.id).collect();
+            ids.sort();
+            for id in ids {
+                if out.len() >= size {
+                    return out;
+                }
+                out.push(id.clone());
+            }
         }
     }
-    for g in groups.values_mut() {
-        g.sort();
+    out
+}
+
+/// The value most of `values` share (the smallest on a tie).
+fn most_common<T: Ord>(values: impl Iterator<Item = T>) -> Option<T> {
+    let mut counts: BTreeMap<T, usize> = BTreeMap::new();
+    for v in values {
+        *counts.entry(v).or_default() += 1;
     }
-    let need = size.saturating_sub(out.len());
-    // The NUMA node the must-include devices are on (the most of them), if any.
-    let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
-    for n in out.iter().filter_map(|id| numa_of(id)) {
-        *counts.entry(n).or_default() += 1;
-    }
-    let home = counts
-        .iter()
-        .max_by_key(|(_, c)| **c)
-        .map(|(n, _)| Some(*n));
+    let best = counts.values().copied().max()?;
+    counts.into_iter().find(|(_, c)| *c == best).map(|(v, _)| v)
+}
+
+/// In which order to take devices from `groups` (by NUMA node, or by PCI root) for `need`
+/// more: first `home` if it can hold them all, else the group that holds them most tightly
+/// (a known place before an unknown one), then the others, largest first.
+fn visit_order<K: Ord + Clone, V>(
+    groups: &BTreeMap<Option<K>, Vec<V>>,
+    home: Option<Option<K>>,
+    need: usize,
+) -> Vec<Option<K>> {
     let first = home
         .filter(|h| groups.get(h).is_some_and(|g| g.len() >= need))
         .or_else(|| {
             groups
                 .iter()
                 .filter(|(_, g)| g.len() >= need)
-                .min_by_key(|(n, g)| (g.len(), n.is_none()))
-                .map(|(n, _)| *n)
+                .min_by_key(|(k, g)| (g.len(), k.is_none()))
+                .map(|(k, _)| k.clone())
         });
-    let mut order: Vec<Option<i64>> = groups.keys().copied().collect();
-    order.sort_by_key(|n| (Some(*n) != first, std::cmp::Reverse(groups[n].len())));
-    for n in order {
-        for id in &groups[&n] {
-            if out.len() >= size {
-                return out;
-            }
-            out.push(id.clone());
-        }
-    }
-    out
+    let mut order: Vec<Option<K>> = groups.keys().cloned().collect();
+    order.sort_by_key(|k| {
+        (
+            Some(k) != first.as_ref(),
+            std::cmp::Reverse(groups[k].len()),
+        )
+    });
+    order
 }
 
 #[cfg(test)]
@@ -184,6 +212,7 @@ mod tests {
             rdma_guid: None,
             rdma_name_is_the_nodes: true,
             numa: None,
+            pci_root: None,
             attached: false,
             uplink: Vec::new(),
         }
@@ -325,7 +354,11 @@ mod tests {
     fn preferred_allocation_keeps_a_request_on_one_numa_node() {
         let av = |v: &[(&str, Option<i64>)]| {
             v.iter()
-                .map(|(i, n)| (i.to_string(), *n))
+                .map(|(i, n)| Offer {
+                    id: i.to_string(),
+                    numa: *n,
+                    pci_root: None,
+                })
                 .collect::<Vec<_>>()
         };
         let a = av(&[
@@ -347,5 +380,30 @@ mod tests {
         let n = av(&[("x", None), ("y", None)]);
         assert_eq!(preferred(&n, &[], 1), ["x"]);
         assert_eq!(preferred(&n, &[], 5), ["x", "y"]);
+    }
+
+    #[test]
+    fn preferred_allocation_keeps_a_request_under_one_pci_root_within_its_numa_node() {
+        let o = |id: &str, numa: i64, root: &str| Offer {
+            id: id.into(),
+            numa: Some(numa),
+            pci_root: Some(root.into()),
+        };
+        // NUMA node 0 has three NICs under root 3a and two under 5d; node 1 has one.
+        let a = [
+            o("3a-0", 0, "pci0000:3a"),
+            o("5d-0", 0, "pci0000:5d"),
+            o("3a-1", 0, "pci0000:3a"),
+            o("5d-1", 0, "pci0000:5d"),
+            o("3a-2", 0, "pci0000:3a"),
+            o("c1-0", 1, "pci0000:c1"),
+        ];
+        // Two: one root holds them (the tighter one), not one from each.
+        assert_eq!(preferred(&a, &[], 2), ["5d-0", "5d-1"]);
+        assert_eq!(preferred(&a, &[], 3), ["3a-0", "3a-1", "3a-2"]);
+        // A must-include device keeps the rest under its root.
+        assert_eq!(preferred(&a, &["3a-1".into()], 2), ["3a-1", "3a-0"]);
+        // Four: the NUMA node first, its fuller root first.
+        assert_eq!(preferred(&a, &[], 4), ["3a-0", "3a-1", "3a-2", "5d-0"]);
     }
 }

@@ -86,6 +86,7 @@ mod tests {
             rdma_guid: None,
             rdma_name_is_the_nodes: true,
             numa: None,
+            pci_root: None,
             attached,
             uplink: Vec::new(),
         }

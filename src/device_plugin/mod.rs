@@ -49,38 +49,31 @@ pub struct Options {
     pub socket_dir: PathBuf,
     pub device_info_dir: PathBuf,
     pub state_dir: Option<PathBuf>,
+    /// Keep this CDI spec up to date (`cdi::refresh`) at every discovery.
+    pub cdi_spec: Option<PathBuf>,
+    /// The memlock hook's path in that spec, as the node's runtime sees it.
+    pub cdi_hook: PathBuf,
 }
 
-/// `device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]`.
+/// `device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]
+/// [--cdi-spec FILE [--cdi-hook PATH]]`.
 pub fn options(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         socket_dir: PathBuf::from(DEFAULT_SOCKET_DIR),
         device_info_dir: PathBuf::from(allocate::DEFAULT_DEVICE_INFO_DIR),
         state_dir: None,
+        cdi_spec: None,
+        cdi_hook: PathBuf::from(crate::cdi::DEFAULT_HOOK),
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-            _ => (a.as_str(), None),
-        };
-        let mut dir = |name: &str| {
-            let d = PathBuf::from(
-                inline
-                    .clone()
-                    .or_else(|| it.next().cloned())
-                    .ok_or_else(|| format!("{name} needs a value"))?,
-            );
-            if !d.is_absolute() {
-                return Err(format!("{name} must be an absolute path"));
-            }
-            Ok(d)
-        };
-        match flag {
-            "--socket-dir" => o.socket_dir = dir("--socket-dir")?,
-            "--device-info-dir" => o.device_info_dir = dir("--device-info-dir")?,
-            "--state-dir" => o.state_dir = Some(dir("--state-dir")?),
-            other => return Err(format!("device-plugin: unknown option {other:?}")),
+    let mut f = crate::flags::Flags::new("device-plugin", args);
+    while let Some(flag) = f.next_flag() {
+        match flag.as_str() {
+            "--socket-dir" => o.socket_dir = f.absolute_path()?,
+            "--device-info-dir" => o.device_info_dir = f.absolute_path()?,
+            "--state-dir" => o.state_dir = Some(f.absolute_path()?),
+            "--cdi-spec" => o.cdi_spec = Some(f.absolute_path()?),
+            "--cdi-hook" => o.cdi_hook = f.absolute_path()?,
+            _ => return Err(f.unknown()),
         }
     }
     Ok(o)
@@ -121,6 +114,21 @@ pub fn run(opts: &Options) -> i32 {
         return 1;
     }
     let state_dir = opts.state_dir.clone().unwrap_or(node.state_dir.clone());
+    let mut cdi = match &opts.cdi_spec {
+        None => None,
+        Some(path) => match crate::cdi::Memlock::parse(&node.memlock) {
+            Ok(memlock) => Some(CdiKeeper {
+                path: path.clone(),
+                hook: opts.cdi_hook.clone(),
+                memlock,
+                last_error: String::new(),
+            }),
+            Err(e) => {
+                eprintln!("rdma-host-device: {} ({})", e.msg, node.source);
+                return 1;
+            }
+        },
+    };
     let plugins: Vec<Arc<Plugin>> = dp
         .pools
         .iter()
@@ -161,6 +169,9 @@ pub fn run(opts: &Options) -> i32 {
             .discover(&host, &store, &dp, &node, &plugins, Path::new("/sys"))
             .await;
         watcher.health(&store, &plugins, Path::new("/sys"));
+        if let Some(c) = &mut cdi {
+            c.refresh();
+        }
         for p in &plugins {
             tokio::spawn(server::supervise(p.clone(), opts.socket_dir.clone()));
         }
@@ -172,10 +183,44 @@ pub fn run(opts: &Options) -> i32 {
                 watcher
                     .discover(&host, &store, &dp, &node, &plugins, Path::new("/sys"))
                     .await;
+                if let Some(c) = &mut cdi {
+                    c.refresh();
+                }
             }
             watcher.health(&store, &plugins, Path::new("/sys"));
         }
     })
+}
+
+/// The CDI spec the device plugin keeps current (`--cdi-spec`): a device loaded after the
+/// DaemonSet's pod started gets its CDI name within one discovery.
+struct CdiKeeper {
+    path: PathBuf,
+    hook: PathBuf,
+    memlock: crate::cdi::Memlock,
+    last_error: String,
+}
+
+impl CdiKeeper {
+    fn refresh(&mut self) {
+        let (sys, dev) = (Path::new("/sys"), Path::new("/dev"));
+        match crate::cdi::refresh(&self.path, sys, dev, self.memlock, &self.hook) {
+            Ok(Some(n)) => {
+                log::info!(
+                    "CDI spec {} written: {n} RDMA device(s) as {}=NAME",
+                    self.path.display(),
+                    crate::cdi::KIND
+                );
+                self.last_error.clear();
+            }
+            Ok(None) => self.last_error.clear(),
+            Err(e) if e.msg != self.last_error => {
+                log::warn!("{}; retrying at the next discovery", e.msg);
+                self.last_error = e.msg;
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 /// What the last discovery and health pass found, to log only what changed.
@@ -301,9 +346,18 @@ mod tests {
         assert_eq!(o.socket_dir, PathBuf::from("/k"));
         assert_eq!(o.device_info_dir, PathBuf::from("/d"));
         assert_eq!(o.state_dir, None);
+        assert_eq!(o.cdi_spec, None);
+        let o = options(&args(&["--cdi-spec", "/c/s.json", "--cdi-hook=/h"])).unwrap();
+        assert_eq!(o.cdi_spec, Some(PathBuf::from("/c/s.json")));
+        assert_eq!(o.cdi_hook, PathBuf::from("/h"));
         let o = options(&[]).unwrap();
         assert_eq!(o.socket_dir, PathBuf::from(DEFAULT_SOCKET_DIR));
-        for bad in [&["--socket-dir"][..], &["--socket-dir", "rel"], &["-x"]] {
+        for bad in [
+            &["--socket-dir"][..],
+            &["--socket-dir", "rel"],
+            &["-x"],
+            &["--cdi-spec", "rel.json"],
+        ] {
             assert!(options(&args(bad)).is_err(), "{bad:?}");
         }
     }

@@ -3,10 +3,17 @@
 //! refuses (`allowedNics`, the node's own uplinks). Each NIC is one device whose ID is what
 //! Multus hands the CNI as `deviceID`: its PCI function, else its auxiliary-bus device (a
 //! sub-function), else (a virtual link, as in the tests) its interface name.
+//!
+//! A NIC's RDMA device is found by ADD's own pairing rules (`rdma::pair::pair_from`: the RDMA
+//! port whose netdev is the NIC, else sysfs, else the node GUID), so a software RDMA device
+//! (rxe, siw: no PCI parent) and an eRDMA device are found as ADD will find them, and
+//! `Allocate` hands out their char devices.
 
 use crate::error::Result;
 use crate::link::Links;
 use crate::node::{DevicePluginConfig, NicFacts, Node};
+use crate::rdma::identity::{RdmaId, Snapshot};
+use crate::rdma::pair;
 use crate::state::{Store, Tag};
 use crate::sysfs;
 use std::path::Path;
@@ -26,6 +33,8 @@ pub struct Nic {
     pub rdma_guid: Option<u64>,
     pub rdma_name_is_the_nodes: bool,
     pub numa: Option<i64>,
+    /// The PCI root complex it hangs off (`pci0000:3a`), for keeping a request under one.
+    pub pci_root: Option<String>,
     /// In a pod: its attachment record is in the state directory.
     pub attached: bool,
     /// Why the node itself uses it (default route, global address, ...), if it does.
@@ -46,10 +55,9 @@ impl Nic {
     }
 }
 
-/// The ID Multus will pass as `deviceID`, which ADD resolves (`sysfs::netdevs_of_bus_device`).
-pub fn device_id(pci: Option<&str>, aux: Option<&str>, name: &str) -> String {
-    pci.or(aux).unwrap_or(name).to_owned()
-}
+/// The ID Multus will pass as `deviceID`, which ADD resolves (`select::resolve`): one rule for
+/// both sides, in `sysfs`.
+pub use crate::sysfs::device_id;
 
 /// Sort NICs into pools (in `dp.pools` order): a NIC goes to the first pool whose selectors
 /// match it, never to two. Returns the pools' NICs (sorted by ID) and a line per NIC left out
@@ -119,8 +127,7 @@ pub async fn gather(
 ) -> Result<Vec<Nic>> {
     let wanted = |n: &Nic| dp.pools.iter().any(|p| p.selectors.matches(&n.facts()));
     let mut out: Vec<Nic> = Vec::new();
-    // One RDMA read for every NIC (none on a node without RDMA netlink).
-    let rdma = crate::rdma::identity::Snapshot::read()?;
+    let rdma = rdma_view();
     for l in host.all().await? {
         if l.name == "lo" {
             continue;
@@ -137,26 +144,17 @@ pub async fn gather(
             .as_ref()
             .filter(|(_, bus)| bus == "auxiliary")
             .map(|(dev, _)| dev.clone());
-        let id = match &rdma {
-            Some(snap) => snap.of(&crate::rdma::pair::Nic {
-                index: l.index,
-                name: &l.name,
-                mac: &l.mac,
-            })?,
-            None => None,
-        };
+        let id = rdma.as_ref().and_then(|snap| paired(snap, &l));
         let mut nic = Nic {
             id: device_id(pci.as_deref(), aux.as_deref(), &l.name),
             name,
             driver: sysfs::nic_driver(&l.name),
-            rdma_device: id
-                .as_ref()
-                .map(|d| d.name.clone())
-                .or_else(|| sysfs::rdma_of(&l.name)),
+            rdma_device: id.as_ref().map(|d| d.name.clone()),
             rdma_guid: id.as_ref().and_then(|d| d.guid),
             rdma_name_is_the_nodes: id.as_ref().is_none_or(|d| d.name_is_the_nodes),
             pci,
             numa: None,
+            pci_root: None,
             attached: false,
             uplink: Vec::new(),
         };
@@ -164,9 +162,10 @@ pub async fn gather(
             continue;
         }
         nic.uplink = host.node_uses(&l).await?;
-        nic.numa = (nic.id != l.name)
-            .then(|| sysfs::numa_node(sys, &nic.id))
-            .flatten();
+        if nic.id != l.name {
+            nic.numa = sysfs::numa_node(sys, &nic.id);
+            nic.pci_root = sysfs::pci_root(sys, &nic.id);
+        }
         out.push(nic);
     }
     for r in store.all()? {
@@ -181,6 +180,9 @@ pub async fn gather(
         let nic = Nic {
             numa: (id != r.host_name)
                 .then(|| sysfs::numa_node(sys, &id))
+                .flatten(),
+            pci_root: (id != r.host_name)
+                .then(|| sysfs::pci_root(sys, &id))
                 .flatten(),
             driver: r.pci.as_deref().and_then(sysfs::pci_driver),
             id,
@@ -198,6 +200,40 @@ pub async fn gather(
         }
     }
     Ok(out)
+}
+
+/// Every RDMA device and port the host sees, and the netns mode, in one read; none on a node
+/// without RDMA netlink, or when the read fails (logged: no NIC then matches a pool by its
+/// RDMA device).
+fn rdma_view() -> Option<Snapshot> {
+    match Snapshot::read() {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!(
+                "listing RDMA devices and ports: {}; no NIC has an RDMA device this round",
+                e.msg
+            );
+            None
+        }
+    }
+}
+
+/// The RDMA device ADD would pair with host link `l` (its name, node GUID and whether the name
+/// is the node's); none when it pairs ambiguously (ADD would refuse it, naming the devices;
+/// logged).
+fn paired(snap: &Snapshot, l: &crate::link::LinkInfo) -> Option<RdmaId> {
+    let nic = pair::Nic {
+        index: l.index,
+        name: &l.name,
+        mac: &l.mac,
+    };
+    match snap.of(&nic) {
+        Ok(id) => id,
+        Err(e) => {
+            log::warn!("{}", e.msg);
+            None
+        }
+    }
 }
 
 /// The device IDs of the NICs now in pods (read every health tick: ADD saves its record before
@@ -232,6 +268,7 @@ mod tests {
             rdma_guid: None,
             rdma_name_is_the_nodes: false,
             numa: None,
+            pci_root: None,
             attached: false,
             uplink: Vec::new(),
         }

@@ -87,10 +87,14 @@ impl Plugin {
             .container_requests
             .into_iter()
             .map(|c| {
-                let available: Vec<(String, Option<i64>)> = c
+                let available: Vec<allocate::Offer> = c
                     .available_device_ids
                     .iter()
-                    .map(|id| (id.clone(), nics.get(id).and_then(|n| n.numa)))
+                    .map(|id| allocate::Offer {
+                        id: id.clone(),
+                        numa: nics.get(id).and_then(|n| n.numa),
+                        pci_root: nics.get(id).and_then(|n| n.pci_root.clone()),
+                    })
                     .collect();
                 let size = usize::try_from(c.allocation_size).unwrap_or(0);
                 api::ContainerPreferredAllocationResponse {

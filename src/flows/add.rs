@@ -187,8 +187,11 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
     fault::hit("add:after-addresses")?;
 
     // 7. The RDMA device, seen from inside the pod, has a RoCE v2 GID for every address.
-    if let Some(p) = &plan.rdma {
-        rdma::verify(p.device(), &ours_ips, conf.rdma.gid_timeout_ms, pod_ns)?;
+    if let Some(p) = &plan.rdma
+        && let Err(e) = rdma::verify(p.device(), &ours_ips, conf.rdma.gid_timeout_ms, pod_ns)
+    {
+        let netdev = pod.by_index(inside.index).await.ok().flatten();
+        return Err(rdma::with_netdev_state(e, netdev.as_ref()));
     }
 
     // 8. The device-info file Multus asked for: which PCI function and RDMA device are the

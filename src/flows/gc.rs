@@ -15,7 +15,7 @@ use crate::error::first_error;
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::Links;
+use crate::link::{LinkInfo, Links};
 use crate::lock;
 use crate::node::Node;
 use crate::state::{Record, Store, Tag, owner_key};
@@ -158,12 +158,9 @@ async fn recover_lost(
     let host = Links::open()?;
     name_lost_unreadable(&host, &crate::netns::Netns::current()?).await?;
     for l in host.all().await? {
-        let Some(tag) = l.alias.as_deref().and_then(Tag::decode) else {
+        let Some(tag) = lost_to_restore(&l, &valid, tried) else {
             continue;
         };
-        if valid.contains(&tag.owner) || tried.contains(&tag.owner) {
-            continue;
-        }
         if others.contains(&tag.owner) {
             log::info!(
                 "GC: {} is a lost NIC of another network's attachment; leaving it to that network's GC or DEL",
@@ -184,3 +181,14 @@ async fn recover_lost(
     }
     Ok(())
 }
+
+/// The tag of host link `l` if GC is to restore it as a lost NIC: it bears an attachment's tag
+/// (an operator's alias does not decode as one), that attachment is not in `valid` (its DEL
+/// will come), and this GC has not just released it (`tried`: its NIC was looked for then).
+fn lost_to_restore(l: &LinkInfo, valid: &HashSet<String>, tried: &HashSet<String>) -> Option<Tag> {
+    let tag = l.alias.as_deref().and_then(Tag::decode)?;
+    (!valid.contains(&tag.owner) && !tried.contains(&tag.owner)).then_some(tag)
+}
+
+#[cfg(test)]
+mod tests;

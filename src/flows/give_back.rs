@@ -79,6 +79,12 @@ pub async fn release_attachment(
     {
         orphaned(r, netns).await?;
     }
+    // A software device that processes hold open cannot be deleted without the kernel
+    // blocking this call until they close it: refused first, with nothing released (its
+    // address goes only with the NIC), so that the retry finds the attachment whole.
+    if let (Some(ns), Some(r)) = (&pod_ns, record) {
+        super::rdma::refuse_releasing_a_used_soft_device(ns, r)?;
+    }
     // IPAM first, while the interface is still in the pod: a plugin may need it to give its
     // address back (the dhcp daemon sends DHCPRELEASE from it; once the NIC has left, the
     // lease would leak). Whatever IPAM says, the NIC is still returned. A plugin the node does
@@ -183,7 +189,7 @@ pub(crate) async fn orphaned_nic(r: &Record) -> Option<(LinkInfo, String)> {
         let held_by = if holders.is_empty() {
             label
         } else {
-            format!("held by {}", crate::orphan::describe(&holders))
+            format!("held by {}", crate::process::describe(&holders))
         };
         return Some((l, held_by));
     }
@@ -590,3 +596,6 @@ pub(super) async fn restore_lost(
     }
     restore(host, &now, &r, who).await
 }
+
+#[cfg(test)]
+mod tests;

@@ -11,6 +11,7 @@ use crate::cni::netconf::{Isolation, NetConf, Selector, SoftDevice};
 use crate::error::{Code, Error, Result};
 use crate::link::LinkInfo;
 use crate::netns::Netns;
+use crate::node::Node;
 use crate::rdma::netlink::{NetnsMode, RdmaDevice, RdmaNlError, RdmaSocket};
 use crate::rdma::pair::{self, Nic, rdma_error};
 use crate::rdma::verbs::{self, Source, VerbsError, Verification};
@@ -51,7 +52,7 @@ impl RdmaPlan {
 }
 
 /// Pair and check. `None`: RDMA is not involved in this attachment.
-pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan>> {
+pub fn plan(env: &Env, conf: &NetConf, node: &Node, nic: &LinkInfo) -> Result<Option<RdmaPlan>> {
     let rdma_conf = &conf.rdma;
     if rdma_conf.isolation == Isolation::None {
         // "Do not touch RDMA" cannot protect a software device bound to the NIC: the kernel
@@ -128,6 +129,9 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan
             "in shared mode only the NIC moves",
         ));
     }
+    if mode == NetnsMode::Exclusive {
+        refuse_taking_a_used_device(&mut sock, &dev, nic, node)?;
+    }
     Ok(Some(match mode {
         NetnsMode::Exclusive => RdmaPlan::Move {
             device: dev.name,
@@ -135,6 +139,165 @@ pub fn plan(env: &Env, conf: &NetConf, nic: &LinkInfo) -> Result<Option<RdmaPlan
         },
         NetnsMode::Shared => RdmaPlan::Stay { device: dev.name },
     }))
+}
+
+/// Exclusive mode: the move takes the device from whoever uses it on the host (the kernel
+/// disassociates their verbs contexts, and their RDMA stops). 107 naming them, unless the
+/// node allows it (`takeRdmaDevicesInUse`).
+fn refuse_taking_a_used_device(
+    sock: &mut RdmaSocket,
+    dev: &RdmaDevice,
+    nic: &LinkInfo,
+    node: &Node,
+) -> Result<()> {
+    let users = users_of(sock, dev)?;
+    if users.is_empty() {
+        return Ok(());
+    }
+    let who = crate::process::describe(&users);
+    if node.take_rdma_devices_in_use {
+        log::warn!(
+            "RDMA device {} is in use on the host by {who}; moving it into the pod anyway (the node's takeRdmaDevicesInUse): their RDMA stops",
+            dev.name
+        );
+        return Ok(());
+    }
+    Err(Error::new(
+        Code::NotAllowed,
+        format!(
+            "RDMA device {} (paired with {}) is in use on the host by {who}: moving it into the pod would cut them off (the kernel disassociates their verbs contexts); nothing was changed. Stop them or pick another NIC; a node that wants the move anyway sets \"takeRdmaDevicesInUse\": true in its node configuration",
+            dev.name, nic.name
+        ),
+    ))
+}
+
+/// The processes (pid, command) holding a verbs context open on `dev`, seen from `sock`'s
+/// netns, sorted and without repeats. Empty when the kernel cannot say (before 5.9): logged.
+fn users_of(sock: &mut RdmaSocket, dev: &RdmaDevice) -> Result<Vec<(u32, String)>> {
+    match sock.users(dev.index) {
+        Ok(users) => {
+            let mut pids: Vec<(u32, String)> = users
+                .iter()
+                .filter_map(|u| u.pid)
+                .map(|pid| (pid, crate::process::comm(pid)))
+                .collect();
+            pids.sort();
+            pids.dedup();
+            Ok(pids)
+        }
+        Err(e) if matches!(e.errno(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => {
+            log::warn!(
+                "cannot list the users of RDMA device {} ({e}; kernels before 5.9 cannot say)",
+                dev.name
+            );
+            Ok(Vec::new())
+        }
+        Err(e) => Err(rdma_error(
+            format!("listing the users of RDMA device {}", dev.name),
+            e,
+        )),
+    }
+}
+
+/// 11 when processes hold software device `dev` open: deleting it would sleep in the kernel
+/// (uninterruptibly, in `ib_uverbs_remove_one`) until every one of them closes it.
+fn refuse_deleting_a_used_soft_device(sock: &mut RdmaSocket, dev: &RdmaDevice) -> Result<()> {
+    let users = users_of(sock, dev)?;
+    if users.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        Code::TryAgain,
+        format!(
+            "software RDMA device {} is held open by {}: deleting it now would block in the kernel until they close it, so nothing was changed and the attachment (NIC, address, device, state) is kept; DEL succeeds once they exit (in shared mode any pod can open it: stop them, or let the runtime retry)",
+            dev.name,
+            crate::process::describe(&users)
+        ),
+    ))
+}
+
+/// DEL's first step for an attachment with a software device, before IPAM lets its address
+/// go: the device must be deletable without blocking (see
+/// [`refuse_deleting_a_used_soft_device`]). Only a device of the recorded name bound to a
+/// netdev in the pod is ours (the kernel names a port's netdev only to a socket in its netns).
+pub fn refuse_releasing_a_used_soft_device(pod_ns: &Netns, record: &Record) -> Result<()> {
+    let Some(name) = record.soft_device.as_deref() else {
+        return Ok(());
+    };
+    pod_ns.run(|| -> Result<()> {
+        let mut sock = match RdmaSocket::open() {
+            Ok(s) => s,
+            Err(RdmaNlError::Unavailable(_)) => return Ok(()),
+            Err(e) => return Err(rdma_error("opening RDMA netlink in the pod", e)),
+        };
+        let Some(dev) = sock
+            .device_by_name(name)
+            .map_err(|e| rdma_error(format!("looking up {name}"), e))?
+        else {
+            return Ok(());
+        };
+        let ports = sock
+            .ports()
+            .map_err(|e| rdma_error("listing RDMA ports", e))?;
+        if ports
+            .iter()
+            .any(|p| p.dev_index == dev.index && p.netdev_index.is_some())
+        {
+            refuse_deleting_a_used_soft_device(&mut sock, &dev)?;
+        }
+        Ok(())
+    })?
+}
+
+/// STATUS, for a NIC waiting on the host: why ADD's verification would fail now, if it would.
+/// A RoCE or iWARP port follows its netdev: with the netdev up, a port that is not ACTIVE (or,
+/// for a software device still to be created, no carrier) will not carry RDMA. A NIC that is
+/// down says nothing yet: ADD brings it up.
+pub fn not_ready_on_host(conf: &NetConf, nic: &LinkInfo) -> Result<Option<String>> {
+    if conf.rdma.isolation == Isolation::None || !nic.up {
+        return Ok(None);
+    }
+    if conf.rdma.soft_device.is_some() {
+        return Ok((!nic.carrier).then(|| {
+            format!(
+                "{} is up without carrier: the {} device ADD would create on it would have its port DOWN",
+                nic.name,
+                conf.rdma.soft_device.map_or("software", |k| k.name())
+            )
+        }));
+    }
+    let Ok(mut sock) = RdmaSocket::open() else {
+        return Ok(None);
+    };
+    let Some(dev) = paired_with(&mut sock, nic)? else {
+        return Ok(None);
+    };
+    let ports = sock
+        .ports()
+        .map_err(|e| rdma_error("listing RDMA ports", e))?;
+    Ok(ports
+        .iter()
+        .find(|p| p.dev_index == dev.index && p.state != Some(4))
+        .map(|p| {
+            format!(
+                "port {} of RDMA device {} (paired with {}) is {}, not ACTIVE; {} is up {}",
+                p.port,
+                dev.name,
+                nic.name,
+                p.state.map_or("of unknown state".into(), |s| match s {
+                    1 => "DOWN".to_string(),
+                    2 => "INIT".into(),
+                    3 => "ARMED".into(),
+                    other => format!("in state {other}"),
+                }),
+                nic.name,
+                if nic.carrier {
+                    "with carrier"
+                } else {
+                    "without carrier"
+                }
+            )
+        }))
 }
 
 /// The RDMA device paired with `nic`, if any.
@@ -278,6 +441,24 @@ pub fn verify(device: &str, addrs: &[IpAddr], timeout_ms: u64, pod_ns: &Netns) -
     Ok(())
 }
 
+/// A failed verification says what the paired netdev looks like: a RoCE port follows its
+/// netdev, so "port DOWN" with "no carrier" points at the cable or the peer, not at RDMA.
+pub fn with_netdev_state(mut e: Error, netdev: Option<&LinkInfo>) -> Error {
+    if let (Code::GidTimeout, Some(l)) = (e.code, netdev) {
+        e.msg.push_str(&format!(
+            "; its netdev {} is {}, {}",
+            l.name,
+            if l.up { "up" } else { "down" },
+            if l.carrier {
+                "with carrier"
+            } else {
+                "without carrier"
+            }
+        ));
+    }
+    e
+}
+
 fn verbs_error(e: VerbsError) -> Error {
     let code = match e {
         VerbsError::GidTimeout { .. } | VerbsError::PortNotActive { .. } => Code::GidTimeout,
@@ -317,6 +498,7 @@ pub fn release(
                 .iter()
                 .any(|p| p.dev_index == dev.index && p.netdev_index == Some(nic_index));
             if bound {
+                refuse_deleting_a_used_soft_device(&mut sock, &dev)?;
                 sock.delete_device(dev.index).map_err(|e| {
                     rdma_error(format!("deleting software RDMA device {name}"), e)
                 })?;

@@ -28,6 +28,12 @@ pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
                 if let Some(tag) = &r.lost {
                     restore_lost(&host, &r.link, tag, &store.all()?, "STATUS").await?;
                 }
+                if let Some(why) = super::rdma::not_ready_on_host(conf, &r.link)? {
+                    return Err(Error::new(
+                        Code::NotAvailable,
+                        format!("not ready: {why}; ADD would fail verifying RDMA (113)"),
+                    ));
+                }
             }
             Err(e) if e.code == Code::DeviceBusy => {
                 log::info!("STATUS: {sel} is in use by a pod: {}", e.msg)

@@ -10,6 +10,7 @@ use crate::state::{Record, Store, Tag};
 use crate::sysfs;
 use std::collections::BTreeMap;
 use std::path::Path;
+use tokio::runtime::Runtime;
 
 // ---------------------------------------------------------------- gathering
 
@@ -21,7 +22,12 @@ struct RdmaView {
 }
 
 pub(super) fn gather(opts: &Options) -> Result<Report, String> {
-    let links = host_links()?;
+    // One runtime for every netlink question `inspect` asks (the rtnetlink handle is async).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let links = host_links(&rt)?;
     let (rdma_view, mut summary) = rdma_view();
     let (records, state_error) = match Store::new(&opts.state_dir).all() {
         Ok(r) => (r, None),
@@ -127,9 +133,9 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
                 },
             }
         });
-        let inside = pod_link(r);
+        let inside = pod_link(&rt, r);
         let mut notes = Vec::new();
-        if let Some((l, held_by)) = orphaned(r) {
+        if let Some((l, held_by)) = orphaned(&rt, r) {
             notes.push(format!(
                 "the pod's netns path {} is gone, but the NIC is still in its namespace as {} ({held_by}): DEL fails with 11, keeping the IP and the state, until that is over",
                 r.netns, l.name
@@ -203,24 +209,16 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
 }
 
 /// Where an attached NIC is when its pod's netns path is gone but a process keeps the netns.
-fn orphaned(r: &Record) -> Option<(LinkInfo, String)> {
+fn orphaned(rt: &Runtime, r: &Record) -> Option<(LinkInfo, String)> {
     if r.netns.is_empty() || Path::new(&r.netns).exists() {
         return None;
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .ok()?;
     rt.block_on(crate::flows::orphaned_nic(r))
 }
 
 /// The attached NIC as the pod sees it (by its MAC), if the pod's netns is still there.
-fn pod_link(r: &Record) -> Option<LinkInfo> {
+fn pod_link(rt: &Runtime, r: &Record) -> Option<LinkInfo> {
     let ns = crate::netns::Netns::open(Path::new(&r.netns)).ok()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .ok()?;
     rt.block_on(async {
         let links = Links::open_in(&ns).ok()?;
         links
@@ -232,11 +230,7 @@ fn pod_link(r: &Record) -> Option<LinkInfo> {
     })
 }
 
-fn host_links() -> Result<Vec<LinkInfo>, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+fn host_links(rt: &Runtime) -> Result<Vec<LinkInfo>, String> {
     rt.block_on(async {
         let links = Links::open().map_err(|e| e.to_string())?;
         let mut all = links.all().await.map_err(|e| e.to_string())?;
@@ -293,16 +287,9 @@ fn rdma_view() -> (Option<RdmaView>, RdmaSummary) {
     if !errors.is_empty() {
         summary.error = Some(errors.join("; "));
     }
-    summary.netns_mode = view.mode.map(mode_name);
+    summary.netns_mode = view.mode.map(NetnsMode::name);
     summary.guidance = mode_guidance(view.mode, view.devices.is_empty());
     (Some(view), summary)
-}
-
-fn mode_name(m: NetnsMode) -> &'static str {
-    match m {
-        NetnsMode::Shared => "shared",
-        NetnsMode::Exclusive => "exclusive",
-    }
 }
 
 /// What the netns mode means for networks using this plugin (the DaemonSet logs this too).

@@ -2,6 +2,7 @@
 //! move+rename+MTU+alias+up in one request, addresses. Routes are `route.rs`'s; what the node
 //! itself uses a link for (uplink checks) is `uses.rs`'s.
 
+mod nexthop;
 mod restore;
 mod route;
 mod unreadable;
@@ -22,6 +23,8 @@ use std::net::IpAddr;
 
 /// What we need to know about a link.
 #[derive(Debug, Clone, PartialEq, Eq)]
+// Unit tests build links from the few fields a decision reads.
+#[cfg_attr(test, derive(Default))]
 pub struct LinkInfo {
     pub index: u32,
     pub name: String,
@@ -74,12 +77,19 @@ pub struct Arrival<'a> {
     pub mac: Option<&'a str>,
 }
 
-/// `aa:bb:..` to bytes; `None` if it is not a MAC.
-fn mac_bytes(mac: &str) -> Option<Vec<u8>> {
-    mac.split(':')
-        .map(|p| u8::from_str_radix(p, 16).ok())
-        .collect::<Option<Vec<u8>>>()
-        .filter(|b| b.len() == 6)
+/// The one MAC parser: `aa:bb:cc:dd:ee:ff` (or with `-`, either case) to its six bytes;
+/// `None` if it is not a 48-bit MAC written with two hex digits a byte.
+pub fn parse_mac(mac: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = mac.split([':', '-']);
+    for b in &mut out {
+        let p = parts.next()?;
+        if p.len() != 2 || !p.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
 }
 
 /// An rtnetlink socket bound to one network namespace.
@@ -189,8 +199,8 @@ impl Links {
         if let Some(alias) = how.alias {
             b = b.alias(alias.to_string());
         }
-        if let Some(mac) = how.mac.and_then(mac_bytes) {
-            b = b.address(mac);
+        if let Some(mac) = how.mac.and_then(parse_mac) {
+            b = b.address(mac.to_vec());
         }
         b = if how.up { b.up() } else { b.down() };
         let Err(e) = self.handle.link().set(b.build()).execute().await else {
@@ -225,8 +235,8 @@ impl Links {
         if let Some(alias) = how.alias {
             b = b.alias(alias.to_string());
         }
-        if let Some(mac) = how.mac.and_then(mac_bytes) {
-            b = b.address(mac);
+        if let Some(mac) = how.mac.and_then(parse_mac) {
+            b = b.address(mac.to_vec());
         }
         // A rename needs the link down; bring it up afterwards if it should be.
         let b = b.down();
@@ -406,6 +416,23 @@ pub fn format_mac(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn macs_parse_with_colons_or_dashes_two_digits_a_byte() {
+        let mac = [0xaa, 0x0b, 0, 1, 2, 0xff];
+        assert_eq!(parse_mac("aa:0b:00:01:02:ff"), Some(mac));
+        assert_eq!(parse_mac("AA-0B-00-01-02-FF"), Some(mac));
+        for bad in [
+            "",
+            "aa:b:00:01:02:ff",
+            "aa:0b:00:01:02",
+            "aa:0b:00:01:02:ff:00",
+            "zz:0b:00:01:02:ff",
+            "+a:0b:00:01:02:ff",
+        ] {
+            assert_eq!(parse_mac(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn mac_formatting() {

@@ -8,8 +8,8 @@
 
 use super::{Links, nl_error};
 use crate::error::{Code, Error, Result};
+use crate::netlink_sync::{self, NLMSG_DONE, NLMSG_ERROR, u16_at, u32_at};
 use crate::netns::Netns;
-use crate::raw_route::{self, NLMSG_DONE, NLMSG_ERROR, u16_at, u32_at};
 use rtnetlink::LinkUnspec;
 
 const RTM_NEWLINK: u16 = 16;
@@ -47,7 +47,7 @@ impl Unreadable {
 pub fn dump() -> std::io::Result<Vec<Unreadable>> {
     let mut out = Vec::new();
     // AF_UNSPEC in a zeroed ifinfomsg: every link.
-    raw_route::dump(RTM_GETLINK, &[0u8; IFINFOMSG_LEN], MAX_BYTES, |buf| {
+    netlink_sync::route_dump(RTM_GETLINK, &[0u8; IFINFOMSG_LEN], MAX_BYTES, |buf| {
         parse(buf, &mut out).is_some()
     })?;
     Ok(out)

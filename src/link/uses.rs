@@ -71,7 +71,7 @@ impl Links {
         }
         // Nexthop objects leaving through it (routes that name only `nhid`). The socket is
         // opened in this thread's namespace, which is the host's: node_uses runs there.
-        let nh_ids = crate::nexthop::ids_through(link.index).map_err(|e| {
+        let nh_ids = super::nexthop::ids_through(link.index).map_err(|e| {
             Error::new(
                 Code::Netlink,
                 format!("listing nexthop objects of {}: {e}", link.name),

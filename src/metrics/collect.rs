@@ -107,12 +107,9 @@ fn merge(into: &mut Snapshot, part: Snapshot) {
     }
 }
 
+/// The mode's name, or "none" without RDMA.
 fn mode_name(mode: Option<NetnsMode>) -> &'static str {
-    match mode {
-        Some(NetnsMode::Shared) => "shared",
-        Some(NetnsMode::Exclusive) => "exclusive",
-        None => "none",
-    }
+    mode.map_or("none", NetnsMode::name)
 }
 
 /// The kernel's RDMA netns mode, or None without RDMA.
@@ -358,7 +355,7 @@ fn rdma_samples(labels: &Labels, s: &RdmaSample, snap: &mut Snapshot) {
     let mut owners: BTreeMap<(String, String), u64> = BTreeMap::new();
     for q in &s.qps {
         let key = match (q.pid, &q.kern_name) {
-            (Some(pid), _) => (pid.to_string(), comm(pid)),
+            (Some(pid), _) => (pid.to_string(), crate::process::comm(pid)),
             (None, Some(k)) => (String::new(), k.clone()),
             (None, None) => (String::new(), String::new()),
         };
@@ -369,13 +366,6 @@ fn rdma_samples(labels: &Labels, s: &RdmaSample, snap: &mut Snapshot) {
         l.push(("owner", owner));
         snap.put(&m::QPS, l, Value::Float(n as f64));
     }
-}
-
-/// A process's command name (the exporter needs the host's pid namespace to see the pod's).
-fn comm(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_default()
 }
 
 /// `ports/N/counters/*` of a device under `sysfs`: none (not an error) when the driver has no

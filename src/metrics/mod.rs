@@ -78,29 +78,13 @@ pub struct Options {
 pub fn options(args: &[String]) -> Result<Options, String> {
     let mut listen = DEFAULT_LISTEN.to_string();
     let (mut state_dir, mut once) = (None, false);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-            _ => (a.as_str(), None),
-        };
-        let mut value = |name: &str| {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match flag {
-            "--listen" => listen = value("--listen")?,
-            "--state-dir" => {
-                let d = PathBuf::from(value("--state-dir")?);
-                if !d.is_absolute() {
-                    return Err("--state-dir must be an absolute path".into());
-                }
-                state_dir = Some(d);
-            }
+    let mut f = crate::flags::Flags::new("metrics", args);
+    while let Some(flag) = f.next_flag() {
+        match flag.as_str() {
+            "--listen" => listen = f.value()?,
+            "--state-dir" => state_dir = Some(f.absolute_path()?),
             "--once" => once = true,
-            other => return Err(format!("metrics: unknown option {other:?}")),
+            _ => return Err(f.unknown()),
         }
     }
     let full = if listen.starts_with(':') {

@@ -1,13 +1,14 @@
 //! A pod interface's netdev counters (IFLA_STATS64), read with one synchronous RTM_GETLINK on
-//! a route netlink socket opened in the calling thread's netns (the exporter calls it from
+//! a route netlink socket ([`SyncSocket`]) opened in the calling thread's netns (the exporter calls it from
 //! inside the pod's netns). The socket lives for one query and is closed on every way out.
 
 use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{LinkAttribute, LinkMessage, State};
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
-use std::os::fd::AsRawFd;
+use netlink_sys::protocols::NETLINK_ROUTE;
 use std::time::Duration;
+
+use crate::netlink_sync::SyncSocket;
 
 /// What the exporter reports about one interface.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -51,12 +52,9 @@ pub fn stats(
     timeout: Duration,
 ) -> Result<NetdevStats, NetdevError> {
     let other = |what: &str, e: std::io::Error| NetdevError::Other(format!("{what}: {e}"));
-    let mut socket = Socket::new(NETLINK_ROUTE).map_err(|e| other("rtnetlink socket", e))?;
-    socket.bind_auto().map_err(|e| other("bind", e))?;
-    socket
-        .connect(&SocketAddr::new(0, 0))
-        .map_err(|e| other("connect", e))?;
-    set_timeout(&socket, timeout).map_err(|e| other("SO_RCVTIMEO", e))?;
+    let mut socket =
+        SyncSocket::open(NETLINK_ROUTE, timeout).map_err(|e| other("rtnetlink socket", e))?;
+    let seq = socket.next_seq();
     let mut msg = LinkMessage::default();
     match index {
         Some(i) => msg.header.index = i,
@@ -64,7 +62,7 @@ pub fn stats(
     }
     let mut header = NetlinkHeader::default();
     header.flags = NLM_F_REQUEST;
-    header.sequence_number = 1;
+    header.sequence_number = seq;
     let mut req = NetlinkMessage::new(
         header,
         NetlinkPayload::from(RouteNetlinkMessage::GetLink(msg)),
@@ -72,18 +70,12 @@ pub fn stats(
     req.finalize();
     let mut bytes = vec![0; req.buffer_len()];
     req.serialize(&mut bytes);
-    socket.send(&bytes, 0).map_err(|e| other("send", e))?;
-    let mut buf = Vec::with_capacity(64 * 1024);
+    socket.send(&bytes).map_err(|e| other("send", e))?;
     loop {
-        buf.clear();
-        match socket.recv(&mut buf, 0) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(other("recv", e)),
-        }
-        let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buf)
+        let buf = socket.recv("RTM_GETLINK").map_err(|e| other("recv", e))?;
+        let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(buf)
             .map_err(|e| NetdevError::Other(format!("decode: {e}")))?;
-        if reply.header.sequence_number != 1 {
+        if reply.header.sequence_number != seq {
             continue;
         }
         return match reply.payload {
@@ -125,28 +117,6 @@ fn from_message(m: &LinkMessage) -> NetdevStats {
         }
     }
     s
-}
-
-fn set_timeout(socket: &Socket, timeout: Duration) -> std::io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
-    };
-    // SAFETY: a valid socket fd and a pointer to a timeval that outlives the call, with its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -14,13 +14,16 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+use crate::netlink_sync::SyncSocket;
 
 use netlink_packet_core::{
     DecodeError, Emitable, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkBuffer,
     NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable, Nla,
     NlasIterator,
 };
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_RDMA};
+use netlink_sys::protocols::NETLINK_RDMA;
 
 /// `RDMA_NL_NLDEV`: the netlink "client" of the device interface (bits 10..16 of the type).
 const RDMA_NL_NLDEV: u16 = 5;
@@ -34,6 +37,7 @@ mod cmd {
     pub const PORT_GET: u16 = 5;
     pub const SYS_GET: u16 = 6;
     pub const GET_CHARDEV: u16 = 15;
+    pub const RES_CTX_GET: u16 = 22;
 }
 
 /// `enum rdma_nldev_attr`: only the ones we send or read.
@@ -44,8 +48,11 @@ mod attr {
     pub const NODE_GUID: u16 = 6; // u64, host byte order
     pub const PORT_STATE: u16 = 12; // u8
     pub const PORT_PHYS_STATE: u16 = 13; // u8
+    pub const RES_PID: u16 = 28; // u32: the process that owns a user resource
+    pub const RES_KERN_NAME: u16 = 29; // string: the kernel module owning a kernel resource
     pub const DEV_NODE_TYPE: u16 = 14; // u8
     pub const NDEV_INDEX: u16 = 50; // u32
+    pub const RES_CTXN: u16 = 64; // u32: a verbs context's number on its device
     pub const NDEV_NAME: u16 = 51; // string
     pub const LINK_TYPE: u16 = 65; // string: "rxe", "siw"
     pub const SYS_NETNS_MODE: u16 = 66; // u8: 1 shared, 0 exclusive
@@ -53,12 +60,12 @@ mod attr {
     pub const NET_NS_FD: u16 = 68; // u32
     pub const CHARDEV_TYPE: u16 = 69; // string: "uverbs"
     pub const UVERBS_DRIVER_ID: u16 = 73; // u32 (the header says u64; accept both)
+    pub const RES_CTX: u16 = 86; // nested: the table of verbs contexts
+    pub const RES_CTX_ENTRY: u16 = 87; // nested: one context
 }
 
 /// How long one request may wait for the kernel before giving up (a CNI plugin must not hang).
-const RECV_TIMEOUT_SECS: libc::time_t = 30;
-/// Receive buffer: the kernel sizes dump datagrams after the largest buffer we offer.
-const RECV_BUF_LEN: usize = 64 * 1024;
+const RECV_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RdmaNlError {
@@ -121,6 +128,19 @@ pub struct RdmaPort {
     pub netdev_name: Option<String>,
 }
 
+/// A verbs context a process holds open on an RDMA device (`RDMA_NLDEV_CMD_RES_CTX_GET`):
+/// what `ibv_open_device` (and librdmacm, on every device it sees) creates. While one is open,
+/// deleting a software device sleeps in the kernel until its process closes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaUser {
+    /// The context's number on its device.
+    pub ctxn: Option<u32>,
+    /// The owner's pid in the caller's pid namespace (the kernel hides contexts of processes
+    /// outside it); None for a kernel user, which names its module instead.
+    pub pid: Option<u32>,
+    pub kernel_name: Option<String>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetnsMode {
     /// Every RDMA device is visible in every netns (the kernel default).
@@ -129,32 +149,31 @@ pub enum NetnsMode {
     Exclusive,
 }
 
+impl NetnsMode {
+    /// The name `rdma system` and the kernel's `netns_mode` documentation use.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetnsMode::Shared => "shared",
+            NetnsMode::Exclusive => "exclusive",
+        }
+    }
+}
+
 /// A socket bound to the netns of the thread that called `open()`.
 pub struct RdmaSocket {
-    socket: Socket,
-    seq: u32,
-    buf: Vec<u8>,
+    socket: SyncSocket,
 }
 
 impl RdmaSocket {
     pub fn open() -> Result<Self, RdmaNlError> {
-        let mut socket = Socket::new(NETLINK_RDMA).map_err(|e| {
+        let socket = SyncSocket::open(NETLINK_RDMA, RECV_TIMEOUT).map_err(|e| {
             if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) {
                 RdmaNlError::Unavailable(e)
             } else {
                 RdmaNlError::Io(e)
             }
         })?;
-        socket.bind_auto().map_err(RdmaNlError::Io)?;
-        socket
-            .connect(&SocketAddr::new(0, 0))
-            .map_err(RdmaNlError::Io)?;
-        set_recv_timeout(&socket, RECV_TIMEOUT_SECS).map_err(RdmaNlError::Io)?;
-        Ok(RdmaSocket {
-            socket,
-            seq: 0,
-            buf: Vec::with_capacity(RECV_BUF_LEN),
-        })
+        Ok(RdmaSocket { socket })
     }
 
     /// Every RDMA device visible from this netns, with its driver when the kernel says: one
@@ -254,6 +273,19 @@ impl RdmaSocket {
             .map(drop)
     }
 
+    /// The verbs contexts open on a device of this socket's netns, one per holder (a process
+    /// may hold several). Kernels before 5.9 cannot say (EINVAL/EOPNOTSUPP from the kernel).
+    pub fn users(&mut self, dev_index: u32) -> Result<Vec<RdmaUser>, RdmaNlError> {
+        let req = [ReqAttr::U32(attr::DEV_INDEX, dev_index)];
+        let bodies = self.request(
+            "res ctx get",
+            cmd::RES_CTX_GET,
+            NLM_F_REQUEST | NLM_F_DUMP,
+            &req,
+        )?;
+        users_from_bodies(&bodies)
+    }
+
     fn dump_devices(&mut self) -> Result<Vec<RdmaDevice>, RdmaNlError> {
         let bodies = self.request("dev get", cmd::GET, NLM_F_REQUEST | NLM_F_DUMP, &[])?;
         decode_all(&bodies, device_from_attrs)
@@ -285,52 +317,15 @@ impl RdmaSocket {
         flags: u16,
         attrs: &[ReqAttr],
     ) -> Result<Vec<Vec<u8>>, RdmaNlError> {
-        self.seq = self.seq.wrapping_add(1);
-        let bytes = encode_request(command, flags, self.seq, attrs);
-        self.socket.send(&bytes, 0).map_err(RdmaNlError::Io)?;
-        let mut reply = Reply::new(op, self.seq);
+        let seq = self.socket.next_seq();
+        let bytes = encode_request(command, flags, seq, attrs);
+        self.socket.send(&bytes).map_err(RdmaNlError::Io)?;
+        let mut reply = Reply::new(op, seq);
         while !reply.done {
-            self.buf.clear();
-            let n = match self.socket.recv(&mut self.buf, libc::MSG_TRUNC) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let msg = format!("no reply to {op} within {RECV_TIMEOUT_SECS} s");
-                    return Err(RdmaNlError::Io(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        msg,
-                    )));
-                }
-                Err(e) => return Err(RdmaNlError::Io(e)),
-            };
-            if n > self.buf.len() {
-                return Err(decode_err(format!("{op}: datagram of {n} bytes truncated")));
-            }
-            reply.feed(&self.buf)?;
+            let datagram = self.socket.recv(op).map_err(RdmaNlError::Io)?;
+            reply.feed(datagram)?;
         }
         Ok(reply.bodies)
-    }
-}
-
-fn set_recv_timeout(socket: &Socket, secs: libc::time_t) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: secs,
-        tv_usec: 0,
-    };
-    // SAFETY: a valid socket fd and a pointer to a timeval that outlives the call, with its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
     }
 }
 
@@ -605,6 +600,41 @@ fn port_from_attrs(body: &[u8]) -> Result<RdmaPort, RdmaNlError> {
     })
 }
 
+/// The contexts of a `RES_CTX_GET` dump: each message holds the device, then a `RES_CTX`
+/// table of `RES_CTX_ENTRY` nests (a context's number and its owner's pid or module).
+fn users_from_bodies(bodies: &[Vec<u8>]) -> Result<Vec<RdmaUser>, RdmaNlError> {
+    let mut users = Vec::new();
+    for body in bodies {
+        each_attr(body, |kind, table| {
+            if kind != attr::RES_CTX {
+                return Ok(());
+            }
+            each_attr(table, |kind, entry| {
+                if kind != attr::RES_CTX_ENTRY {
+                    return Ok(());
+                }
+                let mut user = RdmaUser {
+                    ctxn: None,
+                    pid: None,
+                    kernel_name: None,
+                };
+                each_attr(entry, |kind, v| {
+                    match kind {
+                        attr::RES_CTXN => user.ctxn = Some(get_u32(kind, v)?),
+                        attr::RES_PID => user.pid = Some(get_u32(kind, v)?),
+                        attr::RES_KERN_NAME => user.kernel_name = Some(get_str(v)),
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+                users.push(user);
+                Ok(())
+            })
+        })?;
+    }
+    Ok(users)
+}
+
 fn sys_from_bodies(bodies: &[Vec<u8>]) -> Result<NetnsMode, RdmaNlError> {
     let mut mode = None;
     for body in bodies {
@@ -672,6 +702,12 @@ fn parse_devices(reply: &[u8], seq: u32) -> Result<Vec<RdmaDevice>, RdmaNlError>
 #[cfg(test)]
 fn parse_ports(reply: &[u8], seq: u32) -> Result<Vec<RdmaPort>, RdmaNlError> {
     decode_all(&collect(reply, seq, "port get")?, port_from_attrs)
+}
+
+/// Decode a complete `RES_CTX_GET` dump reply.
+#[cfg(test)]
+fn parse_users(reply: &[u8], seq: u32) -> Result<Vec<RdmaUser>, RdmaNlError> {
+    users_from_bodies(&collect(reply, seq, "res ctx get")?)
 }
 
 /// Decode a complete `SYS_GET` reply (the answer, then the ACK).

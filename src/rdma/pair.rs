@@ -116,12 +116,7 @@ pub fn netdevs_of_rdma_device(sel: &str) -> Result<Vec<String>> {
 /// The EUI-64 node GUID an RDMA device derives from a MAC: flip the universal/local bit of the
 /// first byte and put ff:fe in the middle (eRDMA, rxe).
 pub fn guid_from_mac(mac: &str) -> Option<u64> {
-    let b: Vec<u8> = mac
-        .split(':')
-        .map(|p| u8::from_str_radix(p, 16))
-        .collect::<std::result::Result<_, _>>()
-        .ok()?;
-    let [a, b1, c, d, e, f] = <[u8; 6]>::try_from(b).ok()?;
+    let [a, b1, c, d, e, f] = crate::link::parse_mac(mac)?;
     Some(u64::from_be_bytes([a ^ 0x02, b1, c, 0xff, 0xfe, d, e, f]))
 }
 

@@ -430,6 +430,19 @@ fn check(
     addrs: &[IpAddr],
     waited: Duration,
 ) -> Result<DeviceReport, VerbsError> {
+    // A RoCE port keeps its GIDs when its netdev loses carrier: the GIDs alone would pass a
+    // port that carries nothing. Every transport needs an ACTIVE port.
+    if report.active_port().is_none() {
+        let (port, state) = report
+            .ports
+            .first()
+            .map_or((1, PortState::Other(0)), |p| (p.port, p.state));
+        return Err(VerbsError::PortNotActive {
+            device: report.device,
+            port,
+            state,
+        });
+    }
     if report.has_per_ip_gids() {
         let missing = missing_roce_v2(&report, addrs);
         if missing.is_empty() {
@@ -442,17 +455,6 @@ fn check(
             waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
         });
     }
-    if report.active_port().is_some() {
-        report.verified = Verification::PortActiveOnly;
-        return Ok(report);
-    }
-    let (port, state) = report
-        .ports
-        .first()
-        .map_or((1, PortState::Other(0)), |p| (p.port, p.state));
-    Err(VerbsError::PortNotActive {
-        device: report.device,
-        port,
-        state,
-    })
+    report.verified = Verification::PortActiveOnly;
+    Ok(report)
 }

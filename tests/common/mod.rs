@@ -1,21 +1,33 @@
 //! Shared support for the integration tests, by concern: `process.rs` (commands, the plugin
 //! exec'd directly, `RunOut`), `net.rs` (netns, veth NICs, `ip -j` views), `client.rs` (the
-//! libcni client), `rig.rs` (one test's world). Everything is re-exported here.
+//! libcni client), `containerd.rs` (a private containerd CRI, the kubelet-side client),
+//! `cleanup.rs` (mounts, processes and cgroups a runtime left), `rig.rs` (one test's world),
+//! `root.rs` (root or a loud skip; in CI, a failure), `world.rs` (NICs, pods and the network's
+//! config the flow tests share). Everything is re-exported here.
 //!
 //! Tests run in parallel threads, so every name carries a per-process tag and a per-test
-//! counter. Tests need root (netns, links): without it a test binary skips, saying so; without
-//! `go` (the libcni client) they fail loudly.
+//! counter. Tests need root (netns, links): without it a test binary skips, saying how many
+//! tests did not run, and fails when `$CI` or `$RHD_TESTS_MUST_RUN` is set; without `go` (the
+//! libcni client) they fail loudly.
 #![allow(dead_code, unused_imports)]
 
+mod cleanup;
 mod client;
+mod containerd;
 mod net;
 mod process;
 mod rig;
+mod root;
+mod world;
 
+pub use cleanup::*;
 pub use client::*;
+pub use containerd::*;
 pub use net::*;
 pub use process::*;
 pub use rig::*;
+pub use root::*;
+pub use world::*;
 
 use serde_json::{Value, json};
 use std::fmt;
@@ -57,22 +69,6 @@ pub fn tag() -> String {
 /// Where the plugin reads the node configuration from (see src/node.rs).
 pub const NODE_CONFIG_ENV: &str = "RDMA_HOST_DEVICE_NODE_CONFIG";
 
-/// These tests need root (network namespaces, links). Without it, the test binary says so
-/// and ends successfully without running its tests, as netavark's root-only tests skip:
-/// `scripts/test.sh` (which runs as root) is where they run.
-pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        let me = std::env::args().next().unwrap_or_default();
-        // Straight to fd 2: the harness captures eprintln! inside a test.
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            format!("SKIPPED {me}: these integration tests need root (network namespaces and links); run scripts/test.sh as root\n").as_bytes(),
-        );
-        std::process::exit(0);
-    }
-}
-
 /// The randomised tests' PRNG, the library's own (src/fuzz/mutate.rs).
 #[allow(unused_imports)]
 pub use rdma_host_device::mutate::Rng;
@@ -82,6 +78,8 @@ pub use rdma_host_device::mutate::Rng;
 /// file lock, so it also holds across test binaries and checkouts running at once.
 pub fn lost_nic_lock() -> std::fs::File {
     use std::os::fd::AsRawFd;
+    // Its file is root's: without root, skip (or fail in CI) as the rest of the test would.
+    require_root();
     let f = fs::OpenOptions::new()
         .create(true)
         .truncate(false)

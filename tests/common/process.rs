@@ -13,6 +13,29 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 // ---------------------------------------------------------------- commands
 
+/// The checkout the tests run from.
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The venv's python, with grpcio for the kubelet-side clients of the CRI and device-plugin
+/// tests (scripts/setup.sh makes it: `$RHD_VENV`, default ~/.cache/rhd-venv).
+pub fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("RHD_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(&std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".cache/rhd-venv")
+        });
+    let py = venv.join("bin/python");
+    assert!(
+        py.exists(),
+        "{} missing: the CRI and device-plugin tests need a venv with grpcio and grpcio-tools (scripts/setup.sh makes it)",
+        py.display()
+    );
+    py
+}
+
 /// Run a command, return its output; panic only if it cannot start.
 pub fn run(prog: &str, args: &[&str]) -> Output {
     Command::new(prog)
@@ -20,6 +43,22 @@ pub fn run(prog: &str, args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {prog} {args:?}: {e}"))
+}
+
+/// Run `cmd` with `stdin` written to it, stdout and stderr captured; panic only if it cannot
+/// start. A program may exit before reading all its input: EPIPE is ignored.
+pub fn output_with_stdin(cmd: &mut Command, stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()));
+    let _ = child.stdin.take().expect("piped stdin").write_all(stdin);
+    child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("waiting for {:?}: {e}", cmd.get_program()))
 }
 
 /// `ip ARGS`, panicking with stderr on failure.
@@ -121,16 +160,19 @@ impl RunOut {
         v
     }
 
+    /// The trace of each exec of our plugin with `command` (ADD, DEL, ...).
+    fn plugin_execs<'a>(&'a self, command: &'a str) -> impl Iterator<Item = &'a Value> {
+        self.trace.iter().filter(move |t| {
+            t["command"] == command
+                && t["plugin"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/rdma-host-device"))
+        })
+    }
+
     /// Raw stdout of each exec of our plugin with `command` (ADD, DEL, ...), as JSON.
     pub fn plugin_stdout(&self, command: &str) -> Vec<Value> {
-        self.trace
-            .iter()
-            .filter(|t| {
-                t["command"] == command
-                    && t["plugin"]
-                        .as_str()
-                        .is_some_and(|p| p.ends_with("/rdma-host-device"))
-            })
+        self.plugin_execs(command)
             .map(|t| {
                 let s = t["stdout"].as_str().unwrap_or("");
                 serde_json::from_str(s).unwrap_or(Value::Null)
@@ -140,14 +182,7 @@ impl RunOut {
 
     /// The stdin our plugin got for `command`.
     pub fn plugin_stdin(&self, command: &str) -> Vec<Value> {
-        self.trace
-            .iter()
-            .filter(|t| {
-                t["command"] == command
-                    && t["plugin"]
-                        .as_str()
-                        .is_some_and(|p| p.ends_with("/rdma-host-device"))
-            })
+        self.plugin_execs(command)
             .map(|t| t["stdin"].clone())
             .collect()
     }
@@ -158,7 +193,6 @@ impl RunOut {
 /// Run the plugin directly as a runtime would exec it: inherited environment minus every
 /// CNI_* variable, plus `env` (a `None` value leaves that variable unset), `stdin` as given.
 pub fn run_plugin(env: &[(&str, Option<&str>)], stdin: &[u8]) -> RunOut {
-    use std::io::Write;
     let mut cmd = Command::new(plugin());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("CNI_") {
@@ -170,15 +204,7 @@ pub fn run_plugin(env: &[(&str, Option<&str>)], stdin: &[u8]) -> RunOut {
             cmd.env(k, v);
         }
     }
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn plugin");
-    // The plugin may exit before reading stdin; ignore EPIPE.
-    let _ = child.stdin.take().unwrap().write_all(stdin);
-    let out = child.wait_with_output().expect("wait plugin");
+    let out = output_with_stdin(&mut cmd, stdin);
     RunOut {
         what: format!(
             "plugin env {:?} stdin {}",

@@ -242,6 +242,13 @@ impl Rig {
         assert!(f.is_empty(), "stateDir not empty: {f:?}\n{ctx}");
     }
 
+    /// What a user checks once an attachment is undone (DEL, or an ADD that failed): the NIC
+    /// home with its name, MAC and MTU (and not in `pod`), and nothing left in the stateDir.
+    pub fn assert_detached(&self, nic: &Veth, pod: Option<&Netns>, ctx: &dyn fmt::Display) {
+        nic.assert_home(pod, ctx);
+        self.assert_state_empty(ctx);
+    }
+
     /// host-local allocations for `net` in this rig's dataDir: (ip file, content).
     pub fn allocations(&self, net: &str) -> Vec<(String, String)> {
         let d = self.data_dir().join(net);
@@ -326,6 +333,14 @@ impl Rig {
                 c[k] = v;
             }
         }
+        c
+    }
+
+    /// [`Rig::conf`] with host-local IPAM ([`Rig::host_local_ipam`]) instead of static: what a
+    /// test uses where an address leaked on the node must show.
+    pub fn host_local_conf(&self, version: &str, selector: Value) -> Value {
+        let mut c = self.conf(version, selector);
+        c["ipam"] = self.host_local_ipam();
         c
     }
 

@@ -7,7 +7,19 @@ its gRPC socket, sending what kubelet sends for a pod sandbox, and prints one JS
     cri.py SOCK pod ID                        -> {"state", "ip", "netns", "ms"}
     cri.py SOCK stop ID | remove ID           -> {"ms"}
     cri.py SOCK list                          -> {"items": [{"id", "name", "state"}]}
+    cri.py SOCK create POD_ID POD_NAME NAME IMAGE SPEC
+                                              -> {"id"}: CreateContainer in the pod, SPEC a JSON
+                                                 object {"command": [..], "envs": {K: V},
+                                                 "devices": [{container_path, host_path,
+                                                 permissions}], "cdi": [NAME], "uid": N}: what
+                                                 the kubelet sends with a device plugin's answer
+    cri.py SOCK start ID | cstop ID | cremove ID -> {"ms"}
+    cri.py SOCK cstatus ID                    -> {"state", "exit_code", "reason", "message"}
+    cri.py SOCK exec ID TIMEOUT CMD...        -> {"exit_code", "stdout", "stderr"} (ExecSync)
     cri.py - image PAUSE_BINARY NAME OUT.tar  -> an OCI image layout (tar) for `ctr images import`
+    cri.py - files-image NAME OUT.tar ENTRY PATH... -> the same, one layer holding each PATH
+                                                 (this machine's file at that path, ELF files
+                                                 with their ldd closure) or DST->TARGET symlinks
     cri.py - stubs                            -> generate the stubs now (for a read-only later run)
 
 A failed call prints {"error": <gRPC status name>, "message": <containerd's message>, "ms"} and
@@ -88,26 +100,90 @@ def netns_of(info):
 
 def image(pause, name, out):
     """An OCI image layout holding one layer with /pause, named `name` for containerd."""
+    return image_of({"pause": ("file", pause)}, name, out, ["/pause"])
+
+
+def ldd(path):
+    """The shared objects `path` loads (the dynamic loader included), as absolute paths."""
+    import subprocess
+
+    r = subprocess.run(["ldd", path], capture_output=True, text=True)
+    if r.returncode != 0:  # static, or not ELF
+        return []
+    libs = []
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if "=>" in parts and len(parts) > parts.index("=>") + 1 and parts[parts.index("=>") + 1].startswith("/"):
+            libs.append(parts[parts.index("=>") + 1])
+        elif parts and parts[0].startswith("/"):
+            libs.append(parts[0])
+    return libs
+
+
+def files_image(name, out, entry, *paths):
+    """An image whose one layer holds each of `paths` (this machine's file at that path, with
+    the ldd closure of ELF files) and `DST->TARGET` symlinks; `entry` is its entrypoint."""
+    entries = {}
+    todo = list(paths)
+    while todo:
+        p = todo.pop()
+        if "->" in p:
+            dst, target = p.split("->", 1)
+            entries[dst.lstrip("/")] = ("link", target)
+            continue
+        if p.lstrip("/") in entries:
+            continue
+        if not os.path.isfile(p):
+            sys.exit(f"cri.py files-image: {p} is not a file on this machine")
+        entries[p.lstrip("/")] = ("file", p)
+        todo.extend(ldd(p))
+    return image_of(entries, name, out, [entry])
+
+
+def image_of(entries, name, out, entrypoint):
+    """An OCI image layout (tar) of one layer: `entries` maps a path in the image to ("file",
+    a file here) or ("link", a symlink target); parent directories are added."""
 
     def blob(data):
         return "sha256:" + hashlib.sha256(data).hexdigest(), data
 
+    def info(arc, kind):
+        ti = tarfile.TarInfo(arc)
+        ti.uid = ti.gid = 0
+        ti.mtime = 0
+        ti.type = kind
+        ti.mode = 0o755
+        return ti
+
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w") as t:
-        ti = t.gettarinfo(pause, arcname="pause")
-        ti.uid = ti.gid = 0
-        ti.uname = ti.gname = ""
-        ti.mtime = 0
-        ti.mode = 0o755
-        with open(pause, "rb") as f:
-            t.addfile(ti, f)
+        dirs = set()
+        for a in entries:
+            d = os.path.dirname(a)
+            while d:
+                dirs.add(d)
+                d = os.path.dirname(d)
+        for d in sorted(dirs):
+            t.addfile(info(d, tarfile.DIRTYPE))
+        for arc, (kind, src) in sorted(entries.items()):
+            if kind == "link":
+                ti = info(arc, tarfile.SYMTYPE)
+                ti.linkname = src
+                t.addfile(ti)
+                continue
+            with open(src, "rb") as f:
+                data = f.read()
+            ti = info(arc, tarfile.REGTYPE)
+            ti.size = len(data)
+            ti.mode = 0o755 if os.access(src, os.X_OK) else 0o644
+            t.addfile(ti, io.BytesIO(data))
     raw = layer.getvalue()
     diff_id = "sha256:" + hashlib.sha256(raw).hexdigest()
     layer_digest, layer_gz = blob(gzip.compress(raw, mtime=0))
     config = {
         "architecture": "amd64",
         "os": "linux",
-        "config": {"Entrypoint": ["/pause"]},
+        "config": {"Entrypoint": entrypoint},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
     }
     config_digest, config_raw = blob(json.dumps(config).encode())
@@ -154,6 +230,9 @@ def main(argv):
     if cmd == "image":
         print(json.dumps(image(*args)))
         return 0
+    if cmd == "files-image":
+        print(json.dumps(files_image(*args)))
+        return 0
     if cmd == "stubs":
         stubs()
         print(json.dumps({"stubs": "ok"}))
@@ -194,6 +273,43 @@ def main(argv):
         elif cmd == "remove":
             rt.RemovePodSandbox(pb.RemovePodSandboxRequest(pod_sandbox_id=args[0]), timeout=120)
             out = {}
+        elif cmd == "create":
+            pod_id, pod_name, name, image_name, spec = args[0], args[1], args[2], args[3], json.loads(args[4])
+            uid = hashlib.sha1(pod_name.encode()).hexdigest()[:16]
+            sc = pb.LinuxContainerSecurityContext(namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD))
+            if "uid" in spec:
+                sc.run_as_user.value = spec["uid"]
+                sc.run_as_group.value = spec["uid"]
+            config = pb.ContainerConfig(
+                metadata=pb.ContainerMetadata(name=name, attempt=0),
+                image=pb.ImageSpec(image=image_name),
+                command=spec.get("command", []),
+                envs=[pb.KeyValue(key=k, value=v) for k, v in spec.get("envs", {}).items()],
+                devices=[pb.Device(**d) for d in spec.get("devices", [])],
+                CDI_devices=[pb.CDIDevice(name=n) for n in spec.get("cdi", [])],
+                labels={"io.kubernetes.container.name": name},
+                linux=pb.LinuxContainerConfig(security_context=sc),
+            )
+            r = rt.CreateContainer(
+                pb.CreateContainerRequest(pod_sandbox_id=pod_id, config=config, sandbox_config=sandbox_config(pb, pod_name, uid, "default")),
+                timeout=120,
+            )
+            out = {"id": r.container_id}
+        elif cmd == "start":
+            rt.StartContainer(pb.StartContainerRequest(container_id=args[0]), timeout=120)
+            out = {}
+        elif cmd == "cstop":
+            rt.StopContainer(pb.StopContainerRequest(container_id=args[0], timeout=5), timeout=60)
+            out = {}
+        elif cmd == "cremove":
+            rt.RemoveContainer(pb.RemoveContainerRequest(container_id=args[0]), timeout=60)
+            out = {}
+        elif cmd == "cstatus":
+            s = rt.ContainerStatus(pb.ContainerStatusRequest(container_id=args[0]), timeout=30).status
+            out = {"state": pb.ContainerState.Name(s.state), "exit_code": s.exit_code, "reason": s.reason, "message": s.message}
+        elif cmd == "exec":
+            r = rt.ExecSync(pb.ExecSyncRequest(container_id=args[0], timeout=int(args[1]), cmd=args[2:]), timeout=int(args[1]) + 30)
+            out = {"exit_code": r.exit_code, "stdout": r.stdout.decode(errors="replace"), "stderr": r.stderr.decode(errors="replace")}
         elif cmd == "list":
             r = rt.ListPodSandbox(pb.ListPodSandboxRequest(), timeout=30)
             out = {"items": [{"id": i.id, "name": i.metadata.name, "state": pb.PodSandboxState.Name(i.state)} for i in r.items]}

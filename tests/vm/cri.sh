@@ -10,9 +10,28 @@
 #                 Remove: both home under their names, MTU restored, IP released, no state
 #   netns-gone    the sandbox netns is deleted behind containerd's back (`ip netns delete`):
 #                 the pod still deletes, and the NIC and rxe0 are home again, named as before
+#   allocated     the device plugin's path as a kubelet drives it: `rdma-host-device
+#                 device-plugin` registers with tests/device_plugin/kubelet.py (the kubelet's
+#                 side), offers the NIC (pool by pciAddresses) with rxe0; Allocate, then the
+#                 pod (the CNI moves the NIC and rxe0 in), then a container created as the
+#                 kubelet creates it from Allocate's answer (DeviceSpecs as CRI `devices`, its
+#                 envs), as uid 1000 with no capabilities: ibv_devinfo there lists rxe0 with
+#                 its port ACTIVE, RDMA_HOST_DEVICE_RAIL_RDMA names it, `ulimit -l` is printed
+#                 (containerd 1.6 has no CDI: the runtime's own limit). A second container of
+#                 the same pod, not allocated the device (root, containerd's default
+#                 capabilities), has no /dev/infiniband, and a uverbs node it makes itself
+#                 (mknod) cannot be opened: the device cgroup refuses it. The device plugin
+#                 keeps a CDI spec (--cdi-spec) naming rxe0, before and while it is in the pod
+#   cdi           the same device through CDI, with a runtime that reads it (Debian's podman;
+#                 containerd 1.6 reads none): `rdma-host-device cdi` writes the spec from the
+#                 guest's sysfs and /dev (rxe0's uverbs0, rdma_cm) with node.json's memlock
+#                 (1 GiB); a container given only rdma-host-device.io/rdma=rxe0, as uid 1000,
+#                 has uverbs0 and rdma_cm, `ulimit -l` 1048576 (the hook ran) and ibv_devinfo
+#                 lists rxe0; without the name: no device, the runtime's memlock
 #
-# Needs (prepared on the host by run.sh): target/vm/pause.tar (the sandbox image), the CRI
-# stubs in target/vm/cri-stubs, the venv at $RHD_VENV.
+# Needs (prepared on the host by run.sh): target/vm/pause.tar (the sandbox image),
+# target/vm/rdma-tools.tar (busybox, ibv_devinfo, rping, ibv_rc_pingpong, the rxe and siw
+# providers), the CRI stubs in target/vm/cri-stubs, the venv at $RHD_VENV.
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/../.." && pwd -P)
@@ -36,7 +55,9 @@ mkdir -p "$D/bin" "$D/net.d" "$D/ipam" "$D/state" "$D/log"
 cp /usr/lib/cni/loopback /usr/lib/cni/host-local "$D/bin/"
 ln -s "$BIN" "$D/bin/rdma-host-device"
 # ipamPaths: the defaults plus $D (host-local's dataDir below is $D/ipam).
-echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"ipamPaths\":[\"/var/lib/cni\",\"/run/cni\",\"/var/run/cni\",\"/etc/cni\",\"$D\"]}" >"$D/node.json"
+# devicePlugin: one pool holding the VM's NIC (for the allocated case's device plugin).
+echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"ipamPaths\":[\"/var/lib/cni\",\"/run/cni\",\"/var/run/cni\",\"/etc/cni\",\"$D\"],\"memlock\":\"1073741824\",
+ \"devicePlugin\":{\"pools\":[{\"resourceName\":\"rdma-host-device.io/rail\",\"selectors\":{\"pciAddresses\":[\"$PCI\"]}}]}}" >"$D/node.json"
 cat >"$D/config.toml" <<EOF
 version = 2
 root = "$D/root"
@@ -74,8 +95,10 @@ cri() { "$PY" "$REPO/tests/cri/cri.py" "$D/containerd.sock" "$@"; }
 field() { python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1], ""))' "$1"; }
 for _ in $(seq 100); do cri status 2>/dev/null | grep -q '"NetworkReady": true' && break; sleep 0.2; done
 if cri status | grep -q '"NetworkReady": true'; then ok "containerd's CRI is ready"; else bad "containerd's CRI not ready"; fi
-ctr -a "$D/containerd.sock" -n k8s.io images import "$REPO/target/vm/pause.tar" >/dev/null ||
-  bad "ctr images import"
+for img in pause rdma-tools; do
+  ctr -a "$D/containerd.sock" -n k8s.io images import "$REPO/target/vm/$img.tar" >/dev/null ||
+    bad "ctr images import $img.tar"
+done
 
 host_rdma() { rdma -j dev show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(d["ifname"] for d in json.load(sys.stdin)))'; }
 pod_rdma() { ip netns exec "$1" rdma -j dev show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(d["ifname"] for d in json.load(sys.stdin)))'; }
@@ -121,6 +144,119 @@ if run_pod nccl-1; then
   check "the sandbox is gone" bash -c "! $PY $REPO/tests/cri/cri.py $D/containerd.sock list | grep -q $ID"
   home
 fi
+
+case_ allocated
+# jget PATH: a field of the JSON on stdin (dot-separated keys and list indexes), JSON if not scalar.
+jget() { python3 -c 'import json,sys
+v = json.load(sys.stdin)
+for k in sys.argv[1].split("."):
+    v = v[int(k)] if isinstance(v, list) else v.get(k)
+print(json.dumps(v) if isinstance(v, (dict, list)) else v)' "$1"; }
+modprobe rdma_ucm || bad "modprobe rdma_ucm (rdma_cm)"
+mkdir -p "$D/dp" "$D/devinfo-dp"
+coproc KUBELET { RHD_DP_STUBS=$D/dp-stubs exec "$PY" "$REPO/tests/device_plugin/kubelet.py" "$D/dp" 2>"$D/kubelet.log"; }
+IFS= read -r -t 120 line <&"${KUBELET[0]}" || line=
+check "kubelet.py serves kubelet.sock" grep -q listening <<<"$line"
+# kub JSON: one command to kubelet.py, its one-line answer.
+kub() {
+  local l=
+  printf '%s\n' "$1" >&"${KUBELET[1]}"
+  IFS= read -r -t 180 l <&"${KUBELET[0]}" || l='{"error": "kubelet.py did not answer"}'
+  printf '%s\n' "$l"
+}
+mkdir -p "$D/cdi"
+RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json "$BIN" device-plugin --socket-dir "$D/dp" \
+  --device-info-dir "$D/devinfo-dp" --cdi-spec "$D/cdi/rdma-host-device.json" --cdi-hook "$BIN" \
+  >"$D/device-plugin.log" 2>&1 &
+DP_PID=$!
+R=rdma-host-device.io/rail
+r=$(kub '{"cmd": "registered", "count": 1, "timeout": 120}')
+check "the device plugin registered $R" test "$(jget resource_name <<<"$r")" = $R
+kub "{\"cmd\": \"watch\", \"resource\": \"$R\"}" >/dev/null
+r=$(kub "{\"cmd\": \"devices\", \"resource\": \"$R\", \"want\": {\"$PCI\": \"Healthy\"}, \"timeout\": 120}")
+check "ListAndWatch offers $PCI, Healthy" test "$(jget error <<<"$r")" = None
+check "the device plugin keeps a CDI spec naming rxe0" grep -q '"name": "rxe0"' "$D/cdi/rdma-host-device.json"
+# As the kubelet does: Allocate at admission, before the sandbox exists (rxe0 still on the host).
+A=$(kub "{\"cmd\": \"allocate\", \"resource\": \"$R\", \"containers\": [[\"$PCI\"]]}")
+echo "    Allocate: $A"
+UVERBS=$(jget responses.0.devices <<<"$A" | python3 -c 'import json,sys; print(" ".join(d["container_path"] for d in json.load(sys.stdin)))')
+has() { grep -q -- "$1" <<<"$2"; }
+# has_all TEXT PATTERN...: every pattern is in TEXT (else names the first missing one).
+has_all() { local t=$1 p; shift; for p; do grep -q -- "$p" <<<"$t" || { echo "missing: $p"; return 1; }; done; }
+check "Allocate hands out rxe0's uverbs and rdma_cm ($UVERBS)" has '^/dev/infiniband/uverbs[0-9]* /dev/infiniband/rdma_cm$' "$UVERBS"
+check "Allocate names rxe0 in RDMA_HOST_DEVICE_RAIL_RDMA" test "$(jget responses.0.envs.RDMA_HOST_DEVICE_RAIL_RDMA <<<"$A")" = rxe0
+UV=${UVERBS%% *}
+MAJMIN=$(stat -c '%t %T' "$UV" 2>/dev/null) || MAJMIN="0 0"
+if run_pod nccl-2; then
+  POD=$ID
+  # The container the kubelet creates from Allocate's answer: its DeviceSpecs as CRI devices,
+  # its envs, run as uid 1000 (no capabilities: a non-root process has none effective).
+  SPEC=$(jget responses.0 <<<"$A" | python3 -c 'import json,sys
+r = json.load(sys.stdin)
+print(json.dumps({"command": ["/bin/sleep", "3600"], "envs": r["envs"], "devices": r["devices"], "uid": 1000}))')
+  r=$(cri create "$POD" nccl-2 rdma localhost/rhd-rdma-tools:test "$SPEC") && C1=$(field id <<<"$r") &&
+    cri start "$C1" >/dev/null || bad "CreateContainer/StartContainer with the allocation: $r"
+  if [[ -n ${C1:-} ]]; then
+    r=$(cri exec "$C1" 60 /bin/sh -c 'id -u; grep CapEff /proc/self/status; echo "memlock=$(ulimit -l)"; echo "rail=$RDMA_HOST_DEVICE_RAIL_RDMA"; ls /dev/infiniband; ibv_devinfo')
+    seen=$(field stdout <<<"$r")
+    echo "$seen" | sed 's/^/    | /'
+    check "the allocated container runs as uid 1000 with no capabilities" has_all "$seen" '^1000$' 'CapEff:.0000000000000000'
+    check "ibv_devinfo there exits 0 and shows rxe0" has_all "exit=$(field exit_code <<<"$r") $seen" '^exit=0 ' 'hca_id:.rxe0'
+    check "the container's env names rxe0" has '^rail=rxe0$' "$seen"
+    echo "    ulimit -l in the container: $(grep memlock= <<<"$seen") (containerd 1.6: no CDI, so no memlock hook)"
+  fi
+  # A second container of the same pod, without the allocation: root, containerd's default
+  # capabilities (CAP_MKNOD among them), the pod's netns (rxe0 is listed in its sysfs).
+  r=$(cri create "$POD" nccl-2 other localhost/rhd-rdma-tools:test '{"command": ["/bin/sleep", "3600"]}') &&
+    C2=$(field id <<<"$r") && cri start "$C2" >/dev/null || bad "CreateContainer/StartContainer without the allocation: $r"
+  if [[ -n ${C2:-} ]]; then
+    r=$(cri exec "$C2" 60 /bin/sh -c "ls /dev/infiniband 2>&1; ibv_devinfo 2>&1; echo rc=\$?; mknod /dev/uverbs-own c $((0x${MAJMIN% *})) $((0x${MAJMIN#* })) 2>&1 && echo made && cat /dev/uverbs-own 2>&1; echo done")
+    seen="$(field stdout <<<"$r")$(field stderr <<<"$r")"
+    echo "$seen" | sed 's/^/    | /'
+    check "without the allocation: no /dev/infiniband" has '/dev/infiniband: No such file' "$seen"
+    check "without the allocation: ibv_devinfo shows no rxe0" bash -c "! grep -q 'hca_id:.rxe0'" <<<"$seen"
+    check "without the allocation: a uverbs node it makes ($MAJMIN) cannot be opened" has_all "$seen" '^made$' "can't open.*Operation not permitted"
+  fi
+  sleep 6  # one discovery (5 s) with rxe0 in the pod, gone from the host's sysfs
+  check "with rxe0 in the pod, the CDI spec still names it (a restarted container resolves it)" \
+    grep -q '"name": "rxe0"' "$D/cdi/rdma-host-device.json"
+  for c in ${C1:-} ${C2:-}; do cri cstop "$c" >/dev/null; cri cremove "$c" >/dev/null || bad "RemoveContainer $c"; done
+  r=$(cri stop "$POD") || bad "StopPodSandbox: $r"
+  r=$(cri remove "$POD") || bad "RemovePodSandbox: $r"
+  home
+fi
+kill "$DP_PID" 2>/dev/null
+kill "$KUBELET_PID" 2>/dev/null
+if ((FAIL)); then
+  echo "--- device plugin log (last 20 lines)"; tail -20 "$D/device-plugin.log"
+  echo "--- kubelet.py log (last 10 lines)"; tail -10 "$D/kubelet.log"
+fi
+
+case_ cdi
+# podman's own storage on the tmpfs; the container's root is the rdma-tools image's layer.
+ROOTFS=$D/tools-root
+mkdir -p "$ROOTFS" "$D/oci"
+tar -xf "$REPO/target/vm/rdma-tools.tar" -C "$D/oci"
+for b in "$D"/oci/blobs/sha256/*; do tar -tzf "$b" >/dev/null 2>&1 && tar -xzf "$b" -C "$ROOTFS"; done
+mkdir -p /var/run/cdi
+check "rdma-host-device cdi writes the spec with rxe0" bash -c \
+  "RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json $BIN cdi --hook $BIN 2>&1 | grep -q '1 RDMA device'"
+# pod: podman run as uid 1000 in the host's netns (exclusive mode: rxe0 is there), CDI names.
+pod() {
+  podman --root="$D/podman/storage" --runroot="$D/podman/run" --tmpdir="$D/podman/tmp" \
+    --cgroup-manager=cgroupfs --events-backend=file run --rm --network=host --user 1000:1000 \
+    "$@" --rootfs "$ROOTFS" /bin/sh -c 'echo "memlock=$(ulimit -l)"; ls /dev/infiniband 2>&1; ibv_devinfo 2>&1' 2>&1
+}
+seen=$(pod --device rdma-host-device.io/rdma=rxe0)
+echo "$seen" | sed 's/^/    | /'
+check "given only the CDI name: uverbs0, rdma_cm, ulimit -l 1048576 (the hook), ibv_devinfo lists rxe0" \
+  has_all "$seen" '^memlock=1048576$' '^uverbs0$' '^rdma_cm$' 'hca_id:.rxe0'
+seen=$(pod)
+echo "$seen" | sed 's/^/    | /'
+check "without it: no /dev/infiniband, no rxe0, the runtime's own memlock" has_all "$seen" \
+  '/dev/infiniband: No such file' '^memlock=[0-9]' 'No IB devices found'
+check "without it: the memlock is not the policy's" bash -c "! grep -q '^memlock=1048576$'" <<<"$seen"
+rm -f /var/run/cdi/rdma-host-device.json
 
 if ((FAIL)); then
   echo "--- plugin log (last 30 lines)"; tail -30 "$D/log/cri.log"

@@ -19,6 +19,10 @@
 #                 (114, saying so) and its rollback leaves that device alone
 #   gid-timeout   a too-short rdma.gidTimeoutMs on a netdev with no carrier: ADD fails with 113 and
 #                 rolls back (NIC home, IP released, soft device gone)
+#   rxe-port-down an rxe port without carrier (its GIDs still there): ADD 113 naming the carrier,
+#                 STATUS 50 for the NIC up without carrier, CHECK 106 once the carrier goes
+#   soft-held-open a process in another pod holds the pod's rxe open: DEL answers 11 at once
+#                 naming it, keeping NIC, address and state; after it exits DEL deletes the device
 #   rdma-name-swap a pod swaps two rxe devices' names: allowedNics.rdmaDevices (by name or GUID)
 #                 still refuses the forbidden NIC (107), rdmaDevice by name is refused (111), by GUID
 #                 it selects the right NIC
@@ -32,6 +36,8 @@
 #                 host no longer lists it, the pod does), verbs in the pod show the GID, 1.1.0
 #                 result has pciID; DEL brings both back under their own names
 #   renamed-in-pod the pod renames its RDMA device: DEL brings it home under the node's name
+#   used-on-host  a host process holds the RDMA device open: ADD refuses (107) naming it;
+#                 after it exits ADD takes the device
 #   rdma-selector the same NIC selected by "rdmaDevice"
 #   device-info   deviceID + CNIDeviceInfoFile capabilities as Multus passes them: the file names
 #                 the NIC's PCI address and RDMA device; DEL removes it
@@ -101,6 +107,8 @@ has_gid() {  # has_gid NETNS ADDRESS: ibv_devinfo -v inside NETNS lists ::ffff:A
 link_is() {  # link_is NAME MTU: on the host with that name and MTU
   ip -j link show "$1" 2>/dev/null | python3 -c "import json,sys; l=json.load(sys.stdin)[0]; sys.exit(0 if l['mtu']==$2 else 1)"
 }
+# wait_ctx DEV: until `rdma res show ctx` (iproute2's own view) lists a verbs context on DEV.
+wait_ctx() { for _ in $(seq 100); do rdma res show ctx dev "$1" 2>/dev/null | grep -q pid && return 0; sleep 0.1; done; return 1; }
 veth() { ip link add "$1" mtu "${3:-1500}" type veth peer "$2" && ip link set "$2" up; }
 
 shared() {
@@ -260,6 +268,61 @@ print("%016x" % h)' c-clash net1)
   check "the IP is released" test "$(ips_left)" = 0
   ip netns del p6; ip link del nic6
 
+  case_ rxe-port-down
+  # A RoCE port keeps its GIDs without carrier: ADD must still fail on the DOWN port (113,
+  # naming the carrier), STATUS must say so for the NIC up on the host, and CHECK must catch a
+  # port that went DOWN after ADD (issue 17, case 3).
+  ip netns add pd; NETNS=/var/run/netns/pd
+  ip link add nicd type veth peer peerd   # peer left DOWN: no carrier
+  conf "$WORK/pd.conf" rxedown '"device":"nicd"' '{"softDevice":"rxe","gidTimeoutMs":300}' "$(host_local 10.69.0.0/24)"
+  cni add "$WORK/pd.conf" c-pd
+  expect_code 113
+  check "the message says the port is not ACTIVE and the netdev has no carrier" bash -c "grep -q 'not ACTIVE' <<<'$OUT' && grep -q 'without carrier' <<<'$OUT'"
+  check "no RDMA device is left, nicd is home, no IP" bash -c "test -z \"\$(rdma link show)\" && ip link show nicd >/dev/null && test \"$(ips_left)\" = 0"
+  ip link set nicd up
+  conf "$WORK/ps.conf" rxedown '"device":"nicd"' '{"softDevice":"rxe","gidTimeoutMs":300}' "$(host_local 10.69.0.0/24)" 1.1.0
+  cni status "$WORK/ps.conf" c-pd   # libcni calls STATUS for 1.1.0 configurations only
+  expect_code 50
+  check "STATUS names the missing carrier" grep -q "without carrier" <<<"$OUT"
+  ip link set nicd down
+  ip link set peerd up
+  conf "$WORK/pu.conf" rxeup '"device":"nicd"' '{"softDevice":"rxe","gidTimeoutMs":3000}' "$(host_local 10.69.0.0/24)"
+  cni add "$WORK/pu.conf" c-pu
+  check "with carrier, ADD succeeds" test "$RC" = 0
+  ip link set peerd down
+  cni check "$WORK/pu.conf" c-pu
+  expect_code 106
+  check "CHECK says the port is not ACTIVE" grep -q "not ACTIVE" <<<"$OUT"
+  cni del "$WORK/pu.conf" c-pu
+  check "DEL succeeds, no RDMA device is left" bash -c "test $RC = 0 && test -z \"\$(rdma link show)\""
+  ip netns del pd; ip link del nicd
+
+  case_ soft-held-open
+  # Shared mode shows every device to every pod: a process in ANOTHER pod opens this pod's rxe
+  # device. DEL must not sleep in the kernel until it exits: 11 at once, naming it, with the
+  # NIC, its address and the state kept; once it exits, DEL deletes the device (issue 17, case 1).
+  ip netns add ph; ip netns add pother; NETNS=/var/run/netns/ph
+  veth nich peerh
+  conf "$WORK/ho.conf" held '"device":"nich"' '{"softDevice":"rxe"}' "$(host_local 10.70.0.0/24)"
+  cni add "$WORK/ho.conf" c-ho
+  check "ADD succeeds" test "$RC" = 0
+  DEV=$(rdma_devs)
+  ip netns exec pother ibv_rc_pingpong -d "$DEV" -g 0 >"$WORK/holder.log" 2>&1 &
+  HOLDER=$!
+  check "a process in another pod holds $DEV open (rdma res show ctx)" wait_ctx "$DEV"
+  T0=$(date +%s%N)
+  cni del "$WORK/ho.conf" c-ho
+  MS=$(( ($(date +%s%N) - T0) / 1000000 ))
+  expect_code 11
+  check "DEL answered (in $MS ms, driver included) while the holder still runs" kill -0 "$HOLDER"
+  check "the message names the holder's pid and command" bash -c "grep -q 'pid $HOLDER (ibv_rc_pingpong)' <<<'$OUT'"
+  check "the NIC, its address, the device and the state are kept" bash -c "ip -n ph -4 addr show net1 | grep -q 10.70.0 && rdma dev show $DEV >/dev/null && test \"$(ips_left)\" = 1 && test -n \"\$(find $WORK/state -name 'c-ho:*.json')\""
+  kill "$HOLDER"; wait "$HOLDER" 2>/dev/null
+  cni del "$WORK/ho.conf" c-ho
+  check "once the holder exits, DEL succeeds" test "$RC" = 0
+  check "the device is gone, nich home, no IP, no state" bash -c "test -z \"\$(rdma_devs)\" && ip link show nich >/dev/null && test \"$(ips_left)\" = 0 && test -z \"\$(find $WORK/state -name '*.json')\""
+  ip netns del ph; ip netns del pother; ip link del nich
+
   case_ rdma-name-swap
   # A pod swaps two RDMA device names (shared mode lets it); the node's policy and the
   # rdmaDevice selector go by node GUID, never by a name a pod gave (issue 18 case 5).
@@ -272,19 +335,19 @@ print("%016x" % h)' c-clash net1)
   check "the pod swapped the names (nicbad's device is now rxok)" bash -c "rdma link show | grep -q 'rxok/1 .*netdev nicbad'"
   for policy in "\"rxok\"" "\"$GOK\""; do
     echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\",\"ipamPaths\":[\"$WORK\"],\"allowedNics\":{\"rdmaDevices\":[$policy]}}" >"$WORK/swap-node.json"
-    conf "$WORK/sw.conf" swap '"device":"nicbad"' '{}' "$(host_local 10.69.0.0/24)"
+    conf "$WORK/sw.conf" swap '"device":"nicbad"' '{}' "$(host_local 10.71.0.0/24)"
     RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/swap-node.json cni add "$WORK/sw.conf" c-sw
     expect_code 107
     # (the message has quotes and parentheses: grep it from stdin, never inside bash -c)
     check "rdmaDevices [$policy]: the refusal names nicbad's node GUID" grep -qF "$(cat /sys/class/infiniband/rxok/node_guid)" <<<"$OUT"
   done
-  conf "$WORK/sw.conf" swap '"rdmaDevice":"rxok"' '{}' "$(host_local 10.69.0.0/24)"
+  conf "$WORK/sw.conf" swap '"rdmaDevice":"rxok"' '{}' "$(host_local 10.71.0.0/24)"
   RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/swap-node.json cni add "$WORK/sw.conf" c-sw
   expect_code 111
   check "rdmaDevice by name in shared mode: refused, naming the GUID to use" grep -q rename <<<"$OUT"
   # By GUID, the selector finds nicok (whose device the pod renamed rxbad) and the policy
   # admits it: what stops ADD now is only that a host rxe dies with the move (112).
-  conf "$WORK/sw.conf" swap "\"rdmaDevice\":\"$GOK\"" '{}' "$(host_local 10.69.0.0/24)"
+  conf "$WORK/sw.conf" swap "\"rdmaDevice\":\"$GOK\"" '{}' "$(host_local 10.71.0.0/24)"
   RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/swap-node.json cni add "$WORK/sw.conf" c-sw
   expect_code 112
   check "rdmaDevice by GUID selected nicok" grep -q "bound to nicok" <<<"$OUT"
@@ -397,6 +460,26 @@ exclusive_move() {
   check "it is home as rxens0, and no podrdma" bash -c "rdma dev show rxens0 && ! rdma dev show podrdma 2>/dev/null"
   check "$NIC is home" link_is "$NIC" 1480
   ip netns del p6
+
+  case_ used-on-host
+  # A host process holds rxens0 open: the exclusive move would cut it off, so ADD refuses (107)
+  # naming it, and nothing moves; once it exits, ADD takes the device (issue 17, case 6).
+  ip netns add p7; NETNS=/var/run/netns/p7
+  ibv_rc_pingpong -d rxens0 -g 0 >"$WORK/holder.log" 2>&1 &
+  HOLDER=$!
+  check "a host process holds rxens0 open (rdma res show ctx)" wait_ctx rxens0
+  conf "$WORK/u.conf" xused "\"pciBusID\":\"$PCI\"" '{}' "$(host_local 10.86.0.0/24)"
+  cni add "$WORK/u.conf" c-u
+  expect_code 107
+  check "the message names the holder's pid and command" bash -c "grep -q 'pid $HOLDER (ibv_rc_pingpong)' <<<'$OUT'"
+  check "rxens0 and $NIC stayed on the host, no IP, no state" bash -c "rdma dev show rxens0 >/dev/null && ip link show $NIC >/dev/null && test \"$(ips_left)\" = 0 && test -z \"\$(find $WORK/state -name '*.json')\""
+  check "the holder still runs" kill -0 "$HOLDER"
+  kill "$HOLDER"; wait "$HOLDER" 2>/dev/null
+  cni add "$WORK/u.conf" c-u
+  check "once it exits, ADD succeeds" test "$RC" = 0
+  cni del "$WORK/u.conf" c-u
+  check "DEL succeeds; rxens0 and $NIC are home" bash -c "test $RC = 0 && rdma dev show rxens0 >/dev/null && ip link show $NIC >/dev/null"
+  ip netns del p7
 
   case_ rdma-selector
   ip netns add p2; NETNS=/var/run/netns/p2

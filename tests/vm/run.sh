@@ -24,11 +24,18 @@ mkdir -p target/vm
 GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$REPO/target/tmp/go-cache \
   go build -o target/vm/libcni-driver ./tests/libcni-driver || exit 1
 
-# For cri-exclusive (tests/vm/cri.sh): the sandbox image and the CRI client's stubs, made here
-# because the guest sees this machine's files read-only and has no compiler run to spare.
+# For cri-exclusive (tests/vm/cri.sh): the sandbox image, an image with this machine's RDMA
+# tools (busybox, ibverbs-utils, rdmacm-utils, the rxe and siw providers, their libraries) and
+# the CRI client's stubs, made here because the guest sees this machine's files read-only and
+# has no compiler run to spare.
 export RHD_VENV=${RHD_VENV:-$HOME/.cache/rhd-venv}
+VERBS=/usr/lib/x86_64-linux-gnu/libibverbs
 cc -static -Os -s -o target/vm/pause tests/cri/pause.c &&
   "$RHD_VENV/bin/python" tests/cri/cri.py - image target/vm/pause localhost/rhd-pause:test target/vm/pause.tar >/dev/null &&
+  "$RHD_VENV/bin/python" tests/cri/cri.py - files-image localhost/rhd-rdma-tools:test target/vm/rdma-tools.tar /bin/sh \
+    /bin/busybox '/bin/sh->busybox' '/bin/sleep->busybox' /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong \
+    /usr/bin/rping /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/siw.driver \
+    $VERBS/librxe-rdmav34.so $VERBS/libsiw-rdmav34.so >/dev/null &&
   RHD_CRI_STUBS=$REPO/target/vm/cri-stubs "$RHD_VENV/bin/python" tests/cri/cri.py - stubs >/dev/null ||
   { echo "run: cannot make the CRI test's pause image or stubs (scripts/setup.sh)" >&2; exit 1; }
 

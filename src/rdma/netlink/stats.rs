@@ -45,24 +45,7 @@ pub struct QpOwner {
 impl RdmaSocket {
     /// Give up on a reply after `timeout` (the exporter's scrape budget), not the CNI's 30 s.
     pub fn set_timeout(&mut self, timeout: std::time::Duration) -> Result<(), RdmaNlError> {
-        let tv = libc::timeval {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
-        };
-        // SAFETY: a valid socket fd and a pointer to a timeval that outlives the call.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(RdmaNlError::Io(io::Error::last_os_error()));
-        }
-        Ok(())
+        self.socket.set_timeout(timeout).map_err(RdmaNlError::Io)
     }
 
     /// The devices visible from this netns, without the per-device driver query.

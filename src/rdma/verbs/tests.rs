@@ -700,3 +700,23 @@ fn verbs_vm_without_libibverbs() {
         wait_for_gids("rxe0", &[ip("10.9.9.77")], Duration::from_millis(200)).expect_err("missing");
     assert!(matches!(err, VerbsError::GidTimeout { .. }), "{err:?}");
 }
+
+#[test]
+fn a_roce_port_without_carrier_fails_although_its_gids_are_there() {
+    // rxe keeps the GID of an address when its netdev loses carrier; the port goes DOWN.
+    let mut r = report_with(&[("::ffff:10.0.0.1", GidType::RoceV2)]);
+    r.ports[0].state = PortState::Down;
+    match check(r, &["10.0.0.1".parse().expect("ip")], Duration::ZERO) {
+        Err(VerbsError::PortNotActive {
+            device,
+            port,
+            state,
+        }) => {
+            assert_eq!((device.as_str(), port, state), ("rxe0", 1, PortState::Down));
+        }
+        other => panic!("expected PortNotActive, got {other:?}"),
+    }
+    let r = report_with(&[("::ffff:10.0.0.1", GidType::RoceV2)]);
+    let r = check(r, &["10.0.0.1".parse().expect("ip")], Duration::ZERO).expect("active");
+    assert_eq!(r.verified, Verification::RoceV2Gids);
+}

@@ -2,7 +2,7 @@
 //! `RTA_NH_ID`, with the device in the nexthop object. rtnetlink has no nexthop API, so this is
 //! a small synchronous dump over a NETLINK_ROUTE socket in the calling thread's namespace.
 
-use crate::raw_route::{self, NLMSG_DONE, NLMSG_ERROR, u16_at, u32_at};
+use crate::netlink_sync::{self, NLMSG_DONE, NLMSG_ERROR, u16_at, u32_at};
 use std::collections::HashSet;
 
 const RTM_NEWNEXTHOP: u16 = 104;
@@ -43,7 +43,7 @@ fn dump() -> std::io::Result<Vec<Nexthop>> {
     let mut out = Vec::new();
     let mut refused = None;
     // struct nhmsg, AF_UNSPEC
-    raw_route::dump(RTM_GETNEXTHOP, &[0u8; 8], MAX_BYTES, |buf| {
+    netlink_sync::route_dump(RTM_GETNEXTHOP, &[0u8; 8], MAX_BYTES, |buf| {
         match parse(buf, &mut out) {
             Parsed::More => true,
             Parsed::Done => false,

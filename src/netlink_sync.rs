@@ -1,0 +1,148 @@
+//! Synchronous netlink sockets: one socket type for what the async rtnetlink handle cannot ask
+//! or decode. Its users: RDMA netlink (`rdma/netlink.rs`), raw NETLINK_ROUTE dumps of nexthop
+//! objects (`link/nexthop.rs`) and of links whose names are not UTF-8
+//! (`link/unreadable.rs`), and the exporter's link statistics (`metrics/netdev.rs`).
+//!
+//! A socket answers for the netns of the thread that opened it. Every receive is bounded by
+//! the socket's timeout (a CNI verb must not hang on the kernel), and a datagram larger than
+//! the buffer is an error, never silently cut.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+pub const NLMSG_ERROR: u16 = 2;
+pub const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_DUMP: u16 = 0x300;
+
+/// The receive buffer: the kernel sizes dump datagrams after the largest buffer offered.
+const RECV_BUF_LEN: usize = 64 * 1024;
+/// How long a raw route dump may wait for one datagram.
+const ROUTE_DUMP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A netlink socket bound in the calling thread's netns and connected to the kernel.
+pub struct SyncSocket {
+    socket: Socket,
+    seq: u32,
+    buf: Vec<u8>,
+    timeout: Duration,
+}
+
+impl SyncSocket {
+    /// Open a socket of `protocol` (`NETLINK_ROUTE`, `NETLINK_RDMA`, ...) whose every receive
+    /// gives up after `timeout`.
+    pub fn open(protocol: isize, timeout: Duration) -> io::Result<Self> {
+        let mut socket = Socket::new(protocol)?;
+        socket.bind_auto()?;
+        socket.connect(&SocketAddr::new(0, 0))?;
+        let mut s = SyncSocket {
+            socket,
+            seq: 0,
+            buf: Vec::with_capacity(RECV_BUF_LEN),
+            timeout,
+        };
+        s.set_timeout(timeout)?;
+        Ok(s)
+    }
+
+    /// Bound every later receive by `timeout` (`SO_RCVTIMEO`).
+    pub fn set_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        let tv = libc::timeval {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+        };
+        // SAFETY: a valid socket fd and a pointer to a timeval that outlives the call, with
+        // its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.timeout = timeout;
+        Ok(())
+    }
+
+    /// The sequence number for the next request (the replies carry it).
+    pub fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+
+    pub fn send(&mut self, request: &[u8]) -> io::Result<()> {
+        self.socket.send(request, 0).map(drop)
+    }
+
+    /// The next datagram from the kernel. `what` names the request in errors: a timeout is
+    /// `TimedOut` ("no reply to WHAT within N s"), a datagram larger than the buffer
+    /// `InvalidData`.
+    pub fn recv(&mut self, what: &str) -> io::Result<&[u8]> {
+        loop {
+            self.buf.clear();
+            match self.socket.recv(&mut self.buf, libc::MSG_TRUNC) {
+                Ok(n) if n > self.buf.len() => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{what}: datagram of {n} bytes truncated"),
+                    ));
+                }
+                Ok(_) => return Ok(&self.buf),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no reply to {what} within {} s", self.timeout.as_secs_f32()),
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// A NETLINK_ROUTE dump of `msg_type` (the request's family header is `header`, e.g. a zeroed
+/// `ifinfomsg`), giving each datagram to `datagram` while it answers true and fewer than
+/// `max_bytes` were read. The callers parse the datagrams.
+pub fn route_dump(
+    msg_type: u16,
+    header: &[u8],
+    max_bytes: usize,
+    mut datagram: impl FnMut(&[u8]) -> bool,
+) -> io::Result<()> {
+    let mut sock = SyncSocket::open(NETLINK_ROUTE, ROUTE_DUMP_TIMEOUT)?;
+    let seq = sock.next_seq();
+    let len = 16 + header.len();
+    let mut req = Vec::with_capacity(len);
+    req.extend_from_slice(&(len as u32).to_ne_bytes());
+    req.extend_from_slice(&msg_type.to_ne_bytes());
+    req.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    req.extend_from_slice(&seq.to_ne_bytes());
+    req.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel fills it in
+    req.extend_from_slice(header);
+    sock.send(&req)?;
+    let mut total = 0;
+    loop {
+        let buf = sock.recv("a route dump")?;
+        total += buf.len();
+        if !datagram(buf) || total >= max_bytes {
+            return Ok(());
+        }
+    }
+}
+
+pub fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+pub fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
