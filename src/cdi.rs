@@ -32,16 +32,28 @@ pub enum Memlock {
     Bytes(u64),
 }
 
+/// The smallest `memlock` taken: one page.
+pub const MIN_MEMLOCK: u64 = 4096;
+
 impl Memlock {
     pub fn parse(s: &str) -> Result<Memlock> {
         match s {
             "unlimited" | "infinity" => Ok(Memlock::Unlimited),
-            _ => s.parse().map(Memlock::Bytes).map_err(|_| {
-                Error::new(
+            _ => match s.parse::<u64>() {
+                // Less than a page locks nothing: every RDMA memory registration would fail
+                // in the container (0 is not "no limit").
+                Ok(n) if n < MIN_MEMLOCK => Err(Error::new(
+                    Code::InvalidConfig,
+                    format!(
+                        "memlock {s:?} is less than one page ({MIN_MEMLOCK} bytes): RDMA memory registration would fail in every container; give the bytes to allow (RDMA needs megabytes) or \"unlimited\""
+                    ),
+                )),
+                Ok(n) => Ok(Memlock::Bytes(n)),
+                Err(_) => Err(Error::new(
                     Code::InvalidConfig,
                     format!("memlock {s:?}: a number of bytes or \"unlimited\""),
-                )
-            }),
+                )),
+            },
         }
     }
 
@@ -258,6 +270,11 @@ mod tests {
             Memlock::Bytes(1 << 30)
         );
         assert!(Memlock::parse("-1").is_err());
+        for tiny in ["0", "1", "4095"] {
+            let e = Memlock::parse(tiny).unwrap_err();
+            assert!(e.msg.contains("less than one page"), "{tiny}: {}", e.msg);
+        }
+        assert_eq!(Memlock::parse("4096").unwrap(), Memlock::Bytes(4096));
         assert!(Memlock::parse("1G").is_err());
     }
 

@@ -6,7 +6,7 @@ use crate::error::{Code, Error, Result};
 use nix::sched::{CloneFlags, setns};
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// nsfs's magic number (linux/magic.h): a netns handle lives on nsfs.
@@ -24,17 +24,23 @@ impl Netns {
     /// Open a netns by path (CNI_NETNS). A missing path is "unknown container" (3); a path
     /// that is not a network namespace is a bad CNI_NETNS (4).
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                Code::UnknownContainer
-            } else {
-                Code::InvalidEnv
-            };
-            Error::new(
-                code,
-                format!("cannot open network namespace {}: {e}", path.display()),
-            )
-        })?;
+        // O_NONBLOCK: opening a FIFO (or a device) named as a netns must not wait for a writer;
+        // std adds O_CLOEXEC. What it opened is then checked to be a netns.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| {
+                let code = if e.kind() == std::io::ErrorKind::NotFound {
+                    Code::UnknownContainer
+                } else {
+                    Code::InvalidEnv
+                };
+                Error::new(
+                    code,
+                    format!("cannot open network namespace {}: {e}", path.display()),
+                )
+            })?;
         let ns = Netns {
             file,
             path: path.to_path_buf(),
@@ -43,34 +49,76 @@ impl Netns {
         Ok(ns)
     }
 
-    /// The namespace the calling thread is in now (the host's, for a plugin run by a runtime).
-    /// A pod netns that may be gone: `None` (logged) when it is, so DEL and GC carry on
-    /// without it.
-    pub fn open_if_alive(path: &str) -> Option<Netns> {
+    /// A pod netns that may be gone: `None` (logged) when it is (no such path, or the empty
+    /// file a netns mount leaves behind once unmounted), so DEL and GC carry on without it.
+    /// A path that is something else (a FIFO, a device, a directory, a socket) is no pod's
+    /// netns, gone or not: refused (4), so DEL keeps the state rather than guess.
+    pub fn open_if_alive(path: &str) -> Result<Option<Netns>> {
         if path.is_empty() {
-            return None;
+            return Ok(None);
         }
-        match Netns::open(std::path::Path::new(path)) {
-            Ok(ns) => Some(ns),
+        let p = std::path::Path::new(path);
+        match Netns::open(p) {
+            Ok(ns) => Ok(Some(ns)),
+            Err(e) if e.code == Code::InvalidEnv && !is_gone_netns_file(p) => Err(e),
             Err(e) if e.code == Code::UnknownContainer || e.code == Code::InvalidEnv => {
                 log::info!(
                     "pod netns {path} is gone ({}); looking for the NIC on the host",
                     e.msg
                 );
-                None
+                Ok(None)
             }
             Err(e) => {
                 log::warn!("cannot open pod netns {path}: {e}");
-                None
+                Ok(None)
             }
         }
     }
 
+    /// The namespace's identity: the nsfs device and inode (what `ip netns identify` and
+    /// `stat -L` compare); ADD records it, DEL and CHECK act only on the same namespace.
+    pub fn identity(&self) -> Result<(u64, u64)> {
+        let m = self.file.metadata().map_err(|e| {
+            Error::new(
+                Code::Io,
+                format!("cannot stat network namespace {}: {e}", self.path.display()),
+            )
+        })?;
+        Ok((m.dev(), m.ino()))
+    }
+
+    /// The namespace the calling thread is in now (the host's, for a plugin run by a runtime).
     pub fn current() -> Result<Self> {
         Self::open(Path::new("/proc/thread-self/ns/net"))
     }
 
     fn check_is_netns(&self) -> Result<()> {
+        let kind = self.file.metadata().map(|m| m.file_type()).map_err(|e| {
+            Error::new(
+                Code::InvalidEnv,
+                format!("cannot stat {}: {e}", self.path.display()),
+            )
+        })?;
+        let what = if kind.is_fifo() {
+            Some("a FIFO")
+        } else if kind.is_dir() {
+            Some("a directory")
+        } else if kind.is_socket() {
+            Some("a socket")
+        } else if kind.is_char_device() || kind.is_block_device() {
+            Some("a device")
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            return Err(Error::new(
+                Code::InvalidEnv,
+                format!(
+                    "{} is {what}, not a network namespace (expected an nsfs file such as /var/run/netns/NAME or /proc/PID/ns/net)",
+                    self.path.display()
+                ),
+            ));
+        }
         let not_netns = || {
             Error::new(
                 Code::InvalidEnv,
@@ -134,6 +182,36 @@ impl Netns {
         ))
     }
 
+    /// Refuse (4) this namespace unless it is `want` (a recorded [`identity`](Self::identity);
+    /// `None`, from an older record: anything): the path now names another namespace (a
+    /// symlink or bind mount retargeted to another pod's), where a recorded ifindex may be
+    /// anyone's link. Where the wanted namespace is still reachable, the message says how.
+    pub fn refuse_if_not(&self, want: Option<(u64, u64)>) -> Result<()> {
+        let Some(want) = want else {
+            return Ok(());
+        };
+        let got = self.identity()?;
+        if got == want {
+            return Ok(());
+        }
+        let still = others_on_node()
+            .into_iter()
+            .find(|(p, _)| std::fs::metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == want))
+            .map(|(_, label)| format!(" (that namespace is still there: {label})"))
+            .unwrap_or_else(|| " (that namespace is not found on the node)".into());
+        Err(Error::new(
+            Code::InvalidEnv,
+            format!(
+                "CNI_NETNS {} is now network namespace {}:{}, not {}:{} where ADD attached the NIC{still}; refusing to act on another namespace's links",
+                self.path.display(),
+                got.0,
+                got.1,
+                want.0,
+                want.1
+            ),
+        ))
+    }
+
     /// Same namespace (same nsfs inode)?
     pub fn same_as(&self, other: &Netns) -> bool {
         match (self.file.metadata(), other.file.metadata()) {
@@ -158,6 +236,12 @@ impl Netns {
         let _back = GoBack(home);
         Ok(f())
     }
+}
+
+/// Is `p` what a pod's netns path is once the netns is gone: missing, or the empty regular
+/// file a netns bind mount leaves when it is unmounted (`ip netns del`, runtimes)?
+fn is_gone_netns_file(p: &Path) -> bool {
+    std::fs::metadata(p).map_or(true, |m| m.file_type().is_file())
 }
 
 /// Every other network namespace on the node that has a name: those mounted under `/run/netns`

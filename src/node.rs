@@ -7,6 +7,7 @@
 //! (the environment of a CNI plugin is the runtime's, a node-level component, not the tenant's).
 
 use crate::error::{Code, Error, Result};
+use crate::rdma::identity::{format_guid, parse_guid};
 use serde::Deserialize;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -43,7 +44,9 @@ pub struct NicPolicy {
     /// Kernel drivers, `mlx5_core`, `irdma`'s `ice`, ...
     #[serde(default)]
     pub drivers: Vec<String>,
-    /// RDMA devices, `mlx5_0`.
+    /// RDMA devices by node GUID (`0200:00ff:fe00:0010`, as `rdma dev` prints it), or by name
+    /// (`mlx5_0`): a name matches only where no pod can rename devices (exclusive netns mode),
+    /// see `rdma::identity`.
     #[serde(default)]
     pub rdma_devices: Vec<String>,
 }
@@ -55,7 +58,19 @@ impl NicPolicy {
         any(&self.names, Some(nic.name))
             || any(&self.pci_addresses, nic.pci)
             || any(&self.drivers, nic.driver)
-            || any(&self.rdma_devices, nic.rdma_device)
+            || self.rdma_devices.iter().any(|e| rdma_entry_matches(e, nic))
+    }
+
+    /// `rdmaDevices` entries that name this NIC's RDMA device by a name a pod may have given
+    /// it (shared netns mode): they do not count, and the refusal says why.
+    fn untrusted_rdma_names<'a>(&'a self, nic: &NicFacts<'_>) -> Vec<&'a str> {
+        self.rdma_devices
+            .iter()
+            .filter(|e| {
+                parse_guid(e).is_none() && !nic.rdma_name_is_the_nodes && nic.rdma_device == Some(e)
+            })
+            .map(String::as_str)
+            .collect()
     }
 
     fn is_empty(&self) -> bool {
@@ -341,13 +356,67 @@ impl Default for Node {
     }
 }
 
+/// Does one `rdmaDevices` entry name this NIC's RDMA device? A node GUID by the device's GUID;
+/// a name only when no pod can have given it (`rdma::identity`).
+fn rdma_entry_matches(entry: &str, nic: &NicFacts<'_>) -> bool {
+    match parse_guid(entry) {
+        Some(g) => nic.rdma_guid == Some(g),
+        None => nic.rdma_name_is_the_nodes && nic.rdma_device == Some(entry),
+    }
+}
+
+/// Directories the plugin's own state, logs and device-info files must not be: the plugin
+/// creates, replaces and deletes files in them (DEL removes a device-info file it recorded;
+/// with `deviceInfoDir: /etc` that reached any file in /etc).
+const SYSTEM_DIRS: [&str; 22] = [
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
+    "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/var/log",
+    "/var/run",
+];
+
+/// Why `dir` cannot be one of the plugin's own directories (`stateDir`, `logDir`,
+/// `deviceInfoDir`): a NUL byte (no path has one), a system directory itself, or anything
+/// under /proc, /sys or /dev.
+fn check_own_dir(key: &str, dir: &Path) -> std::result::Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    if dir.as_os_str().as_bytes().contains(&0) {
+        return Err(format!("{key} {dir:?} contains a NUL byte"));
+    }
+    let norm: PathBuf = dir.components().collect();
+    if SYSTEM_DIRS.iter().any(|d| norm == Path::new(d)) {
+        return Err(format!(
+            "{key} {} is a system directory; the plugin creates and deletes files there: give it a directory of its own (e.g. {})",
+            dir.display(),
+            match key {
+                "stateDir" => DEFAULT_STATE_DIR,
+                "logDir" => DEFAULT_LOG_DIR,
+                _ => "/var/run/k8s.cni.cncf.io/devinfo/cni",
+            }
+        ));
+    }
+    if ["/proc", "/sys", "/dev"]
+        .iter()
+        .any(|d| norm.starts_with(d))
+    {
+        return Err(format!(
+            "{key} {} is on a kernel file system (/proc, /sys, /dev)",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
 /// What the NIC is, as far as the node policy cares.
 #[derive(Debug, Default)]
 pub struct NicFacts<'a> {
     pub name: &'a str,
     pub pci: Option<&'a str>,
     pub driver: Option<&'a str>,
+    /// Its RDMA device's name now, its node GUID, and whether that name is the node's (no pod
+    /// can rename a device: exclusive netns mode) or may be a pod's choice (shared mode).
     pub rdma_device: Option<&'a str>,
+    pub rdma_guid: Option<u64>,
+    pub rdma_name_is_the_nodes: bool,
     /// Why the node itself needs this NIC (default route, global address, bond port), if it does.
     pub uplink: Vec<String>,
 }
@@ -415,6 +484,14 @@ impl Node {
         if body.len() as u64 > MAX_LEN {
             return Err(bad(format!("larger than {MAX_LEN} bytes")));
         }
+        // serde reads a struct from a JSON array too, field by field (`["/x"]` set stateDir):
+        // the file is one object of named keys or nothing.
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(bad(
+                "the top level must be a JSON object ({\"stateDir\": ...}), not an array or a value"
+                    .into(),
+            ));
+        }
         let mut node: Node = serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?;
         node.source = path.display().to_string();
         for (key, dir) in [
@@ -428,6 +505,7 @@ impl Node {
                     dir.display()
                 )));
             }
+            check_own_dir(key, dir).map_err(bad)?;
         }
         crate::cdi::Memlock::parse(&node.memlock).map_err(|e| bad(e.msg))?;
         for p in &node.ipam_plugins {
@@ -560,12 +638,26 @@ impl Node {
         if let Some(p) = &self.allowed_nics
             && !p.matches(nic)
         {
+            let untrusted = p.untrusted_rdma_names(nic);
             return Err(refuse(format!(
-                "it is not in allowedNics (name {}, pci {}, driver {}, rdma device {})",
+                "it is not in allowedNics (name {}, pci {}, driver {}, rdma device {}{}){}",
                 nic.name,
                 nic.pci.unwrap_or("none"),
                 nic.driver.unwrap_or("none"),
                 nic.rdma_device.unwrap_or("none"),
+                nic.rdma_guid
+                    .map(|g| format!(" node GUID {}", format_guid(g)))
+                    .unwrap_or_default(),
+                if untrusted.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; rdmaDevices {untrusted:?} matched only by name, and in the shared RDMA netns mode any pod with NET_ADMIN can rename RDMA devices (`rdma dev set`): list the device's node GUID instead{}",
+                        nic.rdma_guid
+                            .map(|g| format!(" ({})", format_guid(g)))
+                            .unwrap_or_default()
+                    )
+                },
             )));
         }
         if !nic.uplink.is_empty() {
@@ -638,6 +730,52 @@ mod tests {
             assert!(e.msg.contains(&p.display().to_string()), "{}", e.msg);
             let _ = std::fs::remove_file(p);
         }
+    }
+
+    #[test]
+    fn node_config_edge_cases_are_errors_that_say_what_is_wrong() {
+        for (body, says) in [
+            // serde's sequence form of a struct: `[]` was all defaults, `["/x"]` a stateDir.
+            ("[]", "top level must be a JSON object"),
+            (r#"["/tmp/rhd-state2"]"#, "top level must be a JSON object"),
+            (" \n [ ] ", "top level must be a JSON object"),
+            ("null", "top level must be a JSON object"),
+            (r#""x""#, "top level must be a JSON object"),
+            (
+                r#"{"deviceInfoDir":"/"}"#,
+                "deviceInfoDir / is a system directory",
+            ),
+            (
+                r#"{"deviceInfoDir":"/etc"}"#,
+                "deviceInfoDir /etc is a system directory",
+            ),
+            (r#"{"deviceInfoDir":"/etc/"}"#, "is a system directory"),
+            (r#"{"stateDir":"/"}"#, "stateDir / is a system directory"),
+            (r#"{"stateDir":"//var//lib"}"#, "is a system directory"),
+            (r#"{"logDir":"/proc/self"}"#, "kernel file system"),
+            (r#"{"logDir":"/dev/shm"}"#, "kernel file system"),
+            (r#"{"stateDir":"/tmp/a\u0000b"}"#, "NUL byte"),
+            (r#"{"memlock":"0"}"#, "less than one page"),
+            (r#"{"memlock":"4095"}"#, "less than one page"),
+            (r#"{"memlock":0}"#, "invalid type"),
+        ] {
+            let p = write(body);
+            let e = Node::from_file(&p, true).unwrap_err();
+            let _ = std::fs::remove_file(&p);
+            assert_eq!(e.code, Code::InvalidConfig, "{body}");
+            assert!(
+                e.msg.contains(says) && e.msg.contains(&p.display().to_string()),
+                "{body}: {}",
+                e.msg
+            );
+        }
+        // Still fine: directories of the plugin's own, an object with leading whitespace.
+        let p = write(
+            " {\"stateDir\":\"/var/lib/cni/rdma-host-device\",\"deviceInfoDir\":\"/var/run/k8s.cni.cncf.io/devinfo/cni\",\"memlock\":\"4096\"}",
+        );
+        let n = Node::from_file(&p, true);
+        let _ = std::fs::remove_file(&p);
+        n.unwrap();
     }
 
     #[test]
@@ -731,6 +869,50 @@ mod tests {
             ..Node::default()
         };
         assert!(n2.admit(&nic("up0", None, &["x"])).is_ok());
+    }
+
+    #[test]
+    fn rdma_devices_policy_matches_a_node_guid_and_a_name_only_where_pods_cannot_rename() {
+        // A pod swapped two device names in shared mode: the forbidden NIC's device (GUID
+        // ...0002) is now called "rxe_ok", the name the policy allows.
+        let forbidden = |shared: bool| NicFacts {
+            name: "eth-bad",
+            rdma_device: Some("rxe_ok"),
+            rdma_guid: Some(2),
+            rdma_name_is_the_nodes: !shared,
+            ..Default::default()
+        };
+        let allowed = NicFacts {
+            name: "eth-ok",
+            rdma_device: Some("rxe_bad"),
+            rdma_guid: Some(1),
+            ..Default::default()
+        };
+        let by = |entries: &[&str]| Node {
+            allowed_nics: Some(NicPolicy {
+                rdma_devices: entries.iter().map(|e| e.to_string()).collect(),
+                ..Default::default()
+            }),
+            ..Node::default()
+        };
+        // By GUID: the names do not matter.
+        let guid = by(&["0000:0000:0000:0001"]);
+        assert!(guid.admit(&allowed).is_ok());
+        let e = guid.admit(&forbidden(true)).unwrap_err();
+        assert_eq!(e.code, Code::NotAllowed);
+        assert!(e.msg.contains("node GUID 0000:0000:0000:0002"), "{}", e.msg);
+        // By name in shared mode: the swapped name does not admit it, and the refusal says
+        // why and which GUID to list.
+        let name = by(&["rxe_ok"]);
+        let e = name.admit(&forbidden(true)).unwrap_err();
+        assert_eq!(e.code, Code::NotAllowed);
+        assert!(
+            e.msg.contains("rename") && e.msg.contains("(0000:0000:0000:0002)"),
+            "{}",
+            e.msg
+        );
+        // In exclusive mode a name is the node's.
+        assert!(name.admit(&forbidden(false)).is_ok());
     }
 
     #[test]

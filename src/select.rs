@@ -6,6 +6,8 @@ use crate::cni::netconf::Selector;
 use crate::error::{Code, Error, Result};
 use crate::link::{LinkInfo, Links};
 use crate::node::{NicFacts, Node};
+use crate::rdma::identity;
+use crate::rdma::pair::Nic;
 use crate::state::{Record, Store, Tag};
 use crate::sysfs;
 use std::path::Path;
@@ -155,13 +157,7 @@ fn netdevs_of_device_id(id: &str) -> Result<Vec<String>> {
 /// The node policy's say on the NIC `r`, before anything changes: it must be allowed by the
 /// node configuration, and, unless listed in its `allowedUplinks`, not be one the node itself
 /// uses (default route, global address, bond or bridge port).
-pub async fn admit(
-    node: &Node,
-    host: &Links,
-    r: &Resolved,
-    sel: &Selector,
-    records: &[Record],
-) -> Result<()> {
+pub async fn admit(node: &Node, host: &Links, r: &Resolved, records: &[Record]) -> Result<()> {
     // A lost NIC's tag was writable by its pod: its original name counts only when its
     // attachment's record says the same; otherwise the policy sees the name it has now.
     let name = match &r.lost {
@@ -175,16 +171,21 @@ pub async fn admit(
         _ => &r.link.name,
     };
     let driver = sysfs::nic_driver(&r.link.name);
-    let rdma = match sel {
-        Selector::RdmaDevice(d) => Some(d.clone()),
-        _ => sysfs::rdma_of(&r.link.name),
-    };
+    // The NIC's RDMA device as its pairing finds it (never the selector's string): its node
+    // GUID, and its name only where no pod can have renamed it.
+    let rdma = identity::of_nic(&Nic {
+        index: r.link.index,
+        name: &r.link.name,
+        mac: &r.link.mac,
+    })?;
     let uplink = host.node_uses(&r.link).await?;
     node.admit(&NicFacts {
         name,
         pci: r.pci.as_deref(),
         driver: driver.as_deref(),
-        rdma_device: rdma.as_deref(),
+        rdma_device: rdma.as_ref().map(|d| d.name.as_str()),
+        rdma_guid: rdma.as_ref().and_then(|d| d.guid),
+        rdma_name_is_the_nodes: rdma.as_ref().is_some_and(|d| d.name_is_the_nodes),
         uplink,
     })
 }

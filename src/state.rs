@@ -79,6 +79,11 @@ pub struct Record {
     pub ifname: String,
     pub network: String,
     pub netns: String,
+    /// The namespace ADD found at `netns` (nsfs device, inode): DEL and CHECK act only on that
+    /// namespace, whatever the path names by then (a symlink or mount retargeted to another
+    /// pod's). `None` in records of versions before this rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns_id: Option<(u64, u64)>,
     pub host_name: String,
     pub host_mtu: u32,
     pub host_up: bool,
@@ -459,6 +464,7 @@ mod tests {
             kind: Some("veth".into()),
             host_index: 7,
             pod_index: Some(7),
+            netns_id: None,
             pci: None,
             rdma_device: None,
             rdma_moved: false,

@@ -264,6 +264,57 @@ fn netns_regular_file_is_4() {
     });
 }
 
+/// A FIFO named as CNI_NETNS (a node input, but "nothing may make the plugin block"): ADD,
+/// DEL and CHECK each answer within a second with 4, saying what the path is. On the old
+/// plugin each blocked in open() until a writer came (here a watchdog opens the FIFO after
+/// 3 s, so the old plugin fails on time rather than hanging the suite).
+#[test]
+fn a_fifo_as_cni_netns_answers_within_a_second_with_4_for_add_del_and_check() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let fifo = rig.dir.path().join("netns-fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let (done, fifo) = (done.clone(), fifo.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_secs(3));
+                // O_RDWR never blocks on a FIFO, and releases a reader blocked in open().
+                let _ = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&fifo);
+            }
+        })
+    };
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let mut check_conf = conf.clone();
+    check_conf["prevResult"] = json!({"cniVersion": "1.0.0",
+        "interfaces": [{"name": "net1", "sandbox": fifo.display().to_string()}], "ips": []});
+    let path = fifo.display().to_string();
+    for (verb, conf) in [("ADD", &conf), ("DEL", &conf), ("CHECK", &check_conf)] {
+        let t = Instant::now();
+        let out = rig.call(verb, conf, &path, &rig.cid(0), "net1", &[]);
+        let took = t.elapsed();
+        assert!(
+            took < Duration::from_secs(1),
+            "{verb} with a FIFO as CNI_NETNS took {took:?}\n{out}"
+        );
+        let e = out.err_code(4);
+        assert!(
+            e["msg"].as_str().unwrap_or("").contains("FIFO"),
+            "{verb}: the message says what the path is\n{out}"
+        );
+    }
+    done.store(true, Ordering::SeqCst);
+    watchdog.join().unwrap();
+    nic.assert_home(None, &"after the FIFO calls");
+    rig.assert_state_empty(&"after the FIFO calls");
+}
+
 #[test]
 fn netns_of_the_host_itself_is_4() {
     // The runtime (or whoever sets CNI_NETNS) cannot make ADD move a NIC into the host netns.

@@ -174,6 +174,67 @@ fn gc_injected_failures_do_not_stop_it() {
     w.rig.assert_state_empty(&gc);
 }
 
+/// GC names one network: the valid list is the runtime's for that name only, so another
+/// network's attachments on the node (same state directory) are none of its business: not its
+/// attachment, not its NIC lost on the host after its pod died, not its IPs. (The old GC gave
+/// every lost NIC on the host its name back, whatever network it belonged to.) That network's
+/// own GC then releases both.
+#[test]
+fn gc_of_one_network_touches_nothing_of_another() {
+    let w = world(3);
+    let net_b = format!("{}-b", w.rig.net_name());
+    let conf_b = |i: usize| {
+        let mut c = w.conf(i);
+        c["name"] = serde_json::json!(net_b);
+        c
+    };
+    // 0: network A. 1, 2: network B; 2's pod dies and its NIC is lost on the host.
+    w.add(0);
+    for i in 1..3 {
+        w.rig
+            .call(
+                "ADD",
+                &conf_b(i),
+                &w.pods[i].path(),
+                &w.cid(i),
+                &w.ifname,
+                &[],
+            )
+            .ok();
+    }
+    kill_netns_refunding(&w.pods[2], &w.ifname);
+    let lost = || link(None, &w.ifname).is_some_and(|l| l.mac == w.nics[2].mac);
+    assert!(lost(), "2 is not lost on the host");
+    let b_ips = w.rig.allocations(&net_b);
+    assert_eq!(b_ips.len(), 2, "network B's IPs {b_ips:?}");
+
+    let gc = w.gc(&[], &[]);
+    gc.ok();
+    w.assert_released(0, &gc);
+    assert!(
+        w.attached(1, 1) && w.has_record(1),
+        "GC of network A released network B's attachment 1\n{gc}"
+    );
+    assert!(
+        lost() && w.has_record(2),
+        "GC of network A restored network B's lost NIC 2\n{gc}"
+    );
+    assert_eq!(
+        w.rig.allocations(&net_b),
+        b_ips,
+        "GC of network A released network B's IPs\n{gc}"
+    );
+
+    let mut c = conf_b(0);
+    c["cni.dev/valid-attachments"] = serde_json::json!([]);
+    let gc = w.rig.call("GC", &c, "", "", "", &[]);
+    gc.ok();
+    w.nics[1].assert_home(Some(&w.pods[1]), &gc);
+    w.nics[2].assert_home(None, &gc);
+    assert!(w.rig.allocations(&net_b).is_empty(), "{gc}");
+    w.rig.assert_state_empty(&gc);
+}
+
 /// An attachment locked by another call (an ADD still running: the runtime may list valid
 /// attachments before it finishes) is left alone; the next GC takes it.
 #[test]

@@ -360,6 +360,70 @@ fn del_naming_the_hosts_own_netns_is_refused_and_keeps_the_state() {
     rig.assert_detached(&nic, Some(&pod), &del);
 }
 
+/// The netns path ADD was given is a symlink the runtime (or whoever controls it) retargets
+/// to another pod's namespace before DEL: DEL and CHECK act only on the namespace ADD
+/// attached in. Refused with 4 naming both, the state and the NIC kept; nothing in the other
+/// pod touched; once the path names ADD's namespace again, DEL brings the NIC home. (The old
+/// plugin's DEL said "nothing to return", forgot the record and left the NIC in the pod.)
+#[test]
+fn del_and_check_act_only_on_the_netns_add_attached_in_even_if_the_path_now_names_another() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let other = rig.netns(1);
+    // The other pod has a link of its own at the NIC's name, the one DEL would act on.
+    in_pod(
+        &other,
+        &[
+            "link",
+            "add",
+            IF,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "otherpeer",
+        ],
+    );
+    let link_path = rig.dir.path().join("netns-link");
+    std::os::unix::fs::symlink(pod.path(), &link_path).unwrap();
+    let path = link_path.display().to_string();
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let result = rig.call("ADD", &conf, &path, &rig.cid(0), IF, &[]).ok();
+    let mut check_conf = conf.clone();
+    check_conf["prevResult"] = result;
+    std::fs::remove_file(&link_path).unwrap();
+    std::os::unix::fs::symlink(other.path(), &link_path).unwrap();
+    let del = rig.call("DEL", &conf, &path, &rig.cid(0), IF, &[]);
+    let e = del.err_code(4);
+    let msg = e["msg"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("where ADD attached the NIC") && msg.contains(&pod.path()),
+        "the message says it is another namespace and where ADD's is\n{del}"
+    );
+    assert!(!rig.state_files().is_empty(), "state forgotten\n{del}");
+    assert!(
+        link(Some(&pod.name), IF).is_some(),
+        "the NIC left the pod\n{del}"
+    );
+    assert!(
+        link(Some(&other.name), IF).is_some(),
+        "the other pod's link was touched\n{del}"
+    );
+    // With an empty CNI_NETNS DEL takes the recorded path: the same refusal.
+    rig.call("DEL", &conf, "", &rig.cid(0), IF, &[]).err_code(4);
+    let check = rig.call("CHECK", &check_conf, &path, &rig.cid(0), IF, &[]);
+    check.err_code(4);
+    std::fs::remove_file(&link_path).unwrap();
+    std::os::unix::fs::symlink(pod.path(), &link_path).unwrap();
+    rig.call("CHECK", &check_conf, &path, &rig.cid(0), IF, &[])
+        .ok();
+    let del = rig.call("DEL", &conf, &path, &rig.cid(0), IF, &[]);
+    del.ok();
+    nic.assert_home(Some(&pod), &del);
+    rig.assert_state_empty(&del);
+}
+
 // ---------------------------------------------------------------- case 13: long container IDs
 
 /// A container ID of `len` bytes the spec's rule allows.

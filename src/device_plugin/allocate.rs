@@ -209,6 +209,8 @@ mod tests {
             pci: Some(id.into()),
             driver: None,
             rdma_device: rdma.map(Into::into),
+            rdma_guid: None,
+            rdma_name_is_the_nodes: true,
             numa: None,
             pci_root: None,
             attached: false,

@@ -83,6 +83,8 @@ mod tests {
             pci: Some("0000:3b:00.0".into()),
             driver: None,
             rdma_device: rdma.map(Into::into),
+            rdma_guid: None,
+            rdma_name_is_the_nodes: true,
             numa: None,
             pci_root: None,
             attached,

@@ -12,7 +12,7 @@
 use crate::error::Result;
 use crate::link::Links;
 use crate::node::{DevicePluginConfig, NicFacts, Node};
-use crate::rdma::netlink::{RdmaDevice, RdmaNlError, RdmaPort, RdmaSocket};
+use crate::rdma::identity::{RdmaId, Snapshot};
 use crate::rdma::pair;
 use crate::state::{Store, Tag};
 use crate::sysfs;
@@ -28,6 +28,10 @@ pub struct Nic {
     pub pci: Option<String>,
     pub driver: Option<String>,
     pub rdma_device: Option<String>,
+    /// Its RDMA device's node GUID, and whether `rdma_device` is the node's name for it (no
+    /// pod can rename devices, or its record says so) or may be a pod's (`rdma::identity`).
+    pub rdma_guid: Option<u64>,
+    pub rdma_name_is_the_nodes: bool,
     pub numa: Option<i64>,
     /// The PCI root complex it hangs off (`pci0000:3a`), for keeping a request under one.
     pub pci_root: Option<String>,
@@ -44,6 +48,8 @@ impl Nic {
             pci: self.pci.as_deref(),
             driver: self.driver.as_deref(),
             rdma_device: self.rdma_device.as_deref(),
+            rdma_guid: self.rdma_guid,
+            rdma_name_is_the_nodes: self.rdma_name_is_the_nodes,
             uplink: self.uplink.clone(),
         }
     }
@@ -120,8 +126,8 @@ pub async fn gather(
     sys: &Path,
 ) -> Result<Vec<Nic>> {
     let wanted = |n: &Nic| dp.pools.iter().any(|p| p.selectors.matches(&n.facts()));
-    let (rdma_devices, rdma_ports) = rdma_view();
     let mut out: Vec<Nic> = Vec::new();
+    let rdma = rdma_view();
     for l in host.all().await? {
         if l.name == "lo" {
             continue;
@@ -138,11 +144,14 @@ pub async fn gather(
             .as_ref()
             .filter(|(_, bus)| bus == "auxiliary")
             .map(|(dev, _)| dev.clone());
+        let id = rdma.as_ref().and_then(|snap| paired(snap, &l));
         let mut nic = Nic {
             id: device_id(pci.as_deref(), aux.as_deref(), &l.name),
             name,
             driver: sysfs::nic_driver(&l.name),
-            rdma_device: paired(&rdma_devices, &rdma_ports, &l),
+            rdma_device: id.as_ref().map(|d| d.name.clone()),
+            rdma_guid: id.as_ref().and_then(|d| d.guid),
+            rdma_name_is_the_nodes: id.as_ref().is_none_or(|d| d.name_is_the_nodes),
             pci,
             numa: None,
             pci_root: None,
@@ -180,6 +189,9 @@ pub async fn gather(
             name: r.host_name.clone(),
             pci: r.pci.clone(),
             rdma_device: r.rdma_device.clone(),
+            // The name ADD recorded, read from the node when it attached the NIC.
+            rdma_guid: None,
+            rdma_name_is_the_nodes: true,
             attached: true,
             uplink: Vec::new(),
         };
@@ -190,30 +202,33 @@ pub async fn gather(
     Ok(out)
 }
 
-/// The host's RDMA devices and ports (RDMA netlink), empty where the kernel has no RDMA; a
-/// failed dump is logged and pairing falls back to sysfs.
-fn rdma_view() -> (Vec<RdmaDevice>, Vec<RdmaPort>) {
-    let listed = RdmaSocket::open().and_then(|mut s| Ok((s.devices()?, s.ports()?)));
-    match listed {
-        Ok(v) => v,
-        Err(RdmaNlError::Unavailable(_)) => (Vec::new(), Vec::new()),
+/// Every RDMA device and port the host sees, and the netns mode, in one read; none on a node
+/// without RDMA netlink, or when the read fails (logged: no NIC then matches a pool by its
+/// RDMA device).
+fn rdma_view() -> Option<Snapshot> {
+    match Snapshot::read() {
+        Ok(s) => s,
         Err(e) => {
-            log::warn!("listing RDMA devices and ports: {e}; pairing NICs by sysfs only");
-            (Vec::new(), Vec::new())
+            log::warn!(
+                "listing RDMA devices and ports: {}; no NIC has an RDMA device this round",
+                e.msg
+            );
+            None
         }
     }
 }
 
-/// The RDMA device ADD would pair with host link `l`; none when it pairs ambiguously (ADD
-/// would refuse it, naming the devices; logged).
-fn paired(devices: &[RdmaDevice], ports: &[RdmaPort], l: &crate::link::LinkInfo) -> Option<String> {
+/// The RDMA device ADD would pair with host link `l` (its name, node GUID and whether the name
+/// is the node's); none when it pairs ambiguously (ADD would refuse it, naming the devices;
+/// logged).
+fn paired(snap: &Snapshot, l: &crate::link::LinkInfo) -> Option<RdmaId> {
     let nic = pair::Nic {
         index: l.index,
         name: &l.name,
         mac: &l.mac,
     };
-    match pair::pair_from(devices, ports, &nic) {
-        Ok(p) => p.map(|p| p.device.name),
+    match snap.of(&nic) {
+        Ok(id) => id,
         Err(e) => {
             log::warn!("{}", e.msg);
             None
@@ -250,6 +265,8 @@ mod tests {
             pci: pci.map(Into::into),
             driver: Some(driver.into()),
             rdma_device: None,
+            rdma_guid: None,
+            rdma_name_is_the_nodes: false,
             numa: None,
             pci_root: None,
             attached: false,

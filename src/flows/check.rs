@@ -45,6 +45,8 @@ pub async fn check(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
         })?;
     let pod_ns = Netns::open(Path::new(&env.netns))?;
     pod_ns.refuse_if_host()?;
+    let record = Store::new(&conf.state_dir).load(&env.container_id, &env.ifname)?;
+    super::give_back::refuse_if_not_adds(&pod_ns, record.as_ref())?;
     let pod = Links::open_in(&pod_ns)?;
     let link = pod.by_name(&env.ifname).await?.ok_or_else(|| {
         mismatch(format!(
@@ -115,7 +117,6 @@ pub async fn check(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
         }
     }
     // The RDMA device ADD paired (the state file says which): verified again from inside.
-    let record = Store::new(&conf.state_dir).load(&env.container_id, &env.ifname)?;
     if conf.rdma.isolation != Isolation::None
         && let Some(device) = record.and_then(|r| r.rdma_device)
     {

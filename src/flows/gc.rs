@@ -2,6 +2,11 @@
 //! `cni.dev/valid-attachments`, and give lost NICs (back on the host from a dead pod, still
 //! bearing our tag) their names back. Keeps going past individual failures and reports them
 //! all: the first as the error, the others in its details.
+//!
+//! Scope: the network named in the config. The valid list is the runtime's for that name
+//! only, so another network's attachments, its lost NICs and its temp files are never
+//! touched (they would all look stale). A lost NIC or temp file no record claims has no
+//! network left to ask: any GC takes it.
 
 use super::give_back::release_attachment;
 use super::lost::recover_lost;
@@ -46,8 +51,14 @@ pub async fn gc(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
             errors.push(e.context(format!("GC of {}/{}", r.container_id, r.ifname)));
         }
     }
-    remove_stale_temps(conf, &store, &mut errors);
-    if let Err(e) = recover_lost(&valid, &tried, &records, &mut errors).await {
+    // Attachments of other networks (by their records): their GC's, not ours.
+    let others: HashSet<String> = records
+        .iter()
+        .filter(|r| r.network != conf.name)
+        .map(Record::owner)
+        .collect();
+    remove_stale_temps(conf, &store, &others, &mut errors);
+    if let Err(e) = recover_lost(&valid, &tried, &others, &records, &mut errors).await {
         errors.push(e.context("GC: looking for lost NICs"));
     }
     if let Some(t) = &conf.ipam_type {
@@ -97,10 +108,15 @@ async fn release_stale(
     release_attachment(&stale, conf, node, store, Some(&r), &r.netns).await
 }
 
-/// Temp files of state writes killed before their rename (any attachment in the state dir,
-/// valid or not: such a file is never of use). One whose attachment is locked may be a write
+/// Temp files of state writes killed before their rename (any attachment in the state dir
+/// but another network's, valid or not: such a file is never of use). One whose attachment is locked may be a write
 /// in progress and is left to its writer.
-fn remove_stale_temps(conf: &NetConf, store: &Store, errors: &mut Vec<Error>) {
+fn remove_stale_temps(
+    conf: &NetConf,
+    store: &Store,
+    others: &HashSet<String>,
+    errors: &mut Vec<Error>,
+) {
     let temps = match store.temps() {
         Ok(t) => t,
         Err(e) => {
@@ -108,7 +124,7 @@ fn remove_stale_temps(conf: &NetConf, store: &Store, errors: &mut Vec<Error>) {
             return;
         }
     };
-    for t in temps {
+    for t in temps.into_iter().filter(|t| !others.contains(&t.owner)) {
         let removed = match lock::try_attachment(&conf.state_dir, &t.owner, &t.label) {
             Ok(Some(_attachment)) => store.remove_temp_file(&t),
             Ok(None) => {

@@ -56,12 +56,14 @@ pub(super) async fn restore_lost(
     restore(host, &now, &r, who).await
 }
 
-/// Tagged links on the host whose attachment is not valid: NICs that came back from a pod
+/// Tagged links on the host whose attachment is not valid (and not another network's, in
+/// `others`): NICs that came back from a pod
 /// deleted without DEL (or after a DEL that ran before the kernel returned them). Restore each
 /// under its original name, MTU and admin state.
 pub(super) async fn recover_lost(
     valid: &[ValidAttachment],
     tried: &HashSet<String>,
+    others: &HashSet<String>,
     records: &[Record],
     errors: &mut Vec<Error>,
 ) -> Result<()> {
@@ -75,6 +77,13 @@ pub(super) async fn recover_lost(
         let Some(tag) = lost_to_restore(&l, &valid, tried) else {
             continue;
         };
+        if others.contains(&tag.owner) {
+            log::info!(
+                "GC: {} is a lost NIC of another network's attachment; leaving it to that network's GC or DEL",
+                l.name
+            );
+            continue;
+        }
         let restored = match fault::hit("gc:lost-nic") {
             Ok(()) => restore_lost(&host, &l, &tag, records, "GC").await,
             Err(e) => Err(e),

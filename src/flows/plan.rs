@@ -86,7 +86,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             .unwrap_or_default()
     );
     let records = &resolved.records;
-    select::admit(node, &host, &resolved, selector, records).await?;
+    select::admit(node, &host, &resolved, records).await?;
     if pod.by_name(&env.ifname).await?.is_some() {
         return Err(Error::new(
             Code::IfnameExists,
@@ -129,6 +129,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         ifname: env.ifname.clone(),
         network: conf.name.clone(),
         netns: env.netns.clone(),
+        netns_id: Some(pod_ns.identity()?),
         pci: resolved.pci.clone(),
         ipam: ipam_recorded(conf),
         pod: env.pod(),

@@ -23,7 +23,7 @@ pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
             // A NIC back from a dead pod is ready once it has its own name again.
             Ok(r) => {
                 let records = &r.records;
-                select::admit(node, &host, &r, sel, records)
+                select::admit(node, &host, &r, records)
                     .await
                     .map_err(|e| Error::new(Code::NotAvailable, format!("not ready: {}", e.msg)))?;
                 if let Some(tag) = &r.lost {

@@ -148,7 +148,11 @@ fn attachment(
     let up =
         |snap: &mut Snapshot, v: f64| snap.put(&m::ATTACHMENT_UP, labels.clone(), Value::Float(v));
 
-    let ns = match Netns::open(Path::new(&r.netns)) {
+    // Only the namespace ADD attached in: a path retargeted since names another pod's.
+    let ns = match Netns::open(Path::new(&r.netns)).and_then(|ns| {
+        ns.refuse_if_not(r.netns_id)?;
+        Ok(ns)
+    }) {
         Ok(ns) => ns,
         Err(e) => {
             errors.count("netns", e);

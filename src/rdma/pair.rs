@@ -91,22 +91,14 @@ pub fn pair_from(
     }
 }
 
-/// The net devices of RDMA device `dev`, from the host's view (for the `rdmaDevice` selector).
-pub fn netdevs_of_rdma_device(dev: &str) -> Result<Vec<String>> {
-    let mut names = match RdmaSocket::open() {
-        Ok(mut sock) => sock
-            .ports()
-            .map_err(|e| rdma_error("listing RDMA ports", e))?
-            .into_iter()
-            .filter(|p| p.dev_name == dev)
-            .filter_map(|p| p.netdev_name)
-            .collect(),
-        Err(RdmaNlError::Unavailable(_)) => Vec::new(),
-        Err(e) => return Err(rdma_error("opening RDMA netlink", e)),
+/// The net devices of the RDMA device the `rdmaDevice` selector `sel` names (a node GUID, or
+/// a name where pods cannot rename devices: `identity::select`), from the host's view.
+pub fn netdevs_of_rdma_device(sel: &str) -> Result<Vec<String>> {
+    let mut names = match super::identity::netdevs_of_selector(sel)? {
+        Some(names) => names,
+        // No RDMA netlink: nothing can rename a device either; sysfs knows the names.
+        None => crate::sysfs::netdevs_of_rdma(sel),
     };
-    if names.is_empty() {
-        names = crate::sysfs::netdevs_of_rdma(dev);
-    }
     names.sort();
     names.dedup();
     Ok(names)

@@ -23,6 +23,9 @@
 #                 STATUS 50 for the NIC up without carrier, CHECK 106 once the carrier goes
 #   soft-held-open a process in another pod holds the pod's rxe open: DEL answers 11 at once
 #                 naming it, keeping NIC, address and state; after it exits DEL deletes the device
+#   rdma-name-swap a pod swaps two rxe devices' names: allowedNics.rdmaDevices (by name or GUID)
+#                 still refuses the forbidden NIC (107), rdmaDevice by name is refused (111), by GUID
+#                 it selects the right NIC
 # exclusive-stock (netns mode exclusive, stock rdma_rxe):
 #   move-refused  the kernel answers EOPNOTSUPP to moving rxe: ADD fails (112) before the NIC leaves;
 #                 NIC home, IP released, rxe0 still on the host
@@ -319,6 +322,37 @@ print("%016x" % h)' c-clash net1)
   check "once the holder exits, DEL succeeds" test "$RC" = 0
   check "the device is gone, nich home, no IP, no state" bash -c "test -z \"\$(rdma_devs)\" && ip link show nich >/dev/null && test \"$(ips_left)\" = 0 && test -z \"\$(find $WORK/state -name '*.json')\""
   ip netns del ph; ip netns del pother; ip link del nich
+
+  case_ rdma-name-swap
+  # A pod swaps two RDMA device names (shared mode lets it); the node's policy and the
+  # rdmaDevice selector go by node GUID, never by a name a pod gave (issue 18 case 5).
+  ip netns add p9; NETNS=/var/run/netns/p9
+  veth nicok peerok; veth nicbad peerbad
+  rdma link add rxok type rxe netdev nicok; rdma link add rxbad type rxe netdev nicbad
+  GOK=$(cat /sys/class/infiniband/rxok/node_guid)
+  ip netns exec p9 rdma dev set rxok name rxtmp && ip netns exec p9 rdma dev set rxbad name rxok &&
+    ip netns exec p9 rdma dev set rxtmp name rxbad
+  check "the pod swapped the names (nicbad's device is now rxok)" bash -c "rdma link show | grep -q 'rxok/1 .*netdev nicbad'"
+  for policy in "\"rxok\"" "\"$GOK\""; do
+    echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\",\"ipamPaths\":[\"$WORK\"],\"allowedNics\":{\"rdmaDevices\":[$policy]}}" >"$WORK/swap-node.json"
+    conf "$WORK/sw.conf" swap '"device":"nicbad"' '{}' "$(host_local 10.71.0.0/24)"
+    RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/swap-node.json cni add "$WORK/sw.conf" c-sw
+    expect_code 107
+    # (the message has quotes and parentheses: grep it from stdin, never inside bash -c)
+    check "rdmaDevices [$policy]: the refusal names nicbad's node GUID" grep -qF "$(cat /sys/class/infiniband/rxok/node_guid)" <<<"$OUT"
+  done
+  conf "$WORK/sw.conf" swap '"rdmaDevice":"rxok"' '{}' "$(host_local 10.71.0.0/24)"
+  RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/swap-node.json cni add "$WORK/sw.conf" c-sw
+  expect_code 111
+  check "rdmaDevice by name in shared mode: refused, naming the GUID to use" grep -q rename <<<"$OUT"
+  # By GUID, the selector finds nicok (whose device the pod renamed rxbad) and the policy
+  # admits it: what stops ADD now is only that a host rxe dies with the move (112).
+  conf "$WORK/sw.conf" swap "\"rdmaDevice\":\"$GOK\"" '{}' "$(host_local 10.71.0.0/24)"
+  RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/swap-node.json cni add "$WORK/sw.conf" c-sw
+  expect_code 112
+  check "rdmaDevice by GUID selected nicok" grep -q "bound to nicok" <<<"$OUT"
+  check "both NICs stayed on the host, no IP taken" bash -c "ip link show nicok >/dev/null && ip link show nicbad >/dev/null && test \"$(ips_left)\" = 0"
+  rdma link delete rxok; rdma link delete rxbad; ip netns del p9; ip link del nicok; ip link del nicbad
 }
 
 exclusive_stock() {

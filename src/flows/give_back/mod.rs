@@ -46,14 +46,20 @@ pub async fn release_attachment(
     let mut errors = Vec::new();
     let host_ns = Netns::current()?;
     let host = Links::open()?;
-    let pod_ns = Netns::open_if_alive(netns);
+    let pod_ns = Netns::open_if_alive(netns).map_err(|mut e| {
+        e.msg.push_str("; the attachment's state is kept");
+        e
+    })?;
     // The host's own netns is no pod's: acting on it would rename, re-MTU and re-MAC whatever
     // host link sits at the NIC's recorded index. Refused before anything, the state kept.
+    // So is a namespace other than the one ADD attached in (the path retargeted since).
     if let Some(ns) = &pod_ns {
-        ns.refuse_if_host().map_err(|mut e| {
-            e.msg.push_str("; the attachment's state is kept");
-            e
-        })?;
+        ns.refuse_if_host()
+            .and_then(|()| refuse_if_not_adds(ns, record))
+            .map_err(|mut e| {
+                e.msg.push_str("; the attachment's state is kept");
+                e
+            })?;
     }
     let pod = match &pod_ns {
         Some(ns) => match Links::open_in(ns) {
@@ -132,6 +138,12 @@ pub async fn release_attachment(
         store.remove(&env.container_id, &env.ifname)?;
     }
     crate::error::first_error(errors)
+}
+
+/// Refuse (4) a pod namespace that is not the one ADD attached in (see
+/// [`Netns::refuse_if_not`]): DEL, GC and CHECK act only on the namespace ADD recorded.
+pub fn refuse_if_not_adds(ns: &Netns, record: Option<&Record>) -> Result<()> {
+    ns.refuse_if_not(record.and_then(|r| r.netns_id))
 }
 
 /// Fail (11, retryable) if `r`'s NIC sits in a living network namespace the plugin can reach
