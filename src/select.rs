@@ -66,7 +66,7 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
                 Selector::KernelPath(p) => sysfs::netdevs_under(Path::new(p)),
                 Selector::Pci(id) => sysfs::netdevs_of_bus_device(id),
                 Selector::DeviceId(id) => netdevs_of_device_id(id)?,
-                Selector::RdmaDevice(dev) => crate::rdma::pair::netdevs_of_rdma_device(dev)?,
+                Selector::RdmaDevice(dev) => crate::rdma::identity::netdevs_of_rdma_device(dev)?,
                 Selector::Mac(_) => Vec::new(),
             };
             match names.as_slice() {

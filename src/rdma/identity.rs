@@ -151,6 +151,19 @@ pub fn netdevs_of_selector(sel: &str) -> Result<Option<Vec<String>>> {
     ))
 }
 
+/// The net devices of the RDMA device the `rdmaDevice` selector `sel` names (a node GUID, or
+/// a name where pods cannot rename devices: `identity::select`), from the host's view.
+pub fn netdevs_of_rdma_device(sel: &str) -> Result<Vec<String>> {
+    let mut names = match netdevs_of_selector(sel)? {
+        Some(names) => names,
+        // No RDMA netlink: nothing can rename a device either; sysfs knows the names.
+        None => crate::sysfs::netdevs_of_rdma(sel),
+    };
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -91,19 +91,6 @@ pub fn pair_from(
     }
 }
 
-/// The net devices of the RDMA device the `rdmaDevice` selector `sel` names (a node GUID, or
-/// a name where pods cannot rename devices: `identity::select`), from the host's view.
-pub fn netdevs_of_rdma_device(sel: &str) -> Result<Vec<String>> {
-    let mut names = match super::identity::netdevs_of_selector(sel)? {
-        Some(names) => names,
-        // No RDMA netlink: nothing can rename a device either; sysfs knows the names.
-        None => crate::sysfs::netdevs_of_rdma(sel),
-    };
-    names.sort();
-    names.dedup();
-    Ok(names)
-}
-
 /// The EUI-64 node GUID an RDMA device derives from a MAC: flip the universal/local bit of the
 /// first byte and put ff:fe in the middle (eRDMA, rxe).
 pub fn guid_from_mac(mac: &str) -> Option<u64> {
