@@ -33,6 +33,8 @@ pub struct Ipam<'a> {
     plugin: String,
     exe: PathBuf,
     env: &'a Env,
+    /// Where paths in the `ipam` object may point (`ipamPaths`).
+    node: &'a Node,
     /// The attachment: normally the runtime's, but GC acts for attachments it found on disk.
     container_id: String,
     ifname: String,
@@ -59,12 +61,13 @@ fn locate_plugin(plugin: &str, path: &[PathBuf]) -> Result<PathBuf> {
 
 impl<'a> Ipam<'a> {
     /// The IPAM plugin `plugin`, if the node allows it (107 otherwise) and CNI_PATH has it (7).
-    pub fn new(plugin: &str, env: &'a Env, node: &Node) -> Result<Self> {
+    pub fn new(plugin: &str, env: &'a Env, node: &'a Node) -> Result<Self> {
         node.admit_ipam(plugin)?;
         Ok(Ipam {
             plugin: plugin.to_string(),
             exe: locate_plugin(plugin, &env.path)?,
             env,
+            node,
             container_id: env.container_id.clone(),
             ifname: env.ifname.clone(),
             netns: env.netns.clone(),
@@ -72,6 +75,7 @@ impl<'a> Ipam<'a> {
     }
 
     pub fn add(&self, conf: &[u8]) -> Result<CniResult> {
+        self.admit_paths(conf)?;
         let out = self.call("ADD", conf)?;
         CniResult::from_slice(&out).map_err(|e| {
             Error::new(
@@ -89,12 +93,22 @@ impl<'a> Ipam<'a> {
     }
 
     pub fn check(&self, conf: &[u8]) -> Result<()> {
+        self.admit_paths(conf)?;
         self.call("CHECK", conf).map(drop)
+    }
+
+    /// Every verb but DEL runs the plugin with the config the runtime has now: the paths in its
+    /// `ipam` must be where the node allows (ADD checks them before any change; CHECK, STATUS
+    /// and GC would otherwise exec host-local on a tenant's `dataDir` anywhere, and its GC
+    /// removes what it finds there). DEL releases with what ADD recorded, which passed.
+    fn admit_paths(&self, conf: &[u8]) -> Result<()> {
+        self.node.admit_ipam_paths(&ipam_object(conf))
     }
 
     /// STATUS/GC exist from spec 1.1.0 on: forward them only to a plugin that speaks 1.1.0
     /// (an older one validates its environment before it even reads the verb).
     pub fn optional(&self, command: &str, conf: &[u8]) -> Result<()> {
+        self.admit_paths(conf)?;
         if self.newest_version() < Some(Version::V1_1_0) {
             log::info!(
                 "IPAM plugin {:?} predates spec 1.1.0 and has no {command}; nothing to forward",
@@ -330,6 +344,13 @@ pub fn for_ipam(conf: &[u8], command: &str) -> Result<(Vec<u8>, Option<Version>)
         }
     }
     Ok((Value::Object(out).to_string().into_bytes(), version))
+}
+
+/// The `ipam` object of a network configuration (null if it has none or is not JSON).
+pub fn ipam_object(conf: &[u8]) -> Value {
+    serde_json::from_slice::<Value>(conf)
+        .map(|v| v["ipam"].clone())
+        .unwrap_or_default()
 }
 
 /// The config with another cniVersion, its prevResult rewritten in that version's shape.

@@ -793,6 +793,31 @@ fn del_does_not_run_an_ipam_plugin_the_node_no_longer_allows() {
 /// node's `ipamPaths` (or with `..`) with 107 before it changes anything, and nothing appears
 /// there; a root-only file named as `resolvConf` never reaches the output.
 #[test]
+fn status_and_gc_never_run_ipam_on_a_path_outside_the_nodes_ipam_paths() {
+    // ADD refuses such a config before any change; STATUS and GC, which also exec the IPAM
+    // plugin with the network's config (host-local's GC removes what it finds in dataDir),
+    // must refuse it too.
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let outside = TempDir::new("ipam-outside-sg");
+    let target = outside.path().join("deep");
+    let mut conf = rig.host_local_conf("1.1.0", json!({"device": nic.name}));
+    conf["ipam"]["dataDir"] = json!(target);
+    let status = rig.call("STATUS", &conf, "", "", "", &[]);
+    assert_eq!(code(&status), 50, "{status}");
+    assert!(
+        msg(&status).contains("ipam.dataDir") && msg(&status).contains("ipamPaths"),
+        "names the key and the node's setting: {status}"
+    );
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let gc = rig.call("GC", &gc, "", "", "", &[]);
+    assert_eq!(code(&gc), 107, "{gc}");
+    assert!(msg(&gc).contains("ipam.dataDir"), "{gc}");
+    assert!(!target.exists(), "IPAM ran on {}", target.display());
+}
+
+#[test]
 fn ipam_paths_outside_the_nodes_ipam_paths_are_refused_before_any_change() {
     let rig = Rig::new();
     let nic = rig.nic(0);

@@ -125,13 +125,8 @@ pub async fn check(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
             .map_err(|e| mismatch(super::rdma::with_netdev_state(e, Some(&link)).msg))?;
     }
     if let Some(t) = &conf.ipam_type {
-        let ipam = Ipam::new(t, env, node)?;
-        // As ADD: the node decides where the paths in `ipam` may point.
-        let ipam_conf = serde_json::from_slice::<serde_json::Value>(&conf.raw)
-            .map(|v| v["ipam"].clone())
-            .unwrap_or_default();
-        node.admit_ipam_paths(&ipam_conf)?;
-        ipam.check(&conf.raw)?;
+        // The node decides where the paths in `ipam` may point, as for ADD (Ipam checks).
+        Ipam::new(t, env, node)?.check(&conf.raw)?;
     }
     log::info!("{} is as expected", env.ifname);
     Ok(())

@@ -44,9 +44,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     let selector = conf.require_selector()?;
     // The node decides what this root process may exec for the tenant: checked first.
     // The paths in `ipam` too: the plugin runs as root and writes, reads or connects there.
-    let ipam_conf = serde_json::from_slice::<serde_json::Value>(&conf.raw)
-        .map(|v| v["ipam"].clone())
-        .unwrap_or_default();
+    let ipam_conf = crate::ipam::ipam_object(&conf.raw);
     if let Some(t) = &conf.ipam_type {
         node.admit_ipam(t)?;
         node.admit_ipam_paths(&ipam_conf)?;
