@@ -1,0 +1,361 @@
+//! The node configuration's tests: loading, edge cases, the NIC and IPAM policies.
+
+use super::*;
+
+fn write(body: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let p = std::env::temp_dir().join(format!("rhd-node-{}-{n}.json", std::process::id()));
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+#[test]
+fn defaults_without_a_file() {
+    let n = Node::from_file(Path::new("/nonexistent/rhd/node.json"), false).unwrap();
+    assert_eq!(n.state_dir, PathBuf::from(DEFAULT_STATE_DIR));
+    assert_eq!(n.log_dir, PathBuf::from(DEFAULT_LOG_DIR));
+    // Named explicitly (by the environment) but missing: an error, not silent defaults.
+    let e = Node::from_file(Path::new("/nonexistent/rhd/node.json"), true).unwrap_err();
+    assert_eq!(e.code, Code::InvalidConfig);
+}
+
+#[test]
+fn bad_files_are_refused_with_the_path() {
+    for body in [
+        "{",
+        r#"{"stateDir":"relative"}"#,
+        r#"{"logDir":"/var/log/../../etc"}"#,
+        r#"{"stateDir":"/x","typo":1}"#,
+        r#"{"allowedNics":{"name":["x"]}}"#,
+        r#"{"ipamPlugins":["../bin/sh"]}"#,
+        r#"{"ipamPlugins":[""]}"#,
+        r#"{"ipamPlugins":"host-local"}"#,
+        r#"{"devicePlugin":{"pools":[]}}"#,
+        r#"{"devicePlugin":{"pools":[{"resourceName":"rail","selectors":{"names":["a"]}}]}}"#,
+        r#"{"devicePlugin":{"pools":[{"resourceName":"Example.com/rail","selectors":{"names":["a"]}}]}}"#,
+        r#"{"devicePlugin":{"pools":[{"resourceName":"kubernetes.io/rail","selectors":{"names":["a"]}}]}}"#,
+        r#"{"devicePlugin":{"pools":[{"resourceName":"x.io/-rail","selectors":{"names":["a"]}}]}}"#,
+        r#"{"devicePlugin":{"pools":[{"resourceName":"x.io/rail","selectors":{}}]}}"#,
+        r#"{"devicePlugin":{"pools":[{"resourceName":"x.io/rail","selectors":{"names":["a"]}}],"charDevices":{"umadd":true}}}"#,
+    ] {
+        let p = write(body);
+        let e = Node::from_file(&p, true)
+            .and_then(|n| n.device_plugin())
+            .unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig, "{body}");
+        assert!(e.msg.contains(&p.display().to_string()), "{}", e.msg);
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+#[test]
+fn node_config_edge_cases_are_errors_that_say_what_is_wrong() {
+    for (body, says) in [
+        // serde's sequence form of a struct: `[]` was all defaults, `["/x"]` a stateDir.
+        ("[]", "top level must be a JSON object"),
+        (r#"["/tmp/rhd-state2"]"#, "top level must be a JSON object"),
+        (" \n [ ] ", "top level must be a JSON object"),
+        ("null", "top level must be a JSON object"),
+        (r#""x""#, "top level must be a JSON object"),
+        (
+            r#"{"deviceInfoDir":"/"}"#,
+            "deviceInfoDir / is a system directory",
+        ),
+        (
+            r#"{"deviceInfoDir":"/etc"}"#,
+            "deviceInfoDir /etc is a system directory",
+        ),
+        (r#"{"deviceInfoDir":"/etc/"}"#, "is a system directory"),
+        (r#"{"stateDir":"/"}"#, "stateDir / is a system directory"),
+        (r#"{"stateDir":"//var//lib"}"#, "is a system directory"),
+        (r#"{"logDir":"/proc/self"}"#, "kernel file system"),
+        (r#"{"logDir":"/dev/shm"}"#, "kernel file system"),
+        (r#"{"stateDir":"/tmp/a\u0000b"}"#, "NUL byte"),
+        (r#"{"memlock":"0"}"#, "less than one page"),
+        (r#"{"memlock":"4095"}"#, "less than one page"),
+        (r#"{"memlock":0}"#, "invalid type"),
+    ] {
+        let p = write(body);
+        let e = Node::from_file(&p, true).unwrap_err();
+        let _ = std::fs::remove_file(&p);
+        assert_eq!(e.code, Code::InvalidConfig, "{body}");
+        assert!(
+            e.msg.contains(says) && e.msg.contains(&p.display().to_string()),
+            "{body}: {}",
+            e.msg
+        );
+    }
+    // Still fine: directories of the plugin's own, an object with leading whitespace.
+    let p = write(
+        " {\"stateDir\":\"/var/lib/cni/rdma-host-device\",\"deviceInfoDir\":\"/var/run/k8s.cni.cncf.io/devinfo/cni\",\"memlock\":\"4096\"}",
+    );
+    let n = Node::from_file(&p, true);
+    let _ = std::fs::remove_file(&p);
+    n.unwrap();
+}
+
+#[test]
+fn device_plugin_pools_are_validated_and_a_nic_is_in_one_pool_only() {
+    let load = |body: &str| {
+        let p = write(body);
+        let r = Node::from_file(&p, true).and_then(|n| n.device_plugin().map(|dp| (n, dp)));
+        let _ = std::fs::remove_file(p);
+        r
+    };
+    let n = load(
+        r#"{"devicePlugin":{"pools":[
+            {"resourceName":"rdma-host-device.io/rail","selectors":{"pciAddresses":["0000:3b:00.0"]}},
+            {"resourceName":"rdma-host-device.io/rail-b","selectors":{"drivers":["irdma"]}}],
+            "charDevices":{"umad":true}}}"#,
+    )
+    .unwrap();
+    let (n, dp) = (n.0, n.1.unwrap());
+    assert_eq!(dp.pools.len(), 2);
+    assert!(dp.char_devices.umad && !dp.char_devices.issm);
+    assert_eq!(dp.pools[0].env_suffix(), "RAIL");
+    assert_eq!(dp.pools[1].env_suffix(), "RAIL_B");
+    let json: serde_json::Value = serde_json::from_str(&n.to_json()).unwrap();
+    assert_eq!(
+        json["devicePlugin"]["pools"][1]["resourceName"],
+        "rdma-host-device.io/rail-b"
+    );
+    for (body, says) in [
+        (
+            r#"{"devicePlugin":{"pools":[{"resourceName":"a.io/r","selectors":{"names":["x"]}},{"resourceName":"b.io/s","selectors":{"names":["y","x"]}}]}}"#,
+            "names \"x\" is also in a.io/r's",
+        ),
+        (
+            r#"{"devicePlugin":{"pools":[{"resourceName":"a.io/r","selectors":{"names":["x"]}},{"resourceName":"a.io/r","selectors":{"names":["y"]}}]}}"#,
+            "is also pools[0]'s",
+        ),
+        (
+            r#"{"devicePlugin":{"pools":[{"resourceName":"a.io/r","selectors":{"names":["x"]}},{"resourceName":"b.io/r","selectors":{"names":["y"]}}]}}"#,
+            "same environment variables",
+        ),
+        (
+            r#"{"devicePlugin":{"pools":[{"resourceName":"a.io/r","selectors":{}}]}}"#,
+            "offer no NIC",
+        ),
+    ] {
+        let e = load(body).unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig);
+        assert!(e.msg.contains(says), "{body}: {}", e.msg);
+        assert!(e.msg.contains("devicePlugin"), "{}", e.msg);
+    }
+    // The CNI verbs load the file without parsing devicePlugin: a mistake there is the
+    // device plugin's and node-config's to report, never a reason for ADD to fail.
+    let p = write(r#"{"devicePlugin":{"pools":[{"resourceName":"nope"}]}}"#);
+    let n = Node::from_file(&p, true).unwrap();
+    let _ = std::fs::remove_file(p);
+    assert!(n.device_plugin().is_err());
+    assert_eq!(Node::default().device_plugin().unwrap(), None);
+}
+
+#[test]
+fn policy() {
+    let p = write(
+        r#"{"stateDir":"/s","logDir":"/l","allowedNics":{"names":["a"],"drivers":["mlx5_core"]},"allowedUplinks":["up0"]}"#,
+    );
+    let n = Node::from_file(&p, true).unwrap();
+    let _ = std::fs::remove_file(p);
+    let nic = |name, driver, uplink: &[&str]| NicFacts {
+        name,
+        driver,
+        uplink: uplink.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    assert!(n.admit(&nic("a", None, &[])).is_ok());
+    assert!(n.admit(&nic("b", Some("mlx5_core"), &[])).is_ok());
+    let e = n.admit(&nic("b", Some("ice"), &[])).unwrap_err();
+    assert_eq!(e.code, Code::NotAllowed);
+    assert!(
+        e.msg.contains("allowedNics") && e.msg.contains("ice"),
+        "{}",
+        e.msg
+    );
+    let e = n
+        .admit(&nic("a", None, &["carries the default route"]))
+        .unwrap_err();
+    assert!(e.msg.contains("default route"), "{}", e.msg);
+    let free = Node::default();
+    assert!(free.admit(&nic("z", None, &[])).is_ok());
+    assert!(free.admit(&nic("up0", None, &["x"])).is_err());
+    let n2 = Node {
+        allowed_uplinks: vec!["up0".into()],
+        ..Node::default()
+    };
+    assert!(n2.admit(&nic("up0", None, &["x"])).is_ok());
+}
+
+#[test]
+fn rdma_devices_policy_matches_a_node_guid_and_a_name_only_where_pods_cannot_rename() {
+    // A pod swapped two device names in shared mode: the forbidden NIC's device (GUID
+    // ...0002) is now called "rxe_ok", the name the policy allows.
+    let forbidden = |shared: bool| NicFacts {
+        name: "eth-bad",
+        rdma_device: Some("rxe_ok"),
+        rdma_guid: Some(2),
+        rdma_name_is_the_nodes: !shared,
+        ..Default::default()
+    };
+    let allowed = NicFacts {
+        name: "eth-ok",
+        rdma_device: Some("rxe_bad"),
+        rdma_guid: Some(1),
+        ..Default::default()
+    };
+    let by = |entries: &[&str]| Node {
+        allowed_nics: Some(NicPolicy {
+            rdma_devices: entries.iter().map(|e| e.to_string()).collect(),
+            ..Default::default()
+        }),
+        ..Node::default()
+    };
+    // By GUID: the names do not matter.
+    let guid = by(&["0000:0000:0000:0001"]);
+    assert!(guid.admit(&allowed).is_ok());
+    let e = guid.admit(&forbidden(true)).unwrap_err();
+    assert_eq!(e.code, Code::NotAllowed);
+    assert!(e.msg.contains("node GUID 0000:0000:0000:0002"), "{}", e.msg);
+    // By name in shared mode: the swapped name does not admit it, and the refusal says
+    // why and which GUID to list.
+    let name = by(&["rxe_ok"]);
+    let e = name.admit(&forbidden(true)).unwrap_err();
+    assert_eq!(e.code, Code::NotAllowed);
+    assert!(
+        e.msg.contains("rename") && e.msg.contains("(0000:0000:0000:0002)"),
+        "{}",
+        e.msg
+    );
+    // In exclusive mode a name is the node's.
+    assert!(name.admit(&forbidden(false)).is_ok());
+}
+
+#[test]
+fn ipam_plugins_default_to_the_address_managers_and_follow_the_file() {
+    let n = Node::default();
+    for t in DEFAULT_IPAM_PLUGINS {
+        assert!(n.admit_ipam(t).is_ok(), "{t}");
+    }
+    for t in ["portmap", "bridge", "host-device", "rdma-host-device", "sh"] {
+        let e = n.admit_ipam(t).unwrap_err();
+        assert_eq!(e.code, Code::NotAllowed, "{t}");
+        assert!(
+            e.msg.contains(t) && e.msg.contains("host-local, static, dhcp, whereabouts"),
+            "{}",
+            e.msg
+        );
+    }
+    let p = write(r#"{"ipamPlugins":["static","my-ipam"]}"#);
+    let n = Node::from_file(&p, true).unwrap();
+    let _ = std::fs::remove_file(p);
+    assert!(n.admit_ipam("my-ipam").is_ok());
+    assert!(n.admit_ipam("host-local").is_err());
+    assert!(n.to_json().contains("\"my-ipam\""), "{}", n.to_json());
+    let p = write(r#"{"ipamPlugins":[]}"#);
+    let n = Node::from_file(&p, true).unwrap();
+    let _ = std::fs::remove_file(p);
+    assert!(
+        n.admit_ipam("static")
+            .unwrap_err()
+            .msg
+            .contains("allows none")
+    );
+}
+
+#[test]
+fn ipam_paths_match_whole_components_under_the_node_prefixes() {
+    let pre: Vec<PathBuf> = default_ipam_paths();
+    for ok in [
+        "/var/lib/cni",
+        "/var/lib/cni/networks",
+        "/var/lib/cni/",
+        "/run/cni/dhcp.sock",
+        "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig",
+        "/etc//cni/./net.d",
+    ] {
+        assert!(path_under(&pre, Path::new(ok)), "{ok}");
+    }
+    for no in [
+        "/etc/cnix",
+        "/etc/cni-evil/x",
+        "/var/lib/cn",
+        "/var/lib",
+        "/",
+        "/tmp/x/deep",
+        "/var/lib/cni/../../../root",
+        "var/lib/cni/x",
+    ] {
+        assert!(!path_under(&pre, Path::new(no)), "{no}");
+    }
+}
+
+#[test]
+fn ipam_paths_refuse_paths_outside_the_prefixes_naming_the_key() {
+    let n = Node::default();
+    let ok = serde_json::json!({"type":"host-local","subnet":"10.0.0.0/24",
+        "routes":[{"dst":"0.0.0.0/0"}],"dataDir":"/var/lib/cni/networks",
+        "kubernetes":{"kubeconfig":"/etc/cni/net.d/w.kubeconfig"},"dataDirx":"rel/ok"});
+    n.admit_ipam_paths(&ok).unwrap();
+    for (ipam, key) in [
+        (serde_json::json!({"dataDir":"/tmp/x/deep"}), "ipam.dataDir"),
+        (serde_json::json!({"dataDir":"/etc/cnix"}), "ipam.dataDir"),
+        (
+            serde_json::json!({"dataDir":"/var/lib/cni/../../tmp"}),
+            "ipam.dataDir",
+        ),
+        (serde_json::json!({"dataDir":"../../tmp"}), "ipam.dataDir"),
+        (
+            serde_json::json!({"resolvConf":"/root/secret"}),
+            "ipam.resolvConf",
+        ),
+        (
+            serde_json::json!({"daemonSocketPath":"/tmp/evil.sock"}),
+            "ipam.daemonSocketPath",
+        ),
+        (
+            serde_json::json!({"kubernetes":{"kubeconfig":"/root/.kube/config"}}),
+            "ipam.kubernetes.kubeconfig",
+        ),
+        (serde_json::json!({"x":[{"y":"/tmp/z"}]}), "ipam.x[0].y"),
+        (serde_json::json!({"dataDir":DEFAULT_STATE_DIR}), "stateDir"),
+        (serde_json::json!({"dataDir":"/var/lib/cni"}), "stateDir"),
+        (
+            serde_json::json!({"dataDir":"/var/lib/cni/rdma-host-device/x"}),
+            "stateDir",
+        ),
+    ] {
+        let e = n.admit_ipam_paths(&ipam).unwrap_err();
+        assert_eq!(e.code, Code::NotAllowed, "{ipam}");
+        assert!(e.msg.contains(key), "{key}: {}", e.msg);
+        assert!(
+            e.msg
+                .contains("/var/lib/cni, /run/cni, /var/run/cni, /etc/cni"),
+            "{}",
+            e.msg
+        );
+    }
+    // The node's list decides, and to_json shows it.
+    let p = write(r#"{"ipamPaths":["/srv/ipam"]}"#);
+    let n = Node::from_file(&p, true).unwrap();
+    let _ = std::fs::remove_file(p);
+    n.admit_ipam_paths(&serde_json::json!({"dataDir":"/srv/ipam/x"}))
+        .unwrap();
+    assert!(
+        n.admit_ipam_paths(&serde_json::json!({"dataDir":"/var/lib/cni/x"}))
+            .is_err()
+    );
+    assert!(n.to_json().contains("\"/srv/ipam\""), "{}", n.to_json());
+    assert!(Node::default().to_json().contains("\"/var/run/cni\""));
+    for body in [
+        r#"{"ipamPaths":["relative"]}"#,
+        r#"{"ipamPaths":["/a/../b"]}"#,
+    ] {
+        let p = write(body);
+        let e = Node::from_file(&p, true).unwrap_err();
+        let _ = std::fs::remove_file(p);
+        assert_eq!(e.code, Code::InvalidConfig, "{body}");
+        assert!(e.msg.contains("ipamPaths"), "{}", e.msg);
+    }
+}
