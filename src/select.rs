@@ -272,9 +272,15 @@ fn altname_is_the_nodes(link: &LinkInfo, alt: &str, records: &[Record]) -> bool 
 /// A NIC that came back from a dead pod keeps the pod-side name but carries our tag with its
 /// original name: find it by that identity (an altname only if the node gave it).
 async fn find_lost(sel: &Selector, host: &Links, records: &[Record]) -> Result<Option<Resolved>> {
+    // The name a lost NIC comes home under: its record's (found by its device when the pod
+    // rewrote the tag), else the tag's.
+    let home_name = |l: &LinkInfo, tag: &Tag| {
+        crate::state::record_of_lost(l, tag, records)
+            .map_or(tag.host_name.clone(), |r| r.host_name.clone())
+    };
     let wanted = |l: &LinkInfo, tag: &Tag| match sel {
         Selector::Name(n) => {
-            tag.host_name == *n
+            home_name(l, tag) == *n
                 || (l.altnames.contains(n)
                     && records
                         .iter()
@@ -283,7 +289,8 @@ async fn find_lost(sel: &Selector, host: &Links, records: &[Record]) -> Result<O
         Selector::Mac(m) => l.mac == *m,
         Selector::Pci(id) | Selector::DeviceId(id) => sysfs::pci_of(&l.name).as_deref() == Some(id),
         Selector::KernelPath(p) => {
-            sysfs::netdevs_under(Path::new(p)).contains(&l.name) || tag.host_name == file_name(p)
+            sysfs::netdevs_under(Path::new(p)).contains(&l.name)
+                || home_name(l, tag) == file_name(p)
         }
         Selector::RdmaDevice(_) => false,
     };

@@ -149,7 +149,29 @@ pub fn parent_key((dev, bus): &(String, String)) -> String {
     format!("{bus}/{dev}")
 }
 
+/// The record a lost NIC `l` (back on the host, bearing `tag`) belongs to: its tag owner's,
+/// else, since a pod can rewrite its NIC's alias, the record whose NIC `l` is by its device (a
+/// parent device no pod can create, and the permanent MAC where there is one).
+pub fn record_of_lost<'a>(
+    l: &crate::link::LinkInfo,
+    tag: &Tag,
+    records: &'a [Record],
+) -> Option<&'a Record> {
+    records
+        .iter()
+        .find(|r| r.owner() == tag.owner)
+        .or_else(|| records.iter().find(|r| r.is_its_device(l)))
+}
+
 impl Record {
+    /// Whether link `l` is this record's hardware NIC: the same parent device (and permanent
+    /// MAC, where the record has one). Never true for a virtual NIC, which has no device.
+    pub fn is_its_device(&self, l: &crate::link::LinkInfo) -> bool {
+        self.parent.is_some()
+            && l.parent.as_ref().map(parent_key) == self.parent
+            && (self.perm_mac.is_empty() || l.perm_mac == self.perm_mac)
+    }
+
     /// What a record says about NIC `home` as the host has it: its name, MTU, admin state,
     /// alias, MACs, altnames, the flags a pod can flip, group, queue length, parent device,
     /// kind and index. The attachment's own fields are the caller's.

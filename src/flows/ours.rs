@@ -4,7 +4,7 @@
 //! parent device; a virtual one its kind and where it is; our alias tag is a hint only.
 
 use crate::link::{Arrival, LinkInfo, Unreadable};
-use crate::state::{Record, Tag, parent_key};
+use crate::state::{Record, Tag, record_of_lost};
 use std::collections::HashSet;
 
 /// Where [`find_ours`] looks: the pod (any state of the NIC) or the host (only a lost NIC,
@@ -20,10 +20,13 @@ pub(super) enum Where {
 /// virtual "NIC" (tests' veths) can only be matched by its kind, the permanent MAC where it
 /// has one, and where it is; a pod can imitate those, so virtual NICs are not protected.
 pub(super) fn is_the_nic(l: &LinkInfo, r: &Record) -> bool {
-    let perm_ok = r.perm_mac.is_empty() || l.perm_mac == r.perm_mac;
     match &r.parent {
-        Some(p) => perm_ok && l.parent.as_ref().map(parent_key).as_deref() == Some(p.as_str()),
-        None => perm_ok && l.parent.is_none() && l.kind == r.kind,
+        Some(_) => r.is_its_device(l),
+        None => {
+            (r.perm_mac.is_empty() || l.perm_mac == r.perm_mac)
+                && l.parent.is_none()
+                && l.kind == r.kind
+        }
     }
 }
 
@@ -160,7 +163,18 @@ pub(super) fn restoration(
     records: &[Record],
     who: &str,
 ) -> Option<Record> {
-    if let Some(r) = records.iter().find(|r| r.owner() == tag.owner) {
+    if let Some(r) = record_of_lost(l, tag, records) {
+        if r.owner() != tag.owner {
+            log::warn!(
+                "{who}: {} bears a tag naming {} ({}), but it is the NIC of attachment {}/{} ({}): restoring it from that record",
+                l.name,
+                tag.host_name,
+                tag.owner,
+                r.container_id,
+                r.ifname,
+                r.host_name
+            );
+        }
         return Some(r.clone());
     }
     if let Some(other) = records.iter().find(|r| r.host_name == tag.host_name) {

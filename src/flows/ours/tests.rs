@@ -247,3 +247,32 @@ fn a_lost_nic_without_a_record_is_restored_from_its_tag_but_never_to_another_nic
     let holder = record(json!({"containerId": "pod-b"}));
     assert_eq!(restoration(&l, &tag, &[holder], "test"), None);
 }
+
+#[test]
+fn a_tag_the_pod_forged_on_its_hardware_nic_yields_to_the_record_whose_device_it_is() {
+    // Before its pod was force-deleted, the pod rewrote its NIC's alias with a tag of its own:
+    // another name, an owner no record has. The NIC is still its attachment's by its device.
+    let forged = Tag {
+        host_name: "victim0".to_owned(),
+        host_mtu: 1280,
+        host_up: true,
+        owner: owner_key("nobody", "net9"),
+    };
+    let l = LinkInfo {
+        alias: Some(forged.encode()),
+        ..hardware(7, IFNAME, MAC)
+    };
+    let mine = hardware_record();
+    let other =
+        record(json!({"containerId": "pod-b", "hostName": "ens2", "parent": "pci/0000:5e:00.0"}));
+    let r = restoration(&l, &forged, &[other, mine.clone()], "test").expect("restored");
+    assert_eq!((r.host_name.as_str(), r.host_mtu), ("ens1f1", 1500));
+    assert_eq!(r, mine);
+    // A virtual NIC has no device to tell it by: the tag rule stays (never another NIC's name).
+    let v = LinkInfo {
+        alias: Some(forged.encode()),
+        ..veth(7, IFNAME, MAC)
+    };
+    let r = restoration(&v, &forged, &[veth_record()], "test").expect("from the tag");
+    assert_eq!(r.host_name, "victim0");
+}
