@@ -376,8 +376,16 @@ fn gc_worker(w: &World, stop: &AtomicBool, f: &Mutex<Figures>, live: &Mutex<Hash
         let mut conf = w.conf(0);
         conf["cniVersion"] = json!("1.1.0");
         conf["cni.dev/valid-attachments"] = Value::Array(valid);
+        // The rig's node file, as every other call of this test: with the built-in defaults
+        // this GC looked at /var/lib/cni's state, not the rig's, and GC'd nothing of the test.
+        let node = w.rig.node_config();
+        let node = node.to_str().unwrap();
         let gc = run_plugin(
-            &[("CNI_COMMAND", Some("GC")), ("CNI_PATH", Some(&path))],
+            &[
+                ("CNI_COMMAND", Some("GC")),
+                ("CNI_PATH", Some(&path)),
+                (NODE_CONFIG_ENV, Some(node)),
+            ],
             &serde_json::to_vec(&conf).unwrap(),
         );
         let mut fig = f.lock().unwrap();
