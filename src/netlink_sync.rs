@@ -146,3 +146,17 @@ pub fn u16_at(b: &[u8], at: usize) -> Option<u16> {
 pub fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
+
+/// One netlink attribute as the kernel lays it out (length, type, value, padding to 4 bytes):
+/// for tests that build kernel replies by hand.
+#[cfg(test)]
+pub fn test_attr(kind: u16, value: &[u8]) -> Vec<u8> {
+    let mut a = Vec::new();
+    a.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+    a.extend_from_slice(&kind.to_ne_bytes());
+    a.extend_from_slice(value);
+    while a.len() % 4 != 0 {
+        a.push(0);
+    }
+    a
+}

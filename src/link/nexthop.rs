@@ -123,16 +123,7 @@ fn nexthop(body: &[u8]) -> Nexthop {
 mod tests {
     use super::*;
 
-    fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
-        let mut a = Vec::new();
-        a.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
-        a.extend_from_slice(&kind.to_ne_bytes());
-        a.extend_from_slice(value);
-        while a.len() % 4 != 0 {
-            a.push(0);
-        }
-        a
-    }
+    use crate::netlink_sync::test_attr as attr;
 
     fn msg(kind: u16, body: &[u8]) -> Vec<u8> {
         let mut m = Vec::new();

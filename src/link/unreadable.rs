@@ -172,16 +172,7 @@ impl Links {
 mod tests {
     use super::*;
 
-    fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
-        let mut a = Vec::new();
-        a.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
-        a.extend_from_slice(&kind.to_ne_bytes());
-        a.extend_from_slice(value);
-        while a.len() % 4 != 0 {
-            a.push(0);
-        }
-        a
-    }
+    use crate::netlink_sync::test_attr as attr;
 
     fn newlink(index: u32, name: &[u8], extra: &[u8]) -> Vec<u8> {
         let mut body = vec![0u8; IFINFOMSG_LEN];
