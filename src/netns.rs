@@ -194,10 +194,8 @@ impl Netns {
         if got == want {
             return Ok(());
         }
-        let still = others_on_node()
-            .into_iter()
-            .find(|(p, _)| std::fs::metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == want))
-            .map(|(_, label)| format!(" (that namespace is still there: {label})"))
+        let still = find_by_identity(want)
+            .map(|label| format!(" (that namespace is still there: {label})"))
             .unwrap_or_else(|| " (that namespace is not found on the node)".into());
         Err(Error::new(
             Code::InvalidEnv,
@@ -239,9 +237,19 @@ impl Netns {
 }
 
 /// Is `p` what a pod's netns path is once the netns is gone: missing, or the empty regular
-/// file a netns bind mount leaves when it is unmounted (`ip netns del`, runtimes)?
+/// file a netns bind mount leaves when it is unmounted (`ip netns del`, runtimes)? A regular
+/// file with content is not (4: it never was a netns).
 fn is_gone_netns_file(p: &Path) -> bool {
-    std::fs::metadata(p).map_or(true, |m| m.file_type().is_file())
+    std::fs::metadata(p).map_or(true, |m| m.file_type().is_file() && m.len() == 0)
+}
+
+/// Where the network namespace `id` (device and inode, as [`Netns::identity`] gives them)
+/// can still be found on the node, if anywhere: a `/run/netns` path or a process in it.
+pub fn find_by_identity(id: (u64, u64)) -> Option<String> {
+    others_on_node()
+        .into_iter()
+        .find(|(p, _)| std::fs::metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == id))
+        .map(|(_, label)| label)
 }
 
 /// Every other network namespace on the node that has a name: those mounted under `/run/netns`

@@ -562,6 +562,59 @@ fn del_that_cannot_restore_a_setting_names_it_and_keeps_the_state() {
 /// retryably naming the holder, keeping the IP and the state; once the holder is gone, DEL
 /// finishes.
 #[test]
+fn del_whose_netns_path_was_unmounted_while_another_mount_keeps_the_netns_keeps_the_ip_and_the_state()
+ {
+    // The runtime's path is unmounted (an empty file is left) while the namespace lives on
+    // under another /run/netns name: DEL must know it by the identity ADD recorded, not
+    // believe it gone (second attack pass, X2). A path that is a file with content was never a
+    // netns: 4, nothing forgotten (X3).
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = rig.host_local_conf("1.0.0", json!({"device": nic.name}));
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+        .ok();
+    let keep = format!("{}-kept", pod.path());
+    let sh = |cmd: &str| {
+        let st = std::process::Command::new("sh")
+            .args(["-c", cmd])
+            .status()
+            .expect("sh");
+        assert!(st.success(), "{cmd}");
+    };
+    sh(&format!(
+        "touch {keep} && mount --bind {} {keep} && umount {}",
+        pod.path(),
+        pod.path()
+    ));
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    let e = del.err_code(11);
+    let m = e["msg"].as_str().unwrap_or("");
+    assert!(
+        m.contains(&keep),
+        "names where the namespace lives on\n{del}"
+    );
+    assert_eq!(
+        rig.allocations_of(&rig.net_name(), &rig.cid(0)).len(),
+        1,
+        "{del}"
+    );
+    assert_eq!(rig.state_files().len(), 1, "{del}");
+    sh(&format!("echo not-a-netns > {}", pod.path()));
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.err_code(4);
+    assert_eq!(rig.state_files().len(), 1, "{del}");
+    // The path back: DEL finishes.
+    sh(&format!(
+        ": > {p} && mount --bind {keep} {p} && umount {keep} && rm {keep}",
+        p = pod.path()
+    ));
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    assert!(del.success(), "{del}");
+    rig.assert_detached(&nic, Some(&pod), &del);
+}
+
+#[test]
 fn del_whose_netns_path_is_gone_while_the_netns_lives_on_keeps_the_ip_and_the_state() {
     let rig = Rig::new();
     let nic = rig.nic(0);

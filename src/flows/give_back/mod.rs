@@ -151,6 +151,24 @@ pub fn refuse_if_not_adds(ns: &Netns, record: Option<&Record>) -> Result<()> {
 /// Its IP and the attachment's state are kept: once the holders exit, a hardware NIC comes
 /// back to the host (and the retry restores it) and a virtual one is gone with the netns.
 async fn orphaned(r: &Record, netns: &str) -> Result<()> {
+    // The namespace ADD attached in, found by its identity under another name (its path was
+    // unmounted while another mount keeps it): the NIC is in it, whatever its links say now.
+    if let Some(id) = r.netns_id
+        && let Some(label) = crate::netns::find_by_identity(id)
+    {
+        return Err(Error::new(
+            Code::TryAgain,
+            format!(
+                "the pod's netns path {} is gone, but the namespace ADD attached {} in lives on ({label}); keeping its IP and the attachment's state so that DEL can be retried once that namespace is gone or its path is back",
+                if netns.is_empty() {
+                    "(none given)"
+                } else {
+                    netns
+                },
+                r.host_name
+            ),
+        ));
+    }
     let Some((l, held_by)) = orphaned_nic(r).await else {
         return Ok(());
     };
