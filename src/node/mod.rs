@@ -232,9 +232,15 @@ const SYSTEM_DIRS: [&str; 22] = [
     "/var/run",
 ];
 
+/// Trees that hold the system's own files: none of the plugin's directories may be in one
+/// (`/etc/cni/net.d` as a stateDir would have the plugin write and delete among CNI configs).
+const SYSTEM_TREES: [&str; 8] = [
+    "/etc", "/usr", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+];
+
 /// Why `dir` cannot be one of the plugin's own directories (`stateDir`, `logDir`,
-/// `deviceInfoDir`): a NUL byte (no path has one), a system directory itself, or anything
-/// under /proc, /sys or /dev.
+/// `deviceInfoDir`): a NUL byte (no path has one), a system directory itself, anything under
+/// /proc, /sys or /dev, or inside a tree of the system's own files ([`SYSTEM_TREES`]).
 fn check_own_dir(key: &str, dir: &Path) -> std::result::Result<(), String> {
     use std::os::unix::ffi::OsStrExt;
     if dir.as_os_str().as_bytes().contains(&0) {
@@ -250,6 +256,12 @@ fn check_own_dir(key: &str, dir: &Path) -> std::result::Result<(), String> {
                 "logDir" => DEFAULT_LOG_DIR,
                 _ => "/var/run/k8s.cni.cncf.io/devinfo/cni",
             }
+        ));
+    }
+    if let Some(tree) = SYSTEM_TREES.iter().find(|d| norm.starts_with(d)) {
+        return Err(format!(
+            "{key} {} is inside {tree}, which holds the system's own files; the plugin creates and deletes files there: give it a directory of its own",
+            dir.display()
         ));
     }
     if ["/proc", "/sys", "/dev"]
