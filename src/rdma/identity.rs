@@ -78,12 +78,7 @@ impl Snapshot {
         let mode = sock
             .netns_mode()
             .map_err(|e| rdma_error("reading the RDMA netns mode", e))?;
-        let devices = sock
-            .devices()
-            .map_err(|e| rdma_error("listing RDMA devices", e))?;
-        let ports = sock
-            .ports()
-            .map_err(|e| rdma_error("listing RDMA ports", e))?;
+        let (devices, ports) = super::pair::devices_and_ports(&mut sock)?;
         Ok(Some(Snapshot {
             devices,
             ports,

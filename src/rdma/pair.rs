@@ -17,15 +17,21 @@ pub struct Nic<'a> {
     pub mac: &'a str,
 }
 
-/// The one RDMA device paired with `nic`, seen through `sock` (a socket in the NIC's netns:
-/// ports only report netdevs of their own namespace).
-pub fn pair(sock: &mut RdmaSocket, nic: &Nic<'_>) -> Result<Option<RdmaDevice>> {
+/// Every RDMA device and port `sock` sees: what pairing and identity decide from.
+pub fn devices_and_ports(sock: &mut RdmaSocket) -> Result<(Vec<RdmaDevice>, Vec<RdmaPort>)> {
     let devices = sock
         .devices()
         .map_err(|e| rdma_error("listing RDMA devices", e))?;
     let ports = sock
         .ports()
         .map_err(|e| rdma_error("listing RDMA ports", e))?;
+    Ok((devices, ports))
+}
+
+/// The one RDMA device paired with `nic`, seen through `sock` (a socket in the NIC's netns:
+/// ports only report netdevs of their own namespace).
+pub fn pair(sock: &mut RdmaSocket, nic: &Nic<'_>) -> Result<Option<RdmaDevice>> {
+    let (devices, ports) = devices_and_ports(sock)?;
     Ok(pair_from(&devices, &ports, nic)?.map(|p| {
         log::info!(
             "{} pairs with RDMA device {} (by {})",
