@@ -151,24 +151,6 @@ pub fn refuse_if_not_adds(ns: &Netns, record: Option<&Record>) -> Result<()> {
 /// Its IP and the attachment's state are kept: once the holders exit, a hardware NIC comes
 /// back to the host (and the retry restores it) and a virtual one is gone with the netns.
 async fn orphaned(r: &Record, netns: &str) -> Result<()> {
-    // The namespace ADD attached in, found by its identity under another name (its path was
-    // unmounted while another mount keeps it): the NIC is in it, whatever its links say now.
-    if let Some(id) = r.netns_id
-        && let Some(label) = crate::netns::find_by_identity(id)
-    {
-        return Err(Error::new(
-            Code::TryAgain,
-            format!(
-                "the pod's netns path {} is gone, but the namespace ADD attached {} in lives on ({label}); keeping its IP and the attachment's state so that DEL can be retried once that namespace is gone or its path is back",
-                if netns.is_empty() {
-                    "(none given)"
-                } else {
-                    netns
-                },
-                r.host_name
-            ),
-        ));
-    }
     let Some((l, held_by)) = orphaned_nic(r).await else {
         return Ok(());
     };
@@ -194,9 +176,20 @@ async fn orphaned(r: &Record, netns: &str) -> Result<()> {
 /// ("held by pid 4242 (sleep)"). DEL and `inspect` ask.
 pub(crate) async fn orphaned_nic(r: &Record) -> Option<(LinkInfo, String)> {
     let owner = r.owner();
+    // Namespaces only a process keeps, and the one ADD attached in under another name (its
+    // path unmounted while another mount keeps it). Namespace identities are reused once a
+    // namespace is freed, so the NIC itself must be there either way.
+    let same_ns = |p: &std::path::Path| {
+        r.netns_id.is_some_and(|id| {
+            std::fs::metadata(p).is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino()) == id
+            })
+        })
+    };
     let held = crate::netns::others_on_node()
         .into_iter()
-        .filter(|(p, _)| p.starts_with("/proc"));
+        .filter(|(p, _)| p.starts_with("/proc") || same_ns(p));
     for (path, label) in held {
         let Ok(ns) = Netns::open(&path) else {
             continue;
