@@ -118,6 +118,29 @@ fn world(names: &[&str]) -> (Rig, TempDir, TempDir) {
     (rig, TempDir::new("dp-sock"), TempDir::new("dp-info"))
 }
 
+/// The kubelet and the device plugin for one pool of `nics` (by name): registered, and the
+/// kubelet watching until it lists every NIC Healthy.
+fn serving(
+    rig: &Rig,
+    sockets: &TempDir,
+    devinfo: &TempDir,
+    nics: &[&str],
+) -> (Kubelet, DevicePlugin) {
+    rig.set_node(json!({"devicePlugin": {"pools": [
+        {"resourceName": RESOURCE, "selectors": {"names": nics}}
+    ]}}));
+    let mut k = Kubelet::start(sockets.path());
+    let plugin = DevicePlugin::start(rig, sockets.path(), devinfo.path());
+    registered(&mut k, 1, &plugin);
+    k.ask(json!({"cmd": "watch", "resource": RESOURCE}));
+    let healthy: serde_json::Map<String, Value> = nics
+        .iter()
+        .map(|n| (n.to_string(), json!("Healthy")))
+        .collect();
+    devices(&mut k, Value::Object(healthy), 5.0, &plugin);
+    (k, plugin)
+}
+
 fn registered(k: &mut Kubelet, count: u64, plugin: &DevicePlugin) -> Value {
     let r = k.ask(json!({"cmd": "registered", "count": count, "timeout": 10}));
     assert!(
@@ -254,19 +277,7 @@ fn a_nic_losing_its_link_turns_unhealthy_within_a_second_but_one_in_a_pod_stays_
     for l in [&a.name, &a.peer] {
         ip(&["link", "set", l, "up"]);
     }
-    rig.set_node(json!({"devicePlugin": {"pools": [
-        {"resourceName": RESOURCE, "selectors": {"names": [a.name, b.name]}}
-    ]}}));
-    let mut k = Kubelet::start(sockets.path());
-    let plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
-    registered(&mut k, 1, &plugin);
-    k.ask(json!({"cmd": "watch", "resource": RESOURCE}));
-    devices(
-        &mut k,
-        json!({&a.name: "Healthy", &b.name: "Healthy"}),
-        5.0,
-        &plugin,
-    );
+    let (mut k, plugin) = serving(&rig, &sockets, &devinfo, &[&a.name, &b.name]);
 
     // The wire dies (the peer goes down): Unhealthy within a second, Healthy when it is back.
     let mut took = Vec::new();
@@ -446,19 +457,7 @@ fn the_kubelets_allocation_reaches_add_as_multus_device_id_and_that_nic_lands_in
     let (rig, sockets, devinfo) = world(&[]);
     let (a, b) = (rig.nic(0), rig.nic(1));
     let (pod, other) = (rig.netns(0), rig.netns(1));
-    rig.set_node(json!({"devicePlugin": {"pools": [
-        {"resourceName": RESOURCE, "selectors": {"names": [a.name, b.name]}}
-    ]}}));
-    let mut k = Kubelet::start(sockets.path());
-    let plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
-    registered(&mut k, 1, &plugin);
-    k.ask(json!({"cmd": "watch", "resource": RESOURCE}));
-    devices(
-        &mut k,
-        json!({&a.name: "Healthy", &b.name: "Healthy"}),
-        5.0,
-        &plugin,
-    );
+    let (mut k, plugin) = serving(&rig, &sockets, &devinfo, &[&a.name, &b.name]);
 
     // The kubelet picks one device for the pod's request and allocates it.
     let p = k.ask(json!({"cmd": "preferred", "resource": RESOURCE,
