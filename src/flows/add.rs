@@ -75,7 +75,7 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
         container_id: env.container_id.clone(),
         ifname: env.ifname.clone(),
     });
-    Store::new(&conf.state_dir).save(&record)?;
+    Store::new(&s.node.state_dir).save(&record)?;
     fault::hit("add:after-state")?;
 
     // 3. Exclusive mode: the RDMA device goes first (see flows/rdma.rs for why).
@@ -117,7 +117,7 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
     })?;
     // From now on DEL knows the NIC by its index in the pod, which the pod cannot change.
     record.pod_index = Some(inside.index);
-    Store::new(&conf.state_dir).save(&record)?;
+    Store::new(&s.node.state_dir).save(&record)?;
     undo.update_record(&record);
     log::info!(
         "moved {} into {} as {} (index {}, mtu {})",

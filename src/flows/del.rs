@@ -14,8 +14,8 @@ use crate::state::Store;
 /// DEL: lock the attachment, load its record (the netns from it when the runtime sends none)
 /// and release it: IPAM, the NIC, the state. Lenient about the config, strict about the truth.
 pub async fn del(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
-    let store = Store::new(&conf.state_dir);
-    let _attachment = lock::attachment(&conf.state_dir, &env.container_id, &env.ifname)?;
+    let store = Store::new(&node.state_dir);
+    let _attachment = lock::attachment(&node.state_dir, &env.container_id, &env.ifname)?;
     fault::hit("del:locked")?;
     let record = store.load(&env.container_id, &env.ifname)?;
     let netns = if env.netns.is_empty() {

@@ -54,8 +54,8 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     let host_ns = Netns::current()?;
     let host = Links::open()?;
     let pod = Links::open_in(&pod_ns)?;
-    let store = Store::new(&conf.state_dir);
-    let attachment = lock::attachment(&conf.state_dir, &env.container_id, &env.ifname)?;
+    let store = Store::new(&node.state_dir);
+    let attachment = lock::attachment(&node.state_dir, &env.container_id, &env.ifname)?;
     fault::hit("add:locked")?;
     // A temp file of ours can only be what an earlier call killed mid-write left (we hold the
     // lock every writer holds).

@@ -79,7 +79,7 @@ async fn apply(step: &Undo, s: &Places<'_>) -> Result<()> {
         Undo::ForgetState {
             container_id,
             ifname,
-        } => Store::new(&s.conf.state_dir).remove(container_id, ifname),
+        } => Store::new(&s.node.state_dir).remove(container_id, ifname),
         Undo::ReturnRdma { device } => match s.pod_ns {
             Some(pod_ns) => super::give_back::rdma::return_device(device, pod_ns, s.host_ns),
             None => Ok(()),

@@ -364,7 +364,7 @@ async fn free_home_name(s: &Places<'_>, r: &Record, owner: &str) -> Result<()> {
         l.name,
         tag.host_name
     );
-    let records = Store::new(&s.conf.state_dir).all()?;
+    let records = Store::new(&s.node.state_dir).all()?;
     restore_lost(s.host, &l, &tag, &records, "DEL").await
 }
 
