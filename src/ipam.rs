@@ -101,7 +101,7 @@ impl<'a> Ipam<'a> {
     /// `ipam` must be where the node allows (ADD checks them before any change; CHECK, STATUS
     /// and GC would otherwise exec host-local on a tenant's `dataDir` anywhere, and its GC
     /// removes what it finds there). DEL releases with what ADD recorded, which passed.
-    fn admit_paths(&self, conf: &[u8]) -> Result<()> {
+    pub fn admit_paths(&self, conf: &[u8]) -> Result<()> {
         self.node.admit_ipam_paths(&ipam_object(conf))
     }
 

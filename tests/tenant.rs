@@ -685,6 +685,31 @@ fn an_ipam_type_the_node_does_not_allow_is_refused_before_any_change() {
     }
 }
 
+/// An IPAM plugin the node allows but CNI_PATH lacks (a node that lists `whereabouts` before
+/// installing it): ADD answers 7 naming CNI_PATH before it moves anything, not after moving
+/// the NIC in and back out.
+#[test]
+fn an_allowed_ipam_plugin_missing_from_cni_path_fails_add_before_the_nic_moves() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    rig.set_node(json!({"ipamPlugins": ["not-installed-ipam"]}));
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["ipam"] = json!({"type": "not-installed-ipam"});
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    assert_eq!(code(&add), 7, "{add}");
+    assert!(
+        msg(&add).contains("not-installed-ipam") && msg(&add).contains("CNI_PATH"),
+        "names the plugin and where it looked: {add}"
+    );
+    assert!(
+        !add.stderr.contains("moved ") && !add.stderr.contains("rolling back"),
+        "nothing moved, nothing to roll back: {add}"
+    );
+    rig.assert_detached(&nic, Some(&pod), &add);
+    rig.assert_state_empty(&add);
+}
+
 #[test]
 fn the_node_decides_which_ipam_plugins_a_nad_may_run() {
     let rig = Rig::new();

@@ -44,11 +44,11 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     let selector = conf.require_selector()?;
     // The node decides what this root process may exec for the tenant: checked first.
     // The paths in `ipam` too: the plugin runs as root and writes, reads or connects there.
-    let ipam_conf = crate::ipam::ipam_object(&conf.raw);
+    // Found on CNI_PATH as well, before anything moves (7 otherwise).
     if let Some(t) = &conf.ipam_type {
-        node.admit_ipam(t)?;
-        node.admit_ipam_paths(&ipam_conf)?;
+        crate::ipam::Ipam::new(t, env, node)?.admit_paths(&conf.raw)?;
     }
+    let ipam_conf = crate::ipam::ipam_object(&conf.raw);
     let pod_ns = Netns::open(Path::new(&env.netns))?;
     pod_ns.refuse_if_host()?;
     let host_ns = Netns::current()?;
