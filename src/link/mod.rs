@@ -123,7 +123,7 @@ impl Links {
 
     /// A socket in `ns`: opened there, used from here.
     pub fn open_in(ns: &Netns) -> Result<Self> {
-        ns.run(Self::open)?
+        ns.within(Self::open)?
     }
 
     pub async fn by_name(&self, name: &str) -> Result<Option<LinkInfo>> {
