@@ -74,19 +74,19 @@ impl UndoStack {
     }
 }
 
-async fn apply(step: &Undo, s: &Places<'_>) -> Result<()> {
+async fn apply(step: &Undo, places: &Places<'_>) -> Result<()> {
     match step {
         Undo::ForgetState {
             container_id,
             ifname,
-        } => Store::new(&s.node.state_dir).remove(container_id, ifname),
-        Undo::ReturnRdma { device } => match s.pod_ns {
-            Some(pod_ns) => super::give_back::rdma::return_device(device, pod_ns, s.host_ns),
+        } => Store::new(&places.node.state_dir).remove(container_id, ifname),
+        Undo::ReturnRdma { device } => match places.pod_ns {
+            Some(pod_ns) => super::give_back::rdma::return_device(device, pod_ns, places.host_ns),
             None => Ok(()),
         },
-        Undo::ReturnNic { record } => return_nic(s, Some(record)).await.map(drop),
-        Undo::ReleaseIpam => match &s.conf.ipam_type {
-            Some(t) => Ipam::new(t, s.env, s.node)?.del(&s.conf.raw),
+        Undo::ReturnNic { record } => return_nic(places, Some(record)).await.map(drop),
+        Undo::ReleaseIpam => match &places.conf.ipam_type {
+            Some(t) => Ipam::new(t, places.env, places.node)?.del(&places.conf.raw),
             None => Ok(()),
         },
         Undo::RemoveDeviceInfo { path } => crate::device_info::remove(path),

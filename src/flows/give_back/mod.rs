@@ -244,7 +244,7 @@ fn ipam_of(conf: &NetConf, record: Option<&Record>) -> Option<(String, Vec<u8>)>
 /// Looks in the pod first (by the ifindex the record saw there, or the permanent MAC), then on
 /// the host (a NIC that came back from a dead pod). Without a record nothing is touched: ADD
 /// writes it before its first change, so no record means nothing of ours is out.
-pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool> {
+pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<bool> {
     let Some(r) = record else {
         log::info!("no state record for this attachment: nothing of ours to give back");
         return Ok(false);
@@ -253,7 +253,7 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
     // Lock the NIC before touching it (re-entrant: ADD's rollback already holds it).
     let _nic = lock::device(&r.host_name)?;
     let original_alias = r.host_alias.as_deref();
-    if let (Some(pod), Some(pod_ns)) = (s.pod, s.pod_ns) {
+    if let (Some(pod), Some(pod_ns)) = (places.pod, places.pod_ns) {
         // A name that is not UTF-8 hides a link from every lookup: give ours a readable one.
         pod.name_unreadable(pod_ns, |u| unreadable_is_ours(u, r, &owner))
             .await?;
@@ -263,7 +263,12 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
         // netdev's move, and a moved device must not be left behind. Without the NIC there
         // (ADD killed between moving the RDMA device and the NIC) the device may be alone.
         if r.rdma_device.is_some() || r.soft_device.is_some() {
-            rdma::release(pod_ns, s.host_ns, ours.as_ref().map(|l| l.index), Some(r))?;
+            rdma::release(
+                pod_ns,
+                places.host_ns,
+                ours.as_ref().map(|l| l.index),
+                Some(r),
+            )?;
         }
         if let Some(link) = ours {
             // What the pod made of its NIC does not leave with it: links stacked on it go,
@@ -278,7 +283,7 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
             pod.restore_settings(link.index, &r.settings())
                 .await
                 .map_err(keep)?;
-            free_home_name(s, r, &owner).await.map_err(keep)?;
+            free_home_name(places, r, &owner).await.map_err(keep)?;
             let how = restored(r, original_alias, &link);
             log::info!(
                 "returning {} (index {} in the pod) to the host as {} (mtu {})",
@@ -287,25 +292,30 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
                 r.host_name,
                 r.host_mtu
             );
-            pod.move_to(link.index, s.host_ns, &how).await?;
+            pod.move_to(link.index, places.host_ns, &how).await?;
             if let Some(still) = find_ours(&pod.all().await?, r, &owner, Where::Pod) {
                 return Err(still_in_pod(r, &still));
             }
             return Ok(true);
         }
     }
-    s.host
-        .name_unreadable(s.host_ns, |u| tagged_by(u, Some(&owner)))
+    places
+        .host
+        .name_unreadable(places.host_ns, |u| tagged_by(u, Some(&owner)))
         .await?;
-    if let Some(link) = find_ours(&s.host.all().await?, r, &owner, Where::Host) {
+    if let Some(link) = find_ours(&places.host.all().await?, r, &owner, Where::Host) {
         log::info!(
             "{} is back on the host without a DEL; restoring its name {}",
             link.name,
             r.host_name
         );
         // Settings first, while the link still bears the tag that lets a retry find it.
-        s.host.restore_settings(link.index, &r.settings()).await?;
-        s.host
+        places
+            .host
+            .restore_settings(link.index, &r.settings())
+            .await?;
+        places
+            .host
             .restore_in_place(link.index, &restored(r, original_alias, &link))
             .await?;
         return Ok(true);
@@ -317,7 +327,7 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
     let Some(parent) = r.parent.as_deref().filter(|_| !legacy(r)) else {
         return Ok(false);
     };
-    let home = s
+    let home = places
         .host
         .all()
         .await?
@@ -326,7 +336,7 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
     let device_exists = parent
         .split_once('/')
         .is_some_and(|(bus, dev)| crate::sysfs::bus_device_exists(bus, dev));
-    if !home && s.pod.is_some() && device_exists {
+    if !home && places.pod.is_some() && device_exists {
         return Err(Error::new(
             Code::Netlink,
             format!(
@@ -348,8 +358,8 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
 /// gave it, the name `r`'s NIC comes home under: the move would fail on it for ever. Restore
 /// that NIC from its own attachment's record first (its altnames as the node had them), which
 /// frees the name. A link that has the name as its own is left to the move's error.
-async fn free_home_name(s: &Places<'_>, r: &Record, owner: &str) -> Result<()> {
-    let Some(l) = s.host.by_name(&r.host_name).await? else {
+async fn free_home_name(places: &Places<'_>, r: &Record, owner: &str) -> Result<()> {
+    let Some(l) = places.host.by_name(&r.host_name).await? else {
         return Ok(());
     };
     let Some(tag) = l.alias.as_deref().and_then(Tag::decode) else {
@@ -364,8 +374,8 @@ async fn free_home_name(s: &Places<'_>, r: &Record, owner: &str) -> Result<()> {
         l.name,
         tag.host_name
     );
-    let records = Store::new(&s.node.state_dir).all()?;
-    restore_lost(s.host, &l, &tag, &records, "DEL").await
+    let records = Store::new(&places.node.state_dir).all()?;
+    restore_lost(places.host, &l, &tag, &records, "DEL").await
 }
 
 fn still_in_pod(r: &Record, l: &LinkInfo) -> Error {
