@@ -288,4 +288,11 @@ mod tests {
         );
         assert_eq!(err.lines().count(), 1, "one line: {err}");
     }
+
+    #[test]
+    fn a_rejected_config_is_validates_answer_exit_1_and_not_an_error() {
+        let (code, err) = call(&["validate", "/nonexistent-rhd/net.conf"]);
+        assert_eq!(code, 1);
+        assert_eq!(err, "", "the verdict is on stdout, nothing on stderr");
+    }
 }
