@@ -7,6 +7,7 @@
 //! (the environment of a CNI plugin is the runtime's, a node-level component, not the tenant's).
 
 mod device_plugin;
+pub mod show;
 use crate::error::{Code, Error, Result};
 use crate::rdma::identity::{format_guid, parse_guid};
 pub use device_plugin::{CharDevices, DevicePluginConfig, Pool};
