@@ -77,7 +77,7 @@ network config. By hand:
 
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG):
 stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, deviceInfoDir, memlock,
-devicePlugin;
+takeRdmaDevicesInUse, devicePlugin;
 see the README. Logs: one line per step with
 the container ID, on stderr and in \"logFile\" (a file name in the node's logDir) if set
 (rotated at 10 MiB).

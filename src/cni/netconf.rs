@@ -1,7 +1,7 @@
 //! `NetConf`: the network configuration on stdin, parsed, validated, and kept raw for IPAM.
 //! Strict for ADD, lenient for DEL. Longer than most files because it is the one place every
-//! tenant-written key is checked (and its bad-input table is half of it); split it and the
-//! checks would drift apart.
+//! tenant-written key is checked (its bad-input table is in netconf/tests.rs); split it and
+//! the checks would drift apart.
 
 use super::result::CniResult;
 use super::version::Version;

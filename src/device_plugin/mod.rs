@@ -11,7 +11,7 @@
 //! - `server.rs`: the gRPC service per pool, registration, kubelet restarts.
 //!
 //! Why hand-written messages and routing rather than tonic-build: tonic-build needs `protoc`
-//! (or protox and a build script) at build time, for eight small messages and five methods
+//! (or protox and a build script) at build time, for twenty small messages and five methods
 //! that the kubelet has kept wire-compatible since 2018. Hand-written, the build has no step
 //! and the wire contract is checked from outside: the integration test's kubelet is generated
 //! from our own `tests/device_plugin/deviceplugin.proto` by grpcio-tools.

@@ -1,6 +1,8 @@
 //! DEL: release IPAM and give the NIC back to the host as it was. It succeeds when repeated,
-//! without a netns, with the netns gone, and after the interface was renamed in the pod; it
-//! always tries every step and reports what failed so the runtime retries.
+//! without a netns, with the netns gone, and after the interface was renamed in the pod. Past
+//! its refusals, which keep everything (the host's or another namespace than ADD's: 4; the NIC
+//! in a namespace that outlived its path, or a held software RDMA device: 11), it tries every
+//! step and reports what failed so the runtime retries.
 
 use super::give_back::release_attachment;
 use crate::cni::env::Env;

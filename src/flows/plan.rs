@@ -1,5 +1,7 @@
 //! ADD's plan: which NIC (and how a lost one is restored), which RDMA device, which
-//! namespaces, and the record DEL will need, all decided and checked before the first change.
+//! namespaces, and the record DEL will need, all decided and checked before the first change
+//! (the only repairs it makes: a stale temp state file removed, lost NICs whose names are not
+//! UTF-8 given readable ones).
 //! `add::attach` only acts on it. Planning takes the attachment's and the NIC's locks and
 //! keeps them in the plan, so nothing it decided can change under it.
 

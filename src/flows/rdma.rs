@@ -1,5 +1,6 @@
-//! The RDMA steps of the flows: pair and check before any change (`plan`), move the device in or
-//! create a software one, verify GIDs inside the pod, and give everything back.
+//! The RDMA steps of ADD, CHECK and STATUS: pair and check before any change (`plan`), move the
+//! device in or create a software one, verify GIDs inside the pod (ADD and CHECK), and STATUS's
+//! port check. Giving the device back is give_back/rdma.rs's.
 //!
 //! Order on ADD, exclusive mode: the RDMA device moves BEFORE the NIC. If the kernel refuses
 //! (EOPNOTSUPP: the driver lacks `disassociate_ucontext`) the NIC has not left the host, so

@@ -1,5 +1,6 @@
 //! The undo stack of ADD: every step that changes the node pushes how to take itself back; a
-//! failure runs them in reverse. Giving the NIC back is give_back.rs's, shared with DEL.
+//! failure runs them in reverse. Giving the NIC back is give_back/'s (`return_nic`), shared
+//! with DEL.
 
 use super::give_back::{Places, return_nic};
 use crate::error::Result;

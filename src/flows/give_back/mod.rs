@@ -1,6 +1,7 @@
-//! Giving a NIC back to the host: one place for DEL, GC, ADD's rollback, STATUS and a NIC lost
-//! to a pod deleted without DEL. What decides which link is the attachment's NIC is its state
-//! record (the ifindex in the pod, the permanent MAC), never the pod-writable alias tag alone.
+//! Releasing an attachment and giving its NIC back to the host: one place for DEL, GC and ADD's
+//! rollback (lost NICs that ADD, GC and STATUS meet are lost.rs's). What decides which link is
+//! the attachment's NIC is its state record (a hardware NIC's parent device; a virtual one's
+//! kind, pod ifindex and permanent MAC: `ours.rs`), never the pod-writable alias tag alone.
 
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
@@ -241,7 +242,7 @@ fn ipam_of(conf: &NetConf, record: Option<&Record>) -> Option<(String, Vec<u8>)>
 /// Give the NIC of attachment `record` back to the host as it was. Returns whether a NIC was
 /// found. What decides which link is ours is the record, never the alias tag alone: a pod with
 /// NET_ADMIN can rewrite its interface's alias, MAC and name, and put our tag on another link.
-/// Looks in the pod first (by the ifindex the record saw there, or the permanent MAC), then on
+/// Looks in the pod first (by the record: parent device, or pod ifindex and permanent MAC), then on
 /// the host (a NIC that came back from a dead pod). Without a record nothing is touched: ADD
 /// writes it before its first change, so no record means nothing of ours is out.
 pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<bool> {
