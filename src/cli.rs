@@ -28,7 +28,7 @@ network config. By hand:
       virtual links without RDMA; --state-dir to read another state directory
       (default: the node configuration's stateDir, /var/lib/cni/rdma-host-device). Colour only on a terminal (NO_COLOR works).
 
-  rdma-host-device metrics [--listen ADDR] [--state-dir DIR] [--once]
+  rdma-host-device metrics [--listen ADDR] [--state-dir DIR] [--once] [--token-file FILE]
       A Prometheus exporter (runs until killed): /metrics (OpenMetrics text) and /healthz
       on ADDR (default 0.0.0.0:9879; :PORT for every IPv4 address). Per scrape, for every
       attachment in the state directory (default: the node configuration's stateDir), the
@@ -36,7 +36,9 @@ network config. By hand:
       port counters, resource counts and QP owners, read inside the pod's netns and labelled
       with the pod (namespace, pod, container_id, interface, network, host_nic, pci_address,
       rdma_device, netns_mode); then every RDMA device still on the host. --once prints one
-      scrape and exits.
+      scrape and exits. Anything that reaches ADDR reads those labels (pods too, with the
+      DaemonSet's hostNetwork): --token-file serves /metrics only to a client sending the
+      bearer token in FILE (read at every request; /healthz stays open).
 
   rdma-host-device device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]
                                  [--cdi-spec FILE [--cdi-hook PATH]]

@@ -51,11 +51,16 @@ impl Exporter {
 
     /// GET `path`: (status, body). A test-side client: std's TcpStream, HTTP/1.0-style close.
     fn get(&self, path: &str) -> (u16, String) {
+        self.get_with(path, "")
+    }
+
+    /// GET `path` with `headers` (each line ending in \r\n) added to the request.
+    fn get_with(&self, path: &str, headers: &str) -> (u16, String) {
         let mut s = TcpStream::connect(&self.addr).expect("connect to the exporter");
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         write!(
             s,
-            "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: test\r\n{headers}Connection: close\r\n\r\n"
         )
         .unwrap();
         let mut raw = String::new();
@@ -699,4 +704,61 @@ fn pipelined_scrapes_from_one_address_never_fail_anothers() {
         "scrapes from another address failed: {failed:#?}"
     );
     assert!(ok >= 10, "only {ok} scrapes in 4 s");
+}
+
+/// Anything that reaches the exporter's port reads every tenant's pod names, container IDs and
+/// netns paths (attack review E7: with hostNetwork, every pod does). With `--token-file`,
+/// `/metrics` answers only a client sending that bearer token (a PodMonitor's `authorization`),
+/// a rotated token takes effect at the next request, and `/healthz` stays open for the probe.
+#[test]
+fn with_a_token_file_only_a_scraper_sending_the_token_reads_the_pods() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = attach(&rig, &nic, &pod, 0, ARGS);
+    let token = rig.dir.path().join("metrics-token");
+    std::fs::write(&token, "first-token\n").unwrap();
+    let exp = Exporter::start(&rig, &["--token-file", token.to_str().unwrap()]);
+    let cid = rig.cid(0);
+    let bearer = |t: &str| format!("Authorization: Bearer {t}\r\n");
+
+    for (what, headers) in [
+        ("no token", String::new()),
+        ("a wrong token", bearer("first-tokeX")),
+        ("a prefix of it", bearer("first")),
+        (
+            "basic auth",
+            "Authorization: Basic Zmlyc3QtdG9rZW4=\r\n".to_string(),
+        ),
+    ] {
+        let (status, body) = exp.get_with("/metrics", &headers);
+        assert_eq!(status, 401, "{what}: {body}");
+        assert!(!body.contains(&cid), "{what}: {body}");
+    }
+    let (status, body) = exp.get_with("/metrics", &bearer("first-token"));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(&format!("container_id=\"{cid}\"")), "{body}");
+    assert_eq!(exp.get("/healthz").0, 200);
+
+    std::fs::write(&token, "second-token").unwrap();
+    assert_eq!(exp.get_with("/metrics", &bearer("first-token")).0, 401);
+    assert_eq!(exp.get_with("/metrics", &bearer("second-token")).0, 200);
+    // A token file gone at run time refuses (503), never opens up.
+    std::fs::remove_file(&token).unwrap();
+    assert_eq!(exp.get("/metrics").0, 503);
+    drop(exp);
+
+    // One that cannot be read at start is an error naming it, before anything listens.
+    let out = Command::new(plugin())
+        .args(["metrics", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(&token)
+        .env(NODE_CONFIG_ENV, rig.node_config())
+        .env_remove("CNI_COMMAND")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&token.display().to_string()), "{err}");
+
+    rig.call("DEL", &conf, &pod.path(), &cid, "net1", &[]).ok();
 }

@@ -73,14 +73,18 @@ pub struct Options {
     pub state_dir: Option<PathBuf>,
     /// Print one scrape on stdout and exit (for a person, and tests without a port).
     pub once: bool,
+    /// Serve `/metrics` only to clients sending the bearer token in this file.
+    pub token_file: Option<PathBuf>,
 }
 
-/// `metrics [--listen ADDR] [--state-dir DIR] [--once]`; `:PORT` listens on every IPv4 address.
+/// `metrics [--listen ADDR] [--state-dir DIR] [--once] [--token-file FILE]`; `:PORT` listens on every
+/// IPv4 address.
 pub fn options(args: &[String]) -> Result<Options> {
     let mut o = Options {
         listen: listen_addr(DEFAULT_LISTEN)?,
         state_dir: None,
         once: false,
+        token_file: None,
     };
     let mut f = crate::flags::Flags::new("metrics", args);
     while let Some(flag) = f.next_flag() {
@@ -88,6 +92,7 @@ pub fn options(args: &[String]) -> Result<Options> {
             "--listen" => o.listen = f.parsed(listen_addr)?,
             "--state-dir" => o.state_dir = Some(f.absolute_path()?),
             "--once" => o.once = true,
+            "--token-file" => o.token_file = Some(f.absolute_path()?),
             _ => return Err(f.unknown()),
         }
     }
@@ -124,7 +129,21 @@ pub fn run(opts: &Options) -> Result<()> {
         print!("{}", exporter.scrape());
         return Ok(());
     }
-    server::serve(opts.listen, exporter)
+    // A token file that cannot be read is a mistake to report now, not a 503 at every scrape.
+    if let Some(file) = &opts.token_file {
+        let token = std::fs::read_to_string(file)
+            .map_err(|e| io_error(format_args!("token file {}", file.display()), e))?;
+        if token.trim().is_empty() {
+            return Err(invalid_config(format!(
+                "token file {} is empty; put the bearer token Prometheus sends in it",
+                file.display()
+            )));
+        }
+    }
+    let access = server::Access {
+        token_file: opts.token_file.clone(),
+    };
+    server::serve(opts.listen, exporter, access)
         .map_err(|e| io_error(format_args!("cannot listen on {}", opts.listen), e))
 }
 

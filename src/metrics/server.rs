@@ -32,6 +32,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -130,18 +131,79 @@ impl Scrapes {
     }
 }
 
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// Who may read `/metrics` (its labels name every tenant's pods, containers and netns paths):
+/// anyone that reaches the port, or only a client sending the bearer token in `token_file`.
+/// The file is read at every request, so a rotated Kubernetes Secret takes effect at once.
+/// `/healthz` and `/` stay open: they say nothing about pods.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    pub token_file: Option<PathBuf>,
+}
+
+impl Access {
+    /// The reply `req` gets instead of `/metrics` (401, or 503 when the token file cannot be
+    /// read: refused, never opened up); `None` when it may read it.
+    fn refusal<B>(&self, req: &Request<B>) -> Option<Response<Full<Bytes>>> {
+        let file = self.token_file.as_ref()?;
+        let want = match std::fs::read_to_string(file) {
+            Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
+            other => {
+                log::error!(
+                    "token file {}: {}; refusing /metrics until it holds a token",
+                    file.display(),
+                    other.map_or_else(|e| e.to_string(), |_| "empty".into())
+                );
+                return Some(reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    TEXT,
+                    "the exporter's token file cannot be read\n",
+                ));
+            }
+        };
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if given.is_some_and(|g| same_bytes(g.as_bytes(), want.as_bytes())) {
+            return None;
+        }
+        let mut r = reply(
+            StatusCode::UNAUTHORIZED,
+            TEXT,
+            "/metrics needs the exporter's bearer token (Authorization: Bearer ...)\n",
+        );
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        Some(r)
+    }
+}
+
+/// Equal, in a time that does not depend on where they first differ.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
 async fn handle(
     req: Request<Incoming>,
     exporter: Arc<Exporter>,
     scrapes: Arc<Scrapes>,
+    access: &Access,
     peer: IpAddr,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    const TEXT: &str = "text/plain; charset=utf-8";
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n"));
     }
     Ok(match req.uri().path() {
         "/metrics" => {
+            if let Some(refused) = access.refusal(&req) {
+                return Ok(refused);
+            }
             let Some(_turn) = scrapes.wait(peer) else {
                 return Ok(reply(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -348,16 +410,22 @@ impl AsyncWrite for Tracked {
 }
 
 /// Serve one connection until it ends, stalls, or its slot is taken by a newer one.
-async fn connection(io: Tracked, id: u64, exporter: Arc<Exporter>, scrapes: Arc<Scrapes>) {
+async fn connection(
+    io: Tracked,
+    id: u64,
+    exporter: Arc<Exporter>,
+    scrapes: Arc<Scrapes>,
+    access: Arc<Access>,
+) {
     let (slots, slot) = (io.slots.clone(), io.slot.clone());
     let svc = {
         let (slots, slot) = (slots.clone(), slot.clone());
         service_fn(move |req| {
             let (exporter, scrapes) = (exporter.clone(), scrapes.clone());
-            let (slots, slot) = (slots.clone(), slot.clone());
+            let (slots, slot, access) = (slots.clone(), slot.clone(), access.clone());
             async move {
                 let _answering = Answering::new(&slots, &slot);
-                handle(req, exporter, scrapes, slot.peer).await
+                handle(req, exporter, scrapes, &access, slot.peer).await
             }
         })
     };
@@ -380,7 +448,7 @@ async fn connection(io: Tracked, id: u64, exporter: Arc<Exporter>, scrapes: Arc<
 }
 
 /// Serve until the process is killed. Errors only when the address cannot be bound.
-pub fn serve(listen: SocketAddr, exporter: Arc<Exporter>) -> std::io::Result<()> {
+pub fn serve(listen: SocketAddr, exporter: Arc<Exporter>, access: Access) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -395,6 +463,7 @@ pub fn serve(listen: SocketAddr, exporter: Arc<Exporter>) -> std::io::Result<()>
         );
         let slots = Arc::new(Slots::new());
         let scrapes = Arc::new(Scrapes::default());
+        let access = Arc::new(access);
         loop {
             let (stream, peer) = match listener.accept().await {
                 Ok(s) => s,
@@ -417,7 +486,13 @@ pub fn serve(listen: SocketAddr, exporter: Arc<Exporter>) -> std::io::Result<()>
                 slots: slots.clone(),
                 slot,
             };
-            tokio::spawn(connection(io, id, exporter.clone(), scrapes.clone()));
+            tokio::spawn(connection(
+                io,
+                id,
+                exporter.clone(),
+                scrapes.clone(),
+                access.clone(),
+            ));
             // Let the new connection read what it was sent before the next accept: a client
             // whose request is already here is then being answered, not the idlest in a burst
             // of accepts that could evict it.
