@@ -66,57 +66,6 @@ fn daemonset_names_the_image_the_build_produces() {
     );
 }
 
-/// Podman with a private storage root, run root and tmp dir; removes its containers,
-/// images and mounts on drop.
-struct Podman {
-    dir: TempDir,
-}
-
-impl Podman {
-    fn new() -> Podman {
-        Podman {
-            dir: TempDir::new("podman"),
-        }
-    }
-
-    /// The global options that keep podman off the machine's own storage. cgroupfs: no
-    /// systemd here.
-    fn opts(&self) -> Vec<String> {
-        let d = self.dir.path().display();
-        vec![
-            format!("--root={d}/storage"),
-            format!("--runroot={d}/run"),
-            format!("--tmpdir={d}/tmp"),
-            "--cgroup-manager=cgroupfs".into(),
-            "--events-backend=file".into(),
-        ]
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("podman");
-        c.args(self.opts()).stdin(Stdio::null());
-        c
-    }
-
-    fn run(&self, args: &[String]) -> Output {
-        self.cmd()
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run podman ({e}): scripts/setup.sh installs it"))
-    }
-}
-
-impl Drop for Podman {
-    fn drop(&mut self) {
-        let _ = self
-            .cmd()
-            .args(["rm", "--all", "--force", "--time=0"])
-            .output();
-        let _ = self.cmd().args(["rmi", "--all", "--force"]).output();
-        unmount_under(self.dir.path());
-    }
-}
-
 /// A stand-in for a node: its root (with this machine's glibc, so a chroot into it can run
 /// the plugin) and the ConfigMap's data as files.
 struct Node {
@@ -176,12 +125,7 @@ fn podman_args(ds: &Value, name: &str, node: &Node, image: &str, detach: bool) -
     if c["securityContext"]["privileged"] == json!(true) {
         a.push("--privileged".into());
     }
-    // This machine's root lacks CAP_SYS_RESOURCE: runc may only lower rlimits (podman's
-    // defaults raise them), as containerd's restrict_oom_score_adj in tests/cri.rs.
-    a.extend([
-        "--ulimit=nofile=4096:4096".into(),
-        "--ulimit=nproc=4096:4096".into(),
-    ]);
+    a.extend(PODMAN_RUN_LIMITS.map(String::from));
     for m in c["volumeMounts"].as_array().into_iter().flatten() {
         let vol = spec["volumes"]
             .as_array()
@@ -260,7 +204,7 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
     require_root();
     let bin = release_binary();
     let (cm, ds) = manifests();
-    let podman = Podman::new();
+    let podman = Podman::new("podman");
 
     // Build, offline, with the name the DaemonSet uses.
     let t0 = Instant::now();
@@ -442,7 +386,7 @@ fn the_metrics_container_enters_pods_at_the_netns_paths_runtimes_give() {
     require_root();
     let bin = release_binary();
     let (cm, ds) = manifests();
-    let podman = Podman::new();
+    let podman = Podman::new("podman");
     let out = Command::new(repo().join("deploy/build-image.sh"))
         .arg(&bin)
         .env("PODMAN_OPTS", podman.opts().join(" "))
