@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 /// The DaemonSet YAML's documents: (ConfigMap, DaemonSet).
@@ -199,17 +199,11 @@ fn release_binary() -> PathBuf {
     repo().join("target/release/rdma-host-device")
 }
 
-#[test]
-fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
-    require_root();
-    let bin = release_binary();
-    let (cm, ds) = manifests();
-    let podman = Podman::new("podman");
-
-    // Build, offline, with the name the DaemonSet uses.
+/// deploy/build-image.sh with `bin`, into `podman`'s storage: its report (image, size).
+fn build_image(podman: &Podman, bin: &Path) -> String {
     let t0 = Instant::now();
     let out = Command::new(repo().join("deploy/build-image.sh"))
-        .arg(&bin)
+        .arg(bin)
         .env("PODMAN_OPTS", podman.opts().join(" "))
         .output()
         .unwrap();
@@ -220,6 +214,18 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
     );
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{report}built in {:.1} s", t0.elapsed().as_secs_f64());
+    report
+}
+
+#[test]
+fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
+    require_root();
+    let bin = release_binary();
+    let (cm, ds) = manifests();
+    let podman = Podman::new("podman");
+
+    // Build, offline, with the name the DaemonSet uses.
+    let report = build_image(&podman, &bin);
     let image = daemonset_image(&ds);
     assert!(
         report.contains(&format!("image: {image}\n")),
@@ -355,19 +361,14 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
     assert!(out.status.success(), "node-report\n{}", text(&out));
     let t0 = Instant::now();
     let logs = loop {
-        let l = podman.run(&["logs".into(), "node-report".into()]);
+        let l = podman.run(&["logs", "node-report"]);
         let s = text(&l);
         if s.contains("attached to pods; state dir") || t0.elapsed() > Duration::from_secs(20) {
             break s;
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let _ = podman.run(&[
-        "rm".into(),
-        "--force".into(),
-        "--time=0".into(),
-        "node-report".into(),
-    ]);
+    let _ = podman.run(&["rm", "--force", "--time=0", "node-report"]);
     assert!(
         logs.contains(&format!(
             "rdma-host-device {} inspect on",
@@ -387,16 +388,7 @@ fn the_metrics_container_enters_pods_at_the_netns_paths_runtimes_give() {
     let bin = release_binary();
     let (cm, ds) = manifests();
     let podman = Podman::new("podman");
-    let out = Command::new(repo().join("deploy/build-image.sh"))
-        .arg(&bin)
-        .env("PODMAN_OPTS", podman.opts().join(" "))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "deploy/build-image.sh\n{}",
-        text(&out)
-    );
+    build_image(&podman, &bin);
     let image = daemonset_image(&ds);
     let node = Node::new(podman.dir.path(), &cm, &bin);
     // Two pods attached by the plugin (this build) on this machine, recording their netns as a

@@ -69,6 +69,23 @@ pub fn tag() -> String {
     format!("{:03x}", std::process::id() & 0xfff)
 }
 
+/// The fault points (src/fault.rs) an ADD of a NIC without RDMA passes, in order (the RDMA
+/// steps' points are not reached without RDMA, `add:undo` only after a failure).
+pub const ADD_FAULT_POINTS: &[&str] = &[
+    "add:locked",
+    "add:after-state",
+    "add:after-nic-move",
+    "add:after-ipam",
+    "add:after-addresses",
+    "add:before-result",
+];
+/// The fault points a DEL of a NIC without RDMA passes, in order.
+pub const DEL_FAULT_POINTS: &[&str] = &[
+    "del:locked",
+    "del:after-nic-return",
+    "del:after-ipam-release",
+];
+
 /// Where the plugin reads the node configuration from (see src/node.rs).
 pub const NODE_CONFIG_ENV: &str = "RDMA_HOST_DEVICE_NODE_CONFIG";
 
