@@ -8,7 +8,7 @@ use crate::error::{Code, Error, Result};
 use futures::TryStreamExt;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-use netlink_packet_route::route::{RouteAttribute, RouteMessage};
+use netlink_packet_route::route::RouteAttribute;
 
 use super::{LinkInfo, Links, nl_error};
 use crate::netns::{self, Netns};
@@ -77,47 +77,36 @@ impl Links {
                 format!("listing nexthop objects of {}: {e}", link.name),
             )
         })?;
-        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
-            let mut q = RouteMessage::default();
-            q.header.address_family = family;
-            let msgs: Vec<RouteMessage> = self
-                .handle
-                .route()
-                .get(q)
-                .execute()
-                .try_collect()
-                .await
-                .map_err(|e| nl_error(format!("listing routes of {}", link.name), e))?;
-            for m in msgs
-                .iter()
-                .filter(|m| m.header.destination_prefix_length == 0)
-            {
-                let via_link = m.attributes.iter().any(|a| match a {
-                    RouteAttribute::Oif(i) => *i == link.index,
-                    RouteAttribute::MultiPath(hops) => {
-                        hops.iter().any(|h| h.interface_index == link.index)
-                    }
-                    RouteAttribute::NhId(id) => nh_ids.contains(id),
-                    _ => false,
-                });
-                if via_link {
-                    let table = m
-                        .attributes
-                        .iter()
-                        .find_map(|a| match a {
-                            RouteAttribute::Table(t) => Some(*t),
-                            _ => None,
-                        })
-                        .unwrap_or(u32::from(m.header.table));
-                    let fam = if family == AddressFamily::Inet {
-                        "IPv4"
-                    } else {
-                        "IPv6"
-                    };
-                    why.push(format!(
-                        "the node's {fam} default route (table {table}) goes through it"
-                    ));
+        let routes = self.all_routes(&link.name).await?;
+        for m in routes
+            .iter()
+            .filter(|m| m.header.destination_prefix_length == 0)
+        {
+            let via_link = m.attributes.iter().any(|a| match a {
+                RouteAttribute::Oif(i) => *i == link.index,
+                RouteAttribute::MultiPath(hops) => {
+                    hops.iter().any(|h| h.interface_index == link.index)
                 }
+                RouteAttribute::NhId(id) => nh_ids.contains(id),
+                _ => false,
+            });
+            if via_link {
+                let table = m
+                    .attributes
+                    .iter()
+                    .find_map(|a| match a {
+                        RouteAttribute::Table(t) => Some(*t),
+                        _ => None,
+                    })
+                    .unwrap_or(u32::from(m.header.table));
+                let fam = if m.header.address_family == AddressFamily::Inet {
+                    "IPv4"
+                } else {
+                    "IPv6"
+                };
+                why.push(format!(
+                    "the node's {fam} default route (table {table}) goes through it"
+                ));
             }
         }
         why.dedup();
