@@ -10,6 +10,7 @@ use super::contexts::*;
 use super::device::*;
 use super::wire::*;
 use super::*;
+use crate::netlink_sync::{test_attr as nla, test_message as msg};
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 
 mod admin;
@@ -28,29 +29,6 @@ const NLM_F_MULTI: u16 = 2;
 
 fn ty(command: u16) -> u16 {
     (5 << 10) | command
-}
-
-/// One attribute: len (without padding), type, value, zero padding to 4 bytes.
-fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
-    let mut b = Vec::new();
-    b.extend_from_slice(&(4 + value.len() as u16).to_ne_bytes());
-    b.extend_from_slice(&kind.to_ne_bytes());
-    b.extend_from_slice(value);
-    while b.len() % 4 != 0 {
-        b.push(0);
-    }
-    b
-}
-
-fn msg(ty: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
-    let mut b = Vec::new();
-    b.extend_from_slice(&(16 + body.len() as u32).to_ne_bytes());
-    b.extend_from_slice(&ty.to_ne_bytes());
-    b.extend_from_slice(&flags.to_ne_bytes());
-    b.extend_from_slice(&seq.to_ne_bytes());
-    b.extend_from_slice(&4242u32.to_ne_bytes()); // our port id, as the kernel fills it in
-    b.extend_from_slice(body);
-    b
 }
 
 fn done(seq: u32, code: i32) -> Vec<u8> {
