@@ -4,7 +4,7 @@
 
 use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST};
 
-use super::wire::{ReqAttr, attr, cmd, each_attr, get_str, get_u32, nested_entries};
+use super::wire::{ReqAttr, attr, cmd, nested_entries, owned_entry};
 use super::{RdmaNlError, RdmaSocket};
 
 /// A verbs context a process holds open on an RDMA device (`RDMA_NLDEV_CMD_RES_CTX_GET`):
@@ -38,30 +38,12 @@ impl RdmaSocket {
 /// The contexts of a `RES_CTX_GET` dump: each message holds the device, then a `RES_CTX`
 /// table of `RES_CTX_ENTRY` nests (a context's number and its owner's pid or module).
 pub(super) fn users_from_bodies(bodies: &[Vec<u8>]) -> Result<Vec<RdmaUser>, RdmaNlError> {
-    let mut users = Vec::new();
-    for body in bodies {
-        users.extend(nested_entries(
-            body,
-            attr::RES_CTX,
-            attr::RES_CTX_ENTRY,
-            |entry| {
-                let mut user = RdmaUser {
-                    ctxn: None,
-                    pid: None,
-                    kernel_name: None,
-                };
-                each_attr(entry, |kind, v| {
-                    match kind {
-                        attr::RES_CTXN => user.ctxn = Some(get_u32(kind, v)?),
-                        attr::RES_PID => user.pid = Some(get_u32(kind, v)?),
-                        attr::RES_KERN_NAME => user.kernel_name = Some(get_str(v)),
-                        _ => {}
-                    }
-                    Ok(())
-                })?;
-                Ok(Some(user))
-            },
-        )?);
-    }
-    Ok(users)
+    nested_entries(bodies, attr::RES_CTX, attr::RES_CTX_ENTRY, |entry| {
+        let o = owned_entry(entry, attr::RES_CTXN)?;
+        Ok(Some(RdmaUser {
+            ctxn: o.number,
+            pid: o.pid,
+            kernel_name: o.kernel_name,
+        }))
+    })
 }

@@ -9,7 +9,7 @@
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 
-use super::wire::{ReqAttr, attr, each_attr, get_str, get_u32, get_u64, nested_entries};
+use super::wire::{ReqAttr, attr, each_attr, get_str, get_u64, nested_entries, owned_entry};
 use super::{RdmaNlError, RdmaSocket};
 
 /// `enum rdma_nldev_command`: the statistics and resource queries.
@@ -96,88 +96,58 @@ impl RdmaSocket {
     }
 }
 
-fn name_value(
-    e: &[u8],
+/// The (name, value) pairs of every `entry` of the `table` nest: counters by the driver's
+/// names, resource counts by the kernel's.
+fn name_values(
+    bodies: &[Vec<u8>],
+    table: u16,
+    entry: u16,
     name_kind: u16,
     value_kind: u16,
-) -> Result<Option<(String, u64)>, RdmaNlError> {
-    let (mut name, mut value) = (None, None);
-    each_attr(e, |kind, v| {
-        if kind == name_kind {
-            name = Some(get_str(v));
-        } else if kind == value_kind {
-            value = Some(get_u64(kind, v)?);
-        }
-        Ok(())
-    })?;
-    Ok(name.zip(value))
+) -> Result<Vec<(String, u64)>, RdmaNlError> {
+    nested_entries(bodies, table, entry, |e| {
+        let (mut name, mut value) = (None, None);
+        each_attr(e, |kind, v| {
+            if kind == name_kind {
+                name = Some(get_str(v));
+            } else if kind == value_kind {
+                value = Some(get_u64(kind, v)?);
+            }
+            Ok(())
+        })?;
+        Ok(name.zip(value))
+    })
 }
 
 pub(super) fn hw_counters_from_bodies(
     bodies: &[Vec<u8>],
 ) -> Result<Vec<(String, u64)>, RdmaNlError> {
-    let mut out = Vec::new();
-    for b in bodies {
-        out.extend(nested_entries(
-            b,
-            stat_attr::STAT_HWCOUNTERS,
-            stat_attr::STAT_HWCOUNTER_ENTRY,
-            |e| {
-                name_value(
-                    e,
-                    stat_attr::STAT_HWCOUNTER_ENTRY_NAME,
-                    stat_attr::STAT_HWCOUNTER_ENTRY_VALUE,
-                )
-            },
-        )?);
-    }
-    Ok(out)
+    name_values(
+        bodies,
+        stat_attr::STAT_HWCOUNTERS,
+        stat_attr::STAT_HWCOUNTER_ENTRY,
+        stat_attr::STAT_HWCOUNTER_ENTRY_NAME,
+        stat_attr::STAT_HWCOUNTER_ENTRY_VALUE,
+    )
 }
 
 pub(super) fn summary_from_bodies(bodies: &[Vec<u8>]) -> Result<Vec<(String, u64)>, RdmaNlError> {
-    let mut out = Vec::new();
-    for b in bodies {
-        out.extend(nested_entries(
-            b,
-            stat_attr::RES_SUMMARY,
-            stat_attr::RES_SUMMARY_ENTRY,
-            |e| {
-                name_value(
-                    e,
-                    stat_attr::RES_SUMMARY_ENTRY_NAME,
-                    stat_attr::RES_SUMMARY_ENTRY_CURR,
-                )
-            },
-        )?);
-    }
-    Ok(out)
+    name_values(
+        bodies,
+        stat_attr::RES_SUMMARY,
+        stat_attr::RES_SUMMARY_ENTRY,
+        stat_attr::RES_SUMMARY_ENTRY_NAME,
+        stat_attr::RES_SUMMARY_ENTRY_CURR,
+    )
 }
 
 pub(super) fn qps_from_bodies(bodies: &[Vec<u8>]) -> Result<Vec<QpOwner>, RdmaNlError> {
-    let mut out = Vec::new();
-    for b in bodies {
-        out.extend(nested_entries(
-            b,
-            stat_attr::RES_QP,
-            stat_attr::RES_QP_ENTRY,
-            |e| {
-                let mut qp = QpOwner {
-                    lqpn: None,
-                    pid: None,
-                    kern_name: None,
-                };
-                each_attr(e, |kind, v| {
-                    match kind {
-                        stat_attr::RES_LQPN => qp.lqpn = Some(get_u32(kind, v)?),
-                        attr::RES_PID => qp.pid = Some(get_u32(kind, v)?),
-                        attr::RES_KERN_NAME => qp.kern_name = Some(get_str(v)),
-                        _ => {}
-                    }
-                    Ok(())
-                })?;
-                Ok(Some(qp))
-            },
-        )?);
-    }
-    Ok(out)
+    nested_entries(bodies, stat_attr::RES_QP, stat_attr::RES_QP_ENTRY, |e| {
+        let o = owned_entry(e, stat_attr::RES_LQPN)?;
+        Ok(Some(QpOwner {
+            lqpn: o.number,
+            pid: o.pid,
+            kern_name: o.kernel_name,
+        }))
+    })
 }

@@ -237,29 +237,57 @@ pub(super) fn each_attr(
     Ok(())
 }
 
-/// The entries (`entry` nests) of the `table` nest inside `body`, each made by `one` (which
-/// may skip one by answering `None`): how the kernel sends every per-device table.
+/// The entries (`entry` nests) of the `table` nest in each body of a reply, each made by `one`
+/// (which may skip one by answering `None`): how the kernel sends every per-device table.
 pub(super) fn nested_entries<T>(
-    body: &[u8],
+    bodies: &[Vec<u8>],
     table: u16,
     entry: u16,
     mut one: impl FnMut(&[u8]) -> Result<Option<T>, RdmaNlError>,
 ) -> Result<Vec<T>, RdmaNlError> {
     let mut out = Vec::new();
-    each_attr(body, |kind, v| {
-        if kind != table {
-            return Ok(());
-        }
-        each_attr(v, |kind, e| {
-            if kind == entry
-                && let Some(t) = one(e)?
-            {
-                out.push(t);
+    for body in bodies {
+        each_attr(body, |kind, v| {
+            if kind != table {
+                return Ok(());
             }
-            Ok(())
-        })
-    })?;
+            each_attr(v, |kind, e| {
+                if kind == entry
+                    && let Some(t) = one(e)?
+                {
+                    out.push(t);
+                }
+                Ok(())
+            })
+        })?;
+    }
     Ok(out)
+}
+
+/// A tracked resource's entry (a verbs context, a QP): its number on its device (the `number`
+/// attribute) and its owner, a process (`RES_PID`) or a kernel module (`RES_KERN_NAME`).
+pub(super) struct Owned {
+    pub number: Option<u32>,
+    pub pid: Option<u32>,
+    pub kernel_name: Option<String>,
+}
+
+pub(super) fn owned_entry(e: &[u8], number: u16) -> Result<Owned, RdmaNlError> {
+    let mut o = Owned {
+        number: None,
+        pid: None,
+        kernel_name: None,
+    };
+    each_attr(e, |kind, v| {
+        match kind {
+            k if k == number => o.number = Some(get_u32(kind, v)?),
+            attr::RES_PID => o.pid = Some(get_u32(kind, v)?),
+            attr::RES_KERN_NAME => o.kernel_name = Some(get_str(v)),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(o)
 }
 
 fn fixed<const N: usize>(kind: u16, v: &[u8]) -> Result<[u8; N], RdmaNlError> {
