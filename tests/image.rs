@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The DaemonSet YAML's documents: (ConfigMap, DaemonSet).
@@ -173,15 +173,6 @@ fn podman_args(ds: &Value, name: &str, node: &Node, image: &str, detach: bool) -
     a
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "exit {}\n---- stdout\n{}\n---- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// `cargo build --release` (a no-op when up to date): the binary users ship. The release
 /// profile has its own build lock, so this does not wait on the test build.
 fn release_binary() -> PathBuf {
@@ -194,7 +185,7 @@ fn release_binary() -> PathBuf {
     assert!(
         out.status.success(),
         "cargo build --release\n{}",
-        text(&out)
+        output_text(&out)
     );
     repo().join("target/release/rdma-host-device")
 }
@@ -210,7 +201,7 @@ fn build_image(podman: &Podman, bin: &Path) -> String {
     assert!(
         out.status.success(),
         "deploy/build-image.sh\n{}",
-        text(&out)
+        output_text(&out)
     );
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{report}built in {:.1} s", t0.elapsed().as_secs_f64());
@@ -252,7 +243,7 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
 
     // The init container, as the DaemonSet runs it.
     let out = podman.run(&podman_args(&ds, "install", &node, &image, false));
-    let log = text(&out);
+    let log = output_text(&out);
     assert!(out.status.success(), "the install container failed\n{log}");
     eprintln!(
         "the install container's log:\n{}",
@@ -330,11 +321,15 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
     // A restart of the pod: nothing to do, the binary is not touched.
     let inode = fs::metadata(&dest).unwrap().ino();
     let out = podman.run(&podman_args(&ds, "install", &node, &image, false));
-    assert!(out.status.success(), "second install\n{}", text(&out));
     assert!(
-        text(&out).contains("is already this build; left alone"),
+        out.status.success(),
+        "second install\n{}",
+        output_text(&out)
+    );
+    assert!(
+        output_text(&out).contains("is already this build; left alone"),
         "{}",
-        text(&out)
+        output_text(&out)
     );
     assert_eq!(fs::metadata(&dest).unwrap().ino(), inode);
 
@@ -347,9 +342,9 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
     .unwrap();
     let out = podman.run(&podman_args(&ds, "install", &node, &image, false));
     assert!(
-        !out.status.success() && text(&out).contains("is not a valid node configuration"),
+        !out.status.success() && output_text(&out).contains("is not a valid node configuration"),
         "a bad node.json was not refused\n{}",
-        text(&out)
+        output_text(&out)
     );
     assert_eq!(
         fs::read_to_string(node.host("/etc/rdma-host-device/node.json")).unwrap(),
@@ -358,11 +353,11 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
 
     // The node-report container: its first report, with the installed plugin.
     let out = podman.run(&podman_args(&ds, "node-report", &node, &image, true));
-    assert!(out.status.success(), "node-report\n{}", text(&out));
+    assert!(out.status.success(), "node-report\n{}", output_text(&out));
     let t0 = Instant::now();
     let logs = loop {
         let l = podman.run(&["logs", "node-report"]);
-        let s = text(&l);
+        let s = output_text(&l);
         if s.contains("attached to pods; state dir") || t0.elapsed() > Duration::from_secs(20) {
             break s;
         }
@@ -420,7 +415,7 @@ fn the_metrics_container_enters_pods_at_the_netns_paths_runtimes_give() {
     assert!(
         bound.status.success(),
         "mount --rbind /run/netns\n{}",
-        text(&bound)
+        output_text(&bound)
     );
     // The container as the YAML runs it, but printing one scrape instead of listening on the
     // node's port 9879 (which another test or a real exporter may hold).
@@ -455,7 +450,7 @@ fn the_metrics_container_enters_pods_at_the_netns_paths_runtimes_give() {
             up.len() == 1
                 && up[0].rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) == Some(1.0),
             "the pod at {path} is not up in the metrics container's scrape: {up:?}\n{}",
-            text(&out)
+            output_text(&out)
         );
     }
     let netns_errors: Vec<&str> = scrape
