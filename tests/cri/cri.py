@@ -42,11 +42,8 @@ PROTO = os.path.join(HERE, "api.proto")
 
 def stubs():
     """Import api_pb2 and api_pb2_grpc, generating them first if needed."""
-    sys.path.insert(0, os.path.join(HERE, ".."))
-    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+    sys.path.insert(0, os.path.join(HERE, ".."))  # tests/grpc_stubs.py
     import grpc_stubs  # noqa: E402
-
-    sys.dont_write_bytecode = False
 
     return grpc_stubs.load(PROTO, "RHD_CRI_STUBS", "cri-stubs", "cri.py")
 

@@ -34,11 +34,8 @@ PROTO = os.path.join(HERE, "deviceplugin.proto")
 
 
 def stubs():
-    sys.path.insert(0, os.path.join(HERE, ".."))
-    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+    sys.path.insert(0, os.path.join(HERE, ".."))  # tests/grpc_stubs.py
     import grpc_stubs  # noqa: E402
-
-    sys.dont_write_bytecode = False
 
     return grpc_stubs.load(PROTO, "RHD_DP_STUBS", "dp-stubs", "kubelet.py")
 
