@@ -111,6 +111,23 @@ resolve() {
 APT=(apt-get -q -o Dpkg::Use-Pty=0 --no-install-recommends)
 simulate() { "${APT[@]}" -s install "$@" 2>&1; }
 
+# When the newer package comes from a source apt still has (bookworm-backports enabled), it is
+# apt's candidate, and apt finds no plan at all rather than one that replaces it. Ask again with
+# each known replacement pinned to its partner's candidate version; the plan that comes back is
+# judged like any other (a downgrade setup knows, nothing else).
+simulate_replacing() {
+  local pkg partner v pins=()
+  for pkg in "${!REPLACE_TO_MATCH[@]}"; do
+    partner=${REPLACE_TO_MATCH[$pkg]}
+    installed "$pkg" && [[ " ${missing[*]} " == *" $partner "* ]] || continue
+    v=$(apt-cache policy "$partner" | awk '$1 == "Candidate:" {print $2}')
+    [[ -n $v && $v != "(none)" ]] && pins+=("$pkg=$v")
+  done
+  ((${#pins[@]})) || return 1
+  say "apt found no plan with the installed ${pins[*]%%=*}; asking again with ${pins[*]}"
+  simulate --allow-downgrades "${missing[@]}" "${pins[@]}"
+}
+
 # mib LINES: MiB on disk of the "new PKG VERSION" lines, from apt's own records.
 mib() {
   local specs
@@ -142,7 +159,8 @@ else
   export DEBIAN_FRONTEND=noninteractive
   plan=$(simulate "${missing[@]}") || {
     apt-get update -q >&2
-    plan=$(simulate "${missing[@]}") || { echo "$plan" >&2; die "apt cannot plan: ${missing[*]}"; }
+    plan=$(simulate "${missing[@]}") || plan=$(simulate_replacing) ||
+      { echo "$plan" >&2; die "apt cannot plan: ${missing[*]}"; }
   }
 fi
 

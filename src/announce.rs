@@ -35,7 +35,7 @@ pub fn announce(ns: &Netns, ifname: &str, ifindex: u32, mac: &str, addrs: &[IpAd
     // pod's netns (a DEL looking for processes that keep a pod's netns alive must not find
     // the plugin's).
     let sent = ns
-        .run(open_packet_socket)
+        .within(open_packet_socket)
         .map(|opened| -> std::io::Result<Vec<String>> {
             let sock = Linger(Some(opened?));
             let sock = sock

@@ -12,7 +12,7 @@
 //! sysfs: its entry is kept from the previous spec while its char device exists, so a
 //! restarted container of that pod still resolves its CDI name.
 
-use crate::error::{Code, Error, Result};
+use crate::error::{Code, Error, Result, invalid_config};
 use serde_json::{Value, json};
 use std::fs;
 use std::io::Read;
@@ -183,20 +183,17 @@ pub fn write_spec(path: &Path, spec: &Value) -> Result<()> {
     })
 }
 
-/// Bring the spec at `out` up to date with the devices now under `sysfs`/`dev` (the previous
-/// spec's entries of devices moved into pods kept, as `spec` says): written only when it
-/// changed. Returns the number of devices when it wrote, `None` when the file already said so.
-/// The device plugin calls it every discovery, so a device that appears after the DaemonSet's
-/// pod started gets its CDI name.
-pub fn refresh(
-    out: &Path,
+/// The spec for the devices now under `sysfs`/`dev`, and the one at `out` it replaces (whose
+/// entries of devices moved into pods are kept, as `spec` says).
+fn current(
+    out: Option<&Path>,
     sysfs: &Path,
     dev: &Path,
     memlock: Memlock,
     hook: &Path,
-) -> Result<Option<usize>> {
-    let previous: Option<Value> = fs::read(out)
-        .ok()
+) -> (Option<Value>, Value) {
+    let previous: Option<Value> = out
+        .and_then(|p| fs::read(p).ok())
         .and_then(|b| serde_json::from_slice(&b).ok());
     let spec = spec(
         &verbs_devices(sysfs, dev),
@@ -205,33 +202,129 @@ pub fn refresh(
         hook,
         previous.as_ref(),
     );
+    (previous, spec)
+}
+
+fn device_count(spec: &Value) -> usize {
+    spec["devices"].as_array().map_or(0, Vec::len)
+}
+
+/// Bring the spec at `out` up to date with the devices now under `sysfs`/`dev`: written only
+/// when it changed. Returns the number of devices when it wrote, `None` when the file already
+/// said so. The device plugin calls it every discovery, so a device that appears after the
+/// DaemonSet's pod started gets its CDI name.
+pub fn refresh(
+    out: &Path,
+    sysfs: &Path,
+    dev: &Path,
+    memlock: Memlock,
+    hook: &Path,
+) -> Result<Option<usize>> {
+    let (previous, spec) = current(Some(out), sysfs, dev, memlock, hook);
     if previous.as_ref() == Some(&spec) {
         return Ok(None);
     }
     write_spec(out, &spec)?;
-    Ok(Some(spec["devices"].as_array().map_or(0, Vec::len)))
+    Ok(Some(device_count(&spec)))
+}
+
+/// `cdi [--out FILE|-] [--memlock LIMIT] [--hook PATH] [--sysfs DIR] [--dev DIR]`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Where the spec goes; `None` (`--out -`): printed on stdout.
+    pub out: Option<PathBuf>,
+    /// `None`: the node configuration's.
+    pub memlock: Option<Memlock>,
+    pub hook: PathBuf,
+    pub sysfs: PathBuf,
+    pub dev: PathBuf,
+}
+
+pub fn options(args: &[String]) -> Result<Options> {
+    let mut o = Options {
+        out: Some(PathBuf::from(DEFAULT_SPEC)),
+        memlock: None,
+        hook: PathBuf::from(DEFAULT_HOOK),
+        sysfs: PathBuf::from("/sys"),
+        dev: PathBuf::from("/dev"),
+    };
+    let mut f = crate::flags::Flags::new("cdi", args);
+    while let Some(flag) = f.next_flag() {
+        match flag.as_str() {
+            "--out" => o.out = Some(PathBuf::from(f.value()?)).filter(|p| p.as_os_str() != "-"),
+            "--memlock" => o.memlock = Some(f.parsed(Memlock::parse)?),
+            "--hook" => o.hook = PathBuf::from(f.value()?),
+            "--sysfs" => o.sysfs = PathBuf::from(f.value()?),
+            "--dev" => o.dev = PathBuf::from(f.value()?),
+            _ => return Err(f.unknown()),
+        }
+    }
+    Ok(o)
+}
+
+/// `cdi`: the CDI spec of this node's RDMA devices, written to the file (a line on stderr says
+/// what it holds) or printed. The memlock limit defaults to the node configuration's.
+pub fn run(o: &Options) -> Result<()> {
+    let memlock = match o.memlock {
+        Some(m) => m,
+        None => {
+            let node = crate::node::Node::load()?;
+            Memlock::parse(&node.memlock).map_err(|e| e.context(&node.source))?
+        }
+    };
+    let (_, spec) = current(o.out.as_deref(), &o.sysfs, &o.dev, memlock, &o.hook);
+    let Some(out) = &o.out else {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&spec).unwrap_or_default()
+        );
+        return Ok(());
+    };
+    write_spec(out, &spec)?;
+    eprintln!(
+        "rdma-host-device: {} written: {} RDMA device(s) as {KIND}=NAME, memlock {memlock:?}",
+        out.display(),
+        device_count(&spec),
+    );
+    Ok(())
+}
+
+/// `memlock-hook BYTES|unlimited`: the limit the hook sets.
+pub fn hook_options(args: &[String]) -> Result<Memlock> {
+    match args {
+        [limit] => Memlock::parse(limit).map_err(|e| e.context("memlock-hook")),
+        [] => Err(invalid_config(
+            "memlock-hook needs a LIMIT (bytes or unlimited)",
+        )),
+        [_, extra, ..] => Err(invalid_config(format!(
+            "memlock-hook takes one LIMIT, not also {extra:?}"
+        ))),
+    }
+}
+
+/// `memlock-hook`: as the runtime runs it, with the container's OCI state on stdin.
+pub fn run_hook(limit: &Memlock) -> Result<()> {
+    memlock_hook(*limit, &mut std::io::stdin())
 }
 
 /// The OCI hook: the container's process (the `pid` of the runtime's state on stdin) gets
 /// RLIMIT_MEMLOCK `limit` (soft and hard) before it starts; its program inherits it.
 pub fn memlock_hook(limit: Memlock, state: &mut dyn Read) -> Result<()> {
     let mut body = Vec::new();
-    state.take(MAX_STATE).read_to_end(&mut body).map_err(|e| {
-        Error::new(
-            Code::Io,
-            format!("memlock-hook: reading the OCI state: {e}"),
-        )
-    })?;
+    state
+        .take(MAX_STATE)
+        .read_to_end(&mut body)
+        .map_err(|e| Error::new(Code::Io, format!("reading the OCI state: {e}")))?;
     let v: Value = serde_json::from_slice(&body).map_err(|e| {
         Error::new(
             Code::Decode,
-            format!("memlock-hook: the OCI state on stdin is not JSON: {e}"),
+            format!("the OCI state on stdin is not JSON: {e}"),
         )
     })?;
     let pid = v["pid"]
         .as_i64()
         .filter(|&p| p > 0 && p <= i64::from(i32::MAX))
-        .ok_or_else(|| Error::new(Code::Decode, "memlock-hook: the OCI state has no pid"))?;
+        .ok_or_else(|| Error::new(Code::Decode, "the OCI state has no pid"))?;
     let lim = libc::rlimit {
         rlim_cur: limit.as_rlim(),
         rlim_max: limit.as_rlim(),
@@ -249,7 +342,7 @@ pub fn memlock_hook(limit: Memlock, state: &mut dyn Read) -> Result<()> {
         return Err(Error::new(
             Code::Io,
             format!(
-                "memlock-hook: setting RLIMIT_MEMLOCK of pid {pid} to {}: {}",
+                "setting RLIMIT_MEMLOCK of pid {pid} to {}: {}",
                 limit.as_arg(),
                 std::io::Error::last_os_error()
             ),

@@ -1,10 +1,15 @@
 //! The operator's command line: what a person gets when running the binary by hand
-//! (`--version`, `--help`, `inspect`, `validate`). A runtime never gets here: it sets
+//! (`--version`, `--help`, and the subcommands). A runtime never gets here: it sets
 //! CNI_COMMAND, and main.rs sends those calls to the CNI flows.
+//!
+//! Every subcommand has one shape: its module's `options(&[String]) -> Result<Options>` (read
+//! with `flags::Flags`) and `run(&Options) -> Result<_>`. This file alone turns the outcome into
+//! the exit code and prints the error: a bad option is a usage error (the message, the help,
+//! exit 2); a failed run is `rdma-host-device SUBCOMMAND: what failed`, exit 1.
 
-use crate::flags::Flags;
-use crate::inspect::{self, Color};
-use std::path::PathBuf;
+use crate::error::{Error, Result};
+use crate::{cdi, device_plugin, inspect, metrics, node, validate};
+use std::io::Write;
 
 const HELP: &str = "\
 rdma-host-device: a CNI plugin that moves a host NIC and its RDMA device into a pod.
@@ -72,7 +77,7 @@ network config. By hand:
 
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG):
 stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, deviceInfoDir, memlock,
-devicePlugin;
+takeRdmaDevicesInUse, devicePlugin;
 see the README. Logs: one line per step with
 the container ID, on stderr and in \"logFile\" (a file name in the node's logDir) if set
 (rotated at 10 MiB).
@@ -83,138 +88,94 @@ Error codes (1-99 are the CNI spec's, 100+ this plugin's; the README says what t
 /// Returns the process exit code.
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    dispatch(&args)
+    dispatch(&args, &mut std::io::stderr())
 }
 
-fn dispatch(args: &[String]) -> i32 {
-    match args.first().map(String::as_str) {
-        Some("--version" | "-V" | "version") => {
+/// Run the command `args` name; errors go to `err`.
+fn dispatch(args: &[String], err: &mut dyn Write) -> i32 {
+    let Some((command, rest)) = args.split_first() else {
+        return usage(err, "no command");
+    };
+    match command.as_str() {
+        "--version" | "-V" | "version" => {
             println!("{}", version_line());
             0
         }
-        Some("--help" | "-h" | "help") => {
+        "--help" | "-h" | "help" => {
             print!("{HELP}");
             for c in crate::error::TABLE {
                 println!("  {:>3}  {}", c.code as u32, c.meaning.replace('`', ""));
             }
             0
         }
-        Some("inspect") => match inspect_options(&args[1..]) {
-            Ok(opts) => inspect::run(&opts),
-            Err(msg) => usage_error(&msg),
-        },
-        Some("metrics") => match crate::metrics::options(&args[1..]) {
-            Ok(opts) => crate::metrics::run(&opts),
-            Err(msg) => usage_error(&msg),
-        },
-        Some("device-plugin") => match crate::device_plugin::options(&args[1..]) {
-            Ok(opts) => crate::device_plugin::run(&opts),
-            Err(msg) => usage_error(&msg),
-        },
-        Some("node-config") => node_config(args.get(1).map(String::as_str)),
-        Some("cdi") => cdi(&args[1..]),
-        Some("memlock-hook") => match args.get(1).map(|l| crate::cdi::Memlock::parse(l)) {
-            Some(Ok(limit)) => match crate::cdi::memlock_hook(limit, &mut std::io::stdin()) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("rdma-host-device: {e}");
-                    1
-                }
-            },
-            Some(Err(e)) => usage_error(&e.msg),
-            None => usage_error("memlock-hook needs a LIMIT (bytes or unlimited)"),
-        },
-        Some("validate") => {
-            if args.len() < 2 {
-                return usage_error("validate needs at least one FILE (or - for stdin)");
-            }
-            crate::validate::files(&args[1..])
-        }
-        Some(other) => usage_error(&format!("unknown command {other:?}")),
-        None => usage_error("no command"),
+        "inspect" => subcommand(err, command, rest, inspect::options, inspect::run),
+        "metrics" => subcommand(err, command, rest, metrics::options, metrics::run),
+        "device-plugin" => subcommand(
+            err,
+            command,
+            rest,
+            device_plugin::options,
+            device_plugin::run,
+        ),
+        "node-config" => subcommand(err, command, rest, node::show::options, node::show::run),
+        "cdi" => subcommand(err, command, rest, cdi::options, cdi::run),
+        "memlock-hook" => subcommand(err, command, rest, cdi::hook_options, cdi::run_hook),
+        "validate" => subcommand(err, command, rest, validate::options, validate::run),
+        other => usage(err, &format!("unknown command {other:?}")),
     }
 }
 
-/// `cdi [--out FILE|-] [--memlock LIMIT] [--hook PATH] [--sysfs DIR] [--dev DIR]`: the CDI
-/// spec of this node's RDMA devices, written to FILE (default /var/run/cdi/rdma-host-device.json;
-/// `-` prints it). The memlock limit defaults to the node configuration's.
-fn cdi(args: &[String]) -> i32 {
-    use crate::cdi;
-    let mut out = PathBuf::from(cdi::DEFAULT_SPEC);
-    let mut memlock = None;
-    let mut hook = PathBuf::from(cdi::DEFAULT_HOOK);
-    let mut sysfs = PathBuf::from("/sys");
-    let mut dev = PathBuf::from("/dev");
-    let mut f = Flags::new("cdi", args);
-    while let Some(flag) = f.next_flag() {
-        let parsed = match flag.as_str() {
-            "--out" => f.value().map(|v| out = PathBuf::from(v)),
-            "--memlock" => f.value().map(|v| memlock = Some(v)),
-            "--hook" => f.value().map(|v| hook = PathBuf::from(v)),
-            "--sysfs" => f.value().map(|v| sysfs = PathBuf::from(v)),
-            "--dev" => f.value().map(|v| dev = PathBuf::from(v)),
-            _ => Err(f.unknown()),
-        };
-        if let Err(msg) = parsed {
-            return usage_error(&msg);
+/// What a subcommand's run answers when it did not fail, as an exit code.
+trait Status {
+    fn code(self) -> i32;
+}
+
+impl Status for () {
+    fn code(self) -> i32 {
+        0
+    }
+}
+
+/// `validate`'s answer: a rejected configuration is what it was asked to find, not a failure
+/// of its own (each is printed with its reason); the exit code says whether there was one.
+impl Status for validate::Verdict {
+    fn code(self) -> i32 {
+        match self {
+            validate::Verdict::Accepted => 0,
+            validate::Verdict::Rejected => 1,
         }
     }
-    let limit = match memlock.map_or_else(|| crate::node::Node::load().map(|n| n.memlock), Ok) {
-        Ok(m) => match cdi::Memlock::parse(&m) {
-            Ok(l) => l,
-            Err(e) => return usage_error(&e.msg),
-        },
-        Err(e) => {
-            eprintln!("rdma-host-device: {e}");
-            return 1;
-        }
+}
+
+/// One subcommand from options to exit code: a bad option is a usage error (2), a failed run
+/// is printed with the subcommand's name (1).
+fn subcommand<O, S: Status>(
+    err: &mut dyn Write,
+    name: &str,
+    args: &[String],
+    options: fn(&[String]) -> Result<O>,
+    run: fn(&O) -> Result<S>,
+) -> i32 {
+    let opts = match options(args) {
+        Ok(o) => o,
+        Err(e) => return usage(err, &e.msg),
     };
-    let devices = cdi::verbs_devices(&sysfs, &dev);
-    let previous = (out.as_os_str() != "-")
-        .then(|| std::fs::read(&out).ok())
-        .flatten()
-        .and_then(|b| serde_json::from_slice(&b).ok());
-    let spec = cdi::spec(&devices, &dev, limit, &hook, previous.as_ref());
-    if out.as_os_str() == "-" {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&spec).unwrap_or_default()
-        );
-        return 0;
-    }
-    match cdi::write_spec(&out, &spec) {
-        Ok(()) => {
-            eprintln!(
-                "rdma-host-device: {} written: {} RDMA device(s) as {}=NAME, memlock {limit:?}",
-                out.display(),
-                spec["devices"].as_array().map_or(0, Vec::len),
-                cdi::KIND
-            );
-            0
-        }
+    match run(&opts) {
+        Ok(status) => status.code(),
         Err(e) => {
-            eprintln!("rdma-host-device: {e}");
+            let _ = writeln!(err, "rdma-host-device {name}: {}", operator_text(&e));
             1
         }
     }
 }
 
-/// `node-config [FILE]`: the node configuration the plugin would use (FILE, or the one the
-/// plugin finds), printed as JSON with the defaults filled in; exit 1 if it is invalid.
-fn node_config(file: Option<&str>) -> i32 {
-    let node = match file {
-        Some(f) => crate::node::Node::load_from(std::path::Path::new(f)),
-        None => crate::node::Node::load(),
-    };
-    match node.and_then(|n| n.device_plugin().map(|_| n)) {
-        Ok(n) => {
-            println!("{}", n.to_json());
-            0
-        }
-        Err(e) => {
-            eprintln!("rdma-host-device: {e}");
-            1
-        }
+/// An error as a person reads it: the message and its details. The CNI code is left out: it is
+/// the runtime's contract (the error JSON); a person gets the exit code.
+fn operator_text(e: &Error) -> String {
+    if e.details.is_empty() {
+        e.msg.clone()
+    } else {
+        format!("{}: {}", e.msg, e.details)
     }
 }
 
@@ -226,48 +187,9 @@ fn version_line() -> String {
     )
 }
 
-fn usage_error(msg: &str) -> i32 {
-    eprintln!("rdma-host-device: {msg}\n");
-    eprint!("{HELP}");
+fn usage(err: &mut dyn Write, msg: &str) -> i32 {
+    let _ = write!(err, "rdma-host-device: {msg}\n\n{HELP}");
     2
-}
-
-fn inspect_options(args: &[String]) -> Result<inspect::Options, String> {
-    let mut opts = inspect::Options::default();
-    let mut f = Flags::new("inspect", args);
-    while let Some(flag) = f.next_flag() {
-        match flag.as_str() {
-            "--json" => opts.json = true,
-            "--watch" | "-w" => {
-                // SECS is optional: the next argument only if it is a number.
-                let secs = match f.optional_value(|n| n.parse::<f64>().is_ok()) {
-                    None => 2.0,
-                    Some(s) => s
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|s| (0.1..=3600.0).contains(s))
-                        .ok_or_else(|| format!("--watch {s:?}: want seconds, 0.1 to 3600"))?,
-                };
-                opts.watch = Some(std::time::Duration::from_secs_f64(secs));
-            }
-            "--all" | "-a" => opts.all = true,
-            "--state-dir" => opts.state_dir = f.absolute_path()?,
-            "--color" | "--colour" => {
-                opts.color = match f.value()?.as_str() {
-                    "auto" => Color::Auto,
-                    "always" => Color::Always,
-                    "never" => Color::Never,
-                    v => return Err(format!("--color {v:?}: use auto, always or never")),
-                }
-            }
-            "--no-color" => opts.color = Color::Never,
-            _ => return Err(f.unknown()),
-        }
-    }
-    if !opts.state_dir.is_absolute() {
-        return Err("--state-dir must be an absolute path".into());
-    }
-    Ok(opts)
 }
 
 #[cfg(test)]
@@ -278,31 +200,99 @@ mod tests {
         a.iter().map(|s| s.to_string()).collect()
     }
 
-    #[test]
-    fn inspect_flags() {
-        let o = inspect_options(&args(&["--json", "--all", "--state-dir", "/x"])).unwrap();
-        assert!(o.json && o.all);
-        assert_eq!(o.state_dir, PathBuf::from("/x"));
-        let o = inspect_options(&args(&["--state-dir=/y", "--color=never"])).unwrap();
-        assert_eq!(o.state_dir, PathBuf::from("/y"));
-        assert_eq!(o.color, Color::Never);
-        assert!(inspect_options(&args(&["--state-dir"])).is_err());
-        assert!(inspect_options(&args(&["--state-dir", "rel"])).is_err());
-        assert!(inspect_options(&args(&["--bogus"])).is_err());
-        assert!(inspect_options(&args(&["--color", "purple"])).is_err());
-        assert_eq!(inspect_options(&[]).unwrap().watch, None);
-        let secs = |a: &[&str]| inspect_options(&args(a)).map(|o| o.watch.unwrap().as_secs_f64());
-        assert_eq!(secs(&["--watch"]), Ok(2.0));
-        assert_eq!(secs(&["--watch", "--json"]), Ok(2.0));
-        assert_eq!(secs(&["--watch", "0.5", "--json"]), Ok(0.5));
-        assert_eq!(secs(&["--watch=5"]), Ok(5.0));
-        assert!(inspect_options(&args(&["--watch=0"])).is_err());
-        assert!(inspect_options(&args(&["--watch=x"])).is_err());
+    /// The exit code and what went to stderr.
+    fn call(a: &[&str]) -> (i32, String) {
+        let mut err = Vec::new();
+        let code = dispatch(&args(a), &mut err);
+        (code, String::from_utf8_lossy(&err).into_owned())
     }
 
     #[test]
     fn unknown_command_is_a_usage_error() {
-        assert_eq!(dispatch(&args(&["frobnicate"])), 2);
-        assert_eq!(dispatch(&args(&["validate"])), 2);
+        assert_eq!(call(&["frobnicate"]).0, 2);
+        assert_eq!(call(&[]).0, 2);
+    }
+
+    #[test]
+    fn a_bad_option_of_any_subcommand_prints_the_message_and_the_help_and_exits_2() {
+        for (a, says) in [
+            (&["validate"][..], "validate needs at least one FILE"),
+            (&["metrics", "--listen"], "metrics: --listen needs a value"),
+            (
+                &["metrics", "--listen", "nope"],
+                "metrics: --listen: \"nope\"",
+            ),
+            (
+                &["inspect", "--color", "purple"],
+                "inspect: --color \"purple\"",
+            ),
+            (
+                &["device-plugin", "--socket-dir", "rel"],
+                "device-plugin: --socket-dir must be",
+            ),
+            (
+                &["cdi", "--memlock", "0"],
+                "cdi: --memlock: memlock \"0\" is less than one page",
+            ),
+            (&["cdi", "--bogus"], "cdi: unknown option \"--bogus\""),
+            (&["memlock-hook"], "memlock-hook needs a LIMIT"),
+            (&["memlock-hook", "1G"], "memlock-hook: memlock \"1G\""),
+            (
+                &["node-config", "a", "b"],
+                "node-config takes at most one FILE",
+            ),
+        ] {
+            let (code, err) = call(a);
+            assert_eq!(code, 2, "{a:?}: {err}");
+            assert!(
+                err.starts_with(&format!("rdma-host-device: {says}")),
+                "{a:?}: {err}"
+            );
+            assert!(
+                err.contains("\n\nrdma-host-device: a CNI plugin"),
+                "{a:?}: the help: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_run_is_named_by_its_subcommand_with_what_to_fix_and_exits_1() {
+        let missing = "/nonexistent-rhd/node.json";
+        let (code, err) = call(&["node-config", missing]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.starts_with("rdma-host-device node-config: "), "{err}");
+        assert!(err.contains(missing), "names the file: {err}");
+        assert!(
+            !err.contains("a CNI plugin"),
+            "no help for a run error: {err}"
+        );
+
+        let out = "/dev/null/cdi.json";
+        let (code, err) = call(&[
+            "cdi",
+            "--out",
+            out,
+            "--memlock",
+            "unlimited",
+            "--sysfs",
+            "/nonexistent-rhd",
+            "--dev",
+            "/nonexistent-rhd",
+        ]);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.starts_with(&format!(
+                "rdma-host-device cdi: cannot write CDI spec {out}"
+            )),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+
+    #[test]
+    fn a_rejected_config_is_validates_answer_exit_1_and_not_an_error() {
+        let (code, err) = call(&["validate", "/nonexistent-rhd/net.conf"]);
+        assert_eq!(code, 1);
+        assert_eq!(err, "", "the verdict is on stdout, nothing on stderr");
     }
 }

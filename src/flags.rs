@@ -1,6 +1,8 @@
 //! The one way every subcommand reads its options: `--flag VALUE` or `--flag=VALUE`, switches
 //! without a value, and errors that name the subcommand and the flag.
 
+use crate::error::{Error, Result, invalid_config};
+use std::fmt::Display;
 use std::path::PathBuf;
 
 /// The options of one subcommand, read flag by flag:
@@ -33,27 +35,30 @@ impl<'a> Flags<'a> {
     }
 
     /// The current flag's value: after `=`, or the next argument.
-    pub fn value(&mut self) -> Result<String, String> {
+    pub fn value(&mut self) -> Result<String> {
         match self.inline.take() {
             Some(v) => Ok(v),
             None => self
                 .args
                 .next()
                 .cloned()
-                .ok_or_else(|| format!("{}: {} needs a value", self.command, self.flag)),
+                .ok_or_else(|| self.invalid("needs a value")),
         }
     }
 
     /// The current flag's value as an absolute path.
-    pub fn absolute_path(&mut self) -> Result<PathBuf, String> {
+    pub fn absolute_path(&mut self) -> Result<PathBuf> {
         let p = PathBuf::from(self.value()?);
         if !p.is_absolute() {
-            return Err(format!(
-                "{}: {} must be an absolute path",
-                self.command, self.flag
-            ));
+            return Err(self.invalid("must be an absolute path"));
         }
         Ok(p)
+    }
+
+    /// The current flag's value, read by `parse` (whose error says what it wants).
+    pub fn parsed<T>(&mut self, parse: impl FnOnce(&str) -> Result<T>) -> Result<T> {
+        let v = self.value()?;
+        parse(&v).map_err(|e| e.context(format_args!("{}: {}", self.command, self.flag)))
     }
 
     /// An optional value: after `=`, or the next argument if `takes` accepts it.
@@ -64,8 +69,13 @@ impl<'a> Flags<'a> {
     }
 
     /// The error for a flag the subcommand does not know.
-    pub fn unknown(&self) -> String {
-        format!("{}: unknown option {:?}", self.command, self.flag)
+    pub fn unknown(&self) -> Error {
+        invalid_config(format!("{}: unknown option {:?}", self.command, self.flag))
+    }
+
+    /// The current flag is wrong for `why`: `cmd: --flag why`.
+    pub fn invalid(&self, why: impl Display) -> Error {
+        invalid_config(format!("{}: {} {why}", self.command, self.flag))
     }
 }
 
@@ -82,12 +92,12 @@ mod tests {
         let a = args(&["--a", "1", "--b=2", "--on", "--c"]);
         let mut f = Flags::new("cmd", &a);
         assert_eq!(f.next_flag().as_deref(), Some("--a"));
-        assert_eq!(f.value(), Ok("1".into()));
+        assert_eq!(f.value().unwrap(), "1");
         assert_eq!(f.next_flag().as_deref(), Some("--b"));
-        assert_eq!(f.value(), Ok("2".into()));
+        assert_eq!(f.value().unwrap(), "2");
         assert_eq!(f.next_flag().as_deref(), Some("--on"));
         assert_eq!(f.next_flag().as_deref(), Some("--c"));
-        assert_eq!(f.value(), Err("cmd: --c needs a value".into()));
+        assert_eq!(f.value().unwrap_err().msg, "cmd: --c needs a value");
         assert_eq!(f.next_flag(), None);
     }
 
@@ -97,11 +107,11 @@ mod tests {
         let mut f = Flags::new("cmd", &a);
         f.next_flag();
         assert_eq!(
-            f.absolute_path(),
-            Err("cmd: --dir must be an absolute path".into())
+            f.absolute_path().unwrap_err().msg,
+            "cmd: --dir must be an absolute path"
         );
         f.next_flag();
-        assert_eq!(f.unknown(), "cmd: unknown option \"--what\"");
+        assert_eq!(f.unknown().msg, "cmd: unknown option \"--what\"");
     }
 
     #[test]
@@ -116,5 +126,23 @@ mod tests {
         assert_eq!(f.next_flag().as_deref(), Some("--x"));
         f.next_flag();
         assert_eq!(f.optional_value(num), Some("5".into()));
+    }
+
+    #[test]
+    fn a_value_that_does_not_parse_is_named_with_its_subcommand_and_flag() {
+        let a = args(&["--n", "x", "--m=7"]);
+        let mut f = Flags::new("cmd", &a);
+        let number = |s: &str| {
+            s.parse::<u8>()
+                .map_err(|e| invalid_config(format!("{s:?}: {e}")))
+        };
+        f.next_flag();
+        assert_eq!(
+            f.parsed(number).unwrap_err().msg,
+            "cmd: --n: \"x\": invalid digit found in string"
+        );
+        f.next_flag();
+        assert_eq!(f.parsed(number).unwrap(), 7);
+        assert_eq!(f.invalid("is odd").msg, "cmd: --m is odd");
     }
 }

@@ -62,9 +62,6 @@ fn check_netconf(input: &[u8]) -> Result<(), String> {
             if !name_ok {
                 return Err(format!("accepted network name {:?}", c.name));
             }
-            if !c.state_dir.is_absolute() {
-                return Err(format!("accepted relative stateDir {:?}", c.state_dir));
-            }
             if c.log_file.as_ref().is_some_and(|f| !f.is_absolute()) {
                 return Err(format!("accepted relative logFile {:?}", c.log_file));
             }

@@ -1,8 +1,8 @@
-//! IPAM delegation: exec the plugin named by `ipam.type` from CNI_PATH with the same
-//! environment and the same stdin, per the spec.
+//! IPAM delegation: exec the plugin named by `ipam.type` from CNI_PATH with the call's CNI_*
+//! variables and, on stdin, the configuration narrowed to what an address manager reads.
 //!
 //! Two rules of our own. The node decides which plugins `ipam.type` may name (`ipamPlugins` in
-//! the node configuration, src/node.rs): [`Ipam::new`] refuses any other with 107 before it even
+//! the node configuration, src/node/): [`Ipam::new`] refuses any other with 107 before it even
 //! looks in CNI_PATH, so no verb execs a program the node did not allow. And IPAM gets only
 //! the keys an address manager reads ([`for_ipam`]): not a tenant's `prevResult` (except on
 //! CHECK, where the runtime supplies it and `static` compares against it), not
@@ -101,7 +101,7 @@ impl<'a> Ipam<'a> {
     /// `ipam` must be where the node allows (ADD checks them before any change; CHECK, STATUS
     /// and GC would otherwise exec host-local on a tenant's `dataDir` anywhere, and its GC
     /// removes what it finds there). DEL releases with what ADD recorded, which passed.
-    fn admit_paths(&self, conf: &[u8]) -> Result<()> {
+    pub fn admit_paths(&self, conf: &[u8]) -> Result<()> {
         self.node.admit_ipam_paths(&ipam_object(conf))
     }
 

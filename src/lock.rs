@@ -1,6 +1,7 @@
 //! Locks that keep concurrent calls apart without serialising the node: one per attachment
 //! (container + interface) and one per NIC (by its original host name), each an flock(2) on a
-//! file under `<stateDir>/locks/`, taken with a bounded wait.
+//! file (attachments under `<stateDir>/locks/`, NICs node-wide under
+//! `/run/rdma-host-device/locks/`), taken with a bounded wait.
 //!
 //! - The kernel drops an flock when its holder dies, so a plugin killed with SIGKILL never
 //!   leaves a NIC locked.
@@ -78,7 +79,7 @@ pub fn try_attachment(state_dir: &Path, owner: &str, label: &str) -> Result<Opti
 }
 
 /// NIC locks are node-wide (on tmpfs), not per state dir: two networks that select the same
-/// NIC, whatever their `stateDir`, must exclude each other.
+/// NIC must exclude each other, and so must two plugins whose nodes name different stateDirs.
 pub const NIC_LOCK_DIR: &str = "/run/rdma-host-device/locks";
 
 /// The NIC whose original host name is `host_name` (a validated interface name: no '/').

@@ -1,6 +1,6 @@
 //! Network namespaces: open and validate a netns path, and run code inside one on the current
 //! thread. A netlink socket stays bound to the netns it was opened in, so callers open one
-//! socket per namespace inside `run` and keep it.
+//! socket per namespace inside `within` and keep it.
 
 use crate::error::{Code, Error, Result};
 use nix::sched::{CloneFlags, setns};
@@ -219,7 +219,7 @@ impl Netns {
     }
 
     /// Run `f` with the calling thread inside this namespace, then return to where it was.
-    pub fn run<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+    pub fn within<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
         let home = Netns::current()?;
         setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
             Error::new(
@@ -355,7 +355,7 @@ mod tests {
         .unwrap();
         assert!(!other.same_as(&home));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            other.run(|| panic!("inside")).ok();
+            other.within(|| panic!("inside")).ok();
         }));
         assert!(r.is_err());
         assert!(Netns::current().unwrap().same_as(&home));
@@ -409,6 +409,6 @@ mod tests {
         let a = Netns::current().unwrap();
         let b = Netns::open(Path::new("/proc/self/ns/net")).unwrap();
         assert!(a.same_as(&b));
-        assert_eq!(a.run(|| 42).unwrap(), 42);
+        assert_eq!(a.within(|| 42).unwrap(), 42);
     }
 }

@@ -3,9 +3,10 @@
 //! devices. The CNI verbs' and `inspect`'s reads of /sys/class/net, /sys/bus and /sys/devices
 //! live here. Four modules read sysfs trees of their own, each for one concern: the GID table
 //! (`rdma/verbs/sysfs.rs`, through a private sysfs mount inside the pod's netns), uverbs char
-//! devices (`cdi.rs`), RDMA port counters (`metrics/`, `inspect/counters.rs`) and the device
-//! plugin's per-tick link and port state (`device_plugin/health.rs`); those take the sysfs
-//! root as a parameter, so tests give them a fake tree.
+//! devices (`cdi.rs`, `device_plugin/allocate.rs`), RDMA port counters (`metrics/collect.rs`,
+//! which `inspect` reuses) and the device plugin's per-tick link and port state
+//! (`device_plugin/health.rs`); those take the sysfs root as a parameter, so tests give them a
+//! fake tree.
 
 use std::path::{Path, PathBuf};
 

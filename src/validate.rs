@@ -3,7 +3,7 @@
 //! before deploying them.
 
 use crate::cni::netconf::{NetConf, Selector};
-use crate::error::{Code, Error};
+use crate::error::{Code, Error, Result, invalid_config};
 use serde_json::Value;
 use std::io::Read;
 
@@ -18,14 +18,16 @@ pub struct ConfigInFile {
 /// The configs for this plugin inside `doc` (a .conf, a .conflist, or a
 /// NetworkAttachmentDefinition as JSON), each shaped as the plugin receives it. Errors are
 /// what a person must fix before any plugin could be called.
-pub fn configs_in(doc: &Value) -> Result<Vec<ConfigInFile>, String> {
+pub fn configs_in(doc: &Value) -> Result<Vec<ConfigInFile>> {
     if doc.get("kind").and_then(Value::as_str) == Some("NetworkAttachmentDefinition") {
         let cfg = doc
             .pointer("/spec/config")
             .and_then(Value::as_str)
-            .ok_or("NetworkAttachmentDefinition without a spec.config string")?;
-        let inner: Value =
-            serde_json::from_str(cfg).map_err(|e| format!("spec.config is not valid JSON: {e}"))?;
+            .ok_or_else(|| {
+                invalid_config("NetworkAttachmentDefinition without a spec.config string")
+            })?;
+        let inner: Value = serde_json::from_str(cfg)
+            .map_err(|e| Error::new(Code::Decode, format!("spec.config is not valid JSON: {e}")))?;
         let mut found = configs_in(&inner)?;
         for f in &mut found {
             f.place = if f.place.is_empty() {
@@ -38,14 +40,16 @@ pub fn configs_in(doc: &Value) -> Result<Vec<ConfigInFile>, String> {
     }
     let obj = doc
         .as_object()
-        .ok_or("a network configuration is a JSON object")?;
+        .ok_or_else(|| invalid_config("a network configuration is a JSON object"))?;
     let Some(plugins) = obj.get("plugins") else {
         return Ok(vec![ConfigInFile {
             place: String::new(),
             config: serde_json::to_vec(doc).unwrap_or_default(),
         }]);
     };
-    let plugins = plugins.as_array().ok_or("\"plugins\" must be a list")?;
+    let plugins = plugins
+        .as_array()
+        .ok_or_else(|| invalid_config("\"plugins\" must be a list"))?;
     let mut found = Vec::new();
     for (i, p) in plugins.iter().enumerate() {
         if p.get("type").and_then(Value::as_str) != Some("rdma-host-device") {
@@ -66,13 +70,15 @@ pub fn configs_in(doc: &Value) -> Result<Vec<ConfigInFile>, String> {
         });
     }
     if found.is_empty() {
-        return Err("no \"type\": \"rdma-host-device\" entry in \"plugins\"".into());
+        return Err(invalid_config(
+            "no \"type\": \"rdma-host-device\" entry in \"plugins\"",
+        ));
     }
     Ok(found)
 }
 
 /// What `validate` concluded about one config: Ok(summary) or the plugin's own error.
-pub fn check_config(raw: &[u8]) -> Result<String, Error> {
+pub fn check_config(raw: &[u8]) -> Result<String> {
     let v: Value = serde_json::from_slice(raw)
         .map_err(|e| Error::new(Code::Decode, format!("not valid JSON: {e}")))?;
     if let Some(t) = v.get("type").and_then(Value::as_str)
@@ -117,62 +123,90 @@ pub fn check_config(raw: &[u8]) -> Result<String, Error> {
     Ok(parts.join(", "))
 }
 
-/// `validate FILE|- ...`: each config found, through the plugin's own checks; exit 1 if any
-/// is rejected.
-pub fn files(files: &[String]) -> i32 {
-    let mut failed = false;
-    for f in files {
-        let text = if f == "-" {
-            let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).map(|_| s)
-        } else {
-            std::fs::read_to_string(f)
-        };
-        let text = match text {
-            Ok(t) => t,
-            Err(e) => {
-                println!("{f}: cannot read: {e}");
-                failed = true;
-                continue;
+/// `validate FILE|- ...`: the files to check (`-`: stdin).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Options {
+    pub files: Vec<String>,
+}
+
+pub fn options(args: &[String]) -> Result<Options> {
+    if args.is_empty() {
+        return Err(invalid_config(
+            "validate needs at least one FILE (or - for stdin)",
+        ));
+    }
+    Ok(Options {
+        files: args.to_vec(),
+    })
+}
+
+/// Whether every config found was accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted,
+    Rejected,
+}
+
+/// Each config found, through the plugin's own checks, one line per config on stdout (a file
+/// that cannot be read or holds no config is rejected too).
+pub fn run(o: &Options) -> Result<Verdict> {
+    let mut verdict = Verdict::Accepted;
+    for f in &o.files {
+        for (v, line) in judge_file(f) {
+            if v == Verdict::Rejected {
+                verdict = v;
             }
-        };
-        let doc: Value = match serde_json::from_str(&text) {
-            Ok(d) => d,
-            Err(e) => {
-                println!(
-                    "{f}: not JSON ({e}); YAML manifests: kubectl get net-attach-def NAME -o json | rdma-host-device validate -"
-                );
-                failed = true;
-                continue;
-            }
-        };
-        match configs_in(&doc) {
-            Err(e) => {
-                println!("{f}: {e}");
-                failed = true;
-            }
-            Ok(found) => {
-                for c in found {
-                    let place = if c.place.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" {}", c.place)
-                    };
-                    match check_config(&c.config) {
-                        Ok(summary) => println!("{f}{place}: ok ({summary})"),
-                        Err(e) => {
-                            println!(
-                                "{f}{place}: rejected with code {}: {}",
-                                e.code as u32, e.msg
-                            );
-                            failed = true;
-                        }
-                    }
-                }
-            }
+            println!("{line}");
         }
     }
-    i32::from(failed)
+    Ok(verdict)
+}
+
+/// What `validate` says about one file: a line per config, with its verdict.
+fn judge_file(f: &str) -> Vec<(Verdict, String)> {
+    let rejected = |line: String| vec![(Verdict::Rejected, line)];
+    let text = if f == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).map(|_| s)
+    } else {
+        std::fs::read_to_string(f)
+    };
+    let text = match text {
+        Ok(t) => t,
+        Err(e) => return rejected(format!("{f}: cannot read: {e}")),
+    };
+    let doc: Value = match serde_json::from_str(&text) {
+        Ok(d) => d,
+        Err(e) => {
+            return rejected(format!(
+                "{f}: not JSON ({e}); YAML manifests: kubectl get net-attach-def NAME -o json | rdma-host-device validate -"
+            ));
+        }
+    };
+    let found = match configs_in(&doc) {
+        Ok(found) => found,
+        Err(e) => return rejected(format!("{f}: {}", e.msg)),
+    };
+    found
+        .into_iter()
+        .map(|c| {
+            let place = if c.place.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", c.place)
+            };
+            match check_config(&c.config) {
+                Ok(summary) => (Verdict::Accepted, format!("{f}{place}: ok ({summary})")),
+                Err(e) => (
+                    Verdict::Rejected,
+                    format!(
+                        "{f}{place}: rejected with code {}: {}",
+                        e.code as u32, e.msg
+                    ),
+                ),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -247,6 +247,60 @@ fn a_nic_carrying_a_default_route_is_refused() {
     assert_allowed(&rig, &nic, &pod);
 }
 
+/// What else the node uses a NIC for (attack review NU1: each of these was taken by ADD, and
+/// the route, address or vxlan was gone from the node after DEL): a route to a prefix, a split
+/// default, an IPv6 route via a link-local gateway (BGP unnumbered), a scope-link address, a
+/// vxlan bound to it by `dev`. Each is refused with 107 and stays; the kernel's own routes and
+/// IPv6 link-local address of an up NIC are not uses.
+#[test]
+fn routes_addresses_and_vxlans_of_the_node_on_a_nic_are_uses_too() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let dev = nic.name.as_str();
+    ip(&["link", "set", dev, "up"]);
+    ip(&["link", "set", &nic.peer, "up"]);
+    let o = rig.octet();
+    let table = (42_000 + rig.n).to_string();
+
+    let net = format!("10.213.{o}.0/24");
+    ip(&["route", "add", &net, "dev", dev]);
+    assert_refused(&rig, &nic, &pod, &format!("route to {net}"));
+    assert!(
+        String::from_utf8_lossy(&run("ip", &["route", "show", &net]).stdout).contains(dev),
+        "the node's route is still there"
+    );
+    ip(&["route", "del", &net, "dev", dev]);
+
+    for half in ["0.0.0.0/1", "128.0.0.0/1"] {
+        ip(&["route", "add", half, "dev", dev, "table", &table]);
+    }
+    assert_refused(&rig, &nic, &pod, "route to 0.0.0.0/1");
+    for half in ["0.0.0.0/1", "128.0.0.0/1"] {
+        ip(&["route", "del", half, "dev", dev, "table", &table]);
+    }
+
+    let v6 = format!("2001:db8:77:{o:x}::/64");
+    ip(&["-6", "route", "add", &v6, "via", "fe80::1", "dev", dev]);
+    assert_refused(&rig, &nic, &pod, &format!("route to {v6}"));
+    ip(&["-6", "route", "del", &v6, "via", "fe80::1", "dev", dev]);
+
+    let addr = format!("10.214.{o}.1/24");
+    ip(&["addr", "add", &addr, "scope", "link", "dev", dev]);
+    assert_refused(&rig, &nic, &pod, &format!("link-scope address {addr}"));
+    ip(&["addr", "del", &addr, "dev", dev]);
+
+    let vx = format!("rh{}x{}", tag(), rig.n);
+    ip(&[
+        "link", "add", &vx, "type", "vxlan", "id", "77", "dev", dev, "dstport", "4789",
+    ]);
+    assert_refused(&rig, &nic, &pod, &format!("vxlan {vx} is stacked on it"));
+    assert!(link(None, &vx).is_some(), "the node's vxlan is still there");
+    ip(&["link", "del", &vx]);
+
+    assert_allowed(&rig, &nic, &pod);
+}
+
 #[test]
 fn a_bridge_port_is_refused() {
     let rig = Rig::new();
@@ -683,6 +737,31 @@ fn an_ipam_type_the_node_does_not_allow_is_refused_before_any_change() {
     for ran in &seen {
         assert!(!ran.exists(), "{} was exec'd", ran.display());
     }
+}
+
+/// An IPAM plugin the node allows but CNI_PATH lacks (a node that lists `whereabouts` before
+/// installing it): ADD answers 7 naming CNI_PATH before it moves anything, not after moving
+/// the NIC in and back out.
+#[test]
+fn an_allowed_ipam_plugin_missing_from_cni_path_fails_add_before_the_nic_moves() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    rig.set_node(json!({"ipamPlugins": ["not-installed-ipam"]}));
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["ipam"] = json!({"type": "not-installed-ipam"});
+    let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    assert_eq!(code(&add), 7, "{add}");
+    assert!(
+        msg(&add).contains("not-installed-ipam") && msg(&add).contains("CNI_PATH"),
+        "names the plugin and where it looked: {add}"
+    );
+    assert!(
+        !add.stderr.contains("moved ") && !add.stderr.contains("rolling back"),
+        "nothing moved, nothing to roll back: {add}"
+    );
+    rig.assert_detached(&nic, Some(&pod), &add);
+    rig.assert_state_empty(&add);
 }
 
 #[test]

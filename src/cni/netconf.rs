@@ -1,7 +1,7 @@
 //! `NetConf`: the network configuration on stdin, parsed, validated, and kept raw for IPAM.
 //! Strict for ADD, lenient for DEL. Longer than most files because it is the one place every
-//! tenant-written key is checked (and its bad-input table is half of it); split it and the
-//! checks would drift apart.
+//! tenant-written key is checked (its bad-input table is in netconf/tests.rs); split it and
+//! the checks would drift apart.
 
 use super::result::CniResult;
 use super::version::Version;
@@ -193,8 +193,6 @@ pub struct NetConf {
     /// The log file inside the node's log directory, when the config names one.
     pub log_file: Option<PathBuf>,
     pub log_level: Option<log::LevelFilter>,
-    /// The node's state directory (a node setting; the config may only repeat it).
-    pub state_dir: PathBuf,
     pub valid_attachments: Option<Vec<ValidAttachment>>,
     /// The device-info file to write, a file in the node's `deviceInfoDir`.
     pub device_info_file: Option<PathBuf>,
@@ -397,7 +395,6 @@ impl NetConf {
             rdma,
             log_file,
             log_level,
-            state_dir: node.state_dir.clone(),
             valid_attachments: given.valid_attachments.or(given.legacy_attachments),
             device_info_file,
             raw,

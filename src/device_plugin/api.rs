@@ -1,7 +1,7 @@
 //! The kubelet device-plugin API, `v1beta1`, as protobuf messages: our own description of the
 //! wire contract (message and field numbers as in the kubelet's `api.proto`, package
 //! `v1beta1`), written as `prost::Message` structs so the build needs no `protoc`.
-//! `tests/device_plugin/api.proto` describes the same messages for the test's kubelet, which
+//! `tests/device_plugin/deviceplugin.proto` describes the same messages for the test's kubelet, which
 //! is generated from it by grpcio-tools: a field number wrong here fails that test.
 
 use prost::Message;

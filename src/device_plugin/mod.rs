@@ -11,7 +11,7 @@
 //! - `server.rs`: the gRPC service per pool, registration, kubelet restarts.
 //!
 //! Why hand-written messages and routing rather than tonic-build: tonic-build needs `protoc`
-//! (or protox and a build script) at build time, for eight small messages and five methods
+//! (or protox and a build script) at build time, for twenty small messages and five methods
 //! that the kubelet has kept wire-compatible since 2018. Hand-written, the build has no step
 //! and the wire contract is checked from outside: the integration test's kubelet is generated
 //! from our own `tests/device_plugin/deviceplugin.proto` by grpcio-tools.
@@ -26,6 +26,7 @@ pub mod health;
 pub mod pool;
 pub mod server;
 
+use crate::error::{Result, invalid_config, io_error};
 use crate::link::Links;
 use crate::node::{DevicePluginConfig, Node};
 use crate::state::Store;
@@ -57,7 +58,7 @@ pub struct Options {
 
 /// `device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]
 /// [--cdi-spec FILE [--cdi-hook PATH]]`.
-pub fn options(args: &[String]) -> Result<Options, String> {
+pub fn options(args: &[String]) -> Result<Options> {
     let mut o = Options {
         socket_dir: PathBuf::from(DEFAULT_SOCKET_DIR),
         device_info_dir: PathBuf::from(allocate::DEFAULT_DEVICE_INFO_DIR),
@@ -79,55 +80,35 @@ pub fn options(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-/// Run the device plugin until killed; returns the exit code.
-pub fn run(opts: &Options) -> i32 {
+/// Run the device plugin until killed; returns only if it cannot start.
+pub fn run(opts: &Options) -> Result<()> {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("rdma-host-device device-plugin: bug: {info}");
     }));
     crate::logging::init(log::LevelFilter::Info, None, " device-plugin".into());
-    let node = match Node::load() {
-        Ok(n) => n,
-        Err(e) => {
-            eprintln!("rdma-host-device: {e}");
-            return 1;
-        }
-    };
-    let dp = match node.device_plugin() {
-        Ok(dp) => dp,
-        Err(e) => {
-            eprintln!("rdma-host-device: {e}");
-            return 1;
-        }
-    };
-    let Some(dp) = dp else {
-        eprintln!(
-            "rdma-host-device device-plugin: the node configuration ({}) has no devicePlugin: no pool to offer (see the README, \"Device plugin\")",
+    let node = Node::load()?;
+    let Some(dp) = node.device_plugin()? else {
+        return Err(invalid_config(format!(
+            "the node configuration ({}) has no devicePlugin: no pool to offer (see the README, \"Device plugin\")",
             node.source
-        );
-        return 1;
+        )));
     };
     if !opts.socket_dir.is_dir() {
-        eprintln!(
-            "rdma-host-device device-plugin: {} is not a directory (the kubelet's device-plugins directory; --socket-dir)",
+        return Err(invalid_config(format!(
+            "{} is not a directory (the kubelet's device-plugins directory; --socket-dir)",
             opts.socket_dir.display()
-        );
-        return 1;
+        )));
     }
     let state_dir = opts.state_dir.clone().unwrap_or(node.state_dir.clone());
     let mut cdi = match &opts.cdi_spec {
         None => None,
-        Some(path) => match crate::cdi::Memlock::parse(&node.memlock) {
-            Ok(memlock) => Some(CdiKeeper {
-                path: path.clone(),
-                hook: opts.cdi_hook.clone(),
-                memlock,
-                last_error: String::new(),
-            }),
-            Err(e) => {
-                eprintln!("rdma-host-device: {} ({})", e.msg, node.source);
-                return 1;
-            }
-        },
+        Some(path) => Some(CdiKeeper {
+            path: path.clone(),
+            hook: opts.cdi_hook.clone(),
+            memlock: crate::cdi::Memlock::parse(&node.memlock)
+                .map_err(|e| e.context(&node.source))?,
+            last_error: String::new(),
+        }),
     };
     let plugins: Vec<Arc<Plugin>> = dp
         .pools
@@ -143,25 +124,13 @@ pub fn run(opts: &Options) -> i32 {
             })
         })
         .collect();
-    let rt = match tokio::runtime::Builder::new_current_thread()
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("rdma-host-device device-plugin: cannot start the runtime: {e}");
-            return 1;
-        }
-    };
+        .map_err(|e| io_error("cannot start the runtime", e))?;
     rt.block_on(async move {
-        let host = match Links::open() {
-            Ok(h) => h,
-            Err(e) => {
-                eprintln!("rdma-host-device device-plugin: {e}");
-                return 1;
-            }
-        };
+        let host = Links::open()?;
         let store = Store::new(&state_dir);
         // The first device list before the kubelet can ask for it.
         let mut watcher = Watcher::default();
@@ -318,7 +287,7 @@ impl Watcher {
         }
     }
 
-    fn note(&mut self, pool: &str, nic: &pool::Nic, verdict: &Result<(), String>) {
+    fn note(&mut self, pool: &str, nic: &pool::Nic, verdict: &std::result::Result<(), String>) {
         match verdict {
             Err(why) if self.unhealthy.get(&nic.id) != Some(why) => {
                 log::warn!("{pool}: {} ({}) is Unhealthy: {why}", nic.id, nic.name);

@@ -2,7 +2,7 @@
 //! with the kubelet (`Registration.Register` on `kubelet.sock`), kept alive across kubelet
 //! restarts.
 //!
-//! The service is routed by hand (the four paths of `api::path`), each method a
+//! The service is routed by hand (the five paths of `api::path`), each method a
 //! `tonic::server::Grpc` call with prost's codec: what tonic-build would generate, without a
 //! build step. The kubelet's restart is seen by polling (every `WATCH_TICK`): it deletes every
 //! socket in the directory (ours too: serve anew, register again) and creates a new

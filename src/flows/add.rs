@@ -60,8 +60,8 @@ pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
 }
 
 /// The steps that change the node, each registering its undo before it acts.
-async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<CniResult> {
-    let (env, conf) = (s.env, s.conf);
+async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<CniResult> {
+    let (env, conf) = (places.env, places.conf);
     let (pod_ns, pod, nic) = (&plan.pod_ns, &plan.pod, &plan.nic);
     let mut record = plan.record.clone();
 
@@ -75,7 +75,7 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
         container_id: env.container_id.clone(),
         ifname: env.ifname.clone(),
     });
-    Store::new(&conf.state_dir).save(&record)?;
+    Store::new(&places.node.state_dir).save(&record)?;
     fault::hit("add:after-state")?;
 
     // 3. Exclusive mode: the RDMA device goes first (see flows/rdma.rs for why).
@@ -92,7 +92,8 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
     undo.push(Undo::ReturnNic {
         record: Box::new(record.clone()),
     });
-    s.host
+    places
+        .host
         .move_to(
             nic.index,
             pod_ns,
@@ -117,7 +118,7 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
     })?;
     // From now on DEL knows the NIC by its index in the pod, which the pod cannot change.
     record.pod_index = Some(inside.index);
-    Store::new(&conf.state_dir).save(&record)?;
+    Store::new(&places.node.state_dir).save(&record)?;
     undo.update_record(&record);
     log::info!(
         "moved {} into {} as {} (index {}, mtu {})",
@@ -162,7 +163,7 @@ async fn attach(s: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<Cni
         socket_path: String::new(),
     });
     if let Some(t) = &conf.ipam_type {
-        let ipam = Ipam::new(t, env, s.node)?;
+        let ipam = Ipam::new(t, env, places.node)?;
         // Registered first: a plugin may allocate and then fail.
         undo.push(Undo::ReleaseIpam);
         let got = ipam.add(&conf.raw)?;

@@ -45,7 +45,7 @@ pub async fn check(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
         })?;
     let pod_ns = Netns::open(Path::new(&env.netns))?;
     pod_ns.refuse_if_host()?;
-    let record = Store::new(&conf.state_dir).load(&env.container_id, &env.ifname)?;
+    let record = Store::new(&node.state_dir).load(&env.container_id, &env.ifname)?;
     super::give_back::refuse_if_not_adds(&pod_ns, record.as_ref())?;
     let pod = Links::open_in(&pod_ns)?;
     let link = pod.by_name(&env.ifname).await?.ok_or_else(|| {

@@ -31,7 +31,7 @@ pub async fn gc(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
             "GC needs \"cni.dev/valid-attachments\" in the network configuration (an empty list means none is valid)",
         )
     })?;
-    let store = Store::new(&conf.state_dir);
+    let store = Store::new(&node.state_dir);
     let mut errors = Vec::new();
     let records = store.all().unwrap_or_else(|e| {
         errors.push(e);
@@ -57,7 +57,7 @@ pub async fn gc(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
         .filter(|r| r.network != conf.name)
         .map(Record::owner)
         .collect();
-    remove_stale_temps(conf, &store, &others, &mut errors);
+    remove_stale_temps(node, &store, &others, &mut errors);
     if let Err(e) = recover_lost(&valid, &tried, &others, &records, &mut errors).await {
         errors.push(e.context("GC: looking for lost NICs"));
     }
@@ -83,7 +83,7 @@ async fn release_stale(
     r: &Record,
 ) -> Result<()> {
     let label = format!("{}/{}", r.container_id, r.ifname);
-    let Some(_attachment) = lock::try_attachment(&conf.state_dir, &r.owner(), &label)? else {
+    let Some(_attachment) = lock::try_attachment(&node.state_dir, &r.owner(), &label)? else {
         log::info!(
             "GC: {}/{} is busy with another call; leaving it to that call",
             r.container_id,
@@ -112,7 +112,7 @@ async fn release_stale(
 /// but another network's, valid or not: such a file is never of use). One whose attachment is locked may be a write
 /// in progress and is left to its writer.
 fn remove_stale_temps(
-    conf: &NetConf,
+    node: &Node,
     store: &Store,
     others: &HashSet<String>,
     errors: &mut Vec<Error>,
@@ -125,7 +125,7 @@ fn remove_stale_temps(
         }
     };
     for t in temps.into_iter().filter(|t| !others.contains(&t.owner)) {
-        let removed = match lock::try_attachment(&conf.state_dir, &t.owner, &t.label) {
+        let removed = match lock::try_attachment(&node.state_dir, &t.owner, &t.label) {
             Ok(Some(_attachment)) => store.remove_temp_file(&t),
             Ok(None) => {
                 log::info!(

@@ -35,7 +35,8 @@ pub(super) async fn restore(host: &Links, l: &LinkInfo, r: &Record, who: &str) -
 
 /// Give a lost NIC its own name, MTU and admin state back (see [`restoration`]), under its
 /// lock, if it is still lost once the lock is held (an ADD, DEL, GC or STATUS may have
-/// restored it meanwhile). GC and STATUS call this; ADD plans and acts in two steps.
+/// restored it meanwhile). GC, STATUS and DEL (a lost NIC holding the home name as an
+/// altname) call this; ADD plans and acts in two steps.
 pub(super) async fn restore_lost(
     host: &Links,
     l: &LinkInfo,

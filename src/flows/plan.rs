@@ -1,5 +1,7 @@
 //! ADD's plan: which NIC (and how a lost one is restored), which RDMA device, which
-//! namespaces, and the record DEL will need, all decided and checked before the first change.
+//! namespaces, and the record DEL will need, all decided and checked before the first change
+//! (the only repairs it makes: a stale temp state file removed, lost NICs whose names are not
+//! UTF-8 given readable ones).
 //! `add::attach` only acts on it. Planning takes the attachment's and the NIC's locks and
 //! keeps them in the plan, so nothing it decided can change under it.
 
@@ -44,18 +46,18 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     let selector = conf.require_selector()?;
     // The node decides what this root process may exec for the tenant: checked first.
     // The paths in `ipam` too: the plugin runs as root and writes, reads or connects there.
-    let ipam_conf = crate::ipam::ipam_object(&conf.raw);
+    // Found on CNI_PATH as well, before anything moves (7 otherwise).
     if let Some(t) = &conf.ipam_type {
-        node.admit_ipam(t)?;
-        node.admit_ipam_paths(&ipam_conf)?;
+        crate::ipam::Ipam::new(t, env, node)?.admit_paths(&conf.raw)?;
     }
+    let ipam_conf = crate::ipam::ipam_object(&conf.raw);
     let pod_ns = Netns::open(Path::new(&env.netns))?;
     pod_ns.refuse_if_host()?;
     let host_ns = Netns::current()?;
     let host = Links::open()?;
     let pod = Links::open_in(&pod_ns)?;
-    let store = Store::new(&conf.state_dir);
-    let attachment = lock::attachment(&conf.state_dir, &env.container_id, &env.ifname)?;
+    let store = Store::new(&node.state_dir);
+    let attachment = lock::attachment(&node.state_dir, &env.container_id, &env.ifname)?;
     fault::hit("add:locked")?;
     // A temp file of ours can only be what an earlier call killed mid-write left (we hold the
     // lock every writer holds).

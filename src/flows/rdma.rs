@@ -1,5 +1,6 @@
-//! The RDMA steps of the flows: pair and check before any change (`plan`), move the device in or
-//! create a software one, verify GIDs inside the pod, and give everything back.
+//! The RDMA steps of ADD, CHECK and STATUS: pair and check before any change (`plan`), move the
+//! device in or create a software one, verify GIDs inside the pod (ADD and CHECK), and STATUS's
+//! port check. Giving the device back is give_back/rdma.rs's.
 //!
 //! Order on ADD, exclusive mode: the RDMA device moves BEFORE the NIC. If the kernel refuses
 //! (EOPNOTSUPP: the driver lacks `disassociate_ucontext`) the NIC has not left the host, so
@@ -298,7 +299,7 @@ pub fn move_in(device: &str, index: u32, pod_ns: &Netns) -> Result<()> {
 /// socket inside the pod's namespace (the kernel looks the netdev up in the caller's netns).
 pub fn create_soft(kind: SoftDevice, name: &str, ifname: &str, pod_ns: &Netns) -> Result<()> {
     let link_type = kind.name();
-    pod_ns.run(|| -> Result<()> {
+    pod_ns.within(|| -> Result<()> {
         let mut sock = RdmaSocket::open().map_err(|e| rdma_error("opening RDMA netlink", e))?;
         sock.add_soft_device(name, link_type, ifname).map_err(|e| {
             // A taken name (the kernel answers ENFILE, "too many open files in system"): its
@@ -338,7 +339,7 @@ pub fn create_soft(kind: SoftDevice, name: &str, ifname: &str, pod_ns: &Netns) -
 /// RoCE v2 GID for every address (iWARP: port state only). Waits up to the configured deadline.
 pub fn verify(device: &str, addrs: &[IpAddr], timeout_ms: u64, pod_ns: &Netns) -> Result<()> {
     let report = pod_ns
-        .run(|| verbs::wait_for_gids(device, addrs, Duration::from_millis(timeout_ms)))?
+        .within(|| verbs::wait_for_gids(device, addrs, Duration::from_millis(timeout_ms)))?
         .map_err(verbs_error)?;
     if report.source == Source::Sysfs {
         log::warn!(

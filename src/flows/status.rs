@@ -18,7 +18,7 @@ pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     if let Some(sel) = &conf.selector {
         let host = Links::open()?;
         name_lost_unreadable(&host, &crate::netns::Netns::current()?).await?;
-        let store = Store::new(&conf.state_dir);
+        let store = Store::new(&node.state_dir);
         match select::resolve(sel, &host, &store).await {
             // A NIC back from a dead pod is ready once it has its own name again.
             Ok(r) => {

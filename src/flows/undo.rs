@@ -1,5 +1,6 @@
 //! The undo stack of ADD: every step that changes the node pushes how to take itself back; a
-//! failure runs them in reverse. Giving the NIC back is give_back.rs's, shared with DEL.
+//! failure runs them in reverse. Giving the NIC back is give_back/'s (`return_nic`), shared
+//! with DEL.
 
 use super::give_back::{Places, return_nic};
 use crate::error::Result;
@@ -74,19 +75,19 @@ impl UndoStack {
     }
 }
 
-async fn apply(step: &Undo, s: &Places<'_>) -> Result<()> {
+async fn apply(step: &Undo, places: &Places<'_>) -> Result<()> {
     match step {
         Undo::ForgetState {
             container_id,
             ifname,
-        } => Store::new(&s.conf.state_dir).remove(container_id, ifname),
-        Undo::ReturnRdma { device } => match s.pod_ns {
-            Some(pod_ns) => super::give_back::rdma::return_device(device, pod_ns, s.host_ns),
+        } => Store::new(&places.node.state_dir).remove(container_id, ifname),
+        Undo::ReturnRdma { device } => match places.pod_ns {
+            Some(pod_ns) => super::give_back::rdma::return_device(device, pod_ns, places.host_ns),
             None => Ok(()),
         },
-        Undo::ReturnNic { record } => return_nic(s, Some(record)).await.map(drop),
-        Undo::ReleaseIpam => match &s.conf.ipam_type {
-            Some(t) => Ipam::new(t, s.env, s.node)?.del(&s.conf.raw),
+        Undo::ReturnNic { record } => return_nic(places, Some(record)).await.map(drop),
+        Undo::ReleaseIpam => match &places.conf.ipam_type {
+            Some(t) => Ipam::new(t, places.env, places.node)?.del(&places.conf.raw),
             None => Ok(()),
         },
         Undo::RemoveDeviceInfo { path } => crate::device_info::remove(path),

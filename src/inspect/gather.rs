@@ -21,12 +21,12 @@ struct RdmaView {
     ports: Vec<RdmaPort>,
 }
 
-pub(super) fn gather(opts: &Options) -> Result<Report, String> {
+pub(super) fn gather(opts: &Options) -> Result<Report> {
     // One runtime for every netlink question `inspect` asks (the rtnetlink handle is async).
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        .map_err(|e| crate::error::io_error("cannot start the async runtime", e))?;
     let links = host_links(&rt)?;
     let (rdma_view, mut summary) = rdma_view();
     let (records, state_error) = match Store::new(&opts.state_dir).all() {
@@ -34,7 +34,7 @@ pub(super) fn gather(opts: &Options) -> Result<Report, String> {
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
 
-    let mut gid_cache: BTreeMap<String, Result<verbs::DeviceReport, String>> = BTreeMap::new();
+    let mut gid_cache: BTreeMap<String, GidQuery> = BTreeMap::new();
     let mut nics = Vec::new();
     let mut paired_devices: Vec<String> = Vec::new();
     let mut hidden_links = 0;
@@ -227,10 +227,10 @@ fn pod_link(rt: &Runtime, r: &Record) -> Option<LinkInfo> {
     })
 }
 
-fn host_links(rt: &Runtime) -> Result<Vec<LinkInfo>, String> {
+fn host_links(rt: &Runtime) -> Result<Vec<LinkInfo>> {
     rt.block_on(async {
-        let links = Links::open().map_err(|e| e.to_string())?;
-        let mut all = links.all().await.map_err(|e| e.to_string())?;
+        let links = Links::open()?;
+        let mut all = links.all().await?;
         all.sort_by_key(|l| l.index);
         Ok(all)
     })
@@ -330,12 +330,15 @@ fn pair_in_view(v: &RdmaView, l: &LinkInfo) -> Option<(RdmaDevice, Option<u32>, 
     }
 }
 
+/// One RDMA device's verbs query, asked once per report.
+type GidQuery = std::result::Result<verbs::DeviceReport, verbs::VerbsError>;
+
 fn rdma_row(
     dev: &RdmaDevice,
     port: Option<u32>,
     paired_by: Option<&'static str>,
     view: Option<&RdmaView>,
-    gid_cache: &mut BTreeMap<String, Result<verbs::DeviceReport, String>>,
+    gid_cache: &mut BTreeMap<String, GidQuery>,
 ) -> RdmaRow {
     let nl_port = view.and_then(|v| {
         v.ports
@@ -344,10 +347,10 @@ fn rdma_row(
     });
     let report = gid_cache
         .entry(dev.name.clone())
-        .or_insert_with(|| verbs::query_device(&dev.name).map_err(|e| e.to_string()));
+        .or_insert_with(|| verbs::query_device(&dev.name));
     let (gids, gid_error) = match report {
         Ok(r) => (Some(gid_summary(r, port)), None),
-        Err(e) => (None, Some(e.clone())),
+        Err(e) => (None, Some(e.to_string())),
     };
     let port_state = nl_port
         .and_then(|p| p.state)

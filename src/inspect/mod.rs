@@ -20,6 +20,8 @@ pub use gather::mode_guidance;
 pub use render::render_table;
 pub use report::*;
 
+use crate::error::{Code, Error, Result};
+use crate::flags::Flags;
 use crate::node::DEFAULT_STATE_DIR;
 use gather::*;
 use std::path::PathBuf;
@@ -57,15 +59,45 @@ impl Default for Options {
 
 // ---------------------------------------------------------------- entry point
 
-/// Run `inspect`; returns the process exit code.
-pub fn run(opts: &Options) -> i32 {
-    let mut report = match gather(opts) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("rdma-host-device inspect: {e}");
-            return 1;
+/// `inspect [--json] [--all] [--watch [SECS]] [--state-dir DIR] [--color auto|always|never]`.
+pub fn options(args: &[String]) -> Result<Options> {
+    let mut opts = Options::default();
+    let mut f = Flags::new("inspect", args);
+    while let Some(flag) = f.next_flag() {
+        match flag.as_str() {
+            "--json" => opts.json = true,
+            "--watch" | "-w" => {
+                // SECS is optional: the next argument only if it is a number.
+                let secs = match f.optional_value(|n| n.parse::<f64>().is_ok()) {
+                    None => 2.0,
+                    Some(s) => s
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|s| (0.1..=3600.0).contains(s))
+                        .ok_or_else(|| f.invalid(format!("{s:?}: want seconds, 0.1 to 3600")))?,
+                };
+                opts.watch = Some(std::time::Duration::from_secs_f64(secs));
+            }
+            "--all" | "-a" => opts.all = true,
+            "--state-dir" => opts.state_dir = f.absolute_path()?,
+            "--color" | "--colour" => {
+                opts.color = match f.value()?.as_str() {
+                    "auto" => Color::Auto,
+                    "always" => Color::Always,
+                    "never" => Color::Never,
+                    v => return Err(f.invalid(format!("{v:?}: use auto, always or never"))),
+                }
+            }
+            "--no-color" => opts.color = Color::Never,
+            _ => return Err(f.unknown()),
         }
-    };
+    }
+    Ok(opts)
+}
+
+/// Run `inspect`: the report on stdout, as a table or JSON.
+pub fn run(opts: &Options) -> Result<()> {
+    let mut report = gather(opts)?;
     let first = counters::sample(&opts.state_dir);
     let second = opts.watch.map(|d| {
         std::thread::sleep(d);
@@ -73,13 +105,9 @@ pub fn run(opts: &Options) -> i32 {
     });
     counters::fill(&mut report, &first, second.as_ref());
     if opts.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("rdma-host-device inspect: cannot print JSON: {e}");
-                return 1;
-            }
-        }
+        let s = serde_json::to_string_pretty(&report)
+            .map_err(|e| Error::new(Code::Internal, format!("cannot print JSON: {e}")))?;
+        println!("{s}");
     } else {
         let color = match opts.color {
             Color::Always => true,
@@ -88,7 +116,7 @@ pub fn run(opts: &Options) -> i32 {
         };
         print!("{}", render_table(&report, color));
     }
-    0
+    Ok(())
 }
 
 fn stdout_is_terminal() -> bool {
@@ -176,6 +204,36 @@ mod tests {
             counter_errors: Default::default(),
             runtimes: Vec::new(),
         }
+    }
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn inspect_flags() {
+        let o = options(&args(&["--json", "--all", "--state-dir", "/x"])).unwrap();
+        assert!(o.json && o.all);
+        assert_eq!(o.state_dir, PathBuf::from("/x"));
+        let o = options(&args(&["--state-dir=/y", "--color=never"])).unwrap();
+        assert_eq!(o.state_dir, PathBuf::from("/y"));
+        assert_eq!(o.color, Color::Never);
+        assert!(options(&args(&["--state-dir"])).is_err());
+        assert!(options(&args(&["--state-dir", "rel"])).is_err());
+        assert!(options(&args(&["--bogus"])).is_err());
+        let e = options(&args(&["--color", "purple"])).unwrap_err();
+        assert_eq!(
+            e.msg,
+            "inspect: --color \"purple\": use auto, always or never"
+        );
+        assert_eq!(options(&[]).unwrap().watch, None);
+        let secs = |a: &[&str]| options(&args(a)).map(|o| o.watch.unwrap().as_secs_f64());
+        assert_eq!(secs(&["--watch"]).unwrap(), 2.0);
+        assert_eq!(secs(&["--watch", "--json"]).unwrap(), 2.0);
+        assert_eq!(secs(&["--watch", "0.5", "--json"]).unwrap(), 0.5);
+        assert_eq!(secs(&["--watch=5"]).unwrap(), 5.0);
+        assert!(options(&args(&["--watch=0"])).is_err());
+        assert!(options(&args(&["--watch=x"])).is_err());
     }
 
     #[test]

@@ -56,7 +56,8 @@ pub struct LinkInfo {
     pub parent: Option<(String, String)>,
     /// The link type (IFLA_INFO_KIND: `veth`, `macvlan`, `vlan`, ...); `None` for hardware.
     pub kind: Option<String>,
-    /// The link it is stacked on (IFLA_LINK: a macvlan's or VLAN's lower device, a veth's peer).
+    /// The link it is stacked on (IFLA_LINK: a macvlan's or VLAN's lower device, a veth's peer;
+    /// IFLA_VXLAN_LINK: a vxlan's `dev`).
     pub lower: Option<u32>,
     /// IFLA_LINK_NETNSID: the namespace `lower` is in, as this link's namespace numbers it,
     /// when that is another namespace (a macvlan moved into a pod, riding a host NIC).
@@ -141,7 +142,7 @@ impl Links {
 
     /// A socket in `ns`: opened there, used from here.
     pub fn open_in(ns: &Netns) -> Result<Self> {
-        ns.run(Self::open)?
+        ns.within(Self::open)?
     }
 
     pub async fn by_name(&self, name: &str) -> Result<Option<LinkInfo>> {
@@ -379,9 +380,22 @@ fn info(m: &LinkMessage) -> LinkInfo {
             LinkAttribute::Link(i) if *i > 0 => li.lower = Some(*i),
             LinkAttribute::LinkNetNsId(n) if *n >= 0 => li.lower_netnsid = Some(*n),
             LinkAttribute::LinkInfo(infos) => {
+                use netlink_packet_route::link::{InfoData, InfoVxlan, LinkInfo as Info};
                 for i in infos {
-                    if let netlink_packet_route::link::LinkInfo::Kind(k) = i {
-                        li.kind = Some(k.to_string());
+                    match i {
+                        Info::Kind(k) => li.kind = Some(k.to_string()),
+                        // A vxlan's `dev` is not its IFLA_LINK, but it rides that device all the
+                        // same (the kernel deletes it when the device leaves).
+                        Info::Data(InfoData::Vxlan(v)) => {
+                            for a in v {
+                                if let InfoVxlan::Link(i) = a
+                                    && *i > 0
+                                {
+                                    li.lower = Some(*i);
+                                }
+                            }
+                        }
+                        _ => {}
                     }
                 }
             }

@@ -422,7 +422,7 @@ impl std::fmt::Display for RouteSpec {
     }
 }
 
-fn route_ip(a: &RouteAddress) -> Option<IpAddr> {
+pub(super) fn route_ip(a: &RouteAddress) -> Option<IpAddr> {
     match a {
         RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
         RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),

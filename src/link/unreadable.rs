@@ -129,7 +129,7 @@ impl Links {
         ns: &Netns,
         ours: impl Fn(&Unreadable) -> bool,
     ) -> Result<Vec<u32>> {
-        let found = ns.run(dump)?.map_err(|e| {
+        let found = ns.within(dump)?.map_err(|e| {
             Error::new(
                 Code::Netlink,
                 format!(

@@ -1,5 +1,7 @@
-//! Why the node itself needs a link: a default route through it (any table, multipath,
-//! nexthop objects), a global address, a bond or bridge it is a port of, a device stacked on it,
+//! Why the node itself needs a link: a route through it that the kernel did not make for the
+//! link itself (any prefix, any table, multipath, nexthop objects), an address other than its
+//! IPv6 link-local one, a bond or bridge it is a port of, a device stacked on it (a vxlan
+//! bound to it by `dev` included),
 //! here or in any other namespace of the node (a Multus macvlan NAD puts the macvlan in its
 //! pod's netns, where it still rides the NIC: handing the NIC over would give its new holder
 //! that pod's frames and its link).
@@ -8,7 +10,7 @@ use crate::error::{Code, Error, Result};
 use futures::TryStreamExt;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-use netlink_packet_route::route::RouteAttribute;
+use netlink_packet_route::route::{RouteAttribute, RouteProtocol};
 
 use super::{LinkInfo, Links, nl_error};
 use crate::netns::{self, Netns};
@@ -18,8 +20,8 @@ use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::nsid::{NsidAttribute, NsidMessage};
 
 impl Links {
-    /// Why the node itself needs link `link`, in words: it carries a default route (any
-    /// table), a global address, or it is a port of a bond or bridge. Empty when it does not.
+    /// Why the node itself needs link `link`, in words: it carries a route (any table), an
+    /// address, a device stacked on it, or it is a port of a bond or bridge. Empty when not.
     pub async fn node_uses(&self, link: &LinkInfo) -> Result<Vec<String>> {
         let mut why = Vec::new();
         // Devices stacked on it (macvlan, ipvlan, VLAN, ...) stay on the host and lose their
@@ -55,19 +57,29 @@ impl Links {
             .try_collect()
             .await
             .map_err(|e| nl_error(format!("listing addresses of {}", link.name), e))?;
-        for m in msgs.iter().filter(|m| {
-            m.header.index == link.index
-                && m.header.scope == netlink_packet_route::address::AddressScope::Universe
-        }) {
-            if let Some(ip) = m.attributes.iter().find_map(|a| match a {
+        // Every address but the IPv6 link-local one the kernel gives any link that is up: a
+        // scope-link or IPv4 link-local address is the node's configuration too, and leaves
+        // with the NIC.
+        for m in msgs.iter().filter(|m| m.header.index == link.index) {
+            let Some(ip) = m.attributes.iter().find_map(|a| match a {
                 AddressAttribute::Address(ip) => Some(*ip),
                 _ => None,
-            }) {
-                why.push(format!(
-                    "it has the global address {ip}/{}",
-                    m.header.prefix_len
-                ));
+            }) else {
+                continue;
+            };
+            if is_ipv6_link_local(&ip) {
+                continue;
             }
+            let scope = match m.header.scope {
+                netlink_packet_route::address::AddressScope::Universe => "global",
+                netlink_packet_route::address::AddressScope::Link => "link-scope",
+                netlink_packet_route::address::AddressScope::Host => "host-scope",
+                _ => "site-scope",
+            };
+            why.push(format!(
+                "it has the {scope} address {ip}/{}",
+                m.header.prefix_len
+            ));
         }
         // Nexthop objects leaving through it (routes that name only `nhid`). The socket is
         // opened in this thread's namespace, which is the host's: node_uses runs there.
@@ -78,10 +90,12 @@ impl Links {
             )
         })?;
         let routes = self.all_routes(&link.name).await?;
-        for m in routes
-            .iter()
-            .filter(|m| m.header.destination_prefix_length == 0)
-        {
+        // Any route through it but those the kernel keeps for the link itself (its
+        // IPv6 link-local and multicast routes, an address's own): a default route, a split
+        // default (two /1, as VPNs add), a static or learned route to any prefix.
+        for m in routes.iter().filter(|m| {
+            m.header.destination_prefix_length == 0 || m.header.protocol != RouteProtocol::Kernel
+        }) {
             let via_link = m.attributes.iter().any(|a| match a {
                 RouteAttribute::Oif(i) => *i == link.index,
                 RouteAttribute::MultiPath(hops) => {
@@ -104,14 +118,34 @@ impl Links {
                 } else {
                     "IPv6"
                 };
-                why.push(format!(
-                    "the node's {fam} default route (table {table}) goes through it"
-                ));
+                let len = m.header.destination_prefix_length;
+                let dst = m.attributes.iter().find_map(|a| match a {
+                    RouteAttribute::Destination(d) => super::route::route_ip(d),
+                    _ => None,
+                });
+                why.push(match dst {
+                    _ if len == 0 => {
+                        format!("the node's {fam} default route (table {table}) goes through it")
+                    }
+                    Some(d) => format!(
+                        "the node's {fam} route to {d}/{len} (table {table}, {:?}) goes through it",
+                        m.header.protocol
+                    ),
+                    None => format!(
+                        "a node {fam} route (table {table}, {:?}) goes through it",
+                        m.header.protocol
+                    ),
+                });
             }
         }
         why.dedup();
         Ok(why)
     }
+}
+
+/// fe80::/10: what every IPv6 link gets when it comes up, and gives up with the NIC harmlessly.
+fn is_ipv6_link_local(ip: &std::net::IpAddr) -> bool {
+    matches!(ip, std::net::IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
 }
 
 /// Devices stacked on the host's link `link` from the node's other namespaces: in each, links

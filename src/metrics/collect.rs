@@ -161,7 +161,7 @@ fn attachment(
         }
     };
     let timeout = src.timeout;
-    let inside = ns.run(|| {
+    let inside = ns.within(|| {
         let nd = netdev::stats(r.pod_index, &r.ifname, timeout);
         // The pod's own socket: in exclusive mode the device is only visible there.
         let mut rdma_errs = Errors::default();

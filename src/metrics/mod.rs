@@ -17,6 +17,7 @@ pub mod netdev;
 pub mod server;
 pub mod snapshot;
 
+use crate::error::{Result, invalid_config, io_error};
 use collect::Source;
 use encode::ScrapeErrors;
 use std::net::SocketAddr;
@@ -75,35 +76,40 @@ pub struct Options {
 }
 
 /// `metrics [--listen ADDR] [--state-dir DIR] [--once]`; `:PORT` listens on every IPv4 address.
-pub fn options(args: &[String]) -> Result<Options, String> {
-    let mut listen = DEFAULT_LISTEN.to_string();
-    let (mut state_dir, mut once) = (None, false);
+pub fn options(args: &[String]) -> Result<Options> {
+    let mut o = Options {
+        listen: listen_addr(DEFAULT_LISTEN)?,
+        state_dir: None,
+        once: false,
+    };
     let mut f = crate::flags::Flags::new("metrics", args);
     while let Some(flag) = f.next_flag() {
         match flag.as_str() {
-            "--listen" => listen = f.value()?,
-            "--state-dir" => state_dir = Some(f.absolute_path()?),
-            "--once" => once = true,
+            "--listen" => o.listen = f.parsed(listen_addr)?,
+            "--state-dir" => o.state_dir = Some(f.absolute_path()?),
+            "--once" => o.once = true,
             _ => return Err(f.unknown()),
         }
     }
+    Ok(o)
+}
+
+/// `ADDR:PORT`, `[ADDR]:PORT`, or `:PORT` for every IPv4 address.
+fn listen_addr(listen: &str) -> Result<SocketAddr> {
     let full = if listen.starts_with(':') {
         format!("0.0.0.0{listen}")
     } else {
-        listen.clone()
+        listen.to_owned()
     };
-    let listen = full
-        .parse()
-        .map_err(|e| format!("--listen {listen:?}: {e} (want ADDR:PORT, [ADDR]:PORT or :PORT)"))?;
-    Ok(Options {
-        listen,
-        state_dir,
-        once,
+    full.parse().map_err(|e| {
+        invalid_config(format!(
+            "{listen:?}: {e} (want ADDR:PORT, [ADDR]:PORT or :PORT)"
+        ))
     })
 }
 
-/// Run the exporter; returns the exit code.
-pub fn run(opts: &Options) -> i32 {
+/// Run the exporter until killed (or, `--once`, print one scrape).
+pub fn run(opts: &Options) -> Result<()> {
     // The CNI panic hook prints an error JSON on stdout; a long-running exporter only logs.
     std::panic::set_hook(Box::new(|info| {
         eprintln!("rdma-host-device metrics: bug: {info}");
@@ -111,29 +117,15 @@ pub fn run(opts: &Options) -> i32 {
     crate::logging::init(log::LevelFilter::Info, None, " metrics".into());
     let state_dir = match &opts.state_dir {
         Some(d) => d.clone(),
-        None => match crate::node::Node::load() {
-            Ok(n) => n.state_dir,
-            Err(e) => {
-                eprintln!("rdma-host-device: {e}");
-                return 1;
-            }
-        },
+        None => crate::node::Node::load()?.state_dir,
     };
     let exporter = Arc::new(Exporter::new(state_dir));
     if opts.once {
         print!("{}", exporter.scrape());
-        return 0;
+        return Ok(());
     }
-    match server::serve(opts.listen, exporter) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!(
-                "rdma-host-device metrics: cannot listen on {}: {e}",
-                opts.listen
-            );
-            1
-        }
-    }
+    server::serve(opts.listen, exporter)
+        .map_err(|e| io_error(format_args!("cannot listen on {}", opts.listen), e))
 }
 
 #[cfg(test)]
@@ -154,6 +146,10 @@ mod tests {
         assert_eq!(
             options(&[]).unwrap().listen,
             DEFAULT_LISTEN.parse().unwrap()
+        );
+        assert_eq!(
+            options(&args(&["--listen", "nope"])).unwrap_err().msg,
+            "metrics: --listen: \"nope\": invalid socket address syntax (want ADDR:PORT, [ADDR]:PORT or :PORT)"
         );
         for bad in [
             &["--listen"][..],

@@ -209,7 +209,7 @@ impl Slots {
 
     /// A slot for a new connection from `peer`, evicting one when all are taken; `None` when
     /// every connection held is being answered.
-    fn admit(&self, peer: IpAddr) -> Option<(u64, Arc<Slot>)> {
+    fn slot_for(&self, peer: IpAddr) -> Option<(u64, Arc<Slot>)> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         if held.len() >= MAX_CONNECTIONS {
             let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
@@ -405,7 +405,7 @@ pub fn serve(listen: SocketAddr, exporter: Arc<Exporter>) -> std::io::Result<()>
                     continue;
                 }
             };
-            let Some((id, slot)) = slots.admit(peer.ip()) else {
+            let Some((id, slot)) = slots.slot_for(peer.ip()) else {
                 log::debug!(
                     "all {MAX_CONNECTIONS} connections are being answered; closing a new one"
                 );
@@ -434,17 +434,17 @@ mod tests {
     fn a_full_table_evicts_the_idlest_of_the_busiest_peer_and_never_one_being_answered() {
         let slots = Slots::new();
         let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        let (_, prom) = slots.admit(b).unwrap();
+        let (_, prom) = slots.slot_for(b).unwrap();
         let mut flood = Vec::new();
         for _ in 1..MAX_CONNECTIONS {
-            flood.push(slots.admit(a).unwrap());
+            flood.push(slots.slot_for(a).unwrap());
         }
         // The flood's oldest goes; Prometheus' connection, older still, stays.
         prom.last.store(0, Ordering::Relaxed);
         for (i, (_, s)) in flood.iter().enumerate() {
             s.last.store(10 + i as u64, Ordering::Relaxed);
         }
-        let (_, newer) = slots.admit(a).unwrap();
+        let (_, newer) = slots.slot_for(a).unwrap();
         let held = slots.held.lock().unwrap();
         assert_eq!(held.len(), MAX_CONNECTIONS);
         assert!(!held.contains_key(&flood[0].0), "the flood's idlest stays");
@@ -455,7 +455,7 @@ mod tests {
         for s in slots.held.lock().unwrap().values() {
             s.busy.store(1, Ordering::Relaxed);
         }
-        assert!(slots.admit(a).is_none());
+        assert!(slots.slot_for(a).is_none());
         assert_eq!(slots.held.lock().unwrap().len(), MAX_CONNECTIONS);
     }
 
@@ -470,7 +470,7 @@ mod tests {
         slots.start = Instant::now()
             .checked_sub(Duration::from_secs(60))
             .unwrap_or(slots.start);
-        let (_, slot) = slots.admit("10.0.0.1".parse().unwrap()).unwrap();
+        let (_, slot) = slots.slot_for("10.0.0.1".parse().unwrap()).unwrap();
         let limit = u64::try_from(STALL_TIMEOUT.as_millis()).unwrap();
         // Long quiet, but being answered (a scrape running): not stalled.
         slot.busy.store(1, Ordering::Relaxed);

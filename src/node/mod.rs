@@ -7,6 +7,7 @@
 //! (the environment of a CNI plugin is the runtime's, a node-level component, not the tenant's).
 
 mod device_plugin;
+pub mod show;
 use crate::error::{Code, Error, Result};
 use crate::rdma::identity::{format_guid, parse_guid};
 pub use device_plugin::{CharDevices, DevicePluginConfig, Pool};
@@ -316,6 +317,7 @@ impl Node {
             "memlock": self.memlock,
             "ipamPlugins": self.ipam_plugins,
             "ipamPaths": self.ipam_paths,
+            "takeRdmaDevicesInUse": self.take_rdma_devices_in_use,
             "source": self.source,
         });
         if let Some(p) = &self.allowed_nics {
@@ -327,7 +329,11 @@ impl Node {
                     "resourceName": p.resource_name,
                     "selectors": p.selectors.to_json(),
                 })).collect::<Vec<_>>(),
-                "charDevices": {"umad": dp.char_devices.umad, "issm": dp.char_devices.issm},
+                "charDevices": {
+                    "umad": dp.char_devices.umad,
+                    "issm": dp.char_devices.issm,
+                    "cdi": dp.char_devices.cdi,
+                },
             });
         }
         serde_json::to_string_pretty(&v).unwrap_or_default()

@@ -362,3 +362,29 @@ fn ipam_paths_refuse_paths_outside_the_prefixes_naming_the_key() {
         assert!(e.msg.contains("ipamPaths"), "{}", e.msg);
     }
 }
+
+/// `node-config` prints what the plugin will use: every key, read back, gives the same node.
+#[test]
+fn node_config_output_read_back_is_the_same_node() {
+    let p = write(
+        r#"{"stateDir":"/srv/s","logDir":"/srv/l","allowedNics":{"names":["a"],"pciAddresses":["0000:3b:00.0"],"drivers":["irdma"],"rdmaDevices":["0002:c903:0033:1234"]},
+        "allowedUplinks":["b"],"deviceInfoDir":"/srv/d","memlock":"1048576","ipamPlugins":["host-local"],
+        "ipamPaths":["/srv/ipam"],"takeRdmaDevicesInUse":true,
+        "devicePlugin":{"pools":[{"resourceName":"rdma-host-device.io/rail","selectors":{"names":["a"]}}],
+        "charDevices":{"umad":true,"issm":true,"cdi":true}}}"#,
+    );
+    let n = Node::from_file(&p, true).unwrap();
+    let _ = std::fs::remove_file(&p);
+    let mut shown: serde_json::Value = serde_json::from_str(&n.to_json()).unwrap();
+    shown.as_object_mut().unwrap().remove("source");
+    let q = write(&shown.to_string());
+    let back = Node::from_file(&q, true).unwrap();
+    let _ = std::fs::remove_file(&q);
+    assert_eq!(back.device_plugin().unwrap(), n.device_plugin().unwrap());
+    let same = |mut x: Node| {
+        x.source.clear();
+        x.device_plugin_json = None;
+        x
+    };
+    assert_eq!(same(back), same(n), "{shown}");
+}

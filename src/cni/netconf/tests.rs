@@ -11,7 +11,6 @@ fn minimal_config() {
     assert_eq!(c.selector, Some(Selector::Name("eth1".into())));
     assert_eq!(c.rdma.isolation, Isolation::Auto);
     assert_eq!(c.rdma.gid_timeout_ms, 5000);
-    assert_eq!(c.state_dir, PathBuf::from(crate::node::DEFAULT_STATE_DIR));
 }
 
 #[test]
@@ -48,7 +47,6 @@ fn del_is_lenient_and_says_what_it_ignored() {
     assert!(NetConf::parse_strict(raw.to_vec(), &node).is_err());
     let (c, ignored) = NetConf::parse_lenient(raw.to_vec(), &node).unwrap();
     assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
-    assert_eq!(c.state_dir, node.state_dir);
     assert_eq!(c.log_file, None);
     assert_eq!(c.mtu, None);
     assert_eq!(c.selector, None);

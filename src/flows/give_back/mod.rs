@@ -1,6 +1,7 @@
-//! Giving a NIC back to the host: one place for DEL, GC, ADD's rollback, STATUS and a NIC lost
-//! to a pod deleted without DEL. What decides which link is the attachment's NIC is its state
-//! record (the ifindex in the pod, the permanent MAC), never the pod-writable alias tag alone.
+//! Releasing an attachment and giving its NIC back to the host: one place for DEL, GC and ADD's
+//! rollback (lost NICs that ADD, GC and STATUS meet are lost.rs's). What decides which link is
+//! the attachment's NIC is its state record (a hardware NIC's parent device; a virtual one's
+//! kind, pod ifindex and permanent MAC: `ours.rs`), never the pod-writable alias tag alone.
 
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
@@ -241,10 +242,10 @@ fn ipam_of(conf: &NetConf, record: Option<&Record>) -> Option<(String, Vec<u8>)>
 /// Give the NIC of attachment `record` back to the host as it was. Returns whether a NIC was
 /// found. What decides which link is ours is the record, never the alias tag alone: a pod with
 /// NET_ADMIN can rewrite its interface's alias, MAC and name, and put our tag on another link.
-/// Looks in the pod first (by the ifindex the record saw there, or the permanent MAC), then on
+/// Looks in the pod first (by the record: parent device, or pod ifindex and permanent MAC), then on
 /// the host (a NIC that came back from a dead pod). Without a record nothing is touched: ADD
 /// writes it before its first change, so no record means nothing of ours is out.
-pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool> {
+pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<bool> {
     let Some(r) = record else {
         log::info!("no state record for this attachment: nothing of ours to give back");
         return Ok(false);
@@ -253,7 +254,7 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
     // Lock the NIC before touching it (re-entrant: ADD's rollback already holds it).
     let _nic = lock::device(&r.host_name)?;
     let original_alias = r.host_alias.as_deref();
-    if let (Some(pod), Some(pod_ns)) = (s.pod, s.pod_ns) {
+    if let (Some(pod), Some(pod_ns)) = (places.pod, places.pod_ns) {
         // A name that is not UTF-8 hides a link from every lookup: give ours a readable one.
         pod.name_unreadable(pod_ns, |u| unreadable_is_ours(u, r, &owner))
             .await?;
@@ -263,7 +264,12 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
         // netdev's move, and a moved device must not be left behind. Without the NIC there
         // (ADD killed between moving the RDMA device and the NIC) the device may be alone.
         if r.rdma_device.is_some() || r.soft_device.is_some() {
-            rdma::release(pod_ns, s.host_ns, ours.as_ref().map(|l| l.index), Some(r))?;
+            rdma::release(
+                pod_ns,
+                places.host_ns,
+                ours.as_ref().map(|l| l.index),
+                Some(r),
+            )?;
         }
         if let Some(link) = ours {
             // What the pod made of its NIC does not leave with it: links stacked on it go,
@@ -278,7 +284,7 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
             pod.restore_settings(link.index, &r.settings())
                 .await
                 .map_err(keep)?;
-            free_home_name(s, r, &owner).await.map_err(keep)?;
+            free_home_name(places, r, &owner).await.map_err(keep)?;
             let how = restored(r, original_alias, &link);
             log::info!(
                 "returning {} (index {} in the pod) to the host as {} (mtu {})",
@@ -287,25 +293,30 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
                 r.host_name,
                 r.host_mtu
             );
-            pod.move_to(link.index, s.host_ns, &how).await?;
+            pod.move_to(link.index, places.host_ns, &how).await?;
             if let Some(still) = find_ours(&pod.all().await?, r, &owner, Where::Pod) {
                 return Err(still_in_pod(r, &still));
             }
             return Ok(true);
         }
     }
-    s.host
-        .name_unreadable(s.host_ns, |u| tagged_by(u, Some(&owner)))
+    places
+        .host
+        .name_unreadable(places.host_ns, |u| tagged_by(u, Some(&owner)))
         .await?;
-    if let Some(link) = find_ours(&s.host.all().await?, r, &owner, Where::Host) {
+    if let Some(link) = find_ours(&places.host.all().await?, r, &owner, Where::Host) {
         log::info!(
             "{} is back on the host without a DEL; restoring its name {}",
             link.name,
             r.host_name
         );
         // Settings first, while the link still bears the tag that lets a retry find it.
-        s.host.restore_settings(link.index, &r.settings()).await?;
-        s.host
+        places
+            .host
+            .restore_settings(link.index, &r.settings())
+            .await?;
+        places
+            .host
             .restore_in_place(link.index, &restored(r, original_alias, &link))
             .await?;
         return Ok(true);
@@ -317,7 +328,7 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
     let Some(parent) = r.parent.as_deref().filter(|_| !legacy(r)) else {
         return Ok(false);
     };
-    let home = s
+    let home = places
         .host
         .all()
         .await?
@@ -326,7 +337,7 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
     let device_exists = parent
         .split_once('/')
         .is_some_and(|(bus, dev)| crate::sysfs::bus_device_exists(bus, dev));
-    if !home && s.pod.is_some() && device_exists {
+    if !home && places.pod.is_some() && device_exists {
         return Err(Error::new(
             Code::Netlink,
             format!(
@@ -348,8 +359,8 @@ pub async fn return_nic(s: &Places<'_>, record: Option<&Record>) -> Result<bool>
 /// gave it, the name `r`'s NIC comes home under: the move would fail on it for ever. Restore
 /// that NIC from its own attachment's record first (its altnames as the node had them), which
 /// frees the name. A link that has the name as its own is left to the move's error.
-async fn free_home_name(s: &Places<'_>, r: &Record, owner: &str) -> Result<()> {
-    let Some(l) = s.host.by_name(&r.host_name).await? else {
+async fn free_home_name(places: &Places<'_>, r: &Record, owner: &str) -> Result<()> {
+    let Some(l) = places.host.by_name(&r.host_name).await? else {
         return Ok(());
     };
     let Some(tag) = l.alias.as_deref().and_then(Tag::decode) else {
@@ -364,8 +375,8 @@ async fn free_home_name(s: &Places<'_>, r: &Record, owner: &str) -> Result<()> {
         l.name,
         tag.host_name
     );
-    let records = Store::new(&s.conf.state_dir).all()?;
-    restore_lost(s.host, &l, &tag, &records, "DEL").await
+    let records = Store::new(&places.node.state_dir).all()?;
+    restore_lost(places.host, &l, &tag, &records, "DEL").await
 }
 
 fn still_in_pod(r: &Record, l: &LinkInfo) -> Error {

@@ -34,7 +34,7 @@ pub fn refuse_releasing_a_used_soft_device(pod_ns: &Netns, record: &Record) -> R
     let Some(name) = record.soft_device.as_deref() else {
         return Ok(());
     };
-    pod_ns.run(|| -> Result<()> {
+    pod_ns.within(|| -> Result<()> {
         let mut sock = match RdmaSocket::open() {
             Ok(s) => s,
             Err(RdmaNlError::Unavailable(_)) => return Ok(()),
@@ -69,7 +69,7 @@ pub fn release(
     nic_index: Option<u32>,
     record: Option<&Record>,
 ) -> Result<()> {
-    pod_ns.run(|| -> Result<()> {
+    pod_ns.within(|| -> Result<()> {
         let mut sock = match RdmaSocket::open() {
             Ok(s) => s,
             // No RDMA in this kernel: nothing of ours can be there.
@@ -159,7 +159,7 @@ pub fn release(
 
 /// Undo of `move_in` when the NIC never reached the pod.
 pub fn return_device(device: &str, pod_ns: &Netns, host_ns: &Netns) -> Result<()> {
-    pod_ns.run(|| -> Result<()> {
+    pod_ns.within(|| -> Result<()> {
         let mut sock =
             RdmaSocket::open().map_err(|e| rdma_error("opening RDMA netlink in the pod", e))?;
         if let Some(dev) = sock

@@ -1,0 +1,37 @@
+//! `rdma-host-device node-config [FILE]`: the node configuration the plugin would use (FILE, or
+//! the one the plugin finds), printed as JSON with the defaults filled in. The DaemonSet's
+//! installer checks a new one with it before putting it in place.
+
+use super::Node;
+use crate::error::{Result, invalid_config};
+use std::path::PathBuf;
+
+/// The file to read; `None`: the one the plugin reads (`$RDMA_HOST_DEVICE_NODE_CONFIG` or the
+/// default path).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Options {
+    pub file: Option<PathBuf>,
+}
+
+pub fn options(args: &[String]) -> Result<Options> {
+    match args {
+        [] => Ok(Options { file: None }),
+        [file] => Ok(Options {
+            file: Some(PathBuf::from(file)),
+        }),
+        [_, extra, ..] => Err(invalid_config(format!(
+            "node-config takes at most one FILE, not also {extra:?}"
+        ))),
+    }
+}
+
+/// Print it, or fail with what is invalid in which file (its `devicePlugin` included).
+pub fn run(o: &Options) -> Result<()> {
+    let node = match &o.file {
+        Some(f) => Node::load_from(f)?,
+        None => Node::load()?,
+    };
+    node.device_plugin()?;
+    println!("{}", node.to_json());
+    Ok(())
+}
