@@ -160,3 +160,17 @@ pub fn test_attr(kind: u16, value: &[u8]) -> Vec<u8> {
     }
     a
 }
+
+/// One netlink message as the kernel lays it out (header with port id 0, then `body`): for
+/// tests that build kernel replies by hand.
+#[cfg(test)]
+pub fn test_message(kind: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+    let mut m = Vec::new();
+    m.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
+    m.extend_from_slice(&kind.to_ne_bytes());
+    m.extend_from_slice(&flags.to_ne_bytes());
+    m.extend_from_slice(&seq.to_ne_bytes());
+    m.extend_from_slice(&0u32.to_ne_bytes());
+    m.extend_from_slice(body);
+    m
+}

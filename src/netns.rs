@@ -279,14 +279,7 @@ pub fn others_on_node() -> Vec<(PathBuf, String)> {
             out.push((p, label));
         }
     }
-    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    pids.sort_unstable();
-    for pid in pids {
+    for pid in crate::process::pids() {
         let p = PathBuf::from(format!("/proc/{pid}/ns/net"));
         if let Some(i) = id(&p)
             && seen.insert(i)

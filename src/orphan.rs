@@ -12,14 +12,8 @@ pub fn holders(ns: &Netns) -> Vec<(u32, String)> {
     let Ok(me) = std::fs::metadata(ns.path()) else {
         return Vec::new();
     };
-    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+    crate::process::pids()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    pids.sort_unstable();
-    pids.into_iter()
         .filter(|pid| {
             std::fs::metadata(format!("/proc/{pid}/ns/net"))
                 .is_ok_and(|m| m.dev() == me.dev() && m.ino() == me.ino())

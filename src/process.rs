@@ -1,9 +1,21 @@
-//! Processes as messages name them: a pid's command name from `/proc`, and a short list of
-//! "pid N (comm)" for errors that say who holds something (a netns, an RDMA device).
+//! Processes as messages name them: every pid in `/proc`, a pid's command name, and a short
+//! list of "pid N (comm)" for errors that say who holds something (a netns, an RDMA device).
 //! Pids are the plugin's pid namespace's: the host's, where runtimes run CNI plugins.
 
 /// How many processes a message names at most.
 const NAMED: usize = 5;
+
+/// Every process's pid (`/proc/PID`), in ascending order; empty when /proc is unreadable.
+pub fn pids() -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids
+}
 
 /// A process's command name (`/proc/PID/comm`), empty when it is gone or unreadable.
 pub fn comm(pid: u32) -> String {

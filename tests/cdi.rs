@@ -12,12 +12,12 @@ use common::*;
 use serde_json::Value;
 use std::fs;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 /// A fake node: sysfs naming one RDMA device's uverbs0, /dev with uverbs0 and rdma_cm, a
-/// busybox root for the container, and podman's own storage, all under one temp dir.
+/// busybox root for the container, all under podman's own temp dir (its storage beside them).
 struct World {
-    dir: TempDir,
+    podman: Podman,
     rdma: String,
     spec: PathBuf,
 }
@@ -25,8 +25,8 @@ struct World {
 impl World {
     fn new(tag: &str) -> World {
         require_root();
-        let dir = TempDir::new(&format!("cdi-{tag}"));
-        let d = dir.path();
+        let podman = Podman::new(&format!("cdi-{tag}"));
+        let d = podman.dir.path();
         let rdma = format!("rhdt{}{tag}", std::process::id());
         let verbs = d.join("sys/class/infiniband_verbs/uverbs0");
         fs::create_dir_all(&verbs).unwrap();
@@ -51,11 +51,11 @@ impl World {
         std::os::unix::fs::symlink("busybox", root.join("sh")).unwrap();
         // podman 4.3 reads specs from /etc/cdi and /var/run/cdi only: one file of this test's.
         let spec = PathBuf::from(format!("/var/run/cdi/rhd-test-{rdma}.json"));
-        World { dir, rdma, spec }
+        World { podman, rdma, spec }
     }
 
     fn cdi(&self, memlock: &str) -> Output {
-        let d = self.dir.path();
+        let d = self.dir();
         let out = Command::new(PLUGIN)
             .args(["cdi", "--out"])
             .arg(&self.spec)
@@ -75,28 +75,15 @@ impl World {
 
     /// `sh -c SCRIPT` in a podman container, with `devices` (CDI names) added.
     fn podman(&self, devices: &[String], script: &str) -> Result<String, String> {
-        let d = self.dir.path().display();
-        let mut c = Command::new("podman");
-        c.args([
-            format!("--root={d}/storage"),
-            format!("--runroot={d}/run"),
-            format!("--tmpdir={d}/tmp"),
-            "--cgroup-manager=cgroupfs".into(),
-            "--events-backend=file".into(),
-            "run".into(),
-            "--rm".into(),
-            "--network=none".into(),
-            "--ulimit=nofile=4096:4096".into(),
-            "--ulimit=nproc=4096:4096".into(),
-        ]);
+        let mut args: Vec<String> = ["run", "--rm", "--network=none"].map(String::from).into();
+        args.extend(PODMAN_RUN_LIMITS.map(String::from));
         for dev in devices {
-            c.args(["--device", dev]);
+            args.extend(["--device".into(), dev.clone()]);
         }
-        c.arg("--rootfs")
-            .arg(self.dir.path().join("rootfs"))
-            .args(["/bin/sh", "-c", script])
-            .stdin(Stdio::null());
-        let out = c.output().expect("podman (scripts/setup.sh installs it)");
+        args.push("--rootfs".into());
+        args.push(self.dir().join("rootfs").to_string_lossy().into_owned());
+        args.extend(["/bin/sh", "-c", script].map(String::from));
+        let out = self.podman.run(&args);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         if out.status.success() {
             Ok(stdout)
@@ -106,6 +93,11 @@ impl World {
                 String::from_utf8_lossy(&out.stderr)
             ))
         }
+    }
+
+    /// The fake node's files (sys/, dev/, rootfs/), beside podman's storage.
+    fn dir(&self) -> &std::path::Path {
+        self.podman.dir.path()
     }
 }
 
@@ -184,11 +176,11 @@ fn the_spec_keeps_a_device_gone_from_sysfs_while_its_char_device_exists() {
     // of that pod must still resolve its CDI name.
     let w = World::new("c");
     w.cdi("unlimited");
-    fs::remove_dir_all(w.dir.path().join("sys/class/infiniband_verbs/uverbs0")).unwrap();
+    fs::remove_dir_all(w.dir().join("sys/class/infiniband_verbs/uverbs0")).unwrap();
     w.cdi("unlimited");
     let spec: Value = serde_json::from_slice(&fs::read(&w.spec).unwrap()).unwrap();
     assert_eq!(spec["devices"][0]["name"], w.rdma.as_str(), "{spec:#}");
-    fs::remove_file(w.dir.path().join("dev/infiniband/uverbs0")).unwrap();
+    fs::remove_file(w.dir().join("dev/infiniband/uverbs0")).unwrap();
     w.cdi("unlimited");
     let spec: Value = serde_json::from_slice(&fs::read(&w.spec).unwrap()).unwrap();
     assert_eq!(

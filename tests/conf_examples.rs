@@ -7,7 +7,7 @@
 mod common;
 mod conf_yaml;
 
-use common::{PLUGIN, files_under};
+use common::{PLUGIN, files_under, output_text};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -472,17 +472,10 @@ fn install_script_installs_atomically_and_idempotently() {
     let _ = fs::remove_dir_all(&dir);
     let bin_dir = dir.join("opt/cni/bin");
     let src = release_binary();
-    let show = |o: &std::process::Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
 
     // HOST_ROOT empty: no chroot (this is how it runs in a container without /host).
     let o = install(&src, &bin_dir, "");
-    assert!(o.status.success(), "install failed:\n{}", show(&o));
+    assert!(o.status.success(), "install failed:\n{}", output_text(&o));
     let dest = bin_dir.join("rdma-host-device");
     assert_eq!(
         fs::read(&dest).unwrap(),
@@ -494,7 +487,7 @@ fn install_script_installs_atomically_and_idempotently() {
         fs::metadata(&dest).unwrap().permissions().mode() & 0o777,
         0o755
     );
-    let text = show(&o);
+    let text = output_text(&o);
     assert!(text.contains("installed "), "{text}");
     assert!(
         text.contains("RDMA"),
@@ -508,13 +501,17 @@ fn install_script_installs_atomically_and_idempotently() {
 
     // Again: nothing to do.
     let o = install(&src, &bin_dir, "");
-    assert!(o.status.success(), "{}", show(&o));
-    assert!(show(&o).contains("already this build"), "{}", show(&o));
+    assert!(o.status.success(), "{}", output_text(&o));
+    assert!(
+        output_text(&o).contains("already this build"),
+        "{}",
+        output_text(&o)
+    );
 
     // A different old binary is replaced.
     fs::write(&dest, b"#!/bin/sh\necho old\n").unwrap();
     let o = install(&src, &bin_dir, "");
-    assert!(o.status.success(), "{}", show(&o));
+    assert!(o.status.success(), "{}", output_text(&o));
     assert_eq!(fs::read(&dest).unwrap(), fs::read(&src).unwrap());
 
     // The installed plugin answers the CNI VERSION verb as a runtime calls it.
@@ -544,7 +541,7 @@ fn install_script_installs_atomically_and_idempotently() {
         .env("SHA256", "0".repeat(64))
         .output()
         .unwrap();
-    assert!(!o.status.success(), "{}", show(&o));
+    assert!(!o.status.success(), "{}", output_text(&o));
     assert!(!dir.join("other/rdma-host-device").exists());
     let _ = fs::remove_dir_all(&dir);
 }

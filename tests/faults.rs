@@ -174,28 +174,14 @@ fn add_panics_at(point: &str) {
 
 #[test]
 fn add_error_at_each_boundary_rolls_back() {
-    for p in [
-        "add:locked",
-        "add:after-state",
-        "add:after-nic-move",
-        "add:after-ipam",
-        "add:after-addresses",
-        "add:before-result",
-    ] {
+    for &p in ADD_FAULT_POINTS {
         add_fails_at(p);
     }
 }
 
 #[test]
 fn add_panic_at_each_boundary_prints_999_and_rolls_back() {
-    for p in [
-        "add:locked",
-        "add:after-state",
-        "add:after-nic-move",
-        "add:after-ipam",
-        "add:after-addresses",
-        "add:before-result",
-    ] {
+    for &p in ADD_FAULT_POINTS {
         add_panics_at(p);
     }
 }
@@ -224,22 +210,14 @@ fn del_faulted_at(point: &str, action: &str) {
 
 #[test]
 fn del_killed_at_each_boundary() {
-    for p in [
-        "del:locked",
-        "del:after-nic-return",
-        "del:after-ipam-release",
-    ] {
+    for &p in DEL_FAULT_POINTS {
         del_faulted_at(p, "kill");
     }
 }
 
 #[test]
 fn del_error_at_each_boundary() {
-    for p in [
-        "del:locked",
-        "del:after-nic-return",
-        "del:after-ipam-release",
-    ] {
+    for &p in DEL_FAULT_POINTS {
         del_faulted_at(p, "error");
     }
 }

@@ -644,7 +644,7 @@ fn del_whose_netns_path_is_gone_while_the_netns_lives_on_keeps_the_ip_and_the_st
     pod.delete();
     assert!(!std::path::Path::new(&pod.path()).exists());
     // inspect says where the NIC is, and who keeps it there.
-    let report = inspect_json(None, &rig);
+    let report = rig.inspect_json(None);
     let row = report["nics"]
         .as_array()
         .and_then(|a| a.iter().find(|n| n["name"] == nic.name.as_str()))
@@ -802,26 +802,6 @@ impl Node {
     }
 }
 
-/// `inspect --json` for this rig's state, on the host or inside `node`.
-fn inspect_json(node: Option<&Netns>, rig: &Rig) -> Value {
-    let mut c = match node {
-        Some(n) => {
-            let mut c = std::process::Command::new("ip");
-            c.args(["netns", "exec", &n.name]).arg(plugin());
-            c
-        }
-        None => std::process::Command::new(plugin()),
-    };
-    let out = c
-        .args(["inspect", "--json", "--state-dir"])
-        .arg(rig.state_dir())
-        .env_remove("CNI_COMMAND")
-        .output()
-        .expect("run inspect");
-    assert!(out.status.success(), "inspect failed: {out:?}");
-    serde_json::from_slice(&out.stdout).expect("inspect --json prints JSON")
-}
-
 /// Attach the node's NIC to `pod` (as container 0), let the pod rename it to a name that is
 /// not UTF-8, then let the pod's netns die without DEL: the NIC comes back to the node under
 /// that name, still tagged (what the kernel does for a physical NIC; see kill_netns_refunding).
@@ -866,7 +846,7 @@ fn a_lost_nic_with_a_name_that_is_not_utf8_is_found_by_add() {
     let (pod, next) = (rig.netns(0), rig.netns(1));
     let conf = lose_with_an_unreadable_name(&rig, &node, &pod);
     // inspect (in the node) lists the lost NIC by its escaped name.
-    let report = inspect_json(Some(&node.ns), &rig);
+    let report = rig.inspect_json(Some(&node.ns));
     assert!(
         report["nics"].as_array().is_some_and(|a| a.iter().any(|n| {
             n["name"] == "pod\\xff\\xfe1" && n["notes"].to_string().contains("not UTF-8")

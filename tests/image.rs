@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The DaemonSet YAML's documents: (ConfigMap, DaemonSet).
@@ -64,57 +64,6 @@ fn daemonset_names_the_image_the_build_produces() {
         script.contains("IMAGE=${IMAGE:-localhost/rdma-host-device:$version}"),
         "deploy/build-image.sh's default tag changed: change conf/k8s/daemonset.yaml with it"
     );
-}
-
-/// Podman with a private storage root, run root and tmp dir; removes its containers,
-/// images and mounts on drop.
-struct Podman {
-    dir: TempDir,
-}
-
-impl Podman {
-    fn new() -> Podman {
-        Podman {
-            dir: TempDir::new("podman"),
-        }
-    }
-
-    /// The global options that keep podman off the machine's own storage. cgroupfs: no
-    /// systemd here.
-    fn opts(&self) -> Vec<String> {
-        let d = self.dir.path().display();
-        vec![
-            format!("--root={d}/storage"),
-            format!("--runroot={d}/run"),
-            format!("--tmpdir={d}/tmp"),
-            "--cgroup-manager=cgroupfs".into(),
-            "--events-backend=file".into(),
-        ]
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("podman");
-        c.args(self.opts()).stdin(Stdio::null());
-        c
-    }
-
-    fn run(&self, args: &[String]) -> Output {
-        self.cmd()
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run podman ({e}): scripts/setup.sh installs it"))
-    }
-}
-
-impl Drop for Podman {
-    fn drop(&mut self) {
-        let _ = self
-            .cmd()
-            .args(["rm", "--all", "--force", "--time=0"])
-            .output();
-        let _ = self.cmd().args(["rmi", "--all", "--force"]).output();
-        unmount_under(self.dir.path());
-    }
 }
 
 /// A stand-in for a node: its root (with this machine's glibc, so a chroot into it can run
@@ -176,12 +125,7 @@ fn podman_args(ds: &Value, name: &str, node: &Node, image: &str, detach: bool) -
     if c["securityContext"]["privileged"] == json!(true) {
         a.push("--privileged".into());
     }
-    // This machine's root lacks CAP_SYS_RESOURCE: runc may only lower rlimits (podman's
-    // defaults raise them), as containerd's restrict_oom_score_adj in tests/cri.rs.
-    a.extend([
-        "--ulimit=nofile=4096:4096".into(),
-        "--ulimit=nproc=4096:4096".into(),
-    ]);
+    a.extend(PODMAN_RUN_LIMITS.map(String::from));
     for m in c["volumeMounts"].as_array().into_iter().flatten() {
         let vol = spec["volumes"]
             .as_array()
@@ -229,15 +173,6 @@ fn podman_args(ds: &Value, name: &str, node: &Node, image: &str, detach: bool) -
     a
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "exit {}\n---- stdout\n{}\n---- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// `cargo build --release` (a no-op when up to date): the binary users ship. The release
 /// profile has its own build lock, so this does not wait on the test build.
 fn release_binary() -> PathBuf {
@@ -250,9 +185,27 @@ fn release_binary() -> PathBuf {
     assert!(
         out.status.success(),
         "cargo build --release\n{}",
-        text(&out)
+        output_text(&out)
     );
     repo().join("target/release/rdma-host-device")
+}
+
+/// deploy/build-image.sh with `bin`, into `podman`'s storage: its report (image, size).
+fn build_image(podman: &Podman, bin: &Path) -> String {
+    let t0 = Instant::now();
+    let out = Command::new(repo().join("deploy/build-image.sh"))
+        .arg(bin)
+        .env("PODMAN_OPTS", podman.opts().join(" "))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "deploy/build-image.sh\n{}",
+        output_text(&out)
+    );
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{report}built in {:.1} s", t0.elapsed().as_secs_f64());
+    report
 }
 
 #[test]
@@ -260,22 +213,10 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
     require_root();
     let bin = release_binary();
     let (cm, ds) = manifests();
-    let podman = Podman::new();
+    let podman = Podman::new("podman");
 
     // Build, offline, with the name the DaemonSet uses.
-    let t0 = Instant::now();
-    let out = Command::new(repo().join("deploy/build-image.sh"))
-        .arg(&bin)
-        .env("PODMAN_OPTS", podman.opts().join(" "))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "deploy/build-image.sh\n{}",
-        text(&out)
-    );
-    let report = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("{report}built in {:.1} s", t0.elapsed().as_secs_f64());
+    let report = build_image(&podman, &bin);
     let image = daemonset_image(&ds);
     assert!(
         report.contains(&format!("image: {image}\n")),
@@ -302,7 +243,7 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
 
     // The init container, as the DaemonSet runs it.
     let out = podman.run(&podman_args(&ds, "install", &node, &image, false));
-    let log = text(&out);
+    let log = output_text(&out);
     assert!(out.status.success(), "the install container failed\n{log}");
     eprintln!(
         "the install container's log:\n{}",
@@ -380,11 +321,15 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
     // A restart of the pod: nothing to do, the binary is not touched.
     let inode = fs::metadata(&dest).unwrap().ino();
     let out = podman.run(&podman_args(&ds, "install", &node, &image, false));
-    assert!(out.status.success(), "second install\n{}", text(&out));
     assert!(
-        text(&out).contains("is already this build; left alone"),
+        out.status.success(),
+        "second install\n{}",
+        output_text(&out)
+    );
+    assert!(
+        output_text(&out).contains("is already this build; left alone"),
         "{}",
-        text(&out)
+        output_text(&out)
     );
     assert_eq!(fs::metadata(&dest).unwrap().ino(), inode);
 
@@ -397,9 +342,9 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
     .unwrap();
     let out = podman.run(&podman_args(&ds, "install", &node, &image, false));
     assert!(
-        !out.status.success() && text(&out).contains("is not a valid node configuration"),
+        !out.status.success() && output_text(&out).contains("is not a valid node configuration"),
         "a bad node.json was not refused\n{}",
-        text(&out)
+        output_text(&out)
     );
     assert_eq!(
         fs::read_to_string(node.host("/etc/rdma-host-device/node.json")).unwrap(),
@@ -408,22 +353,17 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
 
     // The node-report container: its first report, with the installed plugin.
     let out = podman.run(&podman_args(&ds, "node-report", &node, &image, true));
-    assert!(out.status.success(), "node-report\n{}", text(&out));
+    assert!(out.status.success(), "node-report\n{}", output_text(&out));
     let t0 = Instant::now();
     let logs = loop {
-        let l = podman.run(&["logs".into(), "node-report".into()]);
-        let s = text(&l);
+        let l = podman.run(&["logs", "node-report"]);
+        let s = output_text(&l);
         if s.contains("attached to pods; state dir") || t0.elapsed() > Duration::from_secs(20) {
             break s;
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let _ = podman.run(&[
-        "rm".into(),
-        "--force".into(),
-        "--time=0".into(),
-        "node-report".into(),
-    ]);
+    let _ = podman.run(&["rm", "--force", "--time=0", "node-report"]);
     assert!(
         logs.contains(&format!(
             "rdma-host-device {} inspect on",
@@ -442,17 +382,8 @@ fn the_metrics_container_enters_pods_at_the_netns_paths_runtimes_give() {
     require_root();
     let bin = release_binary();
     let (cm, ds) = manifests();
-    let podman = Podman::new();
-    let out = Command::new(repo().join("deploy/build-image.sh"))
-        .arg(&bin)
-        .env("PODMAN_OPTS", podman.opts().join(" "))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "deploy/build-image.sh\n{}",
-        text(&out)
-    );
+    let podman = Podman::new("podman");
+    build_image(&podman, &bin);
     let image = daemonset_image(&ds);
     let node = Node::new(podman.dir.path(), &cm, &bin);
     // Two pods attached by the plugin (this build) on this machine, recording their netns as a
@@ -484,7 +415,7 @@ fn the_metrics_container_enters_pods_at_the_netns_paths_runtimes_give() {
     assert!(
         bound.status.success(),
         "mount --rbind /run/netns\n{}",
-        text(&bound)
+        output_text(&bound)
     );
     // The container as the YAML runs it, but printing one scrape instead of listening on the
     // node's port 9879 (which another test or a real exporter may hold).
@@ -519,7 +450,7 @@ fn the_metrics_container_enters_pods_at_the_netns_paths_runtimes_give() {
             up.len() == 1
                 && up[0].rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) == Some(1.0),
             "the pod at {path} is not up in the metrics container's scrape: {up:?}\n{}",
-            text(&out)
+            output_text(&out)
         );
     }
     let netns_errors: Vec<&str> = scrape

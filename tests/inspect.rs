@@ -10,24 +10,6 @@ use serde_json::{Value, json};
 use std::process::Command;
 use std::time::Duration;
 
-fn inspect(rig: &Rig) -> Value {
-    serde_json::from_str(&inspect_with(rig, &["--json"])).expect("inspect --json prints JSON")
-}
-
-/// `inspect ARGS --state-dir RIG'S`: its stdout.
-fn inspect_with(rig: &Rig, args: &[&str]) -> String {
-    let out = Command::new(plugin())
-        .arg("inspect")
-        .args(args)
-        .arg("--state-dir")
-        .arg(rig.state_dir())
-        .env_remove("CNI_COMMAND")
-        .output()
-        .expect("run inspect");
-    assert!(out.status.success(), "inspect failed: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn row<'a>(report: &'a Value, nic: &str) -> Option<&'a Value> {
     report["nics"].as_array()?.iter().find(|n| n["name"] == nic)
 }
@@ -43,7 +25,7 @@ fn inspect_shows_a_nic_in_its_pod_then_at_home() {
     rig.call("ADD", &conf, &pod.path(), &rig.cid(0), "net1", &[])
         .ok();
 
-    let report = inspect(&rig);
+    let report = rig.inspect_json(None);
     let r = row(&report, &nic.name).unwrap_or_else(|| panic!("{} missing: {report}", nic.name));
     assert_eq!(r["location"], "pod", "{r}");
     assert_eq!(r["mtu"], 1300, "the MTU as the pod sees it: {r}");
@@ -56,7 +38,7 @@ fn inspect_shows_a_nic_in_its_pod_then_at_home() {
 
     rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[])
         .ok();
-    let report = inspect(&rig);
+    let report = rig.inspect_json(None);
     let r = row(&report, &nic.name);
     // A veth without RDMA is a virtual link: hidden unless --all, and never "in a pod" again.
     assert!(
@@ -91,9 +73,9 @@ fn inspect_watch_shows_a_pods_traffic_per_second() {
         .spawn()
         .expect("start the sender");
     std::thread::sleep(Duration::from_millis(500));
-    let report: Value = serde_json::from_str(&inspect_with(&rig, &["--json", "--watch", "1"]))
+    let report: Value = serde_json::from_str(&rig.inspect(None, &["--json", "--watch", "1"]))
         .expect("inspect --json --watch prints JSON");
-    let table = inspect_with(&rig, &["--watch=1", "--color", "never"]);
+    let table = rig.inspect(None, &["--watch=1", "--color", "never"]);
     let status = sender.wait().unwrap();
     assert!(status.success(), "sender: {status:?}");
 
@@ -161,8 +143,8 @@ fn inspect_names_the_runtimes_memlock_limit_and_how_to_raise_it() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let report = inspect(&rig);
-    let text = inspect_with(&rig, &["--color", "never"]);
+    let report = rig.inspect_json(None);
+    let text = rig.inspect(None, &["--color", "never"]);
     let _ = child.kill();
     let _ = child.wait();
     let ours = report["runtimes"]

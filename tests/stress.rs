@@ -212,19 +212,6 @@ fn calls_on_other_nics_do_not_wait() {
 
 // ---------------------------------------------------------------- the stress run
 
-const ADD_POINTS: &[&str] = &[
-    "add:locked",
-    "add:after-state",
-    "add:after-nic-move",
-    "add:after-ipam",
-    "add:after-addresses",
-    "add:before-result",
-];
-const DEL_POINTS: &[&str] = &[
-    "del:locked",
-    "del:after-nic-return",
-    "del:after-ipam-release",
-];
 const ACTIONS: &[&str] = &["kill", "error", "panic", "sleep=40"];
 
 #[derive(Default)]
@@ -285,7 +272,7 @@ fn pod_worker(
     for round in 0..rounds {
         let k = rng.below(n);
         live.lock().unwrap().insert(pod);
-        let fault = maybe_fault(&mut rng, ADD_POINTS, f);
+        let fault = maybe_fault(&mut rng, ADD_FAULT_POINTS, f);
         let add = w.call("ADD", k, pod, &with_fault(&fault));
         f.lock().unwrap().calls += 1;
         if add.success() {
@@ -330,7 +317,7 @@ fn pod_worker(
         let mut tries = 0;
         loop {
             let fault = if tries == 0 {
-                maybe_fault(&mut rng, DEL_POINTS, f)
+                maybe_fault(&mut rng, DEL_FAULT_POINTS, f)
             } else {
                 None
             };

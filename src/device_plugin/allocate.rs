@@ -203,19 +203,7 @@ mod tests {
     use super::*;
 
     fn nic(id: &str, rdma: Option<&str>) -> Nic {
-        Nic {
-            id: id.into(),
-            name: format!("n{id}"),
-            pci: Some(id.into()),
-            driver: None,
-            rdma_device: rdma.map(Into::into),
-            rdma_guid: None,
-            rdma_name_is_the_nodes: true,
-            numa: None,
-            pci_root: None,
-            attached: false,
-            uplink: Vec::new(),
-        }
+        Nic::for_test(id, &format!("n{id}"), rdma)
     }
 
     fn pool() -> Pool {

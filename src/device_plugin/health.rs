@@ -78,17 +78,8 @@ mod tests {
 
     fn nic(rdma: Option<&str>, attached: bool) -> Nic {
         Nic {
-            id: "0000:3b:00.0".into(),
-            name: "ens1".into(),
-            pci: Some("0000:3b:00.0".into()),
-            driver: None,
-            rdma_device: rdma.map(Into::into),
-            rdma_guid: None,
-            rdma_name_is_the_nodes: true,
-            numa: None,
-            pci_root: None,
             attached,
-            uplink: Vec::new(),
+            ..Nic::for_test("0000:3b:00.0", "ens1", rdma)
         }
     }
 

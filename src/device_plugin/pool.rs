@@ -42,6 +42,25 @@ pub struct Nic {
 }
 
 impl Nic {
+    /// A NIC on the host at PCI address `id`, named `name`, with RDMA device `rdma` (named as
+    /// the node names it): the unit tests' start, which each test varies.
+    #[cfg(test)]
+    pub(super) fn for_test(id: &str, name: &str, rdma: Option<&str>) -> Nic {
+        Nic {
+            id: id.into(),
+            name: name.into(),
+            pci: Some(id.into()),
+            driver: None,
+            rdma_device: rdma.map(Into::into),
+            rdma_guid: None,
+            rdma_name_is_the_nodes: true,
+            numa: None,
+            pci_root: None,
+            attached: false,
+            uplink: Vec::new(),
+        }
+    }
+
     fn facts(&self) -> NicFacts<'_> {
         NicFacts {
             name: &self.name,

@@ -18,7 +18,7 @@ use futures::TryStreamExt;
 use ipnet::IpNet;
 use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
-use rtnetlink::{Handle, LinkUnspec};
+use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec};
 use std::net::IpAddr;
 
 /// What we need to know about a link.
@@ -76,6 +76,24 @@ pub struct Arrival<'a> {
     pub up: bool,
     /// Set this MAC (colon form) if given: a pod may have changed it.
     pub mac: Option<&'a str>,
+}
+
+impl Arrival<'_> {
+    /// `b` asking for what the link becomes: its name, and its MTU, alias and MAC when given
+    /// (up or down is the caller's: a rename in place needs the link down first).
+    fn apply(&self, b: LinkMessageBuilder<LinkUnspec>) -> LinkMessageBuilder<LinkUnspec> {
+        let mut b = b.name(self.name.to_string());
+        if let Some(mtu) = self.mtu {
+            b = b.mtu(mtu);
+        }
+        if let Some(alias) = self.alias {
+            b = b.alias(alias.to_string());
+        }
+        if let Some(mac) = self.mac.and_then(parse_mac) {
+            b = b.address(mac.to_vec());
+        }
+        b
+    }
 }
 
 /// The one MAC parser: `aa:bb:cc:dd:ee:ff` (or with `-`, either case) to its six bytes;
@@ -191,19 +209,8 @@ impl Links {
     /// RTM_SETLINK: the kernel renames during the move, so no other process ever sees the link
     /// under a half-way name or in a half-way place.
     pub async fn move_to(&self, index: u32, target: &Netns, how: &Arrival<'_>) -> Result<()> {
-        let mut b = LinkUnspec::new_with_index(index)
-            .setns_by_fd(target.raw_fd())
-            .name(how.name.to_string());
-        if let Some(mtu) = how.mtu {
-            b = b.mtu(mtu);
-        }
-        if let Some(alias) = how.alias {
-            b = b.alias(alias.to_string());
-        }
-        if let Some(mac) = how.mac.and_then(parse_mac) {
-            b = b.address(mac.to_vec());
-        }
-        b = if how.up { b.up() } else { b.down() };
+        let b = how.apply(LinkUnspec::new_with_index(index).setns_by_fd(target.raw_fd()));
+        let b = if how.up { b.up() } else { b.down() };
         let Err(e) = self.handle.link().set(b.build()).execute().await else {
             return Ok(());
         };
@@ -229,18 +236,8 @@ impl Links {
 
     /// Rename / re-MTU / re-alias a link where it is (recovering a NIC lost to a dead netns).
     pub async fn restore_in_place(&self, index: u32, how: &Arrival<'_>) -> Result<()> {
-        let mut b = LinkUnspec::new_with_index(index).name(how.name.to_string());
-        if let Some(mtu) = how.mtu {
-            b = b.mtu(mtu);
-        }
-        if let Some(alias) = how.alias {
-            b = b.alias(alias.to_string());
-        }
-        if let Some(mac) = how.mac.and_then(parse_mac) {
-            b = b.address(mac.to_vec());
-        }
         // A rename needs the link down; bring it up afterwards if it should be.
-        let b = b.down();
+        let b = how.apply(LinkUnspec::new_with_index(index)).down();
         if let Err(e) = self.handle.link().set(b.build()).execute().await {
             let (dev, now) = self.name_of(index).await;
             let hint = match errno(&e) {

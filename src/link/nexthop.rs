@@ -126,12 +126,7 @@ mod tests {
     use crate::netlink_sync::test_attr as attr;
 
     fn msg(kind: u16, body: &[u8]) -> Vec<u8> {
-        let mut m = Vec::new();
-        m.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
-        m.extend_from_slice(&kind.to_ne_bytes());
-        m.extend_from_slice(&[0; 10]);
-        m.extend_from_slice(body);
-        m
+        crate::netlink_sync::test_message(kind, 0, 0, body)
     }
 
     #[test]

@@ -106,6 +106,19 @@ impl Links {
 
     /// Routes out of link `index`, in every table.
     pub async fn routes(&self, index: u32) -> Result<Vec<KernelRoute>> {
+        let what = format!("the link with index {index}");
+        Ok(self
+            .all_routes(&what)
+            .await?
+            .iter()
+            .filter_map(|m| KernelRoute::from_message(m, m.header.address_family))
+            .filter(|k| k.oif == Some(index))
+            .collect())
+    }
+
+    /// Every IPv4 and IPv6 route of this namespace, in every table, as the kernel dumps them;
+    /// `what` names the link they are read for, in the error.
+    pub(super) async fn all_routes(&self, what: &str) -> Result<Vec<RouteMessage>> {
         let mut out = Vec::new();
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
             let mut q = RouteMessage::default();
@@ -119,14 +132,8 @@ impl Links {
                 .execute()
                 .try_collect()
                 .await
-                .map_err(|e| {
-                    nl_error(format!("listing routes of the link with index {index}"), e)
-                })?;
-            out.extend(
-                msgs.iter()
-                    .filter_map(|m| KernelRoute::from_message(m, family))
-                    .filter(|k| k.oif == Some(index)),
-            );
+                .map_err(|e| nl_error(format!("listing routes of {what}"), e))?;
+            out.extend(msgs);
         }
         Ok(out)
     }

@@ -181,12 +181,7 @@ mod tests {
         n.push(0);
         body.extend(attr(IFLA_IFNAME, &n));
         body.extend_from_slice(extra);
-        let mut m = Vec::new();
-        m.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
-        m.extend_from_slice(&RTM_NEWLINK.to_ne_bytes());
-        m.extend_from_slice(&[0; 10]);
-        m.extend(body);
-        m
+        crate::netlink_sync::test_message(RTM_NEWLINK, 0, 0, &body)
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::error::{Code, Error, Result};
 use futures::TryStreamExt;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-use netlink_packet_route::route::{RouteAttribute, RouteMessage, RouteProtocol};
+use netlink_packet_route::route::{RouteAttribute, RouteProtocol};
 
 use super::{LinkInfo, Links, nl_error};
 use crate::netns::{self, Netns};
@@ -89,65 +89,53 @@ impl Links {
                 format!("listing nexthop objects of {}: {e}", link.name),
             )
         })?;
-        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
-            let mut q = RouteMessage::default();
-            q.header.address_family = family;
-            let msgs: Vec<RouteMessage> = self
-                .handle
-                .route()
-                .get(q)
-                .execute()
-                .try_collect()
-                .await
-                .map_err(|e| nl_error(format!("listing routes of {}", link.name), e))?;
-            // Any route through it but those the kernel keeps for the link itself (its
-            // IPv6 link-local and multicast routes, an address's own): a default route, a split
-            // default (two /1, as VPNs add), a static or learned route to any prefix.
-            for m in msgs.iter().filter(|m| {
-                m.header.destination_prefix_length == 0
-                    || m.header.protocol != RouteProtocol::Kernel
-            }) {
-                let via_link = m.attributes.iter().any(|a| match a {
-                    RouteAttribute::Oif(i) => *i == link.index,
-                    RouteAttribute::MultiPath(hops) => {
-                        hops.iter().any(|h| h.interface_index == link.index)
-                    }
-                    RouteAttribute::NhId(id) => nh_ids.contains(id),
-                    _ => false,
-                });
-                if via_link {
-                    let table = m
-                        .attributes
-                        .iter()
-                        .find_map(|a| match a {
-                            RouteAttribute::Table(t) => Some(*t),
-                            _ => None,
-                        })
-                        .unwrap_or(u32::from(m.header.table));
-                    let fam = if family == AddressFamily::Inet {
-                        "IPv4"
-                    } else {
-                        "IPv6"
-                    };
-                    let len = m.header.destination_prefix_length;
-                    let dst = m.attributes.iter().find_map(|a| match a {
-                        RouteAttribute::Destination(d) => super::route::route_ip(d),
-                        _ => None,
-                    });
-                    why.push(match dst {
-                        _ if len == 0 => {
-                            format!("the node's {fam} default route (table {table}) goes through it")
-                        }
-                        Some(d) => format!(
-                            "the node's {fam} route to {d}/{len} (table {table}, {:?}) goes through it",
-                            m.header.protocol
-                        ),
-                        None => format!(
-                            "a node {fam} route (table {table}, {:?}) goes through it",
-                            m.header.protocol
-                        ),
-                    });
+        let routes = self.all_routes(&link.name).await?;
+        // Any route through it but those the kernel keeps for the link itself (its
+        // IPv6 link-local and multicast routes, an address's own): a default route, a split
+        // default (two /1, as VPNs add), a static or learned route to any prefix.
+        for m in routes.iter().filter(|m| {
+            m.header.destination_prefix_length == 0 || m.header.protocol != RouteProtocol::Kernel
+        }) {
+            let via_link = m.attributes.iter().any(|a| match a {
+                RouteAttribute::Oif(i) => *i == link.index,
+                RouteAttribute::MultiPath(hops) => {
+                    hops.iter().any(|h| h.interface_index == link.index)
                 }
+                RouteAttribute::NhId(id) => nh_ids.contains(id),
+                _ => false,
+            });
+            if via_link {
+                let table = m
+                    .attributes
+                    .iter()
+                    .find_map(|a| match a {
+                        RouteAttribute::Table(t) => Some(*t),
+                        _ => None,
+                    })
+                    .unwrap_or(u32::from(m.header.table));
+                let fam = if m.header.address_family == AddressFamily::Inet {
+                    "IPv4"
+                } else {
+                    "IPv6"
+                };
+                let len = m.header.destination_prefix_length;
+                let dst = m.attributes.iter().find_map(|a| match a {
+                    RouteAttribute::Destination(d) => super::route::route_ip(d),
+                    _ => None,
+                });
+                why.push(match dst {
+                    _ if len == 0 => {
+                        format!("the node's {fam} default route (table {table}) goes through it")
+                    }
+                    Some(d) => format!(
+                        "the node's {fam} route to {d}/{len} (table {table}, {:?}) goes through it",
+                        m.header.protocol
+                    ),
+                    None => format!(
+                        "a node {fam} route (table {table}, {:?}) goes through it",
+                        m.header.protocol
+                    ),
+                });
             }
         }
         why.dedup();

@@ -1,9 +1,10 @@
 //! Shared support for the integration tests, by concern: `process.rs` (commands, the plugin
 //! exec'd directly, `RunOut`), `net.rs` (netns, veth NICs, `ip -j` views), `client.rs` (the
 //! libcni client), `containerd.rs` (a private containerd CRI, the kubelet-side client),
-//! `cleanup.rs` (mounts, processes and cgroups a runtime left), `rig.rs` (one test's world),
-//! `root.rs` (root or a loud skip; in CI, a failure), `world.rs` (NICs, pods and the network's
-//! config the flow tests share). Everything is re-exported here.
+//! `podman.rs` (podman on a private storage root), `cleanup.rs` (mounts, processes and cgroups
+//! a runtime left), `rig.rs` (one test's world), `root.rs` (root or a loud skip; in CI, a
+//! failure), `world.rs` (NICs, pods and the network's config the flow tests share). Everything
+//! is re-exported here.
 //!
 //! Tests run in parallel threads, so every name carries a per-process tag and a per-test
 //! counter. Tests need root (netns, links): without it a test binary skips, saying how many
@@ -15,6 +16,7 @@ mod cleanup;
 mod client;
 mod containerd;
 mod net;
+mod podman;
 mod process;
 mod rig;
 mod root;
@@ -24,6 +26,7 @@ pub use cleanup::*;
 pub use client::*;
 pub use containerd::*;
 pub use net::*;
+pub use podman::*;
 pub use process::*;
 pub use rig::*;
 pub use root::*;
@@ -65,6 +68,23 @@ fn next_id() -> u32 {
 pub fn tag() -> String {
     format!("{:03x}", std::process::id() & 0xfff)
 }
+
+/// The fault points (src/fault.rs) an ADD of a NIC without RDMA passes, in order (the RDMA
+/// steps' points are not reached without RDMA, `add:undo` only after a failure).
+pub const ADD_FAULT_POINTS: &[&str] = &[
+    "add:locked",
+    "add:after-state",
+    "add:after-nic-move",
+    "add:after-ipam",
+    "add:after-addresses",
+    "add:before-result",
+];
+/// The fault points a DEL of a NIC without RDMA passes, in order.
+pub const DEL_FAULT_POINTS: &[&str] = &[
+    "del:locked",
+    "del:after-nic-return",
+    "del:after-ipam-release",
+];
 
 /// Where the plugin reads the node configuration from (see src/node.rs).
 pub const NODE_CONFIG_ENV: &str = "RDMA_HOST_DEVICE_NODE_CONFIG";

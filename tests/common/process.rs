@@ -83,6 +83,16 @@ pub fn ip_in(ns: Option<&str>, args: &[&str]) -> Output {
     run("ip", &full)
 }
 
+/// A finished command's exit status, stdout and stderr, for failure messages.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "exit {}\n---- stdout\n{}\n---- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// What one driver (or direct plugin) run produced. Display shows everything, for failure
 /// messages.
 pub struct RunOut {

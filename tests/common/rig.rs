@@ -446,3 +446,35 @@ impl Rig {
         out
     }
 }
+
+// ---------------------------------------------------------------- the inspect subcommand
+
+impl Rig {
+    /// `rdma-host-device inspect ARGS --state-dir RIG'S`, on the host or inside `node` (a netns
+    /// standing for another node): its stdout. Panics if inspect fails.
+    pub fn inspect(&self, node: Option<&Netns>, args: &[&str]) -> String {
+        let mut c = match node {
+            Some(n) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &n.name]).arg(plugin());
+                c
+            }
+            None => Command::new(plugin()),
+        };
+        let out = c
+            .arg("inspect")
+            .args(args)
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .env_remove("CNI_COMMAND")
+            .output()
+            .expect("run inspect");
+        assert!(out.status.success(), "inspect failed: {out:?}");
+        String::from_utf8(out.stdout).expect("inspect prints UTF-8")
+    }
+
+    /// `inspect --json`'s report, on the host or inside `node`.
+    pub fn inspect_json(&self, node: Option<&Netns>) -> Value {
+        serde_json::from_str(&self.inspect(node, &["--json"])).expect("inspect --json prints JSON")
+    }
+}

@@ -42,26 +42,10 @@ PROTO = os.path.join(HERE, "api.proto")
 
 def stubs():
     """Import api_pb2 and api_pb2_grpc, generating them first if needed."""
-    out = os.environ.get("RHD_CRI_STUBS") or os.path.join(HERE, "..", "..", "target", "tmp", "cri-stubs")
-    out = os.path.abspath(out)
-    gen = os.path.join(out, "api_pb2_grpc.py")
-    if not os.path.exists(gen) or os.path.getmtime(gen) < os.path.getmtime(PROTO):
-        from grpc_tools import protoc
+    sys.path.insert(0, os.path.join(HERE, ".."))  # tests/grpc_stubs.py
+    import grpc_stubs  # noqa: E402
 
-        tmp = f"{out}.tmp.{os.getpid()}"
-        os.makedirs(tmp, exist_ok=True)
-        rc = protoc.main(["protoc", f"-I{HERE}", f"--python_out={tmp}", f"--grpc_python_out={tmp}", PROTO])
-        if rc != 0:
-            sys.exit(f"cri.py: protoc failed on {PROTO} ({rc})")
-        os.makedirs(out, exist_ok=True)
-        for f in ("api_pb2.py", "api_pb2_grpc.py"):  # the service module last: it marks "done"
-            os.replace(os.path.join(tmp, f), os.path.join(out, f))
-        os.rmdir(tmp)
-    sys.path.insert(0, out)
-    import api_pb2  # noqa: E402
-    import api_pb2_grpc  # noqa: E402
-
-    return api_pb2, api_pb2_grpc
+    return grpc_stubs.load(PROTO, "RHD_CRI_STUBS", "cri-stubs", "cri.py")
 
 
 def sandbox_config(pb, name, uid, namespace):

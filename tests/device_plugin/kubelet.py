@@ -34,26 +34,10 @@ PROTO = os.path.join(HERE, "deviceplugin.proto")
 
 
 def stubs():
-    out = os.environ.get("RHD_DP_STUBS") or os.path.join(HERE, "..", "..", "target", "tmp", "dp-stubs")
-    out = os.path.abspath(out)
-    gen = os.path.join(out, "deviceplugin_pb2_grpc.py")
-    if not os.path.exists(gen) or os.path.getmtime(gen) < os.path.getmtime(PROTO):
-        from grpc_tools import protoc
+    sys.path.insert(0, os.path.join(HERE, ".."))  # tests/grpc_stubs.py
+    import grpc_stubs  # noqa: E402
 
-        tmp = f"{out}.tmp.{os.getpid()}"
-        os.makedirs(tmp, exist_ok=True)
-        rc = protoc.main(["protoc", f"-I{HERE}", f"--python_out={tmp}", f"--grpc_python_out={tmp}", PROTO])
-        if rc != 0:
-            sys.exit(f"kubelet.py: protoc failed on {PROTO} ({rc})")
-        os.makedirs(out, exist_ok=True)
-        for f in ("deviceplugin_pb2.py", "deviceplugin_pb2_grpc.py"):  # the service module last
-            os.replace(os.path.join(tmp, f), os.path.join(out, f))
-        os.rmdir(tmp)
-    sys.path.insert(0, out)
-    import deviceplugin_pb2  # noqa: E402
-    import deviceplugin_pb2_grpc  # noqa: E402
-
-    return deviceplugin_pb2, deviceplugin_pb2_grpc
+    return grpc_stubs.load(PROTO, "RHD_DP_STUBS", "dp-stubs", "kubelet.py")
 
 
 pb, rpc = stubs()
