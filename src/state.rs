@@ -363,21 +363,24 @@ impl Store {
         remove_if_present(p, "stale temp state file")
     }
 
+    /// The files in the store's directory; none when it does not exist yet.
+    fn entries(&self) -> Result<Vec<fs::DirEntry>> {
+        match fs::read_dir(&self.dir) {
+            Ok(rd) => Ok(rd.filter_map(|e| e.ok()).collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(io_error(
+                format!("listing state dir {}", self.dir.display()),
+                e,
+            )),
+        }
+    }
+
     /// The temp files in the store: writes in progress, or left by a killed writer. Foreign
     /// files are skipped.
     pub fn temps(&self) -> Result<Vec<Temp>> {
-        let rd = match fs::read_dir(&self.dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(io_error(
-                    format!("listing state dir {}", self.dir.display()),
-                    e,
-                ));
-            }
-        };
-        Ok(rd
-            .filter_map(|e| e.ok())
+        Ok(self
+            .entries()?
+            .into_iter()
             .filter_map(|e| {
                 let name = e.file_name().into_string().ok()?;
                 let (head, ifname) = name.strip_suffix(TEMP_SUFFIX)?.rsplit_once(':')?;
@@ -407,18 +410,9 @@ impl Store {
 
     /// Every record in the store (for GC, STATUS and busy checks). Unreadable files are skipped.
     pub fn all(&self) -> Result<Vec<Record>> {
-        let rd = match fs::read_dir(&self.dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(io_error(
-                    format!("listing state dir {}", self.dir.display()),
-                    e,
-                ));
-            }
-        };
-        Ok(rd
-            .filter_map(|e| e.ok())
+        Ok(self
+            .entries()?
+            .into_iter()
             .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
             .filter_map(|e| fs::read(e.path()).ok())
             .filter_map(|b| serde_json::from_slice(&b).ok())
