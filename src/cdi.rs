@@ -13,6 +13,7 @@
 //! restarted container of that pod still resolves its CDI name.
 
 use crate::error::{Code, Error, Result, invalid_config};
+use crate::node::Memlock;
 use serde_json::{Value, json};
 use std::fs;
 use std::io::Read;
@@ -24,53 +25,6 @@ pub const CDI_VERSION: &str = "0.5.0";
 pub const DEFAULT_SPEC: &str = "/var/run/cdi/rdma-host-device.json";
 pub const DEFAULT_HOOK: &str = "/opt/cni/bin/rdma-host-device";
 const MAX_STATE: u64 = 1 << 20;
-
-/// RLIMIT_MEMLOCK for containers given an RDMA device: a number of bytes, or unlimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Memlock {
-    Unlimited,
-    Bytes(u64),
-}
-
-/// The smallest `memlock` taken: one page.
-pub const MIN_MEMLOCK: u64 = 4096;
-
-impl Memlock {
-    pub fn parse(s: &str) -> Result<Memlock> {
-        match s {
-            "unlimited" | "infinity" => Ok(Memlock::Unlimited),
-            _ => match s.parse::<u64>() {
-                // Less than a page locks nothing: every RDMA memory registration would fail
-                // in the container (0 is not "no limit").
-                Ok(n) if n < MIN_MEMLOCK => Err(Error::new(
-                    Code::InvalidConfig,
-                    format!(
-                        "memlock {s:?} is less than one page ({MIN_MEMLOCK} bytes): RDMA memory registration would fail in every container; give the bytes to allow (RDMA needs megabytes) or \"unlimited\""
-                    ),
-                )),
-                Ok(n) => Ok(Memlock::Bytes(n)),
-                Err(_) => Err(Error::new(
-                    Code::InvalidConfig,
-                    format!("memlock {s:?}: a number of bytes or \"unlimited\""),
-                )),
-            },
-        }
-    }
-
-    fn as_arg(self) -> String {
-        match self {
-            Memlock::Unlimited => "unlimited".into(),
-            Memlock::Bytes(n) => n.to_string(),
-        }
-    }
-
-    fn as_rlim(self) -> libc::rlim_t {
-        match self {
-            Memlock::Unlimited => libc::RLIM_INFINITY,
-            Memlock::Bytes(n) => n as libc::rlim_t,
-        }
-    }
-}
 
 /// One RDMA device and the char device its user space opens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -354,22 +308,6 @@ pub fn memlock_hook(limit: Memlock, state: &mut dyn Read) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn memlock_values() {
-        assert_eq!(Memlock::parse("unlimited").unwrap(), Memlock::Unlimited);
-        assert_eq!(
-            Memlock::parse("1073741824").unwrap(),
-            Memlock::Bytes(1 << 30)
-        );
-        assert!(Memlock::parse("-1").is_err());
-        for tiny in ["0", "1", "4095"] {
-            let e = Memlock::parse(tiny).unwrap_err();
-            assert!(e.msg.contains("less than one page"), "{tiny}: {}", e.msg);
-        }
-        assert_eq!(Memlock::parse("4096").unwrap(), Memlock::Bytes(4096));
-        assert!(Memlock::parse("1G").is_err());
-    }
 
     #[test]
     fn the_hook_refuses_a_state_without_a_pid() {

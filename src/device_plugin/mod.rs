@@ -105,7 +105,7 @@ pub fn run(opts: &Options) -> Result<()> {
         Some(path) => Some(CdiKeeper {
             path: path.clone(),
             hook: opts.cdi_hook.clone(),
-            memlock: crate::cdi::Memlock::parse(&node.memlock)
+            memlock: crate::node::Memlock::parse(&node.memlock)
                 .map_err(|e| e.context(&node.source))?,
             last_error: String::new(),
         }),
@@ -166,7 +166,7 @@ pub fn run(opts: &Options) -> Result<()> {
 struct CdiKeeper {
     path: PathBuf,
     hook: PathBuf,
-    memlock: crate::cdi::Memlock,
+    memlock: crate::node::Memlock,
     last_error: String,
 }
 

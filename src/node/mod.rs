@@ -7,10 +7,12 @@
 //! (the environment of a CNI plugin is the runtime's, a node-level component, not the tenant's).
 
 mod device_plugin;
+mod memlock;
 pub mod show;
 use crate::error::{Code, Error, Result};
 use crate::rdma::identity::{format_guid, parse_guid};
 pub use device_plugin::{CharDevices, DevicePluginConfig, Pool};
+pub use memlock::Memlock;
 use serde::Deserialize;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -383,7 +385,7 @@ impl Node {
             }
             check_own_dir(key, dir).map_err(bad)?;
         }
-        crate::cdi::Memlock::parse(&node.memlock).map_err(|e| bad(e.msg))?;
+        Memlock::parse(&node.memlock).map_err(|e| bad(e.msg))?;
         for p in &node.ipam_plugins {
             if p.is_empty() || p.contains('/') || p == "." || p == ".." {
                 return Err(bad(format!(
