@@ -92,6 +92,32 @@ pub(super) fn find_ours(
     hit.cloned()
 }
 
+/// `r`'s hardware NIC back on the host under a tag that is not `r`'s: its pod rewrote the alias
+/// before it died (attack review L1), and this DEL came before any call that restores lost
+/// NICs. Whose NIC it is follows the rule those calls use ([`record_of_lost`] over every
+/// record): the tag's owner's if that attachment has a record (a later attachment's NIC,
+/// legitimately), else the record whose device it is. A virtual NIC has no device to tell.
+pub(super) fn lost_under_another_tag(
+    links: &[LinkInfo],
+    r: &Record,
+    records: &[Record],
+) -> Option<LinkInfo> {
+    if r.parent.is_none() || legacy(r) {
+        return None;
+    }
+    links
+        .iter()
+        .find(|l| {
+            r.is_its_device(l)
+                && l.alias
+                    .as_deref()
+                    .and_then(Tag::decode)
+                    .and_then(|tag| record_of_lost(l, &tag, records))
+                    .is_some_and(|whose| whose.owner() == r.owner())
+        })
+        .cloned()
+}
+
 /// Does unreadable link `u` (a name that is not UTF-8) bear a tag of ours: `owner`'s, or any
 /// attachment's when `None`?
 pub(super) fn tagged_by(u: &Unreadable, owner: Option<&str>) -> bool {

@@ -539,6 +539,25 @@ EOF
   check "no IP is held" test "$(ips_left)" = 0
   ip netns del p4
 
+  case_ forged-tag-del-first
+  # The pod writes a tag of our form on its NIC naming another NIC (victim0, MTU 1280) and an
+  # owner no record has, then dies; its attachment's DEL comes before any GC (attack review
+  # L1). The NIC is still this attachment's by its device: DEL brings it home under its own
+  # name and MTU, and nothing later renames it to the forged one.
+  ip netns add p8; NETNS=/var/run/netns/p8
+  conf "$WORK/f.conf" xforge "\"pciBusID\":\"$PCI\"" '{}' "$(host_local 10.86.0.0/24)"
+  cni add "$WORK/f.conf" c-f
+  check "ADD succeeds" test "$RC" = 0
+  ip -n p8 link set net1 alias "rdma-host-device:v1:victim0:1280:1:0000000000000000"
+  ip netns del p8
+  check "the NIC came back to the host as net1" bash -c "for i in \$(seq 50); do ip link show net1 >/dev/null 2>&1 && exit 0; sleep 0.1; done; exit 1"
+  NETNS= cni del "$WORK/f.conf" c-f
+  check "DEL of the dead pod succeeds" test "$RC" = 0
+  check "$NIC is home with its own name and MTU 1480" link_is "$NIC" 1480
+  check "no link bears the forged name" bash -c "! ip link show victim0 2>/dev/null"
+  check "no IP held, no state" test "$(ips_left)$(find "$WORK/state" -name '*.json' | wc -l)" = 00
+  check "rxens0 is on the host" bash -c "for i in \$(seq 50); do rdma dev show rxens0 >/dev/null 2>&1 && exit 0; sleep 0.1; done; exit 1"
+
   case_ crash
   # kill -9 the plugin at every step boundary of an exclusive-mode ADD (the debug build honours
   # RHD_FAULT), then DEL: the RDMA device and the NIC are home under their own names and MTU,

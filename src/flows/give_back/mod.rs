@@ -15,7 +15,8 @@ use crate::node::Node;
 use crate::state::{Record, Store, Tag, parent_key};
 
 use super::ours::{
-    Where, find_ours, is_orphaned_nic, legacy, restored, tagged_by, unreadable_is_ours,
+    Where, find_ours, is_orphaned_nic, legacy, lost_under_another_tag, restored, tagged_by,
+    unreadable_is_ours,
 };
 
 pub mod rdma;
@@ -304,10 +305,29 @@ pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<
         .host
         .name_unreadable(places.host_ns, |u| tagged_by(u, Some(&owner)))
         .await?;
-    if let Some(link) = find_ours(&places.host.all().await?, r, &owner, Where::Host) {
+    let on_host = places.host.all().await?;
+    let lost = match find_ours(&on_host, r, &owner, Where::Host) {
+        Some(l) => Some(l),
+        None if r.parent.is_some() => {
+            let records = Store::new(&places.node.state_dir).all()?;
+            lost_under_another_tag(&on_host, r, &records)
+        }
+        None => None,
+    };
+    if let Some(link) = lost {
         log::info!(
-            "{} is back on the host without a DEL; restoring its name {}",
+            "{} is back on the host without a DEL{}; restoring its name {}",
             link.name,
+            if link
+                .alias
+                .as_deref()
+                .and_then(Tag::decode)
+                .is_some_and(|t| t.owner != owner)
+            {
+                " under a tag its pod rewrote"
+            } else {
+                ""
+            },
             r.host_name
         );
         // Settings first, while the link still bears the tag that lets a retry find it.

@@ -276,3 +276,44 @@ fn a_tag_the_pod_forged_on_its_hardware_nic_yields_to_the_record_whose_device_it
     let r = restoration(&v, &forged, &[veth_record()], "test").expect("from the tag");
     assert_eq!(r.host_name, "victim0");
 }
+
+#[test]
+fn del_first_finds_its_hardware_nic_under_a_tag_its_pod_forged_but_not_a_later_attachments() {
+    // The pod wrote a tag of our form naming an owner no record has, then died; its own DEL
+    // comes first (attack review L1): the NIC is still its by its device.
+    let mine = hardware_record();
+    let forged = tagged(hardware(9, "net1", MAC), &owner_key("nobody", "net9"));
+    assert_eq!(
+        found(std::slice::from_ref(&forged), &mine, Where::Host),
+        None
+    );
+    let hit = lost_under_another_tag(
+        std::slice::from_ref(&forged),
+        &mine,
+        std::slice::from_ref(&mine),
+    );
+    assert_eq!(hit.map(|l| l.index), Some(9));
+    // A later attachment's NIC, under its own tag and with its own record: not this DEL's.
+    let later = record(json!({"containerId": "pod-b", "parent": PCI, "podIndex": 4}));
+    let theirs = tagged(hardware(9, "net1", MAC), &later.owner());
+    let records = [mine.clone(), later];
+    assert_eq!(lost_under_another_tag(&[theirs], &mine, &records), None);
+    // Another device under the forged tag, an untagged NIC at home, a virtual NIC: none.
+    let elsewhere = LinkInfo {
+        parent: Some(("0000:5e:00.0".to_owned(), "pci".to_owned())),
+        ..forged.clone()
+    };
+    let at_home = hardware(9, "ens1f1", MAC);
+    for l in [elsewhere, at_home] {
+        assert_eq!(
+            lost_under_another_tag(&[l], &mine, std::slice::from_ref(&mine)),
+            None
+        );
+    }
+    let v = veth_record();
+    let vlink = tagged(veth(9, "net1", MAC), &owner_key("nobody", "net9"));
+    assert_eq!(
+        lost_under_another_tag(&[vlink], &v, std::slice::from_ref(&v)),
+        None
+    );
+}
