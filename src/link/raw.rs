@@ -1,0 +1,238 @@
+//! A small synchronous RTM_GETLINK dump that decodes only what the plugin asks of every link
+//! of a namespace: its name as bytes, alias, parent device, kind, and the device it rides
+//! (IFLA_LINK, or a vxlan's `dev`) with that device's namespace id. For what the rtnetlink crate
+//! cannot do (names that are not UTF-8, which it drops: `unreadable.rs`) or does too slowly to
+//! run over every pod's namespace (a pod can fill its own with tens of thousands of links:
+//! `uses.rs`). Statistics are not asked for (RTEXT_FILTER_SKIP_STATS): most of a link's bytes.
+
+use crate::netlink_sync::{self, NLMSG_DONE, NLMSG_ERROR, u16_at, u32_at};
+
+const RTM_NEWLINK: u16 = 16;
+const RTM_GETLINK: u16 = 18;
+const IFLA_IFNAME: u16 = 3;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_INFO_KIND: u16 = 1;
+const IFLA_IFALIAS: u16 = 20;
+const IFLA_PARENT_DEV_NAME: u16 = 56;
+const IFLA_LINK: u16 = 5;
+const IFLA_EXT_MASK: u16 = 29;
+const IFLA_LINK_NETNSID: u16 = 37;
+const IFLA_INFO_DATA: u16 = 2;
+const IFLA_VXLAN_LINK: u16 = 3;
+const RTEXT_FILTER_SKIP_STATS: u32 = 1 << 3;
+/// `struct ifinfomsg`.
+const IFINFOMSG_LEN: usize = 16;
+/// A dump larger than this is not a link table we can judge.
+const MAX_BYTES: usize = 64 << 20;
+
+/// One link, as much of it as the plugin asks of every link.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawLink {
+    pub index: u32,
+    /// Any bytes the kernel took (not always UTF-8).
+    pub name: Vec<u8>,
+    pub alias: Option<String>,
+    /// IFLA_PARENT_DEV_NAME: the device behind a hardware NIC (`0000:3b:00.1`).
+    pub parent: Option<String>,
+    /// IFLA_INFO_KIND (`veth`, ...); `None` for hardware.
+    pub kind: Option<String>,
+    /// The device it rides: IFLA_LINK (a macvlan's or VLAN's lower, a veth's peer), or a
+    /// vxlan's IFLA_VXLAN_LINK.
+    pub lower: Option<u32>,
+    /// IFLA_LINK_NETNSID: the namespace `lower` is in, as this link's namespace numbers it.
+    pub lower_netnsid: Option<i32>,
+}
+
+impl RawLink {
+    /// The name for messages: its bytes, escaped.
+    pub fn shown(&self) -> String {
+        self.name.escape_ascii().to_string()
+    }
+}
+
+/// Every link of the calling thread's namespace. A dump past `MAX_BYTES` is an error, never a
+/// partial list.
+pub fn dump() -> std::io::Result<Vec<RawLink>> {
+    let mut out = Vec::new();
+    // AF_UNSPEC in a zeroed ifinfomsg: every link; no statistics.
+    let mut req = vec![0u8; IFINFOMSG_LEN];
+    req.extend_from_slice(&8u16.to_ne_bytes());
+    req.extend_from_slice(&IFLA_EXT_MASK.to_ne_bytes());
+    req.extend_from_slice(&RTEXT_FILTER_SKIP_STATS.to_ne_bytes());
+    let mut outcome = Ok(true);
+    netlink_sync::route_dump(RTM_GETLINK, &req, MAX_BYTES, |buf| {
+        outcome = parse(buf, &mut out);
+        outcome == Ok(true)
+    })?;
+    match outcome {
+        Ok(false) => Ok(out),
+        Ok(true) => Err(std::io::Error::other(format!(
+            "more than {} MiB of links: not a link table to judge",
+            MAX_BYTES >> 20
+        ))),
+        Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Netlink attributes in `b`: (type, value).
+fn attrs(b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let (len, kind) = (u16_at(b, at)? as usize, u16_at(b, at + 2)?);
+        if len < 4 || at + len > b.len() {
+            return None;
+        }
+        let value = &b[at + 4..at + len];
+        at += (len + 3) & !3;
+        Some((kind & 0x3fff, value))
+    })
+}
+
+/// A string attribute without its NUL.
+fn bytes(v: &[u8]) -> &[u8] {
+    v.split(|b| *b == 0).next().unwrap_or(v)
+}
+
+/// Parse one datagram, appending its links: `Ok(true)` when more are to come, `Ok(false)` when
+/// the dump ended, `Err(errno)` when the kernel refused it or a message is cut short.
+fn parse(buf: &[u8], out: &mut Vec<RawLink>) -> Result<bool, i32> {
+    let mut at = 0;
+    while let (Some(len), Some(kind)) = (u32_at(buf, at), u16_at(buf, at + 4)) {
+        let len = len as usize;
+        if len < 16 || at + len > buf.len() {
+            return Err(libc::EBADMSG);
+        }
+        let msg = &buf[at..at + len];
+        match kind {
+            NLMSG_DONE => return Ok(false),
+            NLMSG_ERROR => {
+                return match u32_at(msg, 16).map(|c| c as i32) {
+                    Some(0) => Ok(false),
+                    Some(c) => Err(c.saturating_neg()),
+                    None => Err(libc::EBADMSG),
+                };
+            }
+            RTM_NEWLINK => out.push(msg.get(16..).and_then(link).ok_or(libc::EBADMSG)?),
+            _ => {}
+        }
+        at += (len + 3) & !3;
+    }
+    Ok(true)
+}
+
+/// One RTM_NEWLINK body.
+fn link(body: &[u8]) -> Option<RawLink> {
+    let index = u32_at(body, 4)?;
+    let mut l = RawLink {
+        index,
+        ..RawLink::default()
+    };
+    let mut data = None;
+    for (kind, value) in attrs(body.get(IFINFOMSG_LEN..)?) {
+        match kind {
+            IFLA_IFNAME => l.name = bytes(value).to_vec(),
+            IFLA_IFALIAS => l.alias = std::str::from_utf8(bytes(value)).ok().map(str::to_owned),
+            IFLA_PARENT_DEV_NAME => {
+                l.parent = std::str::from_utf8(bytes(value)).ok().map(str::to_owned)
+            }
+            IFLA_LINK => l.lower = u32_at(value, 0).filter(|i| *i > 0),
+            IFLA_LINK_NETNSID => {
+                l.lower_netnsid = u32_at(value, 0).map(|n| n as i32).filter(|n| *n >= 0)
+            }
+            IFLA_LINKINFO => {
+                for (k, v) in attrs(value) {
+                    match k {
+                        IFLA_INFO_KIND => {
+                            l.kind = std::str::from_utf8(bytes(v)).ok().map(str::to_owned)
+                        }
+                        IFLA_INFO_DATA => data = Some(v),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // A vxlan's `dev` is not its IFLA_LINK, but it rides that device all the same.
+    if l.kind.as_deref() == Some("vxlan")
+        && let Some(d) = data
+        && let Some(i) = attrs(d)
+            .find(|(k, _)| *k == IFLA_VXLAN_LINK)
+            .and_then(|(_, v)| u32_at(v, 0))
+            .filter(|i| *i > 0)
+    {
+        l.lower = Some(i);
+    }
+    Some(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::netlink_sync::test_attr as attr;
+
+    fn newlink(index: u32, name: &[u8], extra: &[u8]) -> Vec<u8> {
+        let mut body = vec![0u8; IFINFOMSG_LEN];
+        body[4..8].copy_from_slice(&index.to_ne_bytes());
+        let mut n = name.to_vec();
+        n.push(0);
+        body.extend(attr(IFLA_IFNAME, &n));
+        body.extend_from_slice(extra);
+        crate::netlink_sync::test_message(RTM_NEWLINK, 0, 0, &body)
+    }
+
+    #[test]
+    fn every_link_is_kept_with_what_tells_whose_it_is_and_what_it_rides() {
+        let mut info = attr(IFLA_INFO_KIND, b"veth\0");
+        info = attr(IFLA_LINKINFO, &info);
+        let mut extra = attr(IFLA_IFALIAS, b"rdma-host-device:v1:x\0");
+        extra.extend(info);
+        let mut buf = newlink(3, b"eth0", &[]);
+        buf.extend(newlink(7, b"pod\xff\xfe1", &extra));
+        // A macvlan on index 3 of the namespace numbered 2; a vxlan whose dev is index 3.
+        let mut mv = attr(IFLA_LINK, &3u32.to_ne_bytes());
+        mv.extend(attr(IFLA_LINK_NETNSID, &2i32.to_ne_bytes()));
+        mv.extend(attr(IFLA_LINKINFO, &attr(IFLA_INFO_KIND, b"macvlan\0")));
+        buf.extend(newlink(8, b"mv0", &mv));
+        let mut vx = attr(IFLA_INFO_KIND, b"vxlan\0");
+        vx.extend(attr(
+            IFLA_INFO_DATA,
+            &attr(IFLA_VXLAN_LINK, &3u32.to_ne_bytes()),
+        ));
+        buf.extend(newlink(9, b"vx0", &attr(IFLA_LINKINFO, &vx)));
+        let mut out = Vec::new();
+        assert_eq!(parse(&buf, &mut out), Ok(true));
+        assert_eq!(out.len(), 4);
+        assert_eq!(
+            (out[0].index, out[0].name.as_slice(), out[0].lower),
+            (3, &b"eth0"[..], None)
+        );
+        assert_eq!(out[1].index, 7);
+        assert_eq!(out[1].name, b"pod\xff\xfe1");
+        assert_eq!(out[1].kind.as_deref(), Some("veth"));
+        assert_eq!(out[1].alias.as_deref(), Some("rdma-host-device:v1:x"));
+        assert_eq!(out[1].shown(), "pod\\xff\\xfe1");
+        assert_eq!((out[2].lower, out[2].lower_netnsid), (Some(3), Some(2)));
+        assert_eq!(
+            (out[3].kind.as_deref(), out[3].lower),
+            (Some("vxlan"), Some(3))
+        );
+        // Cut short: an error, never a partial list taken for the whole; never a panic.
+        assert_eq!(parse(&buf[..20], &mut out), Err(libc::EBADMSG));
+        assert_eq!(parse(&[0xff; 3], &mut out), Ok(true));
+        // The end of the dump, and a dump the kernel refused.
+        let done = crate::netlink_sync::test_message(NLMSG_DONE, 0, 0, &0i32.to_ne_bytes());
+        assert_eq!(parse(&done, &mut out), Ok(false));
+        let refused =
+            crate::netlink_sync::test_message(NLMSG_ERROR, 0, 0, &(-libc::EINVAL).to_ne_bytes());
+        assert_eq!(parse(&refused, &mut out), Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn the_dump_runs() {
+        // Whatever this namespace holds, the dump answers, loopback among its links.
+        let links = dump().expect("a link dump");
+        assert!(links.iter().any(|l| l.name == b"lo"), "{links:?}");
+    }
+}
