@@ -759,6 +759,20 @@ fn with_a_token_file_only_a_scraper_sending_the_token_reads_the_pods() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains(&token.display().to_string()), "{err}");
+    // Nor does a FIFO put there stall it (the token is read on the thread that answers all).
+    run("mkfifo", &[token.to_str().unwrap()]);
+    let out = Command::new("timeout")
+        .arg("5")
+        .arg(plugin())
+        .args(["metrics", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(&token)
+        .env(NODE_CONFIG_ENV, rig.node_config())
+        .env_remove("CNI_COMMAND")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "not refused at once: {err}");
+    assert!(err.contains("not a regular file"), "{err}");
 
     rig.call("DEL", &conf, &pod.path(), &cid, "net1", &[]).ok();
 }

@@ -131,14 +131,8 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     // A token file that cannot be read is a mistake to report now, not a 503 at every scrape.
     if let Some(file) = &opts.token_file {
-        let token = std::fs::read_to_string(file)
-            .map_err(|e| io_error(format_args!("token file {}", file.display()), e))?;
-        if token.trim().is_empty() {
-            return Err(invalid_config(format!(
-                "token file {} is empty; put the bearer token Prometheus sends in it",
-                file.display()
-            )));
-        }
+        server::read_token(file)
+            .map_err(|why| invalid_config(format!("token file {}: {why}", file.display())))?;
     }
     let access = server::Access {
         token_file: opts.token_file.clone(),

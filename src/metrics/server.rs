@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -142,18 +142,44 @@ pub struct Access {
     pub token_file: Option<PathBuf>,
 }
 
+/// The most of a token file read: a token is a line, not a document.
+const MAX_TOKEN: u64 = 4096;
+
+/// The bearer token in `file`: a regular file (opened without blocking, so a FIFO put there
+/// cannot stall the one thread that answers every request), at most [`MAX_TOKEN`] bytes read,
+/// trimmed, not empty. The error says what is wrong with it.
+pub fn read_token(file: &Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(file)
+        .map_err(|e| e.to_string())?;
+    if !f.metadata().map_err(|e| e.to_string())?.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut token = String::new();
+    f.take(MAX_TOKEN)
+        .read_to_string(&mut token)
+        .map_err(|e| e.to_string())?;
+    match token.trim() {
+        "" => Err("empty; put the bearer token Prometheus sends in it".into()),
+        t => Ok(t.to_owned()),
+    }
+}
+
 impl Access {
     /// The reply `req` gets instead of `/metrics` (401, or 503 when the token file cannot be
     /// read: refused, never opened up); `None` when it may read it.
     fn refusal<B>(&self, req: &Request<B>) -> Option<Response<Full<Bytes>>> {
         let file = self.token_file.as_ref()?;
-        let want = match std::fs::read_to_string(file) {
-            Ok(t) if !t.trim().is_empty() => t.trim().to_owned(),
-            other => {
+        let want = match read_token(file) {
+            Ok(t) => t,
+            Err(why) => {
                 log::error!(
-                    "token file {}: {}; refusing /metrics until it holds a token",
-                    file.display(),
-                    other.map_or_else(|e| e.to_string(), |_| "empty".into())
+                    "token file {}: {why}; refusing /metrics until it holds a token",
+                    file.display()
                 );
                 return Some(reply(
                     StatusCode::SERVICE_UNAVAILABLE,
