@@ -149,9 +149,11 @@ pub fn parent_key((dev, bus): &(String, String)) -> String {
     format!("{bus}/{dev}")
 }
 
-/// The record a lost NIC `l` (back on the host, bearing `tag`) belongs to: its tag owner's,
-/// else, since a pod can rewrite its NIC's alias, the record whose NIC `l` is by its device (a
-/// parent device no pod can create, and the permanent MAC where there is one).
+/// The record a lost NIC `l` (back on the host, bearing `tag`) belongs to: its tag owner's if
+/// that record can be this NIC (its device, or a virtual NIC, which has none to tell by), else,
+/// since a pod can rewrite its NIC's alias (with another live attachment's owner too), the
+/// record whose NIC `l` is by its device (a parent device no pod can create, and the permanent
+/// MAC where there is one).
 pub fn record_of_lost<'a>(
     l: &crate::link::LinkInfo,
     tag: &Tag,
@@ -159,7 +161,7 @@ pub fn record_of_lost<'a>(
 ) -> Option<&'a Record> {
     records
         .iter()
-        .find(|r| r.owner() == tag.owner)
+        .find(|r| r.owner() == tag.owner && (r.parent.is_none() || r.is_its_device(l)))
         .or_else(|| records.iter().find(|r| r.is_its_device(l)))
 }
 

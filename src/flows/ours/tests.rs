@@ -317,3 +317,25 @@ fn del_first_finds_its_hardware_nic_under_a_tag_its_pod_forged_but_not_a_later_a
         None
     );
 }
+
+#[test]
+fn a_forged_tag_naming_another_live_attachment_yields_to_the_record_whose_device_it_is() {
+    // The pod learnt another attachment's container ID (the exporter's labels show them) and
+    // wrote its owner key into its NIC's tag. That record has another device: it is not this
+    // NIC's, so neither a later ADD, GC or STATUS nor this attachment's own DEL restores the
+    // NIC under the other attachment's name.
+    let mine = hardware_record();
+    let other = record(json!({"containerId": "pod-b", "hostName": "ens2",
+        "parent": "pci/0000:5e:00.0", "podIndex": 4}));
+    let forged = tagged(hardware(9, "net1", MAC), &other.owner());
+    let records = [other.clone(), mine.clone()];
+    let tag = forged
+        .alias
+        .as_deref()
+        .and_then(Tag::decode)
+        .expect("our tag");
+    let r = restoration(&forged, &tag, &records, "test").expect("restored");
+    assert_eq!(r.host_name, "ens1f1", "not the other attachment's ens2");
+    let hit = lost_under_another_tag(std::slice::from_ref(&forged), &mine, &records);
+    assert_eq!(hit.map(|l| l.index), Some(9));
+}
