@@ -17,7 +17,13 @@ pub type Unreadable = RawLink;
 
 /// The links in the calling thread's namespace whose name is not UTF-8.
 pub fn dump() -> std::io::Result<Vec<Unreadable>> {
-    Ok(raw::dump()?
+    let all = raw::dump()?.ok_or_else(|| {
+        std::io::Error::other(format!(
+            "more than {} MiB of links: not a link table to judge",
+            raw::MAX_BYTES >> 20
+        ))
+    })?;
+    Ok(all
         .into_iter()
         .filter(|l| std::str::from_utf8(&l.name).is_err())
         .collect())

@@ -166,13 +166,23 @@ async fn uppers_elsewhere(link: &LinkInfo) -> Result<Vec<String>> {
             continue; // it numbers no link's lower as being in the host's namespace
         };
         // A pod can fill its own namespace with links: read them raw, without statistics,
-        // not through the rtnetlink crate's full decoding (1.3 s for 40,000 links).
-        let links = ns.within(super::raw::dump)?.map_err(|e| {
+        // not through the rtnetlink crate's full decoding (1.3 s for 40,000 links). One past
+        // the dump's bound is not searched: failing would let that pod stop every ADD on the
+        // node, while what rides the NIC from there is that pod's own (its macvlan NAD's).
+        let dumped = ns.within(super::raw::dump)?.map_err(|e| {
             Error::new(
                 Code::Netlink,
                 format!("listing the links of {label} (raw dump): {e}"),
             )
         })?;
+        let Some(links) = dumped else {
+            log::warn!(
+                "{label} holds more than {} MiB of links; not searched for devices riding {}",
+                super::raw::MAX_BYTES >> 20,
+                link.name
+            );
+            continue;
+        };
         for upper in links {
             if upper.lower == Some(link.index)
                 && upper.lower_netnsid == Some(host_id)
