@@ -20,10 +20,8 @@ use crate::cni::version::Version;
 use crate::error::{Code, Error, Result, invalid_config};
 use crate::node::Node;
 use serde_json::Value;
-use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 /// Remembered IPAM plugin versions: on tmpfs, so a reboot (or an upgrade) forgets them.
 const VERSION_MEMO_DIR: &str = "/run/rdma-host-device/ipam-versions";
@@ -216,33 +214,24 @@ impl<'a> Ipam<'a> {
     }
 
     fn exec(&self, command: &str, stdin: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
-        let mut cmd = Command::new(&self.exe);
-        cmd.env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", &self.container_id)
-            .env("CNI_IFNAME", &self.ifname)
-            .env("CNI_NETNS", &self.netns)
-            .env("CNI_ARGS", &self.env.args)
-            .env("CNI_PATH", join_path(&self.env.path))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().map_err(|e| {
-            Failure::ours(format!(
-                "cannot run IPAM plugin {}: {e}",
-                self.exe.display()
-            ))
-        })?;
-        if let Some(mut w) = child.stdin.take() {
-            // A plugin that exits without reading stdin is not our failure to report here.
-            let _ = w.write_all(stdin);
-        }
-        let out = child.wait_with_output().map_err(|e| {
-            Failure::ours(format!(
-                "waiting for IPAM plugin {}: {e}",
-                self.exe.display()
-            ))
-        })?;
-        if out.status.success() {
+        let path = join_path(&self.env.path);
+        let env = [
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", self.container_id.as_str()),
+            ("CNI_IFNAME", self.ifname.as_str()),
+            ("CNI_NETNS", self.netns.as_str()),
+            ("CNI_ARGS", self.env.args.as_str()),
+            ("CNI_PATH", path.as_str()),
+        ];
+        let out =
+            crate::confine::run(&self.exe, &env, stdin, &self.node.ipam_policy()).map_err(|e| {
+                Failure::ours(format!(
+                    "IPAM plugin {:?} ({}), {command}: {e}",
+                    self.plugin,
+                    self.exe.display()
+                ))
+            })?;
+        if out.code == 0 {
             return Ok(out.stdout);
         }
         let reply: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);

@@ -6,6 +6,7 @@ pub mod announce;
 pub mod cdi;
 pub mod cli;
 pub mod cni;
+pub mod confine;
 pub mod device_info;
 pub mod device_plugin;
 pub mod error;

@@ -155,7 +155,9 @@ fn dhcp_lease_is_released_on_del() {
     let read_log = || fs::read_to_string(&dnsmasq_log).unwrap_or_default();
     dnsmasq.wait_ready(|| read_log().contains("DHCP, IP range"));
 
-    let sock = dir.join("dhcp.sock");
+    // In the node's ipamPaths: the string check refuses a daemonSocketPath elsewhere.
+    let sock = rig.data_dir().join("dhcp.sock");
+    fs::create_dir_all(rig.data_dir()).unwrap();
     let mut daemon = Daemon::spawn(
         "CNI dhcp daemon",
         Command::new(DHCP_PLUGIN)

@@ -277,6 +277,11 @@ fn hostile_paths_never_write_outside_the_nodes_directories_nor_block() {
         rig.state_dir().display().to_string(),
         log_dir.display().to_string(),
         "/run/rdma-host-device/".to_owned(),
+        // the node's ipamPaths, which the plugin makes for IPAM (src/confine/)
+        rig.data_dir().display().to_string(),
+        "/var/lib/cni/networks".to_owned(),
+        "/run/cni".to_owned(),
+        "/var/run/cni".to_owned(),
         // the plugin's own namespace handles and private sysfs mounts
         "/proc/thread-self/".to_owned(),
         "/proc/self/".to_owned(),

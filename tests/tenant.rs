@@ -670,7 +670,8 @@ fn a_default_route_through_a_nexthop_object_is_seen() {
 /// `DIR/stdin-COMMAND.json`, touches `DIR/ran` and answers ADD with one address. Returns its
 /// `ipam` object and DIR. (The rig's node does not allow it: each test says what it allows.)
 fn recording_ipam(rig: &Rig, name: &str) -> (Value, std::path::PathBuf) {
-    let dir = rig.dir.path().join(format!("{name}-saw"));
+    // Where the node lets IPAM write (the kernel refuses anywhere else).
+    let dir = rig.data_dir().join(format!("{name}-saw"));
     fs::create_dir_all(&dir).unwrap();
     let o = rig.octet();
     let result = json!({"cniVersion": "1.0.0",
@@ -917,7 +918,8 @@ fn ipam_paths_outside_the_nodes_ipam_paths_are_refused_before_any_change() {
         ("dataDir", json!(target), "outside"),
         ("dataDir", json!(escape), "'..'"),
         ("dataDir", json!("../../../../tmp/rhd-ipam-rel"), "'..'"),
-        ("dataDir", json!(rig.state_dir()), "stateDir"),
+        ("dataDir", json!(rig.state_dir()), "outside"),
+        ("dataDir", json!("tmp/rhd-ipam-rel"), "relative"),
         ("resolvConf", json!(secret), "outside"),
         (
             "daemonSocketPath",
@@ -936,7 +938,7 @@ fn ipam_paths_outside_the_nodes_ipam_paths_are_refused_before_any_change() {
             "names the key and why: {m}"
         );
         assert!(
-            m.contains("/var/lib/cni, /run/cni, /var/run/cni, /etc/cni") && m.contains("ipamPaths"),
+            m.contains("/var/lib/cni/networks, /run/cni, /var/run/cni") && m.contains("ipamPaths"),
             "names the allowed directories: {m}"
         );
         rig.assert_detached(&nic, Some(&pod), &add);

@@ -25,10 +25,19 @@ pub const DEFAULT_LOG_DIR: &str = "/var/log/rdma-host-device";
 /// managers people use with a host NIC, and nothing that is not an address manager (`portmap`,
 /// `bridge`, ... are plugins too, and would run as root with the tenant's config).
 pub const DEFAULT_IPAM_PLUGINS: [&str; 4] = ["host-local", "static", "dhcp", "whereabouts"];
-/// The directories a path in a network configuration's `ipam` may name when the node says
-/// nothing: host-local's default dataDir (/var/lib/cni/networks), dhcp's socket
-/// (/run/cni/dhcp.sock), whereabouts' kubeconfig (/etc/cni/net.d/...).
-pub const DEFAULT_IPAM_PATHS: [&str; 4] = ["/var/lib/cni", "/run/cni", "/var/run/cni", "/etc/cni"];
+/// The directories an IPAM plugin may write beneath when the node says nothing (the kernel
+/// enforces it, src/confine/): host-local's default dataDir (/var/lib/cni/networks), dhcp's
+/// socket directory (/run/cni). Never the plugin's own stateDir.
+pub const DEFAULT_IPAM_PATHS: [&str; 3] = ["/var/lib/cni/networks", "/run/cni", "/var/run/cni"];
+/// What an IPAM plugin may read (and execute) beyond its own file and the dynamic loader's
+/// directories when the node says nothing: the CNI configuration (whereabouts' kubeconfig
+/// lives in /etc/cni/net.d/whereabouts.d/) and the node's resolver configuration.
+pub const DEFAULT_IPAM_READ_PATHS: [&str; 2] = ["/etc/cni", "/etc/resolv.conf"];
+/// How long one exec of an IPAM plugin may take when the node says nothing (a DHCP lease
+/// takes a few seconds; nothing legitimate takes this long).
+pub const DEFAULT_IPAM_TIMEOUT_SECONDS: u64 = 30;
+/// The most an IPAM plugin may write to stdout (a CNI result is a few KiB).
+pub const MAX_IPAM_OUTPUT: usize = 1 << 20;
 /// `ipam` keys known to be paths: a relative value with `..` is refused too (an absolute
 /// value of any key is checked against `ipamPaths`).
 const IPAM_PATH_KEYS: [&str; 3] = ["dataDir", "resolvConf", "daemonSocketPath"];
@@ -142,6 +151,17 @@ pub struct Node {
     /// `daemonSocketPath`, ...).
     #[serde(default = "default_ipam_paths")]
     pub ipam_paths: Vec<PathBuf>,
+    /// What an IPAM plugin may read and execute besides its own file and the loader's
+    /// directories (`ipamReadPaths`); enforced by the kernel like `ipamPaths`.
+    #[serde(default = "default_ipam_read_paths")]
+    pub ipam_read_paths: Vec<PathBuf>,
+    /// Where the kernel cannot confine an IPAM plugin (no Landlock, no PID namespace):
+    /// `required` (the default) refuses to run it, `bestEffort` runs it with a warning.
+    #[serde(default)]
+    pub ipam_confinement: Confinement,
+    /// The deadline of one exec of an IPAM plugin, in seconds (1-600).
+    #[serde(default = "default_ipam_timeout")]
+    pub ipam_timeout_seconds: u64,
     /// Exclusive mode: whether ADD may move an RDMA device that host processes hold open
     /// (their verbs contexts are cut off). Off by default: such a NIC is refused (107).
     #[serde(default)]
@@ -188,6 +208,25 @@ fn default_ipam_paths() -> Vec<PathBuf> {
     DEFAULT_IPAM_PATHS.iter().map(PathBuf::from).collect()
 }
 
+fn default_ipam_read_paths() -> Vec<PathBuf> {
+    DEFAULT_IPAM_READ_PATHS.iter().map(PathBuf::from).collect()
+}
+
+fn default_ipam_timeout() -> u64 {
+    DEFAULT_IPAM_TIMEOUT_SECONDS
+}
+
+/// `ipamConfinement`: what to do where the kernel cannot confine an IPAM plugin.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Confinement {
+    /// Refuse to run it (ADD fails with 105 and says why).
+    #[default]
+    Required,
+    /// Run it without what the kernel lacks, with a warning in the log.
+    BestEffort,
+}
+
 fn has_dotdot(p: &Path) -> bool {
     p.components()
         .any(|c| matches!(c, std::path::Component::ParentDir))
@@ -210,6 +249,9 @@ impl Default for Node {
             memlock: default_memlock(),
             ipam_plugins: default_ipam_plugins(),
             ipam_paths: default_ipam_paths(),
+            ipam_read_paths: default_ipam_read_paths(),
+            ipam_confinement: Confinement::default(),
+            ipam_timeout_seconds: default_ipam_timeout(),
             take_rdma_devices_in_use: false,
             device_plugin_json: None,
             source: "built-in defaults".into(),
@@ -319,6 +361,9 @@ impl Node {
             "memlock": self.memlock,
             "ipamPlugins": self.ipam_plugins,
             "ipamPaths": self.ipam_paths,
+            "ipamReadPaths": self.ipam_read_paths,
+            "ipamConfinement": self.ipam_confinement,
+            "ipamTimeoutSeconds": self.ipam_timeout_seconds,
             "takeRdmaDevicesInUse": self.take_rdma_devices_in_use,
             "source": self.source,
         });
@@ -393,15 +438,53 @@ impl Node {
                 )));
             }
         }
-        for p in &node.ipam_paths {
-            if !p.is_absolute() || has_dotdot(p) {
-                return Err(bad(format!(
-                    "ipamPaths entry {} must be an absolute directory without '..'",
-                    p.display()
-                )));
+        for (key, paths) in [
+            ("ipamPaths", &node.ipam_paths),
+            ("ipamReadPaths", &node.ipam_read_paths),
+        ] {
+            for p in paths {
+                if !p.is_absolute() || has_dotdot(p) {
+                    return Err(bad(format!(
+                        "{key} entry {} must be an absolute path without '..'",
+                        p.display()
+                    )));
+                }
+                // The kernel grants IPAM all of an entry: one that holds the plugin's own
+                // records or log, or lies among the records, would hand them to a tenant's
+                // IPAM config. (A directory of its own inside the logDir reaches no log file.)
+                for (own, dir, inside_too) in [
+                    ("stateDir", &node.state_dir, true),
+                    ("logDir", &node.log_dir, false),
+                ] {
+                    if dir.starts_with(p) || (inside_too && p.starts_with(dir)) {
+                        return Err(bad(format!(
+                            "{key} entry {} holds or is inside the {own} {}: IPAM plugins would reach the plugin's own files; list a directory beside it",
+                            p.display(),
+                            dir.display()
+                        )));
+                    }
+                }
             }
         }
+        if !(1..=600).contains(&node.ipam_timeout_seconds) {
+            return Err(bad(format!(
+                "ipamTimeoutSeconds {} must be 1-600",
+                node.ipam_timeout_seconds
+            )));
+        }
         Ok(node)
+    }
+
+    /// What the kernel lets an IPAM plugin do (src/confine/): read `ipamReadPaths`, write
+    /// beneath `ipamPaths`, for `ipamTimeoutSeconds`.
+    pub fn ipam_policy(&self) -> crate::confine::Policy<'_> {
+        crate::confine::Policy {
+            read: &self.ipam_read_paths,
+            write: &self.ipam_paths,
+            required: self.ipam_confinement == Confinement::Required,
+            deadline: std::time::Duration::from_secs(self.ipam_timeout_seconds),
+            max_output: MAX_IPAM_OUTPUT,
+        }
     }
 
     /// Whether a network configuration may make the plugin exec `plugin` as its IPAM: refused
@@ -448,12 +531,13 @@ impl Node {
                     Err(Error::new(
                         Code::NotAllowed,
                         format!(
-                            "{at} {s:?} {why}; IPAM paths must be under {} (ipamPaths in the node policy: {})",
-                            if self.ipam_paths.is_empty() {
+                            "{at} {s:?} {why}; IPAM paths must be under {} (ipamPaths and ipamReadPaths in the node policy: {})",
+                            if self.ipam_paths.is_empty() && self.ipam_read_paths.is_empty() {
                                 "no directory at all".to_owned()
                             } else {
                                 self.ipam_paths
                                     .iter()
+                                    .chain(&self.ipam_read_paths)
                                     .map(|p| p.display().to_string())
                                     .collect::<Vec<_>>()
                                     .join(", ")
@@ -466,19 +550,17 @@ impl Node {
                     if has_dotdot(p) {
                         return refuse("contains '..'");
                     }
-                    if !path_under(&self.ipam_paths, p) {
+                    if !path_under(&self.ipam_paths, p) && !path_under(&self.ipam_read_paths, p) {
                         return refuse("is outside the directories this node lets IPAM name");
                     }
-                    // The plugin's own records are never IPAM's (host-local writes
-                    // <dataDir>/<network name>/, so a parent of the stateDir reaches it too).
-                    if p.starts_with(&self.state_dir) || self.state_dir.starts_with(p) {
-                        return refuse(&format!(
-                            "is, holds or is inside the plugin's own stateDir {}",
-                            self.state_dir.display()
-                        ));
-                    }
-                } else if key.is_some_and(|k| IPAM_PATH_KEYS.contains(&k)) && has_dotdot(p) {
-                    return refuse("contains '..'");
+                } else if key.is_some_and(|k| IPAM_PATH_KEYS.contains(&k)) {
+                    // The plugin resolves it against its working directory: an empty one
+                    // the kernel lets it write nothing in. Said early, not relied on.
+                    return refuse(if has_dotdot(p) {
+                        "contains '..'"
+                    } else {
+                        "is relative (the plugin would resolve it against its working directory)"
+                    });
                 }
                 Ok(())
             }

@@ -271,18 +271,20 @@ fn ipam_plugins_default_to_the_address_managers_and_follow_the_file() {
 fn ipam_paths_match_whole_components_under_the_node_prefixes() {
     let pre: Vec<PathBuf> = default_ipam_paths();
     for ok in [
-        "/var/lib/cni",
         "/var/lib/cni/networks",
-        "/var/lib/cni/",
+        "/var/lib/cni/networks/",
+        "/var/lib/cni/networks/net1",
         "/run/cni/dhcp.sock",
-        "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig",
-        "/etc//cni/./net.d",
+        "/run//cni/./x",
     ] {
         assert!(path_under(&pre, Path::new(ok)), "{ok}");
     }
     for no in [
         "/etc/cnix",
         "/etc/cni-evil/x",
+        "/etc/cni/net.d",
+        "/var/lib/cni",
+        "/var/lib/cni/rdma-host-device",
         "/var/lib/cn",
         "/var/lib",
         "/",
@@ -322,19 +324,22 @@ fn ipam_paths_refuse_paths_outside_the_prefixes_naming_the_key() {
             "ipam.kubernetes.kubeconfig",
         ),
         (serde_json::json!({"x":[{"y":"/tmp/z"}]}), "ipam.x[0].y"),
-        (serde_json::json!({"dataDir":DEFAULT_STATE_DIR}), "stateDir"),
-        (serde_json::json!({"dataDir":"/var/lib/cni"}), "stateDir"),
+        (serde_json::json!({"dataDir":DEFAULT_STATE_DIR}), "outside"),
+        (serde_json::json!({"dataDir":"/var/lib/cni"}), "outside"),
         (
             serde_json::json!({"dataDir":"/var/lib/cni/rdma-host-device/x"}),
-            "stateDir",
+            "outside",
         ),
+        (serde_json::json!({"dataDir":"tmp/x"}), "relative"),
+        (serde_json::json!({"resolvConf":"resolv.conf"}), "relative"),
     ] {
         let e = n.admit_ipam_paths(&ipam).unwrap_err();
         assert_eq!(e.code, Code::NotAllowed, "{ipam}");
         assert!(e.msg.contains(key), "{key}: {}", e.msg);
         assert!(
-            e.msg
-                .contains("/var/lib/cni, /run/cni, /var/run/cni, /etc/cni"),
+            e.msg.contains(
+                "/var/lib/cni/networks, /run/cni, /var/run/cni, /etc/cni, /etc/resolv.conf"
+            ),
             "{}",
             e.msg
         );
@@ -351,15 +356,29 @@ fn ipam_paths_refuse_paths_outside_the_prefixes_naming_the_key() {
     );
     assert!(n.to_json().contains("\"/srv/ipam\""), "{}", n.to_json());
     assert!(Node::default().to_json().contains("\"/var/run/cni\""));
-    for body in [
-        r#"{"ipamPaths":["relative"]}"#,
-        r#"{"ipamPaths":["/a/../b"]}"#,
+    for (body, says) in [
+        (r#"{"ipamPaths":["relative"]}"#, "ipamPaths"),
+        (r#"{"ipamPaths":["/a/../b"]}"#, "ipamPaths"),
+        (r#"{"ipamReadPaths":["etc"]}"#, "ipamReadPaths"),
+        // The kernel would grant IPAM the plugin's own records or log.
+        (r#"{"ipamPaths":["/var/lib/cni"]}"#, "stateDir"),
+        (
+            r#"{"stateDir":"/srv/s","ipamReadPaths":["/srv/s/x"]}"#,
+            "stateDir",
+        ),
+        (r#"{"logDir":"/srv/l","ipamPaths":["/srv"]}"#, "logDir"),
+        (
+            r#"{"stateDir":"/srv/s","ipamPaths":["/srv/s/ipam"]}"#,
+            "stateDir",
+        ),
+        (r#"{"ipamTimeoutSeconds":0}"#, "ipamTimeoutSeconds"),
+        (r#"{"ipamConfinement":"never"}"#, "bestEffort"),
     ] {
         let p = write(body);
         let e = Node::from_file(&p, true).unwrap_err();
         let _ = std::fs::remove_file(p);
         assert_eq!(e.code, Code::InvalidConfig, "{body}");
-        assert!(e.msg.contains("ipamPaths"), "{}", e.msg);
+        assert!(e.msg.contains(says), "{body}: {}", e.msg);
     }
 }
 
@@ -369,7 +388,8 @@ fn node_config_output_read_back_is_the_same_node() {
     let p = write(
         r#"{"stateDir":"/srv/s","logDir":"/srv/l","allowedNics":{"names":["a"],"pciAddresses":["0000:3b:00.0"],"drivers":["irdma"],"rdmaDevices":["0002:c903:0033:1234"]},
         "allowedUplinks":["b"],"deviceInfoDir":"/srv/d","memlock":"1048576","ipamPlugins":["host-local"],
-        "ipamPaths":["/srv/ipam"],"takeRdmaDevicesInUse":true,
+        "ipamPaths":["/srv/ipam"],"ipamReadPaths":["/srv/ro"],"ipamConfinement":"bestEffort",
+        "ipamTimeoutSeconds":7,"takeRdmaDevicesInUse":true,
         "devicePlugin":{"pools":[{"resourceName":"rdma-host-device.io/rail","selectors":{"names":["a"]}}],
         "charDevices":{"umad":true,"issm":true,"cdi":true}}}"#,
     );

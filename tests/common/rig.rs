@@ -119,17 +119,24 @@ impl Rig {
     pub fn set_node(&self, extra: Value) {
         let mut keys = self.node_keys.lock().unwrap_or_else(|e| e.into_inner());
         keys.1 = extra.clone();
-        // IPAM paths: the node's defaults plus this rig's own directory (where the tests'
-        // host-local dataDir lives), unless the test sets ipamPaths itself.
+        // IPAM paths: the node's defaults plus this rig's dataDir (where the tests' host-local
+        // writes), unless the test sets ipamPaths itself; what IPAM may read: the defaults
+        // plus the shell and its tools, which the tests' own IPAM scripts (fixed_ipam) run.
         let mut ipam_paths: Vec<Value> = rdma_host_device::node::DEFAULT_IPAM_PATHS
             .iter()
             .map(|p| json!(p))
             .collect();
-        ipam_paths.push(json!(self.dir.path()));
+        ipam_paths.push(json!(self.data_dir()));
+        let mut ipam_read: Vec<Value> = rdma_host_device::node::DEFAULT_IPAM_READ_PATHS
+            .iter()
+            .map(|p| json!(p))
+            .collect();
+        ipam_read.extend([json!("/bin"), json!("/usr/bin")]);
         let mut node = json!({
             "stateDir": self.state_dir(),
             "logDir": self.log_dir(),
             "ipamPaths": ipam_paths,
+            "ipamReadPaths": ipam_read,
         });
         if !keys.0.is_empty() {
             let mut allowed: Vec<String> = rdma_host_device::node::DEFAULT_IPAM_PLUGINS

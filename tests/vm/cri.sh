@@ -54,9 +54,9 @@ mount -t tmpfs tmpfs "$D"
 mkdir -p "$D/bin" "$D/net.d" "$D/ipam" "$D/state" "$D/log"
 cp /usr/lib/cni/loopback /usr/lib/cni/host-local "$D/bin/"
 ln -s "$BIN" "$D/bin/rdma-host-device"
-# ipamPaths: the defaults plus $D (host-local's dataDir below is $D/ipam).
+# ipamPaths: the defaults plus host-local's dataDir below ($D/ipam), never the stateDir or logDir.
 # devicePlugin: one pool holding the VM's NIC (for the allocated case's device plugin).
-echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"ipamPaths\":[\"/var/lib/cni\",\"/run/cni\",\"/var/run/cni\",\"/etc/cni\",\"$D\"],\"memlock\":\"1073741824\",
+echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"ipamPaths\":[\"/var/lib/cni/networks\",\"/run/cni\",\"/var/run/cni\",\"$D/ipam\"],\"memlock\":\"1073741824\",
  \"devicePlugin\":{\"pools\":[{\"resourceName\":\"rdma-host-device.io/rail\",\"selectors\":{\"pciAddresses\":[\"$PCI\"]}}]}}" >"$D/node.json"
 cat >"$D/config.toml" <<EOF
 version = 2

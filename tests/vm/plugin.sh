@@ -58,8 +58,8 @@ BIN=${RHD_BIN:-$REPO/target/debug/rdma-host-device}
 DRIVER=${RHD_DRIVER:-$REPO/target/vm/libcni-driver}
 WORK=$(mktemp -d)
 # The node's settings (state and log directories) come from the node configuration, not the NAD.
-# ipamPaths: the defaults plus $WORK (host-local's dataDir below is $WORK/ipam).
-echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\",\"deviceInfoDir\":\"$WORK/devinfo\",\"ipamPaths\":[\"/var/lib/cni\",\"/run/cni\",\"/var/run/cni\",\"/etc/cni\",\"$WORK\"]}" >"$WORK/node.json"
+# ipamPaths: the defaults plus host-local's dataDir below ($WORK/ipam), never the stateDir or logDir.
+echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\",\"deviceInfoDir\":\"$WORK/devinfo\",\"ipamPaths\":[\"/var/lib/cni/networks\",\"/run/cni\",\"/var/run/cni\",\"$WORK/ipam\"]}" >"$WORK/node.json"
 export RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/node.json
 PLUGINS=$WORK/bin
 mkdir -p "$PLUGINS"
@@ -334,7 +334,7 @@ print("%016x" % h)' c-clash net1)
     ip netns exec p9 rdma dev set rxtmp name rxbad
   check "the pod swapped the names (nicbad's device is now rxok)" bash -c "rdma link show | grep -q 'rxok/1 .*netdev nicbad'"
   for policy in "\"rxok\"" "\"$GOK\""; do
-    echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\",\"ipamPaths\":[\"$WORK\"],\"allowedNics\":{\"rdmaDevices\":[$policy]}}" >"$WORK/swap-node.json"
+    echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\",\"ipamPaths\":[\"$WORK/ipam\"],\"allowedNics\":{\"rdmaDevices\":[$policy]}}" >"$WORK/swap-node.json"
     conf "$WORK/sw.conf" swap '"device":"nicbad"' '{}' "$(host_local 10.71.0.0/24)"
     RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/swap-node.json cni add "$WORK/sw.conf" c-sw
     expect_code 107
