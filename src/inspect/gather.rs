@@ -202,6 +202,9 @@ pub(super) fn gather(opts: &Options) -> Result<Report> {
         hidden_links,
         counter_errors: BTreeMap::new(),
         runtimes: super::runtime::runtimes(Path::new("/proc")),
+        ipam_confinement: super::report::IpamConfinement::of(
+            &crate::node::Node::load().unwrap_or_default(),
+        ),
     })
 }
 

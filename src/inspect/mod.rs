@@ -128,7 +128,7 @@ fn stdout_is_terminal() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::render::GREEN;
+    use super::render::{GREEN, RED};
     use super::*;
     use crate::rdma::netlink::NetnsMode;
 
@@ -203,6 +203,7 @@ mod tests {
             hidden_links: 3,
             counter_errors: Default::default(),
             runtimes: Vec::new(),
+            ipam_confinement: report::IpamConfinement::with(Some(6), &crate::node::Node::default()),
         }
     }
 
@@ -277,6 +278,30 @@ mod tests {
         let t = render_table(&r, false);
         assert!(t.contains("RDMA: not available in this kernel"), "{t}");
         assert!(t.contains("0 host NIC(s) ready"), "{t}");
+    }
+
+    #[test]
+    fn whether_ipam_plugins_are_confined_is_said_and_unconfined_is_red() {
+        let t = render_table(&report(), false);
+        assert!(
+            t.contains("IPAM plugins: confined by the kernel (Landlock ABI 6"),
+            "{t}"
+        );
+        let mut r = report();
+        let mut node = crate::node::Node::default();
+        r.ipam_confinement = IpamConfinement::with(None, &node);
+        let t = render_table(&r, true);
+        assert!(t.contains(&format!("{RED}IPAM plugins: this kernel has no Landlock: every network with an `ipam` is refused")), "{t}");
+        node.ipam_confinement = crate::node::Confinement::BestEffort;
+        r.ipam_confinement = IpamConfinement::with(None, &node);
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["ipamConfinement"]["policy"], "bestEffort");
+        assert!(
+            v["ipamConfinement"]["warning"]
+                .as_str()
+                .is_some_and(|w| w.contains("run unconfined")),
+            "{v}"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::*;
 
 const RESET: &str = "\x1b[0m";
 const BOLD: &str = "\x1b[1m";
-const RED: &str = "\x1b[31m";
+pub(super) const RED: &str = "\x1b[31m";
 pub(super) const GREEN: &str = "\x1b[32m";
 const YELLOW: &str = "\x1b[33m";
 const DIM: &str = "\x1b[2m";
@@ -195,6 +195,15 @@ pub fn render_table(r: &Report, color: bool) -> String {
             Some(RED),
             color,
         );
+    }
+    let ic = &r.ipam_confinement;
+    match (&ic.warning, ic.landlock_abi) {
+        (Some(w), _) => paint(&mut out, &format!("IPAM plugins: {w}\n"), Some(RED), color),
+        (None, Some(abi)) => out.push_str(&format!(
+            "IPAM plugins: confined by the kernel (Landlock ABI {abi}, own PID namespace, {} s deadline)\n",
+            ic.timeout_seconds
+        )),
+        (None, None) => {}
     }
     for rt in &r.runtimes {
         let limit = if rt.memlock_bytes == u64::MAX {

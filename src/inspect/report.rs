@@ -27,6 +27,47 @@ pub struct Report {
     pub counter_errors: BTreeMap<&'static str, u64>,
     /// The container runtimes running here and the memlock limit their containers inherit.
     pub runtimes: Vec<RuntimeMemlock>,
+    /// Whether this kernel lets the plugin confine the IPAM plugins it runs (src/confine/).
+    pub ipam_confinement: IpamConfinement,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IpamConfinement {
+    /// The kernel's Landlock ABI version; None: no Landlock.
+    pub landlock_abi: Option<u32>,
+    /// The node's `ipamConfinement` ("required" or "bestEffort").
+    pub policy: crate::node::Confinement,
+    pub timeout_seconds: u64,
+    /// Set when IPAM plugins run unconfined or not at all here: what that means.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+impl IpamConfinement {
+    /// What this kernel and `node` make of IPAM execs.
+    pub fn of(node: &crate::node::Node) -> Self {
+        Self::with(crate::confine::landlock_abi(), node)
+    }
+
+    /// What a kernel with Landlock ABI `landlock_abi` and `node` make of IPAM execs.
+    pub fn with(landlock_abi: Option<u32>, node: &crate::node::Node) -> Self {
+        let warning = match (landlock_abi, node.ipam_confinement) {
+            (Some(_), _) => None,
+            (None, crate::node::Confinement::Required) => Some(
+                "this kernel has no Landlock: every network with an `ipam` is refused (105); enable Landlock (lsm=...,landlock) or set ipamConfinement: bestEffort".into(),
+            ),
+            (None, crate::node::Confinement::BestEffort) => Some(
+                "this kernel has no Landlock: IPAM plugins run unconfined (ipamConfinement: bestEffort) and may write anywhere root can".into(),
+            ),
+        };
+        IpamConfinement {
+            landlock_abi,
+            policy: node.ipam_confinement,
+            timeout_seconds: node.ipam_timeout_seconds,
+            warning,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
