@@ -35,6 +35,9 @@ pub struct Ipam<'a> {
     node: &'a Node,
     /// The attachment: normally the runtime's, but GC acts for attachments it found on disk.
     container_id: String,
+    /// When this call's IPAM budget ends: every exec of the plugin for it (a VERSION query,
+    /// a retry with an older version) shares one `ipamTimeoutSeconds`.
+    deadline: std::time::Instant,
     ifname: String,
     netns: String,
 }
@@ -69,6 +72,8 @@ impl<'a> Ipam<'a> {
             container_id: env.container_id.clone(),
             ifname: env.ifname.clone(),
             netns: env.netns.clone(),
+            deadline: std::time::Instant::now()
+                + std::time::Duration::from_secs(node.ipam_timeout_seconds),
         })
     }
 
@@ -137,7 +142,12 @@ impl<'a> Ipam<'a> {
         }
         match self.exec(command, conf) {
             Err(f) if f.their_code == Some(1) => {
-                let Some(older) = self.newest_version() else {
+                // Only a version older than the one asked can help (asking again the same
+                // way would only spend the call's deadline once more).
+                let Some(older) = self
+                    .newest_version()
+                    .filter(|v| asked.is_none_or(|a| *v < a))
+                else {
                     return Err(f);
                 };
                 log::info!(
@@ -223,14 +233,26 @@ impl<'a> Ipam<'a> {
             ("CNI_ARGS", self.env.args.as_str()),
             ("CNI_PATH", path.as_str()),
         ];
-        let out =
-            crate::confine::run(&self.exe, &env, stdin, &self.node.ipam_policy()).map_err(|e| {
-                Failure::ours(format!(
-                    "IPAM plugin {:?} ({}), {command}: {e}",
-                    self.plugin,
-                    self.exe.display()
-                ))
-            })?;
+        let mut policy = self.node.ipam_policy();
+        policy.deadline = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        let out = crate::confine::run(&self.exe, &env, stdin, &policy).map_err(|e| {
+            Failure::ours(format!(
+                "IPAM plugin {:?} ({}), {command}: {e}",
+                self.plugin,
+                self.exe.display()
+            ))
+        })?;
+        if !out.stderr.is_empty() {
+            log::warn!(
+                "IPAM plugin {:?}, {command}, on stderr: {}",
+                self.plugin,
+                String::from_utf8_lossy(&out.stderr)
+                    .trim_end()
+                    .escape_debug()
+            );
+        }
         if out.code == 0 {
             return Ok(out.stdout);
         }

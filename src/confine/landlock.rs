@@ -5,8 +5,8 @@
 //! Every filesystem right the running kernel knows is handled, so anything not granted by a
 //! rule is refused by the kernel, whatever path string the confined program builds: relative
 //! paths, `..`, symlinks and bind mounts all resolve to a file the rules do or do not cover.
-//! From ABI 6 on, the program may also not signal processes outside its domain nor connect
-//! to abstract unix sockets.
+//! From ABI 4 on, it may not bind TCP ports; from ABI 6 on, it may not signal processes
+//! outside its domain nor connect to abstract unix sockets.
 
 use std::ffi::CString;
 use std::io;
@@ -39,6 +39,9 @@ const IOCTL_DEV: u64 = 1 << 15;
 
 /// Rights that make sense on a file (not a directory) in a path-beneath rule.
 const FILE_RIGHTS: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV;
+
+/// ABI 4: binding a TCP socket to a port.
+const NET_BIND_TCP: u64 = 1 << 0;
 
 /// ABI 6 scopes.
 const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
@@ -110,7 +113,9 @@ impl Ruleset {
     pub fn new(abi: u32) -> io::Result<Ruleset> {
         let attr = RulesetAttr {
             handled_access_fs: handled_fs(abi),
-            handled_access_net: 0,
+            // ABI 4: TCP. Binding (listening) is refused; connecting is not handled (an
+            // address manager may talk to an API server).
+            handled_access_net: if abi >= 4 { NET_BIND_TCP } else { 0 },
             scoped: if abi >= 6 {
                 SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
             } else {

@@ -8,12 +8,20 @@
 //!   loader's directories and `ipamReadPaths`; read and write (no device nodes, FIFOs,
 //!   sockets, symlinks or executables made) beneath `ipamPaths`. Anything else is refused by
 //!   the kernel, whatever path string the plugin builds (relative, `..`, symlinks).
-//! - **Processes**: the plugin is pid 1 of a new PID namespace, held by an intermediate
-//!   process that only waits for it. When the plugin exits the kernel kills everything it
-//!   started; when this process dies (the runtime gave up on us) the intermediate gets
-//!   SIGKILL (PR_SET_PDEATHSIG) and so does the plugin, taking the namespace with it.
-//! - **Time and size**: one deadline for the whole exchange (stdin, stdout, exit); past it the
-//!   process group is killed and reaped. Stdout is read up to a bound.
+//! - **Privilege**: no capabilities at all (bounding, inheritable, ambient sets emptied before
+//!   exec: a root program without them still owns root's files, and nothing else), no new
+//!   privileges, a seccomp filter against set-user-ID and set-group-ID modes (`seccomp.rs`),
+//!   no TCP listening (Landlock ABI 4+), no signals to or abstract sockets of anything outside
+//!   (ABI 6+), no file descriptor of ours but its three pipes.
+//! - **Processes**: the plugin is pid 2 of a new PID namespace whose pid 1 is our own code
+//!   (a reaper the plugin cannot ptrace, signal or outlive), under a waiter in our namespace.
+//!   When the plugin exits the reaper exits and the kernel kills everything left in the
+//!   namespace; when this process dies (the runtime gave up on us) the waiter and the reaper
+//!   get SIGKILL (PR_SET_PDEATHSIG, which the plugin cannot clear for them) and so does
+//!   everything in the namespace.
+//! - **Time and size**: one deadline for the whole exchange (stdin, stdout, stderr, exit);
+//!   past it the waiter is killed, which takes the namespace. Stdout is read up to a bound;
+//!   stderr is read through a pipe of its own, bounded, and logged escaped.
 //! - **Surroundings**: an empty working directory of root's, an environment of the CNI
 //!   variables and a fixed PATH only.
 //!
@@ -21,6 +29,7 @@
 //! (`ipamConfinement`): refuse (the default) or run without that part, with a warning.
 
 mod landlock;
+mod seccomp;
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -62,7 +71,12 @@ pub struct Output {
     /// Its exit code (128+N when a signal N ended it).
     pub code: i32,
     pub stdout: Vec<u8>,
+    /// The first [`MAX_STDERR`] bytes it wrote to stderr.
+    pub stderr: Vec<u8>,
 }
+
+/// How much of a confined program's stderr is kept (the rest is read and dropped).
+pub const MAX_STDERR: usize = 16 * 1024;
 
 /// Why a confined program gave no answer.
 #[derive(Debug)]
@@ -89,8 +103,8 @@ impl std::fmt::Display for Failure {
             Failure::Start(why) => write!(f, "cannot start it: {why}"),
             Failure::Deadline(d) => write!(
                 f,
-                "no answer within {} s (ipamTimeoutSeconds); killed it and everything it started",
-                d.as_secs()
+                "no answer in the {:.1} s left of this call's ipamTimeoutSeconds; killed it and everything it started",
+                d.as_secs_f64()
             ),
             Failure::TooMuchOutput(n) => {
                 write!(f, "it wrote more than {n} bytes to stdout; killed it")
@@ -131,6 +145,9 @@ pub fn run(
         }
     };
     let cwd = empty_dir().map_err(|e| Failure::Start(format!("its working directory: {e}")))?;
+    let filter = seccomp::filter();
+    let prog = filter.as_ref().map(seccomp::Filter::prog);
+    let last_cap = last_capability();
     let mut cmd = Command::new(exe);
     cmd.env_clear()
         .envs(env.iter().copied())
@@ -138,25 +155,39 @@ pub fn run(
         .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .process_group(0);
     let ruleset_fd = ruleset.as_ref().map(landlock::Ruleset::raw_fd);
     let parent = std::process::id() as libc::pid_t;
     let required = policy.required;
     // SAFETY: the closure runs between fork and exec and only makes raw syscalls
-    // (no allocation, no locks): see `in_child`.
+    // (no allocation, no locks): see `in_child`. `prog` points into `filter`, which lives
+    // until after spawn returns.
+    let prog_at = prog.as_ref().map(|p| p as *const libc::sock_fprog as usize);
     unsafe {
-        cmd.pre_exec(move || in_child(ruleset_fd, parent, required));
+        cmd.pre_exec(move || {
+            let prog = prog_at.map(|a| &*(a as *const libc::sock_fprog));
+            in_child(ruleset_fd, prog, last_cap, parent, required)
+        });
     }
     let mut child = cmd
         .spawn()
         .map_err(|e| Failure::Start(format!("{}: {e}", exe.display())))?;
     drop(ruleset);
+    drop(filter);
     let outcome = exchange(&mut child, stdin, policy);
     if outcome.is_err() {
         kill(&mut child);
     }
     outcome
+}
+
+/// The highest capability number this kernel knows (every one is dropped).
+fn last_capability() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
 }
 
 /// The ruleset: read+execute on `exe`, the loader's paths and `policy.read`; read+write
@@ -226,46 +257,22 @@ fn empty_dir() -> io::Result<&'static Path> {
     Ok(p)
 }
 
-/// Between fork and exec, in the child: die with our thread, enter the ruleset, and become
-/// the parent of the program, which runs as pid 1 of a new PID namespace. Only raw syscalls.
-fn in_child(ruleset: Option<RawFd>, parent: libc::pid_t, required: bool) -> io::Result<()> {
-    // SAFETY (whole function): raw syscalls on integers and stack memory only.
+/// Writes a fixed message to stderr from between fork and exec (no allocation).
+fn say(msg: &[u8]) {
+    // SAFETY: write(2) of a static buffer.
     unsafe {
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::getppid() != parent {
-            // We died before the line above: our death signal is lost; stop here.
-            libc::_exit(1);
-        }
-        if let Some(fd) = ruleset {
-            landlock::restrict_self(fd)?;
-        }
-        if libc::unshare(libc::CLONE_NEWPID) != 0 {
-            if required {
-                return Err(io::Error::last_os_error());
-            }
-            return Ok(());
-        }
-        let pid = libc::fork();
-        if pid < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if pid == 0 {
-            // Pid 1 of the new namespace: dies when its waiter does.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            return Ok(());
-        }
-        // The waiter: keeps no copy of the program's pipes (nor of std's exec-error pipe, so
-        // spawn() returns now), waits for it and exits as it did.
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-        libc::close(0);
-        libc::close(1);
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+    }
+}
+
+/// Waits for `pid` (reaping any other child on the way, as a pid 1 must) and exits as it did.
+/// Never returns.
+fn wait_and_exit(pid: libc::pid_t, any: bool) -> ! {
+    // SAFETY: raw syscalls on integers and a stack int.
+    unsafe {
         let mut status = 0;
         loop {
-            let r = libc::waitpid(pid, &mut status, 0);
+            let r = libc::waitpid(if any { -1 } else { pid }, &mut status, 0);
             if r == pid {
                 break;
             }
@@ -280,15 +287,140 @@ fn in_child(ruleset: Option<RawFd>, parent: libc::pid_t, required: bool) -> io::
     }
 }
 
-/// Writes `stdin`, reads stdout up to the bound, and waits for the exit, all by the deadline.
+/// Closes every descriptor but none, or all from 3 on (`keep_stdio`).
+fn close_from(first: u32) {
+    // SAFETY: close_range on our own descriptor table.
+    unsafe {
+        libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32);
+    }
+}
+
+/// Between fork and exec, in the child (the waiter): die with our thread, then make a PID
+/// namespace whose pid 1 (the reaper) is this code and whose pid 2 becomes the program, which
+/// alone enters the confinement. Only raw syscalls.
+fn in_child(
+    ruleset: Option<RawFd>,
+    filter: Option<&libc::sock_fprog>,
+    last_cap: u32,
+    parent: libc::pid_t,
+    required: bool,
+) -> io::Result<()> {
+    // SAFETY (whole function): raw syscalls on integers and stack memory only.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != parent {
+            // We died before the line above: our death signal is lost; stop here.
+            libc::_exit(1);
+        }
+        if libc::unshare(libc::CLONE_NEWPID) != 0 {
+            if required {
+                say(b"rdma-host-device: cannot make a PID namespace for the IPAM plugin (ipamConfinement: required)\n");
+                return Err(io::Error::last_os_error());
+            }
+            say(b"rdma-host-device: warning: no PID namespace for the IPAM plugin (ipamConfinement: bestEffort): what it starts may outlive it\n");
+            return confine_self(ruleset, filter, last_cap);
+        }
+        let reaper = libc::fork();
+        if reaper < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if reaper > 0 {
+            // The waiter: keeps none of the program's pipes (nor std's exec-error pipe, so
+            // spawn() returns now) and exits as the reaper does.
+            close_from(0);
+            wait_and_exit(reaper, false);
+        }
+        // Pid 1 of the new namespace: dies when the waiter does; its exit ends the namespace.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            libc::_exit(127);
+        }
+        let program = libc::fork();
+        if program < 0 {
+            libc::_exit(127);
+        }
+        if program > 0 {
+            close_from(0);
+            wait_and_exit(program, true);
+        }
+        confine_self(ruleset, filter, last_cap)
+    }
+}
+
+/// The program's own confinement, entered last: no capabilities, no new privileges, the
+/// Landlock ruleset, the seccomp filter, nothing open but stdio.
+fn confine_self(
+    ruleset: Option<RawFd>,
+    filter: Option<&libc::sock_fprog>,
+    last_cap: u32,
+) -> io::Result<()> {
+    const PR_CAPBSET_DROP: libc::c_int = 24;
+    const PR_CAP_AMBIENT: libc::c_int = 47;
+    const PR_CAP_AMBIENT_CLEAR_ALL: libc::c_ulong = 4;
+    #[repr(C)]
+    struct CapHeader {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    struct CapData {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // SAFETY: raw syscalls on integers and stack memory only.
+    unsafe {
+        for cap in 0..=last_cap {
+            // EINVAL for a number this kernel does not know: nothing to drop.
+            libc::prctl(PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
+        }
+        libc::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        let header = CapHeader {
+            version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+            pid: 0,
+        };
+        let data = [
+            CapData {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            },
+            CapData {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            },
+        ];
+        if libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    if let Some(fd) = ruleset {
+        landlock::restrict_self(fd)?;
+    }
+    if let Some(prog) = filter {
+        seccomp::install(prog)?;
+    }
+    close_from(3);
+    Ok(())
+}
+
+/// Writes `stdin`, reads stdout (up to the bound) and stderr (keeping the first
+/// [`MAX_STDERR`] bytes), and waits for the exit, all by the deadline.
 fn exchange(child: &mut Child, stdin: &[u8], policy: &Policy) -> Result<Output, Failure> {
     let start = Instant::now();
     let left = || policy.deadline.checked_sub(start.elapsed());
     let mut input = child.stdin.take();
     let mut output = child.stdout.take();
+    let mut errors = child.stderr.take();
     for fd in [
         input.as_ref().map(AsRawFd::as_raw_fd),
         output.as_ref().map(AsRawFd::as_raw_fd),
+        errors.as_ref().map(AsRawFd::as_raw_fd),
     ]
     .into_iter()
     .flatten()
@@ -297,12 +429,13 @@ fn exchange(child: &mut Child, stdin: &[u8], policy: &Policy) -> Result<Output, 
     }
     let mut written = 0;
     let mut out = Vec::new();
+    let mut err = Vec::new();
     let mut buf = [0u8; 16 * 1024];
-    while input.is_some() || output.is_some() {
+    while input.is_some() || output.is_some() || errors.is_some() {
         let Some(left) = left() else {
             return Err(Failure::Deadline(policy.deadline));
         };
-        let mut fds = Vec::with_capacity(2);
+        let mut fds = Vec::with_capacity(3);
         if let Some(i) = &input {
             fds.push(libc::pollfd {
                 fd: i.as_raw_fd(),
@@ -310,18 +443,21 @@ fn exchange(child: &mut Child, stdin: &[u8], policy: &Policy) -> Result<Output, 
                 revents: 0,
             });
         }
-        if let Some(o) = &output {
+        for r in [
+            output.as_ref().map(AsRawFd::as_raw_fd),
+            errors.as_ref().map(AsRawFd::as_raw_fd),
+        ]
+        .into_iter()
+        .flatten()
+        {
             fds.push(libc::pollfd {
-                fd: o.as_raw_fd(),
+                fd: r,
                 events: libc::POLLIN,
                 revents: 0,
             });
         }
         poll(&mut fds, left)?;
-        for p in &fds {
-            if p.revents == 0 {
-                continue;
-            }
+        for p in fds.iter().filter(|p| p.revents != 0) {
             if input.as_ref().is_some_and(|i| i.as_raw_fd() == p.fd) {
                 let Some(w) = input.as_mut() else { continue };
                 match w.write(&stdin[written..]) {
@@ -334,26 +470,41 @@ fn exchange(child: &mut Child, stdin: &[u8], policy: &Policy) -> Result<Output, 
                 if written >= stdin.len() {
                     input = None;
                 }
-            } else if let Some(r) = output.as_mut() {
-                match r.read(&mut buf) {
-                    Ok(0) => output = None,
-                    Ok(n) => {
-                        out.extend_from_slice(&buf[..n]);
-                        if out.len() > policy.max_output {
-                            return Err(Failure::TooMuchOutput(policy.max_output));
+                continue;
+            }
+            let is_out = output.as_ref().is_some_and(|o| o.as_raw_fd() == p.fd);
+            let (pipe, kept, bound) = if is_out {
+                (
+                    &mut output as &mut dyn Pipe,
+                    &mut out,
+                    Some(policy.max_output),
+                )
+            } else {
+                (&mut errors as &mut dyn Pipe, &mut err, None)
+            };
+            match pipe.read_some(&mut buf) {
+                Ok(0) => pipe.close(),
+                Ok(n) => {
+                    if let Some(max) = bound {
+                        kept.extend_from_slice(&buf[..n]);
+                        if kept.len() > max {
+                            return Err(Failure::TooMuchOutput(max));
                         }
+                    } else {
+                        let room = MAX_STDERR.saturating_sub(kept.len());
+                        kept.extend_from_slice(&buf[..n.min(room)]);
                     }
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                        ) => {}
-                    Err(e) => return Err(Failure::Io(e)),
                 }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(Failure::Io(e)),
             }
         }
     }
-    // Stdout is closed: the exit follows, unless it closed stdout and carried on.
+    // Stdout and stderr are closed: the exit follows, unless it closed them and carried on.
     let pidfd = pidfd_open(child.id()).map_err(Failure::Io)?;
     loop {
         if let Some(status) = child.try_wait().map_err(Failure::Io)? {
@@ -362,7 +513,11 @@ fn exchange(child: &mut Child, stdin: &[u8], policy: &Policy) -> Result<Output, 
                 .code()
                 .or_else(|| status.signal().map(|s| 128 + s))
                 .unwrap_or(128);
-            return Ok(Output { code, stdout: out });
+            return Ok(Output {
+                code,
+                stdout: out,
+                stderr: err,
+            });
         }
         let Some(left) = left() else {
             return Err(Failure::Deadline(policy.deadline));
@@ -373,6 +528,24 @@ fn exchange(child: &mut Child, stdin: &[u8], policy: &Policy) -> Result<Output, 
             revents: 0,
         }];
         poll(&mut fds, left)?;
+    }
+}
+
+/// One of the program's output pipes, read until it closes.
+trait Pipe {
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+    fn close(&mut self);
+}
+
+impl<R: Read> Pipe for Option<R> {
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Some(r) => r.read(buf),
+            None => Ok(0),
+        }
+    }
+    fn close(&mut self) {
+        *self = None;
     }
 }
 
@@ -411,8 +584,8 @@ fn pidfd_open(pid: u32) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// Kills the waiter's process group (the waiter, and the program unless it left the group;
-/// then its death signal does it) and reaps the waiter.
+/// Kills the waiter's process group (the waiter: its death kills the reaper, whose death ends
+/// the namespace and the program with everything it started) and reaps the waiter.
 fn kill(child: &mut Child) {
     // SAFETY: a signal to our own child's process group (its pid, process_group(0)).
     unsafe {

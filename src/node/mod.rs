@@ -227,6 +227,30 @@ pub enum Confinement {
     BestEffort,
 }
 
+/// Where the plugin keeps what it shares between calls on this node (version memos, the IPAM
+/// working directory, node-wide locks): never IPAM's.
+pub const RUN_DIR: &str = "/run/rdma-host-device";
+
+/// `p` with every symlink of its longest existing ancestor resolved (the file the kernel
+/// would grant a rule on), the missing rest appended as written.
+fn real_path(p: &Path) -> PathBuf {
+    let mut existing = p.to_path_buf();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(mut r) = std::fs::canonicalize(&existing) {
+            r.extend(rest.iter().rev());
+            return r;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent.to_path_buf();
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
+}
+
 fn has_dotdot(p: &Path) -> bool {
     p.components()
         .any(|c| matches!(c, std::path::Component::ParentDir))
@@ -449,16 +473,38 @@ impl Node {
                         p.display()
                     )));
                 }
-                // The kernel grants IPAM all of an entry: one that holds the plugin's own
-                // records or log, or lies among the records, would hand them to a tenant's
-                // IPAM config. (A directory of its own inside the logDir reaches no log file.)
+                // The kernel grants IPAM all of an entry, by the file it resolves to: one
+                // that holds the plugin's own records, log, runtime directory or the
+                // device-info directory, or lies among them, or reaches the kernel's own
+                // file systems, would hand them to a tenant's IPAM config. Compared as
+                // resolved paths, so a symlink to the stateDir is the stateDir. (A directory
+                // of its own inside the logDir reaches no log file.)
+                let real = real_path(p);
+                if real == Path::new("/")
+                    || ["/proc", "/sys", "/dev"]
+                        .iter()
+                        .any(|d| real.starts_with(d))
+                {
+                    return Err(bad(format!(
+                        "{key} entry {} is {}: IPAM plugins would reach the whole node",
+                        p.display(),
+                        if real == Path::new("/") {
+                            "the root".to_owned()
+                        } else {
+                            format!("on a kernel file system ({})", real.display())
+                        }
+                    )));
+                }
                 for (own, dir, inside_too) in [
                     ("stateDir", &node.state_dir, true),
                     ("logDir", &node.log_dir, false),
+                    ("deviceInfoDir", &node.device_info_dir, true),
+                    ("runtime directory", &PathBuf::from(RUN_DIR), true),
                 ] {
-                    if dir.starts_with(p) || (inside_too && p.starts_with(dir)) {
+                    let dir = real_path(dir);
+                    if dir.starts_with(&real) || (inside_too && real.starts_with(&dir)) {
                         return Err(bad(format!(
-                            "{key} entry {} holds or is inside the {own} {}: IPAM plugins would reach the plugin's own files; list a directory beside it",
+                            "{key} entry {} holds or is inside the plugin's {own} {}: IPAM plugins would reach the plugin's own files; list a directory beside it",
                             p.display(),
                             dir.display()
                         )));
@@ -553,7 +599,10 @@ impl Node {
                     if !path_under(&self.ipam_paths, p) && !path_under(&self.ipam_read_paths, p) {
                         return refuse("is outside the directories this node lets IPAM name");
                     }
-                } else if key.is_some_and(|k| IPAM_PATH_KEYS.contains(&k)) {
+                } else if key
+                    .is_some_and(|k| IPAM_PATH_KEYS.iter().any(|p| p.eq_ignore_ascii_case(k)))
+                {
+                    // Go's decoder (host-local, dhcp) matches keys without regard to case.
                     // The plugin resolves it against its working directory: an empty one
                     // the kernel lets it write nothing in. Said early, not relied on.
                     return refuse(if has_dotdot(p) {

@@ -332,6 +332,9 @@ fn ipam_paths_refuse_paths_outside_the_prefixes_naming_the_key() {
         ),
         (serde_json::json!({"dataDir":"tmp/x"}), "relative"),
         (serde_json::json!({"resolvConf":"resolv.conf"}), "relative"),
+        // Go's decoder reads "DataDir" as dataDir.
+        (serde_json::json!({"DataDir":"tmp"}), "relative"),
+        (serde_json::json!({"RESOLVCONF":"../x"}), "'..'"),
     ] {
         let e = n.admit_ipam_paths(&ipam).unwrap_err();
         assert_eq!(e.code, Code::NotAllowed, "{ipam}");
@@ -372,6 +375,21 @@ fn ipam_paths_refuse_paths_outside_the_prefixes_naming_the_key() {
             "stateDir",
         ),
         (r#"{"ipamTimeoutSeconds":0}"#, "ipamTimeoutSeconds"),
+        (r#"{"ipamReadPaths":["/proc"]}"#, "kernel file system"),
+        (r#"{"ipamReadPaths":["/sys/kernel"]}"#, "kernel file system"),
+        (r#"{"ipamPaths":["/"]}"#, "the root"),
+        (
+            r#"{"ipamPaths":["/run/rdma-host-device"]}"#,
+            "runtime directory",
+        ),
+        (
+            r#"{"ipamPaths":["/run"]}"#,
+            "holds or is inside the plugin's",
+        ),
+        (
+            r#"{"ipamPaths":["/var/run/k8s.cni.cncf.io"]}"#,
+            "deviceInfoDir",
+        ),
         (r#"{"ipamConfinement":"never"}"#, "bestEffort"),
     ] {
         let p = write(body);
@@ -407,4 +425,23 @@ fn node_config_output_read_back_is_the_same_node() {
         x
     };
     assert_eq!(same(back), same(n), "{shown}");
+}
+
+/// A symlink to the stateDir is the stateDir: the kernel would grant the file it resolves to.
+#[test]
+fn an_ipam_path_that_is_a_symlink_to_the_state_dir_is_refused() {
+    let d = std::env::temp_dir().join(format!("rhd-node-alias-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("state")).unwrap();
+    std::os::unix::fs::symlink(d.join("state"), d.join("alias")).unwrap();
+    let p = write(&format!(
+        r#"{{"stateDir":"{s}","ipamPaths":["{a}"]}}"#,
+        s = d.join("state").display(),
+        a = d.join("alias").display()
+    ));
+    let e = Node::from_file(&p, true).unwrap_err();
+    let _ = std::fs::remove_file(p);
+    let _ = std::fs::remove_dir_all(&d);
+    assert_eq!(e.code, Code::InvalidConfig);
+    assert!(e.msg.contains("stateDir"), "{}", e.msg);
 }
