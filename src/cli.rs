@@ -175,11 +175,13 @@ fn subcommand<O, S: Status>(
 /// An error as a person reads it: the message and its details. The CNI code is left out: it is
 /// the runtime's contract (the error JSON); a person gets the exit code.
 fn operator_text(e: &Error) -> String {
-    if e.details.is_empty() {
+    let text = if e.details.is_empty() {
         e.msg.clone()
     } else {
         format!("{}: {}", e.msg, e.details)
-    }
+    };
+    // It may quote names a pod chose: escaped and bounded like a log line.
+    crate::logging::line(&text, crate::logging::MAX_LINE)
 }
 
 fn version_line() -> String {

@@ -156,7 +156,7 @@ pub fn run(o: &Options) -> Result<Verdict> {
             if v == Verdict::Rejected {
                 verdict = v;
             }
-            println!("{line}");
+            println!("{}", crate::logging::line(&line, crate::logging::MAX_LINE));
         }
     }
     Ok(verdict)

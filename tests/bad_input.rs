@@ -365,3 +365,63 @@ fn version_with_empty_stdin_still_answers() {
         assert!(v["code"].is_i64() && v["msg"].is_string(), "{out}");
     }
 }
+
+/// `nà` is `n`, 0xc3, 0xa0, and the kernel's isspace reads 0xa0 as a space: `dev_valid_name`
+/// refuses it. Refused with 4 before anything moves, not at the rename inside the pod.
+#[test]
+fn ifname_the_kernel_reads_as_holding_a_space_is_4() {
+    case(4, Stdin::Conf(|_| {}), set("CNI_IFNAME", "nà"));
+}
+
+/// A tenant's megabyte under an unknown key: ADD refuses it (2) and DEL ignores it, and
+/// neither writes it whole to stdout, stderr (the runtime's journal) or the log file, nor an
+/// escape sequence it holds.
+#[test]
+fn a_megabyte_under_an_unknown_key_is_neither_echoed_nor_logged_whole() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["logFile"] = json!("big.log");
+    conf["junk\u{1b}[2J"] = json!(format!("\u{1b}]0;owned\u{7}{}", "x".repeat(1_000_000)));
+    let bytes = serde_json::to_vec(&conf).unwrap();
+    assert!(bytes.len() > 1_000_000 && bytes.len() < 1 << 20);
+    let node = rig.node_config().display().to_string();
+    let cid = rig.cid(0);
+    let path = rig.cni_path("1.0.0");
+    let netns = pod.path();
+    for command in ["ADD", "DEL"] {
+        let env = [
+            ("CNI_COMMAND", Some(command)),
+            ("CNI_CONTAINERID", Some(cid.as_str())),
+            ("CNI_NETNS", Some(netns.as_str())),
+            ("CNI_IFNAME", Some("net1")),
+            ("CNI_PATH", Some(path.as_str())),
+            (NODE_CONFIG_ENV, Some(node.as_str())),
+        ];
+        let out = run_plugin(&env, &bytes);
+        if command == "ADD" {
+            let v: Value = serde_json::from_str(&out.stdout).unwrap();
+            assert_eq!(v["code"], 2, "{}", &out.stdout[..out.stdout.len().min(500)]);
+        } else {
+            assert!(out.success(), "DEL ignores an unknown key");
+        }
+        for (what, text) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+            assert!(
+                text.len() < 16 << 10,
+                "{command}: {what} holds {} bytes: {}...",
+                text.len(),
+                &text[..text.len().min(300)]
+            );
+            assert!(!text.contains('\u{1b}'), "{command}: {what}: {text}");
+        }
+    }
+    let log = std::fs::read_to_string(rig.log_dir().join("big.log")).unwrap_or_default();
+    assert!(
+        log.len() < 32 << 10,
+        "the log file holds {} bytes",
+        log.len()
+    );
+    assert!(!log.contains('\u{1b}'), "{log}");
+    nic.assert_home(Some(&pod), &"after ADD and DEL");
+}
