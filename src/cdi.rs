@@ -24,7 +24,6 @@
 use crate::error::{Code, Error, Result, invalid_config};
 use crate::node::Memlock;
 use serde_json::{Value, json};
-use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -34,6 +33,8 @@ pub const CDI_VERSION: &str = "0.5.0";
 pub const DEFAULT_SPEC: &str = "/var/run/cdi/rdma-host-device.json";
 pub const DEFAULT_HOOK: &str = "/opt/cni/bin/rdma-host-device";
 const MAX_STATE: u64 = 1 << 20;
+/// The most of a previous spec read (ours is a few hundred bytes per device).
+const MAX_SPEC: u64 = 4 << 20;
 
 /// One RDMA device's uverbs char device, which its user space opens. It is also the CDI
 /// device's name: the kernel numbers it and no pod can change it, whereas an RDMA device's name
@@ -155,8 +156,10 @@ fn current(
     memlock: Memlock,
     hook: &Path,
 ) -> (Option<Value>, Value) {
+    // Only a regular file within the bound, read without blocking: a FIFO at the path must
+    // not stall the installer or the device plugin's loop.
     let previous: Option<Value> = out
-        .and_then(|p| fs::read(p).ok())
+        .and_then(|p| crate::files::read_regular(p, MAX_SPEC).ok())
         .and_then(|b| serde_json::from_slice(&b).ok());
     let spec = spec(
         &verbs_devices(sysfs, dev),
@@ -317,6 +320,7 @@ pub fn memlock_hook(limit: Memlock, state: &mut dyn Read) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn the_hook_refuses_a_state_without_a_pid() {

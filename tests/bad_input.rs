@@ -425,3 +425,32 @@ fn a_megabyte_under_an_unknown_key_is_neither_echoed_nor_logged_whole() {
     assert!(!log.contains('\u{1b}'), "{log}");
     nic.assert_home(Some(&pod), &"after ADD and DEL");
 }
+
+/// Only a missing path (ENOENT) means a pod's netns is gone. A path that exists but cannot be
+/// opened (a symlink loop, a name too long) made DEL say "gone", look for the NIC elsewhere and
+/// release what it could: now DEL answers 4, the NIC stays in its pod, the state stays, and the
+/// DEL with the right path finishes.
+#[test]
+fn del_whose_netns_path_cannot_be_opened_is_4_and_keeps_the_nic_and_the_state() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), "net1", &[])
+        .ok();
+    let looped = rig.dir.path().join("netns-loop");
+    std::os::unix::fs::symlink(&looped, &looped).unwrap();
+    let long = format!("/run/netns/{}", "n".repeat(300));
+    for path in [looped.display().to_string(), long] {
+        let out = rig.call("DEL", &conf, &path, &rig.cid(0), "net1", &[]);
+        out.err_code(4);
+        assert!(
+            link(Some(&pod.name), "net1").is_some(),
+            "the NIC stays in its pod\n{out}"
+        );
+        assert!(!rig.state_files().is_empty(), "the state stays\n{out}");
+    }
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[]);
+    del.ok();
+    rig.assert_detached(&nic, Some(&pod), &del);
+}
