@@ -245,7 +245,10 @@ fn attachment(
 
 /// The name the sampled device has now (what its sysfs directory is called).
 fn sampled_name(s: &RdmaSample) -> String {
-    s.device.as_ref().map(|d| d.name.clone()).unwrap_or_default()
+    s.device
+        .as_ref()
+        .map(|d| d.name.clone())
+        .unwrap_or_default()
 }
 
 fn netdev_samples(labels: &Labels, s: &NetdevStats, snap: &mut Snapshot) {
