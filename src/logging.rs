@@ -110,6 +110,15 @@ fn unsafe_char(c: char) -> bool {
 /// The one escaper: `raw` escaped (`quoted`: as `{:?}` escapes a string's body, else only
 /// unsafe characters), cut at `max` bytes of output on a character boundary; true if cut.
 fn escape(raw: &[u8], max: usize, quoted: bool) -> (String, bool) {
+    // Nearly every line and name is printable ASCII: taken as it is, without the Unicode
+    // tables `escape_debug` consults.
+    if raw.len() <= max
+        && raw
+            .iter()
+            .all(|&b| (0x20..0x7f).contains(&b) && !(quoted && matches!(b, b'"' | b'\\')))
+    {
+        return (String::from_utf8_lossy(raw).into_owned(), false);
+    }
     let mut out = String::with_capacity(raw.len().min(max));
     let mut push = |piece: &str| -> bool {
         if out.len() + piece.len() > max {
