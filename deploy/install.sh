@@ -20,7 +20,7 @@
 #   CDI_SPEC     where to write the CDI spec of the node's RDMA devices (optional; the DaemonSet
 #                sets /var/run/cdi/rdma-host-device.json, a hostPath): `rdma-host-device cdi`,
 #                with the node configuration's memlock, so a runtime that reads CDI resolves
-#                rdma-host-device.io/rdma=<device> and runs the memlock hook
+#                rdma-host-device.io/rdma=uverbsN and runs the memlock hook
 #   CDI_HOOK     the hook's path as the node's runtime sees it (default /opt/cni/bin/rdma-host-device)
 #
 # It replaces the plugin atomically (copy to a temporary name in the same directory, then

@@ -1,7 +1,8 @@
 //! What lets a container *use* its RDMA device, for runtimes that read CDI specs (CRI-O,
 //! containerd 1.7+, podman): `rdma-host-device cdi` writes a Container Device Interface spec
-//! with one device per RDMA device of the node (kind `rdma-host-device.io/rdma`, named after
-//! the RDMA device), each granting its `/dev/infiniband/uverbsN`, all granting `rdma_cm`, and a
+//! with one device per uverbs char device of the node (kind `rdma-host-device.io/rdma`, named
+//! after the char device: `rdma-host-device.io/rdma=uverbs0`), each granting that
+//! `/dev/infiniband/uverbsN`, all granting `rdma_cm`, and a
 //! `createRuntime` hook, `rdma-host-device memlock-hook LIMIT`, that raises the container's
 //! RLIMIT_MEMLOCK (memory registration pins pages; containerd's default 8 MiB makes
 //! `ibv_reg_mr` fail and NCCL fall back to TCP without a word).
@@ -11,11 +12,18 @@
 //! read within a bound. A device moved into a pod (exclusive mode) vanishes from the host's
 //! sysfs: its entry is kept from the previous spec while its char device exists, so a
 //! restarted container of that pod still resolves its CDI name.
+//!
+//! Why the char device names the entry, not the RDMA device: in the kernel's default shared
+//! netns mode any pod with `NET_ADMIN` renames any RDMA device. Named by RDMA device, one pod's
+//! rename to a name CDI refuses made the runtime reject the whole spec (every pod asking for any
+//! device failed to start), a swap made a name resolve to another device's `uverbs`, and every
+//! name a device ever had stayed in the spec. `uverbsN` is the kernel's, one per device, and
+//! always a valid CDI name; the device plugin reads which one a NIC's device has by the
+//! device's index (RDMA netlink), never by its name.
 
 use crate::error::{Code, Error, Result, invalid_config};
 use crate::node::Memlock;
 use serde_json::{Value, json};
-use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -25,41 +33,55 @@ pub const CDI_VERSION: &str = "0.5.0";
 pub const DEFAULT_SPEC: &str = "/var/run/cdi/rdma-host-device.json";
 pub const DEFAULT_HOOK: &str = "/opt/cni/bin/rdma-host-device";
 const MAX_STATE: u64 = 1 << 20;
+/// The most of a previous spec read (ours is a few hundred bytes per device).
+const MAX_SPEC: u64 = 4 << 20;
 
-/// One RDMA device and the char device its user space opens.
+/// One RDMA device's uverbs char device, which its user space opens. It is also the CDI
+/// device's name: the kernel numbers it and no pod can change it, whereas an RDMA device's name
+/// is any pod's to change in shared netns mode (`rdma dev set`; see docs/trust.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerbsDevice {
-    pub rdma_device: String,
+    /// `uverbsN`: the char device's name, and the CDI name (`rdma-host-device.io/rdma=uverbsN`).
+    pub name: String,
     /// `/dev/infiniband/uverbsN` as the container sees it.
     pub path: String,
     /// Where it is on the node (the same, but under `dev_root`).
     pub host_path: PathBuf,
 }
 
-/// Every RDMA device's uverbs char device: `<sysfs>/class/infiniband_verbs/uverbsN/ibdev`
-/// names the RDMA device, `<dev>/infiniband/uverbsN` is the node.
+impl VerbsDevice {
+    /// `name` if it is a uverbs char device's name and its node exists under `dev`.
+    fn at(dev: &Path, name: &str) -> Option<VerbsDevice> {
+        let host_path = dev.join("infiniband").join(name);
+        (crate::rdma::netlink::is_uverbs_name(name) && host_path.exists()).then(|| VerbsDevice {
+            name: name.to_owned(),
+            path: format!("/dev/infiniband/{name}"),
+            host_path,
+        })
+    }
+
+    /// The char device's number, for ordering (`uverbs2` before `uverbs10`).
+    fn number(&self) -> u64 {
+        self.name["uverbs".len()..].parse().unwrap_or(u64::MAX)
+    }
+}
+
+/// Every uverbs char device the kernel lists (`<sysfs>/class/infiniband_verbs/uverbsN`) whose
+/// node `<dev>/infiniband/uverbsN` exists, in number order.
 pub fn verbs_devices(sysfs: &Path, dev: &Path) -> Vec<VerbsDevice> {
     let mut out: Vec<VerbsDevice> = crate::sysfs::list_dir(&sysfs.join("class/infiniband_verbs"))
         .into_iter()
-        .filter(|n| n.starts_with("uverbs"))
-        .filter_map(|n| {
-            let ibdev =
-                fs::read_to_string(sysfs.join("class/infiniband_verbs").join(&n).join("ibdev"))
-                    .ok()?;
-            let host_path = dev.join("infiniband").join(&n);
-            host_path.exists().then(|| VerbsDevice {
-                rdma_device: ibdev.trim().to_owned(),
-                path: format!("/dev/infiniband/{n}"),
-                host_path,
-            })
-        })
+        .filter_map(|n| VerbsDevice::at(dev, &n))
         .collect();
-    out.sort_by(|a, b| a.rdma_device.cmp(&b.rdma_device));
+    out.sort_by_key(VerbsDevice::number);
     out
 }
 
-/// The CDI spec for `devices`; `previous` (the spec written before) keeps the entries of
-/// devices now in pods whose char device still exists.
+/// The CDI spec for `devices`: one entry per uverbs char device, named after it. `previous`
+/// (the spec written before) keeps the entries of char devices gone from sysfs (a device moved
+/// into a pod in exclusive mode) while their node exists; an entry is rebuilt from its name,
+/// never copied, and a name that is not a uverbs char device's (an RDMA device name an older
+/// version wrote, or anything else) is dropped.
 pub fn spec(
     devices: &[VerbsDevice],
     dev: &Path,
@@ -67,42 +89,30 @@ pub fn spec(
     hook: &Path,
     previous: Option<&Value>,
 ) -> Value {
-    let node = |d: &VerbsDevice| {
-        let mut n = json!({"path": d.path});
-        if d.host_path != Path::new(&d.path) {
-            n["hostPath"] = json!(d.host_path);
-        }
-        n
-    };
-    let mut entries: Vec<Value> = devices
-        .iter()
-        .map(|d| json!({"name": d.rdma_device, "containerEdits": {"deviceNodes": [node(d)]}}))
-        .collect();
+    let mut all: Vec<VerbsDevice> = devices.to_vec();
     let kept = previous
         .and_then(|p| p["devices"].as_array())
         .into_iter()
         .flatten()
-        .filter(|e| {
-            let name = e["name"].as_str().unwrap_or("");
-            !name.is_empty() && !devices.iter().any(|d| d.rdma_device == name)
+        .filter_map(|e| e["name"].as_str())
+        .filter_map(|n| VerbsDevice::at(dev, n));
+    for k in kept {
+        if !all.iter().any(|d| d.name == k.name) {
+            all.push(k);
+        }
+    }
+    // By number: a device leaving for a pod (kept) or coming home changes nothing in the file.
+    all.sort_by_key(VerbsDevice::number);
+    let entries: Vec<Value> = all
+        .iter()
+        .map(|d| {
+            let mut n = json!({"path": d.path});
+            if d.host_path != Path::new(&d.path) {
+                n["hostPath"] = json!(d.host_path);
+            }
+            json!({"name": d.name, "containerEdits": {"deviceNodes": [n]}})
         })
-        .filter(|e| {
-            e["containerEdits"]["deviceNodes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .all(|n| {
-                    n["hostPath"]
-                        .as_str()
-                        .or(n["path"].as_str())
-                        .is_some_and(|p| Path::new(p).exists())
-                })
-        })
-        .cloned()
-        .collect::<Vec<_>>();
-    entries.extend(kept);
-    // By name: a device leaving for a pod (kept) or coming home changes nothing in the file.
-    entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        .collect();
     let rdma_cm = dev.join("infiniband/rdma_cm");
     let mut common = json!({
         "hooks": [{
@@ -146,8 +156,10 @@ fn current(
     memlock: Memlock,
     hook: &Path,
 ) -> (Option<Value>, Value) {
+    // Only a regular file within the bound, read without blocking: a FIFO at the path must
+    // not stall the installer or the device plugin's loop.
     let previous: Option<Value> = out
-        .and_then(|p| fs::read(p).ok())
+        .and_then(|p| crate::files::read_regular(p, MAX_SPEC).ok())
         .and_then(|b| serde_json::from_slice(&b).ok());
     let spec = spec(
         &verbs_devices(sysfs, dev),
@@ -236,7 +248,7 @@ pub fn run(o: &Options) -> Result<()> {
     };
     write_spec(out, &spec)?;
     eprintln!(
-        "rdma-host-device: {} written: {} RDMA device(s) as {KIND}=NAME, memlock {memlock:?}",
+        "rdma-host-device: {} written: {} RDMA device(s) as {KIND}=uverbsN, memlock {memlock:?}",
         out.display(),
         device_count(&spec),
     );
@@ -308,6 +320,7 @@ pub fn memlock_hook(limit: Memlock, state: &mut dyn Read) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn the_hook_refuses_a_state_without_a_pid() {
@@ -357,7 +370,7 @@ mod tests {
             refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
             Some(2)
         );
-        assert_eq!(names(), ["mlx5_0", "mlx5_1"]);
+        assert_eq!(names(), ["uverbs0", "uverbs1"]);
         // mlx5_0 moved into a pod (gone from this sysfs, its node still there): kept.
         fs::remove_dir_all(sys.join("class/infiniband_verbs/uverbs0")).unwrap();
         assert_eq!(
@@ -374,26 +387,101 @@ mod tests {
 
     #[test]
     fn a_device_in_a_pod_keeps_its_entry_while_its_char_device_exists() {
-        let dev = Path::new("/dev");
+        let root = std::env::temp_dir().join(format!("rhd-cdi-kept-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let dev = root.join("dev");
+        fs::create_dir_all(dev.join("infiniband")).unwrap();
+        fs::write(dev.join("infiniband/uverbs0"), "").unwrap();
+        let node = |p: &str| json!({"deviceNodes": [{"path": p}]});
         let prev = json!({"devices": [
-            {"name": "in_pod", "containerEdits": {"deviceNodes": [{"path": "/dev/null"}]}},
-            {"name": "unplugged", "containerEdits": {"deviceNodes": [{"path": "/dev/rhd-no-such"}]}},
+            // In a pod: gone from sysfs, its node still there.
+            {"name": "uverbs0", "containerEdits": node("/dev/null")},
+            // Unplugged: no node.
+            {"name": "uverbs7", "containerEdits": node("/dev/infiniband/uverbs7")},
+            // What an older version wrote (an RDMA device's name): never carried over.
+            {"name": "mlx5_0", "containerEdits": node("/dev/null")},
         ]});
         let s = spec(
             &[],
-            dev,
+            &dev,
             Memlock::Unlimited,
             Path::new(DEFAULT_HOOK),
             Some(&prev),
         );
-        let names: Vec<&str> = s["devices"]
+        assert_eq!(s["devices"].as_array().unwrap().len(), 1, "{s:#}");
+        assert_eq!(s["devices"][0]["name"], "uverbs0");
+        // Rebuilt from the name: the previous file's edits (/dev/null) are not copied.
+        assert_eq!(
+            s["devices"][0]["containerEdits"]["deviceNodes"][0],
+            json!({"path": "/dev/infiniband/uverbs0", "hostPath": dev.join("infiniband/uverbs0")})
+        );
+        assert_eq!(s["kind"], KIND);
+        assert_eq!(s["containerEdits"]["hooks"][0]["args"][2], "unlimited");
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn renaming_rdma_devices_changes_nothing_in_the_spec() {
+        // Shared RDMA netns mode: any pod with NET_ADMIN renames any RDMA device. Neither a
+        // swap of two names nor a name CDI refuses may change what a CDI name resolves to or
+        // make the spec invalid.
+        let root = std::env::temp_dir().join(format!("rhd-cdi-rename-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let (sys, dev, out) = (
+            root.join("sys"),
+            root.join("dev"),
+            root.join("cdi/spec.json"),
+        );
+        let name = |n: &str, ibdev: &str| {
+            let d = sys.join("class/infiniband_verbs").join(n);
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("ibdev"), format!("{ibdev}\n")).unwrap();
+            fs::create_dir_all(dev.join("infiniband")).unwrap();
+            fs::write(dev.join("infiniband").join(n), "").unwrap();
+        };
+        let hook = Path::new(DEFAULT_HOOK);
+        name("uverbs0", "mlx5_0");
+        name("uverbs1", "mlx5_1");
+        assert_eq!(
+            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            Some(2)
+        );
+        let before = fs::read(&out).unwrap();
+        name("uverbs0", "mlx5_1");
+        name("uverbs1", "mlx5_0");
+        assert_eq!(
+            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            None,
+            "a swap of names is no change"
+        );
+        name("uverbs1", "bad name/\u{1b}[31m");
+        assert_eq!(
+            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            None,
+            "a name CDI refuses is no change"
+        );
+        assert_eq!(fs::read(&out).unwrap(), before);
+        let v: Value = serde_json::from_slice(&before).unwrap();
+        let entries: Vec<(&str, &str)> = v["devices"]
             .as_array()
             .unwrap()
             .iter()
-            .filter_map(|d| d["name"].as_str())
+            .map(|d| {
+                (
+                    d["name"].as_str().unwrap(),
+                    d["containerEdits"]["deviceNodes"][0]["path"]
+                        .as_str()
+                        .unwrap(),
+                )
+            })
             .collect();
-        assert_eq!(names, ["in_pod"]);
-        assert_eq!(s["kind"], KIND);
-        assert_eq!(s["containerEdits"]["hooks"][0]["args"][2], "unlimited");
+        assert_eq!(
+            entries,
+            [
+                ("uverbs0", "/dev/infiniband/uverbs0"),
+                ("uverbs1", "/dev/infiniband/uverbs1")
+            ]
+        );
+        let _ = fs::remove_dir_all(&root);
     }
 }

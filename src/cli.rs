@@ -60,7 +60,8 @@ network config. By hand:
   rdma-host-device cdi [--out FILE|-] [--memlock BYTES|unlimited] [--hook PATH]
       Write the CDI spec of this node's RDMA devices (default /var/run/cdi/rdma-host-device.json)
       for runtimes that read CDI (CRI-O, containerd 1.7+, podman): one device per RDMA device,
-      rdma-host-device.io/rdma=NAME, with its /dev/infiniband/uverbsN, rdma_cm, and a
+      rdma-host-device.io/rdma=uverbsN after its char device /dev/infiniband/uverbsN (a name no
+      pod can change), with that char device, rdma_cm, and a
       createRuntime hook (PATH, default /opt/cni/bin/rdma-host-device) that raises the
       container's RLIMIT_MEMLOCK (default: the node configuration's memlock, unlimited).
 
@@ -174,11 +175,13 @@ fn subcommand<O, S: Status>(
 /// An error as a person reads it: the message and its details. The CNI code is left out: it is
 /// the runtime's contract (the error JSON); a person gets the exit code.
 fn operator_text(e: &Error) -> String {
-    if e.details.is_empty() {
+    let text = if e.details.is_empty() {
         e.msg.clone()
     } else {
         format!("{}: {}", e.msg, e.details)
-    }
+    };
+    // It may quote names a pod chose: escaped and bounded like a log line.
+    crate::logging::line(&text, crate::logging::MAX_LINE)
 }
 
 fn version_line() -> String {

@@ -13,8 +13,6 @@
 use crate::error::{Code, Error, Result};
 use serde_json::{Map, Value, json};
 use std::fs;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Where Multus puts the CNI's device-info files (the spec's `devinfo/cni`).
@@ -146,26 +144,16 @@ pub fn remove(path: &Path) -> Result<()> {
 /// A device plugin's file already there, as JSON: `None` if there is none, or if it is not a
 /// regular file of JSON within the bound (then ours replaces it).
 fn read(path: &Path) -> std::io::Result<Option<Value>> {
-    let f = match fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        // A symlink (ELOOP) or anything else unreadable: replaced, never followed.
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    if !f.metadata()?.is_file() {
-        return Ok(None);
+    use std::io::ErrorKind;
+    match crate::files::read_regular_nofollow(path, MAX_LEN) {
+        Ok(body) => Ok(serde_json::from_slice(&body).ok()),
+        // None there; a symlink (ELOOP), something not a regular file, or too long:
+        // replaced, never followed.
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Ok(None),
+        Err(e) if matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::FileTooLarge) => Ok(None),
+        Err(e) => Err(e),
     }
-    let mut body = Vec::new();
-    f.take(MAX_LEN + 1).read_to_end(&mut body)?;
-    if body.len() as u64 > MAX_LEN {
-        return Ok(None);
-    }
-    Ok(serde_json::from_slice(&body).ok())
 }
 
 #[cfg(test)]

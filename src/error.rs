@@ -217,11 +217,17 @@ impl Error {
             #[serde(skip_serializing_if = "str::is_empty")]
             details: &'a str,
         }
+        // The runtime writes msg and details into its log and the pod's events as they are:
+        // a name a pod chose must not carry an escape sequence there, nor a megabyte.
+        let (msg, details) = (
+            crate::logging::line(&self.msg, crate::logging::MAX_LINE),
+            crate::logging::line(&self.details, crate::logging::MAX_LINE),
+        );
         let out = Out {
             cni_version,
             code: self.code as u32,
-            msg: &self.msg,
-            details: &self.details,
+            msg: &msg,
+            details: &details,
         };
         serde_json::to_string(&out).unwrap_or_else(|_| {
             format!(
@@ -280,6 +286,17 @@ pub fn first_error(errors: Vec<Error>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_error_json_carries_no_escape_sequence_a_pod_chose() {
+        // The runtime copies msg into its log and the pod's events as it is.
+        let e = Error::new(Code::Io, "link \u{1b}]0;owned\u{7} gone").with_details("\u{1b}[2J");
+        let v: serde_json::Value = serde_json::from_str(&e.to_json("1.1.0")).unwrap();
+        let (msg, details) = (v["msg"].as_str().unwrap(), v["details"].as_str().unwrap());
+        assert!(!msg.contains('\u{1b}') && !msg.contains('\u{7}'), "{msg}");
+        assert!(!details.contains('\u{1b}'), "{details}");
+        assert!(msg.contains("\\u{1b}]0;owned"), "{msg}");
+    }
 
     #[test]
     fn the_readme_prints_the_codes_table() {

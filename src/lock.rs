@@ -114,7 +114,8 @@ fn take(path: &Path, max: Duration, what: &str) -> Result<Option<Guard>> {
         )
     };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
+        // Only root enters the state directory (`files::private_dir`).
+        crate::files::private_dir(dir).map_err(io)?;
     }
     let deadline = Instant::now() + max;
     loop {

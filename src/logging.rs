@@ -45,7 +45,7 @@ impl Log for Logger {
             r.level(),
             std::process::id(),
             self.tag,
-            r.args()
+            line(&r.args().to_string(), MAX_LINE)
         );
         let _ = std::io::stderr().write_all(line.as_bytes());
         if let Some(f) = &self.file
@@ -56,6 +56,100 @@ impl Log for Logger {
     }
 
     fn flush(&self) {}
+}
+
+// ---------------------------------------------------------------- untrusted text
+
+/// The most of one untrusted value (a name, a tenant's string) a message quotes.
+pub const MAX_SHOWN: usize = 256;
+
+/// The most of one log line (or one line printed for a person) written.
+pub const MAX_LINE: usize = 8 << 10;
+
+/// Untrusted text (an interface or RDMA device name a pod chose, a tenant's value) quoted for
+/// a person, as `{:?}` would, but safe for a terminal and bounded: control characters, escape
+/// sequences and bidi overrides escaped (`\u{1b}`), bytes that are not UTF-8 as `\xff`, at most
+/// [`MAX_SHOWN`] bytes of it, then how long it was. Every message that quotes such text uses
+/// this (or [`escaped`]); every log line and error line passes [`line`] besides.
+pub fn shown(raw: impl AsRef<[u8]>) -> String {
+    let raw = raw.as_ref();
+    let (body, cut) = escape(raw, MAX_SHOWN, true);
+    if cut {
+        format!("\"{body}\"... ({} bytes)", raw.len())
+    } else {
+        format!("\"{body}\"")
+    }
+}
+
+/// Like [`shown`] without the quotes, at most `max` bytes (a name in a table cell).
+pub fn escaped(raw: impl AsRef<[u8]>, max: usize) -> String {
+    let raw = raw.as_ref();
+    let (body, cut) = escape(raw, max, true);
+    if cut { format!("{body}...") } else { body }
+}
+
+/// A whole line for a person (a log line, an error on stderr, a line of `inspect` or
+/// `validate`): control characters and bidi overrides escaped, a newline too (one record, one
+/// line), other text (quotes, backslashes of `{:?}` output) as it is; at most `max` bytes.
+pub fn line(text: &str, max: usize) -> String {
+    let (body, cut) = escape(text.as_bytes(), max, false);
+    if cut {
+        format!("{body}... ({} bytes)", text.len())
+    } else {
+        body
+    }
+}
+
+/// Characters a terminal acts on or that reorder what follows: C0/C1 controls, DEL, and the
+/// invisible formatting and bidi controls.
+fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
+/// The one escaper: `raw` escaped (`quoted`: as `{:?}` escapes a string's body, else only
+/// unsafe characters), cut at `max` bytes of output on a character boundary; true if cut.
+fn escape(raw: &[u8], max: usize, quoted: bool) -> (String, bool) {
+    // Nearly every line and name is printable ASCII: taken as it is, without the Unicode
+    // tables `escape_debug` consults.
+    if raw.len() <= max
+        && raw
+            .iter()
+            .all(|&b| (0x20..0x7f).contains(&b) && !(quoted && matches!(b, b'"' | b'\\')))
+    {
+        return (String::from_utf8_lossy(raw).into_owned(), false);
+    }
+    let mut out = String::with_capacity(raw.len().min(max));
+    let mut push = |piece: &str| -> bool {
+        if out.len() + piece.len() > max {
+            return false;
+        }
+        out.push_str(piece);
+        true
+    };
+    for chunk in raw.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            let piece: String = if quoted && c != '\'' || !quoted && unsafe_char(c) {
+                let e: String = c.escape_debug().collect();
+                if e.len() == c.len_utf8() && unsafe_char(c) {
+                    c.escape_unicode().collect()
+                } else {
+                    e
+                }
+            } else {
+                c.to_string()
+            };
+            if !push(&piece) {
+                return (out, true);
+            }
+        }
+        for b in chunk.invalid() {
+            if !push(&format!("\\x{b:02x}")) {
+                return (out, true);
+            }
+        }
+    }
+    (out, false)
 }
 
 /// `YYYY-MM-DDTHH:MM:SS` in UTC (Howard Hinnant's civil-from-days), without a date crate.
@@ -166,7 +260,8 @@ pub fn init(level: LevelFilter, file: Option<&Path>, tag: String) {
         Err(e) => {
             let _ = writeln!(
                 std::io::stderr(),
-                "rdma-host-device: not logging to a file: {e}"
+                "rdma-host-device: not logging to a file: {}",
+                line(&e, MAX_LINE)
             );
             None
         }
@@ -183,6 +278,46 @@ pub fn init(level: LevelFilter, file: Option<&Path>, tag: String) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn names_a_pod_chose_reach_a_terminal_escaped() {
+        // An interface name may hold any byte but '/', ':', whitespace; an RDMA device name
+        // any at all. Nothing a terminal acts on comes through.
+        assert_eq!(shown("mlx5_0"), "\"mlx5_0\"");
+        assert_eq!(shown("a\x1b[2Jb"), "\"a\\u{1b}[2Jb\"");
+        assert_eq!(shown(b"pod\xff\xfe1"), "\"pod\\xff\\xfe1\"");
+        assert_eq!(shown("evil\u{202e}txt"), "\"evil\\u{202e}txt\"");
+        assert_eq!(shown("q\"b\\n"), "\"q\\\"b\\\\n\"");
+        assert_eq!(shown("it's"), "\"it's\"");
+        assert_eq!(shown("\u{9b}31m"), "\"\\u{9b}31m\"", "the C1 CSI too");
+        assert_eq!(shown("é"), "\"é\"");
+        assert_eq!(escaped(b"pod\xff\xfe1", 64), "pod\\xff\\xfe1");
+        for s in [shown("\x1b]0;x\x07\r\n"), line("a\x1b[31m\nb\rc", MAX_LINE)] {
+            assert!(!s.chars().any(unsafe_char), "{s}");
+        }
+        // A line keeps what {:?} already escaped, and its quotes.
+        assert_eq!(
+            line("device \"a\\u{1b}\" gone", 100),
+            "device \"a\\u{1b}\" gone"
+        );
+    }
+
+    #[test]
+    fn a_tenants_megabyte_is_not_echoed() {
+        let big = "x".repeat(1 << 20);
+        let s = shown(&big);
+        assert!(s.len() < MAX_SHOWN + 32, "{}", s.len());
+        assert!(s.ends_with("... (1048576 bytes)"), "{}", &s[s.len() - 30..]);
+        let l = line(&big, MAX_LINE);
+        assert!(l.len() < MAX_LINE + 32);
+        // Cut on a character boundary, escapes whole.
+        let s = shown("\x1b".repeat(1000));
+        assert!(s.contains("\\u{1b}\"..."), "{s}");
+        let s = shown("é".repeat(1000));
+        assert!(s.starts_with("\"é"));
+    }
+
     #[test]
     fn utc_formatting() {
         assert_eq!(super::utc(0), "1970-01-01T00:00:00");

@@ -68,10 +68,8 @@ impl Netns {
                 );
                 Ok(None)
             }
-            Err(e) => {
-                log::warn!("cannot open pod netns {path}: {e}");
-                Ok(None)
-            }
+            // Only a missing path (or the empty file an unmount leaves) is gone.
+            Err(e) => Err(e),
         }
     }
 
@@ -236,11 +234,16 @@ impl Netns {
     }
 }
 
-/// Is `p` what a pod's netns path is once the netns is gone: missing, or the empty regular
-/// file a netns bind mount leaves when it is unmounted (`ip netns del`, runtimes)? A regular
-/// file with content is not (4: it never was a netns).
+/// Is `p` what a pod's netns path is once the netns is gone: missing (ENOENT, and only that),
+/// or the empty regular file a netns bind mount leaves when it is unmounted (`ip netns del`,
+/// runtimes)? A regular file with content is not (4: it never was a netns), nor a path that
+/// exists but cannot be looked at (a symlink loop, EACCES, a name too long): that is an error
+/// (4), and DEL keeps the state, where "gone" would release the IP of a NIC still in its pod.
 fn is_gone_netns_file(p: &Path) -> bool {
-    std::fs::metadata(p).map_or(true, |m| m.file_type().is_file() && m.len() == 0)
+    match std::fs::metadata(p) {
+        Ok(m) => m.file_type().is_file() && m.len() == 0,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
 }
 
 /// Where the network namespace `id` (device and inode, as [`Netns::identity`] gives them)
@@ -320,6 +323,35 @@ mod tests {
     fn missing_path_is_unknown_container() {
         let err = Netns::open(Path::new("/nonexistent/ns")).unwrap_err();
         assert_eq!(err.code, Code::UnknownContainer);
+    }
+
+    #[test]
+    fn only_a_missing_path_or_an_unmounted_file_is_a_gone_netns() {
+        let d = std::env::temp_dir().join(format!("rhd-gone-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let s = |p: &Path| p.to_str().unwrap().to_owned();
+        assert!(
+            Netns::open_if_alive(&s(&d.join("missing")))
+                .unwrap()
+                .is_none()
+        );
+        std::fs::write(d.join("unmounted"), b"").unwrap();
+        assert!(
+            Netns::open_if_alive(&s(&d.join("unmounted")))
+                .unwrap()
+                .is_none()
+        );
+        // Paths that exist but cannot be opened are errors (4), not "gone": DEL would forget
+        // a NIC still in its pod and release its address.
+        let looped = d.join("loop");
+        std::os::unix::fs::symlink(&looped, &looped).unwrap();
+        let long = d.join("x".repeat(300));
+        for p in [looped, long] {
+            let e = Netns::open_if_alive(&s(&p)).expect_err(&s(&p));
+            assert_eq!(e.code, Code::InvalidEnv, "{e}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

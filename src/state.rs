@@ -11,6 +11,7 @@ use crate::error::{Result, io_error};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 const TAG_PREFIX: &str = "rdma-host-device:v1:";
@@ -224,6 +225,10 @@ impl Record {
 
 const TEMP_SUFFIX: &str = ".json.tmp";
 
+/// The most of a state record read. A record is written pretty when that fits, else compact
+/// (its `ipam` comes from a config of at most 1 MiB), so every record written is read back.
+const MAX_RECORD: u64 = 4 << 20;
+
 /// NAME_MAX: the longest file name Linux filesystems take.
 const NAME_MAX: usize = 255;
 
@@ -292,7 +297,8 @@ impl Store {
 
     pub fn load(&self, container_id: &str, ifname: &str) -> Result<Option<Record>> {
         let p = self.path(container_id, ifname);
-        match fs::read(&p) {
+        // A regular file within the bound, read without blocking (`files::read_regular`).
+        match crate::files::read_regular_nofollow(&p, MAX_RECORD) {
             // Writes are atomic, so an unreadable file is foreign or damaged: say so rather than
             // guess (without the record DEL could not tell whether the NIC is still held).
             Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
@@ -319,14 +325,27 @@ impl Store {
 
     /// Write atomically: a crash leaves the old file or the new one, never half of one. The
     /// caller holds the attachment's lock, which is what keeps GC off the temp file.
+    ///
+    /// Only root reads records (they hold the NAD's `ipam`, which some IPAM plugins fill with
+    /// credentials): the file is 0600 and the state directory 0700, tightened here if an older
+    /// version made it 0755 (its 0644 records are then out of other users' reach too).
     pub fn save(&self, r: &Record) -> Result<()> {
-        fs::create_dir_all(&self.dir)
+        crate::files::private_dir(&self.dir)
             .map_err(|e| io_error(format!("creating state dir {}", self.dir.display()), e))?;
         let p = self.path(&r.container_id, &r.ifname);
         let tmp = self.temp_path(&r.container_id, &r.ifname);
-        let body = serde_json::to_vec_pretty(r).unwrap_or_default();
+        let mut body = serde_json::to_vec_pretty(r).unwrap_or_default();
+        if body.len() as u64 > MAX_RECORD {
+            body = serde_json::to_vec(r).unwrap_or_default();
+        }
         let write = || -> std::io::Result<()> {
-            let mut f = fs::File::create(&tmp)?;
+            let _ = fs::remove_file(&tmp);
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
             f.write_all(&body)?;
             f.sync_all()?;
             crate::fault::hit("state:before-rename")
@@ -416,7 +435,7 @@ impl Store {
             .entries()?
             .into_iter()
             .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-            .filter_map(|e| fs::read(e.path()).ok())
+            .filter_map(|e| crate::files::read_regular_nofollow(&e.path(), MAX_RECORD).ok())
             .filter_map(|b| serde_json::from_slice(&b).ok())
             .collect())
     }
@@ -491,10 +510,26 @@ mod tests {
             pod: None,
             device_info: None,
         };
+        // A state dir an older version made 0755: tightened by the next save.
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         assert_eq!(s.load("c1", "net1").unwrap(), None);
         s.save(&r).unwrap();
         assert_eq!(s.load("c1", "net1").unwrap(), Some(r.clone()));
+        assert_eq!(s.all().unwrap(), vec![r.clone()]);
+        // Records hold the NAD's ipam object: only root reads them.
+        let mode = |p: &Path| {
+            std::os::unix::fs::PermissionsExt::mode(&fs::metadata(p).unwrap().permissions()) & 0o777
+        };
+        assert_eq!(mode(&dir), 0o700, "the state dir");
+        assert_eq!(mode(&s.path("c1", "net1")), 0o600, "a record");
+        // A FIFO named like a record stalls neither a listing nor a load.
+        let fifo = dir.join("c9:net1.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         assert_eq!(s.all().unwrap(), vec![r]);
+        let e = s.load("c9", "net1").unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        fs::remove_file(&fifo).unwrap();
         s.remove("c1", "net1").unwrap();
         s.remove("c1", "net1").unwrap();
         // A damaged record is an error naming the file, never "nothing attached".

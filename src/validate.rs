@@ -2,10 +2,14 @@
 //! NetworkAttachmentDefinition as JSON) run through the checks ADD applies, as a person runs it
 //! before deploying them.
 
-use crate::cni::netconf::{NetConf, Selector};
+use crate::cni::netconf::{MAX_CONFIG_LEN, NetConf, Selector};
 use crate::error::{Code, Error, Result, invalid_config};
 use serde_json::Value;
 use std::io::Read;
+
+/// The most of one file (or stdin) `validate` reads: a conflist or a NAD around configs that ADD
+/// takes only up to [`MAX_CONFIG_LEN`] each (a NAD's `spec.config` is an escaped string).
+const MAX_DOC: u64 = 4 * MAX_CONFIG_LEN as u64;
 
 /// One CNI config found in a file, as the plugin would receive it.
 #[derive(Debug)]
@@ -29,6 +33,13 @@ pub fn configs_in(doc: &Value) -> Result<Vec<ConfigInFile>> {
         let inner: Value = serde_json::from_str(cfg)
             .map_err(|e| Error::new(Code::Decode, format!("spec.config is not valid JSON: {e}")))?;
         let mut found = configs_in(&inner)?;
+        if let [one] = found.as_mut_slice()
+            && one.place.is_empty()
+        {
+            // Multus hands the delegate spec.config's bytes as they are: judge those (ADD's
+            // size bound counts them, whitespace included).
+            one.config = cfg.as_bytes().to_vec();
+        }
         for f in &mut found {
             f.place = if f.place.is_empty() {
                 "spec.config".into()
@@ -156,7 +167,7 @@ pub fn run(o: &Options) -> Result<Verdict> {
             if v == Verdict::Rejected {
                 verdict = v;
             }
-            println!("{line}");
+            println!("{}", crate::logging::line(&line, crate::logging::MAX_LINE));
         }
     }
     Ok(verdict)
@@ -165,17 +176,30 @@ pub fn run(o: &Options) -> Result<Verdict> {
 /// What `validate` says about one file: a line per config, with its verdict.
 fn judge_file(f: &str) -> Vec<(Verdict, String)> {
     let rejected = |line: String| vec![(Verdict::Rejected, line)];
+    // As ADD reads: within a bound, and (a file) only a regular one, opened without blocking.
     let text = if f == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).map(|_| s)
+        let mut b = Vec::new();
+        std::io::stdin()
+            .take(MAX_DOC + 1)
+            .read_to_end(&mut b)
+            .and_then(|_| {
+                if b.len() as u64 > MAX_DOC {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::FileTooLarge,
+                        format!("larger than {MAX_DOC} bytes"),
+                    ))
+                } else {
+                    Ok(b)
+                }
+            })
     } else {
-        std::fs::read_to_string(f)
+        crate::files::read_regular(std::path::Path::new(f), MAX_DOC)
     };
     let text = match text {
         Ok(t) => t,
         Err(e) => return rejected(format!("{f}: cannot read: {e}")),
     };
-    let doc: Value = match serde_json::from_str(&text) {
+    let doc: Value = match serde_json::from_slice(&text) {
         Ok(d) => d,
         Err(e) => {
             return rejected(format!(
@@ -183,10 +207,16 @@ fn judge_file(f: &str) -> Vec<(Verdict, String)> {
             ));
         }
     };
-    let found = match configs_in(&doc) {
+    let mut found = match configs_in(&doc) {
         Ok(found) => found,
         Err(e) => return rejected(format!("{f}: {}", e.msg)),
     };
+    if let [one] = found.as_mut_slice()
+        && one.place.is_empty()
+    {
+        // A plain config reaches the plugin as the file's bytes: judge those, as ADD would.
+        one.config = text;
+    }
     found
         .into_iter()
         .map(|c| {
@@ -252,6 +282,52 @@ mod tests {
         assert_eq!(check_config(other).unwrap_err().code, Code::InvalidConfig);
         let no_sel = br#"{"cniVersion":"1.0.0","name":"a","type":"rdma-host-device"}"#;
         assert!(check_config(no_sel).unwrap().contains("Multus"));
+    }
+
+    #[test]
+    fn validate_reads_as_add_does_and_its_verdict_is_adds() {
+        let dir = std::env::temp_dir().join(format!("rhd-validate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = |name: &str, body: &[u8]| {
+            let p = dir.join(name);
+            std::fs::write(&p, body).unwrap();
+            p.to_str().unwrap().to_owned()
+        };
+        let verdicts =
+            |f: &str| -> Vec<Verdict> { judge_file(f).into_iter().map(|(v, _)| v).collect() };
+        let conf = r#"{"cniVersion":"1.0.0","name":"a","type":"rdma-host-device","device":"eth1"}"#;
+        assert_eq!(
+            verdicts(&at("small.conf", conf.as_bytes())),
+            [Verdict::Accepted]
+        );
+        // Past ADD's bound with whitespace, which a compact re-encoding would have dropped:
+        // ADD refuses these bytes, so validate does.
+        let padded = conf.replacen('{', &format!("{{{}", " ".repeat(MAX_CONFIG_LEN)), 1);
+        let add = NetConf::parse_strict(padded.clone().into_bytes(), &crate::node::Node::default());
+        assert!(add.is_err());
+        assert_eq!(
+            verdicts(&at("padded.conf", padded.as_bytes())),
+            [Verdict::Rejected]
+        );
+        let nad = json!({"kind": "NetworkAttachmentDefinition", "spec": {"config": padded}});
+        let nad = at("nad.json", nad.to_string().as_bytes());
+        assert_eq!(verdicts(&nad), [Verdict::Rejected]);
+        // What is not a regular file is refused at once, without reading it.
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        for (f, what) in [
+            (fifo.to_str().unwrap(), "a FIFO"),
+            ("/dev/zero", "a device"),
+        ] {
+            let t = std::time::Instant::now();
+            let out = judge_file(f);
+            assert!(t.elapsed() < std::time::Duration::from_secs(1), "{f}");
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0].0, Verdict::Rejected);
+            assert!(out[0].1.contains(what), "{}", out[0].1);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -365,3 +365,92 @@ fn version_with_empty_stdin_still_answers() {
         assert!(v["code"].is_i64() && v["msg"].is_string(), "{out}");
     }
 }
+
+/// `nà` is `n`, 0xc3, 0xa0, and the kernel's isspace reads 0xa0 as a space: `dev_valid_name`
+/// refuses it. Refused with 4 before anything moves, not at the rename inside the pod.
+#[test]
+fn ifname_the_kernel_reads_as_holding_a_space_is_4() {
+    case(4, Stdin::Conf(|_| {}), set("CNI_IFNAME", "nà"));
+}
+
+/// A tenant's megabyte under an unknown key: ADD refuses it (2) and DEL ignores it, and
+/// neither writes it whole to stdout, stderr (the runtime's journal) or the log file, nor an
+/// escape sequence it holds.
+#[test]
+fn a_megabyte_under_an_unknown_key_is_neither_echoed_nor_logged_whole() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let mut conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    conf["logFile"] = json!("big.log");
+    conf["junk\u{1b}[2J"] = json!(format!("\u{1b}]0;owned\u{7}{}", "x".repeat(1_000_000)));
+    let bytes = serde_json::to_vec(&conf).unwrap();
+    assert!(bytes.len() > 1_000_000 && bytes.len() < 1 << 20);
+    let node = rig.node_config().display().to_string();
+    let cid = rig.cid(0);
+    let path = rig.cni_path("1.0.0");
+    let netns = pod.path();
+    for command in ["ADD", "DEL"] {
+        let env = [
+            ("CNI_COMMAND", Some(command)),
+            ("CNI_CONTAINERID", Some(cid.as_str())),
+            ("CNI_NETNS", Some(netns.as_str())),
+            ("CNI_IFNAME", Some("net1")),
+            ("CNI_PATH", Some(path.as_str())),
+            (NODE_CONFIG_ENV, Some(node.as_str())),
+        ];
+        let out = run_plugin(&env, &bytes);
+        if command == "ADD" {
+            let v: Value = serde_json::from_str(&out.stdout).unwrap();
+            assert_eq!(v["code"], 2, "{}", &out.stdout[..out.stdout.len().min(500)]);
+        } else {
+            assert!(out.success(), "DEL ignores an unknown key");
+        }
+        for (what, text) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+            assert!(
+                text.len() < 16 << 10,
+                "{command}: {what} holds {} bytes: {}...",
+                text.len(),
+                &text[..text.len().min(300)]
+            );
+            assert!(!text.contains('\u{1b}'), "{command}: {what}: {text}");
+        }
+    }
+    let log = std::fs::read_to_string(rig.log_dir().join("big.log")).unwrap_or_default();
+    assert!(
+        log.len() < 32 << 10,
+        "the log file holds {} bytes",
+        log.len()
+    );
+    assert!(!log.contains('\u{1b}'), "{log}");
+    nic.assert_home(Some(&pod), &"after ADD and DEL");
+}
+
+/// Only a missing path (ENOENT) means a pod's netns is gone. A path that exists but cannot be
+/// opened (a symlink loop, a name too long) made DEL say "gone", look for the NIC elsewhere and
+/// release what it could: now DEL answers 4, the NIC stays in its pod, the state stays, and the
+/// DEL with the right path finishes.
+#[test]
+fn del_whose_netns_path_cannot_be_opened_is_4_and_keeps_the_nic_and_the_state() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), "net1", &[])
+        .ok();
+    let looped = rig.dir.path().join("netns-loop");
+    std::os::unix::fs::symlink(&looped, &looped).unwrap();
+    let long = format!("/run/netns/{}", "n".repeat(300));
+    for path in [looped.display().to_string(), long] {
+        let out = rig.call("DEL", &conf, &path, &rig.cid(0), "net1", &[]);
+        out.err_code(4);
+        assert!(
+            link(Some(&pod.name), "net1").is_some(),
+            "the NIC stays in its pod\n{out}"
+        );
+        assert!(!rig.state_files().is_empty(), "the state stays\n{out}");
+    }
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[]);
+    del.ok();
+    rig.assert_detached(&nic, Some(&pod), &del);
+}

@@ -1,5 +1,6 @@
 //! The CDI spec (`rdma-host-device cdi`) consumed by a real runtime: Debian's podman runs a
-//! container given only the CDI device name `rdma-host-device.io/rdma=NAME`; inside it the RDMA
+//! container given only the CDI device name `rdma-host-device.io/rdma=uverbsN` (named after the
+//! char device, which no pod can rename); inside it the RDMA
 //! device's uverbs char device and rdma_cm are present, and the memlock hook has raised
 //! `ulimit -l` to the node policy's value. Without the CDI name: neither. This kernel has no
 //! RDMA, so the RDMA device is described by a sysfs tree of the test's own (`--sysfs`) and its
@@ -14,11 +15,14 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// A fake node: sysfs naming one RDMA device's uverbs0, /dev with uverbs0 and rdma_cm, a
-/// busybox root for the container, all under podman's own temp dir (its storage beside them).
+/// A fake node: sysfs naming one RDMA device's uverbs char device, /dev with it and rdma_cm,
+/// a busybox root for the container, all under podman's own temp dir (its storage beside them).
+/// The char device's number is the test's own (`uverbs<pid><n>`): podman reads every spec in
+/// /var/run/cdi, and two specs of one kind naming the same device conflict.
 struct World {
     podman: Podman,
-    rdma: String,
+    /// `uverbsN`: the char device, and the CDI device's name.
+    uverbs: String,
     spec: PathBuf,
 }
 
@@ -28,11 +32,13 @@ impl World {
         let podman = Podman::new(&format!("cdi-{tag}"));
         let d = podman.dir.path();
         let rdma = format!("rhdt{}{tag}", std::process::id());
-        let verbs = d.join("sys/class/infiniband_verbs/uverbs0");
+        let n = tag.bytes().next().map_or(0, |b| b % 10);
+        let uverbs = format!("uverbs{}{n}", std::process::id());
+        let verbs = d.join("sys/class/infiniband_verbs").join(&uverbs);
         fs::create_dir_all(&verbs).unwrap();
         fs::write(verbs.join("ibdev"), format!("{rdma}\n")).unwrap();
         fs::create_dir_all(d.join("dev/infiniband")).unwrap();
-        for (name, major, minor) in [("uverbs0", 231, 192), ("rdma_cm", 10, 58)] {
+        for (name, major, minor) in [(uverbs.as_str(), 231, 192), ("rdma_cm", 10, 58)] {
             let p = std::ffi::CString::new(d.join("dev/infiniband").join(name).to_str().unwrap())
                 .unwrap();
             // SAFETY: mknod of a char device node in our own temp dir.
@@ -51,7 +57,16 @@ impl World {
         std::os::unix::fs::symlink("busybox", root.join("sh")).unwrap();
         // podman 4.3 reads specs from /etc/cdi and /var/run/cdi only: one file of this test's.
         let spec = PathBuf::from(format!("/var/run/cdi/rhd-test-{rdma}.json"));
-        World { podman, rdma, spec }
+        World {
+            podman,
+            uverbs,
+            spec,
+        }
+    }
+
+    /// The CDI name a container asks for.
+    fn cdi_name(&self) -> String {
+        format!("rdma-host-device.io/rdma={}", self.uverbs)
     }
 
     fn cdi(&self, memlock: &str) -> Output {
@@ -126,12 +141,10 @@ fn a_container_given_the_cdi_name_gets_the_char_devices_and_the_memlock_limit() 
     // the runtime lacks CAP_SYS_RESOURCE (this build machine); raising it is the next test.
     w.cdi("4194304");
     let spec: Value = serde_json::from_slice(&fs::read(&w.spec).unwrap()).unwrap();
-    assert_eq!(spec["devices"][0]["name"], w.rdma.as_str(), "{spec:#}");
-    let inside = w
-        .podman(&[format!("rdma-host-device.io/rdma={}", w.rdma)], SHOW)
-        .unwrap();
+    assert_eq!(spec["devices"][0]["name"], w.uverbs.as_str(), "{spec:#}");
+    let inside = w.podman(&[w.cdi_name()], SHOW).unwrap();
     assert!(
-        inside.contains("231, 192") && inside.contains("uverbs0"),
+        inside.contains("231, 192") && inside.contains(&w.uverbs),
         "{inside}"
     );
     assert!(
@@ -148,7 +161,7 @@ fn a_container_given_the_cdi_name_gets_the_char_devices_and_the_memlock_limit() 
 fn unlimited_memlock_and_nothing_without_the_cdi_name() {
     let w = World::new("b");
     w.cdi("unlimited");
-    let inside = w.podman(&[format!("rdma-host-device.io/rdma={}", w.rdma)], SHOW);
+    let inside = w.podman(&[w.cdi_name()], SHOW);
     if has_cap_sys_resource() {
         let inside = inside.unwrap();
         assert!(inside.contains("memlock=unlimited"), "{inside}");
@@ -163,7 +176,7 @@ fn unlimited_memlock_and_nothing_without_the_cdi_name() {
         );
     }
     let without = w.podman(&[], SHOW).unwrap();
-    assert!(!without.contains("uverbs0"), "{without}");
+    assert!(!without.contains(&w.uverbs), "{without}");
     assert!(
         !without.contains("memlock=unlimited"),
         "the runtime's default stays: {without}"
@@ -176,16 +189,44 @@ fn the_spec_keeps_a_device_gone_from_sysfs_while_its_char_device_exists() {
     // of that pod must still resolve its CDI name.
     let w = World::new("c");
     w.cdi("unlimited");
-    fs::remove_dir_all(w.dir().join("sys/class/infiniband_verbs/uverbs0")).unwrap();
+    fs::remove_dir_all(w.dir().join("sys/class/infiniband_verbs").join(&w.uverbs)).unwrap();
     w.cdi("unlimited");
     let spec: Value = serde_json::from_slice(&fs::read(&w.spec).unwrap()).unwrap();
-    assert_eq!(spec["devices"][0]["name"], w.rdma.as_str(), "{spec:#}");
-    fs::remove_file(w.dir().join("dev/infiniband/uverbs0")).unwrap();
+    assert_eq!(spec["devices"][0]["name"], w.uverbs.as_str(), "{spec:#}");
+    fs::remove_file(w.dir().join("dev/infiniband").join(&w.uverbs)).unwrap();
     w.cdi("unlimited");
     let spec: Value = serde_json::from_slice(&fs::read(&w.spec).unwrap()).unwrap();
     assert_eq!(
         spec["devices"].as_array().map(Vec::len),
         Some(0),
         "{spec:#}"
+    );
+}
+
+#[test]
+fn a_device_a_pod_renames_to_a_name_cdi_refuses_leaves_the_spec_valid_for_every_container() {
+    // Shared RDMA netns mode: any pod with NET_ADMIN renames any RDMA device
+    // (`rdma dev set mlx5_0 name 'x y'`). The spec names devices by their char device, so the
+    // rename changes nothing: the runtime still reads the spec and resolves the CDI name.
+    let w = World::new("d");
+    let ibdev = w
+        .dir()
+        .join("sys/class/infiniband_verbs")
+        .join(&w.uverbs)
+        .join("ibdev");
+    fs::write(&ibdev, "x y/\u{1b}[2J\n").unwrap();
+    w.cdi("4194304");
+    let spec: Value = serde_json::from_slice(&fs::read(&w.spec).unwrap()).unwrap();
+    let names: Vec<&str> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    assert_eq!(names, [w.uverbs.as_str()], "{spec:#}");
+    let inside = w.podman(&[w.cdi_name()], SHOW).unwrap();
+    assert!(
+        inside.contains("231, 192") && inside.contains(&w.uverbs),
+        "{inside}"
     );
 }

@@ -622,3 +622,71 @@ fn install_script_installs_a_valid_node_configuration_and_refuses_a_broken_one()
     );
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// The node's tools read as strictly as ADD: `node-config` and `validate` given a FIFO answer
+/// at once (the old ones blocked in open() until a writer came: a watchdog opens the FIFO after
+/// 3 s so they fail on time rather than hang the suite), `/dev/zero` is refused rather than
+/// read for ever, and a config ADD refuses as too large is rejected by `validate` too.
+#[test]
+fn the_node_tools_refuse_what_is_not_a_regular_file_at_once_and_judge_size_as_add() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("rhd-node-tools-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo");
+    let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success());
+    let done = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let (done, fifo) = (done.clone(), fifo.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_secs(3));
+                let _ = fs::OpenOptions::new().read(true).write(true).open(&fifo);
+            }
+        })
+    };
+    let f = fifo.to_str().unwrap();
+    for (args, what) in [
+        (vec!["node-config", f], "FIFO"),
+        (vec!["validate", f], "FIFO"),
+        (vec!["validate", "/dev/zero"], "a device"),
+        (vec!["node-config", "/dev/zero"], "a device"),
+    ] {
+        let t = Instant::now();
+        let out = Command::new(PLUGIN)
+            .args(&args)
+            .env_remove("CNI_COMMAND")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let took = t.elapsed();
+        let text = output_text(&out);
+        assert!(
+            took < Duration::from_secs(1),
+            "{args:?} took {took:?}: {text}"
+        );
+        assert!(!out.status.success(), "{args:?}: {text}");
+        assert!(text.contains(what), "{args:?}: {text}");
+    }
+    done.store(true, Ordering::SeqCst);
+    watchdog.join().unwrap();
+    // 1 MiB of whitespace inside a config: ADD refuses these bytes (over MAX_CONFIG_LEN), so
+    // validate must not say ok.
+    let conf = r#"{"cniVersion":"1.0.0","name":"a","type":"rdma-host-device","device":"eth1"}"#;
+    let padded = conf.replacen('{', &format!("{{{}", " ".repeat(1 << 20)), 1);
+    let p = dir.join("padded.conf");
+    fs::write(&p, &padded).unwrap();
+    let out = Command::new(PLUGIN)
+        .args(["validate", p.to_str().unwrap()])
+        .env_remove("CNI_COMMAND")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("rejected"), "{text}");
+    let _ = fs::remove_dir_all(&dir);
+}

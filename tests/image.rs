@@ -316,7 +316,7 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
         ]),
         "the hook carries the node configuration's memlock: {spec:#}"
     );
-    assert!(log.contains("rdma-host-device.io/rdma=NAME"), "{log}");
+    assert!(log.contains("rdma-host-device.io/rdma=uverbsN"), "{log}");
 
     // A restart of the pod: nothing to do, the binary is not touched.
     let inode = fs::metadata(&dest).unwrap().ino();

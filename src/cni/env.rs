@@ -24,7 +24,8 @@ impl Command {
             "GC" => Command::Gc,
             other => {
                 return Err(invalid_env(format!(
-                    "CNI_COMMAND {other:?} is not one of ADD, DEL, CHECK, VERSION, STATUS, GC"
+                    "CNI_COMMAND {} is not one of ADD, DEL, CHECK, VERSION, STATUS, GC",
+                    crate::logging::shown(other)
                 )));
             }
         })
@@ -175,31 +176,51 @@ pub fn validate_container_id(id: &str) -> Result<()> {
         Ok(())
     } else {
         Err(invalid_env(format!(
-            "CNI_CONTAINERID {id:?} must start with a letter or digit and hold only letters, digits, '_', '.', '-'"
+            "CNI_CONTAINERID {} must start with a letter or digit and hold only letters, digits, '_', '.', '-'",
+            crate::logging::shown(id)
         )))
     }
 }
 
-/// A valid Linux interface name: 1-15 bytes, not "." or "..", no '/', ':' or whitespace.
+/// A valid Linux interface name: 1-15 bytes, not "." or "..", no '/', ':' or whitespace as
+/// the kernel reads it (`dev_valid_name`: byte by byte, and its `isspace` takes the Latin-1
+/// no-break space, byte 0xa0, for a space: "nà" is `n`, 0xc3, 0xa0), nor '%' or a control
+/// character. Checked before anything moves: the kernel would refuse it only at the rename,
+/// after the NIC had gone into the pod.
 pub fn validate_ifname(name: &str) -> std::result::Result<(), String> {
+    use crate::logging::shown;
     if name.is_empty() {
         return Err("interface name is empty".into());
     }
     if name.len() > 15 {
         return Err(format!(
-            "interface name {name:?} is {} bytes; Linux allows at most 15",
+            "interface name {} is {} bytes; Linux allows at most 15",
+            shown(name),
             name.len()
         ));
     }
     if name == "." || name == ".." {
-        return Err(format!("interface name {name:?} is not allowed"));
+        return Err(format!("interface name {} is not allowed", shown(name)));
     }
     if let Some(c) = name
         .chars()
         .find(|c| matches!(c, '/' | ':' | '%') || c.is_whitespace() || c.is_control())
     {
         return Err(format!(
-            "interface name {name:?} contains {c:?}, which Linux does not allow"
+            "interface name {} contains {c:?}, which Linux does not allow",
+            shown(name)
+        ));
+    }
+    // The kernel's isspace: ' ', \t, \n, \v, \f, \r, and 0xa0 (lib/ctype.c).
+    if let Some(c) = name.chars().find(|c| {
+        let mut b = [0; 4];
+        c.encode_utf8(&mut b)
+            .bytes()
+            .any(|b| matches!(b, b' ' | b'\t'..=b'\r' | 0xa0))
+    }) {
+        return Err(format!(
+            "interface name {} contains {c:?}, whose UTF-8 holds byte 0xa0, which Linux reads as a space",
+            shown(name)
         ));
     }
     Ok(())
@@ -208,6 +229,20 @@ pub fn validate_ifname(name: &str) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ifname_the_kernel_reads_as_holding_a_space_is_refused() {
+        // dev_valid_name checks bytes with the kernel's isspace, which counts 0xa0 (Latin-1
+        // no-break space): "nà" is n, 0xc3, 0xa0. The kernel refused it only at the rename,
+        // after the NIC had moved into the pod.
+        for bad in ["nà", "a\u{a0}b", "x\u{b}y", "net 1", "a\u{1b}[2J"] {
+            let e = validate_ifname(bad).expect_err(bad);
+            assert!(!e.contains('\u{1b}'), "{e}");
+        }
+        for ok in ["net1", "é1", "eth0.100", "rhd-x_1"] {
+            assert_eq!(validate_ifname(ok), Ok(()), "{ok}");
+        }
+    }
     use crate::error::Code;
     use std::collections::HashMap;
 

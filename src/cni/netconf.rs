@@ -6,6 +6,7 @@
 use super::result::CniResult;
 use super::version::Version;
 use crate::error::{Code, Error, Result, invalid_config};
+use crate::logging::shown;
 use crate::node::Node;
 use serde::Deserialize;
 use serde_json::Value;
@@ -130,12 +131,12 @@ pub enum Selector {
 impl std::fmt::Display for Selector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Selector::Name(v) => write!(f, "device {v:?}"),
-            Selector::Mac(v) => write!(f, "hwaddr {v:?}"),
-            Selector::KernelPath(v) => write!(f, "kernelpath {v:?}"),
-            Selector::Pci(v) => write!(f, "pciBusID {v:?}"),
-            Selector::DeviceId(v) => write!(f, "deviceID {v:?}"),
-            Selector::RdmaDevice(v) => write!(f, "rdmaDevice {v:?}"),
+            Selector::Name(v) => write!(f, "device {}", shown(v)),
+            Selector::Mac(v) => write!(f, "hwaddr {}", shown(v)),
+            Selector::KernelPath(v) => write!(f, "kernelpath {}", shown(v)),
+            Selector::Pci(v) => write!(f, "pciBusID {}", shown(v)),
+            Selector::DeviceId(v) => write!(f, "deviceID {}", shown(v)),
+            Selector::RdmaDevice(v) => write!(f, "rdmaDevice {}", shown(v)),
         }
     }
 }
@@ -221,8 +222,9 @@ impl NetConf {
             return Err(Error::new(
                 Code::UnsupportedField,
                 format!(
-                    "unsupported field {k:?} = {} in network configuration; known fields: {}",
-                    obj[k],
+                    "unsupported field {} = {} in network configuration; known fields: {}",
+                    shown(k),
+                    shown(obj[k].to_string()),
                     [SELECTOR_KEYS, OTHER_KEYS].concat().join(", ")
                 ),
             ));
@@ -240,7 +242,11 @@ impl NetConf {
         obj.retain(|k, v| {
             let known = known(k);
             if !known {
-                ignored.push(format!("unknown field {k:?} = {v}"));
+                ignored.push(format!(
+                    "unknown field {} = {}",
+                    shown(k),
+                    shown(v.to_string())
+                ));
             }
             known && !SELECTOR_KEYS.contains(&k.as_str())
         });
@@ -309,7 +315,8 @@ impl NetConf {
             && t.contains('/')
         {
             return Err(invalid_config(format!(
-                "\"type\" {t:?} must be a file name"
+                "\"type\" {} must be a file name",
+                shown(t)
             )));
         }
         let ipam_type = match &given.ipam {
@@ -320,7 +327,8 @@ impl NetConf {
                 }
                 Some(t) => {
                     return Err(invalid_config(format!(
-                        "ipam.type {t:?} must be a plugin file name"
+                        "ipam.type {} must be a plugin file name",
+                        shown(t)
                     )));
                 }
                 None if v.as_object().is_some_and(|o| o.is_empty()) => None,
@@ -345,7 +353,8 @@ impl NetConf {
             None => None,
             Some(l) => Some(l.parse::<log::LevelFilter>().map_err(|_| {
                 invalid_config(format!(
-                    "logLevel {l:?} is not one of error, warn, info, debug, trace, off"
+                    "logLevel {} is not one of error, warn, info, debug, trace, off",
+                    shown(l)
                 ))
             })?),
         };
@@ -439,8 +448,8 @@ fn log_file_name(f: &Path, log_dir: &Path) -> Result<String> {
         Ok(name.into_owned())
     } else {
         Err(invalid_config(format!(
-            "logFile {:?} must be a file name of letters, digits, '.', '_' and '-' (not starting with '.'); it is placed in the node's log directory {}",
-            f.display().to_string(),
+            "logFile {} must be a file name of letters, digits, '.', '_' and '-' (not starting with '.'); it is placed in the node's log directory {}",
+            shown(f.as_os_str().as_encoded_bytes()),
             log_dir.display()
         )))
     }
@@ -452,7 +461,8 @@ fn validate_network_name(name: &str) -> Result<()> {
         Ok(())
     } else {
         Err(invalid_config(format!(
-            "name {name:?} must start with a letter or digit and hold only letters, digits, '_', '.', '-'"
+            "name {} must start with a letter or digit and hold only letters, digits, '_', '.', '-'",
+            shown(name)
         )))
     }
 }
@@ -471,7 +481,11 @@ fn selector(
         (Some(a), Some(b)) if a != b => {
             return Err(Error::new(
                 Code::DeviceAmbiguous,
-                format!("deviceID {a:?} and runtimeConfig.deviceID {b:?} disagree; give one"),
+                format!(
+                    "deviceID {} and runtimeConfig.deviceID {} disagree; give one",
+                    shown(a),
+                    shown(b)
+                ),
             ));
         }
         (a, b) => a.or(b),
@@ -493,7 +507,8 @@ fn selector(
     if let Some(v) = kernelpath {
         if !v.starts_with("/sys/devices/") || v.contains("/../") || v.ends_with("/..") {
             return Err(invalid_config(format!(
-                "kernelpath {v:?} must be an absolute path under /sys/devices/"
+                "kernelpath {} must be an absolute path under /sys/devices/",
+                shown(&v)
             )));
         }
         found.push(Selector::KernelPath(v));
@@ -509,7 +524,8 @@ fn selector(
     if let Some(v) = rdma_device {
         if v.is_empty() || v.len() > 64 || v.contains('/') || v.starts_with('.') {
             return Err(invalid_config(format!(
-                "rdmaDevice {v:?} is not an RDMA device name"
+                "rdmaDevice {} is not an RDMA device name",
+                shown(&v)
             )));
         }
         found.push(Selector::RdmaDevice(v));
@@ -549,7 +565,8 @@ fn validate_bus_id(field: &str, v: &str) -> Result<()> {
             " or auxiliary device name"
         };
         Err(invalid_config(format!(
-            "{field} {v:?} is not a PCI address (like 0000:3b:00.1){or_name}"
+            "{field} {} is not a PCI address (like 0000:3b:00.1){or_name}",
+            shown(v)
         )))
     }
 }
@@ -560,7 +577,8 @@ fn normalised_hwaddr(v: &str) -> Result<String> {
         .map(|m| crate::link::format_mac(&m))
         .ok_or_else(|| {
             invalid_config(format!(
-                "hwaddr {v:?} is not a MAC address like 0a:58:0a:00:00:01"
+                "hwaddr {} is not a MAC address like 0a:58:0a:00:00:01",
+                shown(v)
             ))
         })
 }

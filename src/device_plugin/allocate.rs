@@ -64,8 +64,23 @@ pub fn container_response(
     for nic in nics {
         let Some(d) = &nic.rdma_device else { continue };
         rdma.push(d.clone());
-        r.devices
-            .extend(char_devices(sys, "infiniband_verbs", "uverbs", d));
+        let verbs = match &nic.uverbs {
+            // Read with the pairing, by device index: a pod's rename cannot redirect it.
+            Some(u) => vec![spec(u)],
+            // A NIC in a pod, or no RDMA netlink: by the name (see `Nic::uverbs`).
+            None => char_devices(sys, "infiniband_verbs", "uverbs", d),
+        };
+        if chars.cdi {
+            // The CDI spec names a device by its uverbs char device (`cdi.rs`).
+            r.cdi_devices.extend(verbs.iter().map(|v| CdiDevice {
+                name: format!(
+                    "{}={}",
+                    crate::cdi::KIND,
+                    v.container_path.trim_start_matches("/dev/infiniband/")
+                ),
+            }));
+        }
+        r.devices.extend(verbs);
         if chars.umad {
             r.devices
                 .extend(char_devices(sys, "infiniband_mad", "umad", d));
@@ -73,11 +88,6 @@ pub fn container_response(
         if chars.issm {
             r.devices
                 .extend(char_devices(sys, "infiniband_mad", "issm", d));
-        }
-        if chars.cdi {
-            r.cdi_devices.push(CdiDevice {
-                name: format!("{}={d}", crate::cdi::KIND),
-            });
         }
     }
     if !rdma.is_empty() {
@@ -295,9 +305,10 @@ mod tests {
         assert_eq!(
             names,
             [
-                "rdma-host-device.io/rdma=mlx5_0",
-                "rdma-host-device.io/rdma=mlx5_1"
-            ]
+                "rdma-host-device.io/rdma=uverbs1",
+                "rdma-host-device.io/rdma=uverbs0"
+            ],
+            "named by the char device (cdi.rs), not by a name a pod can change"
         );
         // rdma_ucm not loaded: rdma_cm is left out rather than failing the container.
         std::fs::remove_dir(sys.join("class/misc/rdma_cm")).unwrap();
@@ -308,6 +319,34 @@ mod tests {
         let r = container_response(&pool(), &[&v], CharDevices::default(), &sys);
         assert!(r.devices.is_empty());
         assert_eq!(r.envs["RDMA_HOST_DEVICE_RAIL_RDMA"], "");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_nic_gets_the_char_device_its_pairing_read_even_after_a_pod_swapped_device_names() {
+        // Shared RDMA netns mode: any pod with NET_ADMIN renames any device. Discovery read
+        // mlx5_0 with uverbs1 (by device index); since then a pod swapped the names, so sysfs
+        // now says uverbs0 is "mlx5_0". The container still gets mlx5_0's own uverbs1.
+        let root = std::env::temp_dir().join(format!("rhd-alloc-swap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let sys = tree(&root);
+        let mut a = nic("0000:3b:00.0", Some("mlx5_1"));
+        a.uverbs = Some("uverbs1".into());
+        let cdi = CharDevices {
+            cdi: true,
+            ..Default::default()
+        };
+        let r = container_response(&pool(), &[&a], cdi, &sys);
+        let paths: Vec<&str> = r
+            .devices
+            .iter()
+            .map(|d| d.container_path.as_str())
+            .collect();
+        assert_eq!(
+            paths,
+            ["/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm"]
+        );
+        assert_eq!(r.cdi_devices[0].name, "rdma-host-device.io/rdma=uverbs1");
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -176,7 +176,7 @@ impl CdiKeeper {
         match crate::cdi::refresh(&self.path, sys, dev, self.memlock, &self.hook) {
             Ok(Some(n)) => {
                 log::info!(
-                    "CDI spec {} written: {n} RDMA device(s) as {}=NAME",
+                    "CDI spec {} written: {n} RDMA device(s) as {}=uverbsN",
                     self.path.display(),
                     crate::cdi::KIND
                 );

@@ -32,6 +32,10 @@ pub struct Nic {
     /// pod can rename devices, or its record says so) or may be a pod's (`rdma::identity`).
     pub rdma_guid: Option<u64>,
     pub rdma_name_is_the_nodes: bool,
+    /// Its RDMA device's uverbs char device (`uverbs0`), read with the pairing (device index ->
+    /// char device, RDMA netlink): what `Allocate` hands out and names in CDI. `None` for a NIC
+    /// in a pod or read without RDMA netlink: then the char device is looked up by the name.
+    pub uverbs: Option<String>,
     pub numa: Option<i64>,
     /// The PCI root complex it hangs off (`pci0000:3a`), for keeping a request under one.
     pub pci_root: Option<String>,
@@ -54,6 +58,7 @@ impl Nic {
             rdma_device: rdma.map(Into::into),
             rdma_guid: None,
             rdma_name_is_the_nodes: true,
+            uverbs: None,
             numa: None,
             pci_root: None,
             attached: false,
@@ -171,6 +176,7 @@ pub async fn gather(
             rdma_device: id.as_ref().map(|d| d.name.clone()),
             rdma_guid: id.as_ref().and_then(|d| d.guid),
             rdma_name_is_the_nodes: id.as_ref().is_none_or(|d| d.name_is_the_nodes),
+            uverbs: id.as_ref().and_then(|d| d.uverbs.clone()),
             pci,
             numa: None,
             pci_root: None,
@@ -211,6 +217,7 @@ pub async fn gather(
             // The name ADD recorded, read from the node when it attached the NIC.
             rdma_guid: None,
             rdma_name_is_the_nodes: true,
+            uverbs: None,
             attached: true,
             uplink: Vec::new(),
         };
@@ -286,6 +293,7 @@ mod tests {
             rdma_device: None,
             rdma_guid: None,
             rdma_name_is_the_nodes: false,
+            uverbs: None,
             numa: None,
             pci_root: None,
             attached: false,

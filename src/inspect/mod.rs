@@ -255,6 +255,31 @@ mod tests {
     }
 
     #[test]
+    fn names_a_pod_chose_reach_the_terminal_escaped() {
+        // A pod renames its interface, and in shared mode any RDMA device, to escape sequences
+        // (clear the screen, set the window title, move the cursor over other rows).
+        let mut r = report();
+        r.nics[0].name = "e\x1b[2Jx".into();
+        if let Some(d) = &mut r.nics[0].rdma {
+            d.device = "m\x1b]0;owned\x07\u{202e}".into();
+        }
+        r.nics[0].notes.push("note \x1b[1A\rfake row".into());
+        if let Some(a) = &mut r.nics[1].attachment {
+            a.ifname = "p\x1b[31m".into();
+        }
+        let plain = render_table(&r, false);
+        assert!(
+            !plain.contains('\x1b') && !plain.contains('\x07') && !plain.contains('\r'),
+            "{plain}"
+        );
+        assert!(!plain.contains('\u{202e}'), "{plain}");
+        assert!(plain.contains("e\\u{1b}[2Jx"), "{plain}");
+        assert!(plain.contains("note \\u{1b}[1A\\rfake row"), "{plain}");
+        // With colour the only escapes are the colours: still the plain table underneath.
+        assert_eq!(strip_ansi(&render_table(&r, true)), plain);
+    }
+
+    #[test]
     fn table_with_color_pads_by_visible_width() {
         let plain = render_table(&report(), false);
         let colored = render_table(&report(), true);

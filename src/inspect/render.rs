@@ -1,6 +1,11 @@
 //! Printing the inspect report as an aligned, optionally coloured table for a terminal.
+//!
+//! Names in it are a pod's to choose (an interface's, an RDMA device's in shared mode) and may
+//! hold escape sequences: every cell, note and line passes `logging::line` (escaped, bounded)
+//! before it reaches the terminal; the only escapes printed are the colours `paint` adds.
 
 use super::*;
+use crate::logging::{MAX_LINE, line};
 
 // ---------------------------------------------------------------- printing
 
@@ -17,16 +22,19 @@ struct Cell {
     color: Option<&'static str>,
 }
 
+/// The most of one cell shown (an escaped name fits).
+const MAX_CELL: usize = 160;
+
 fn cell(text: impl Into<String>) -> Cell {
     Cell {
-        text: text.into(),
+        text: line(&text.into(), MAX_CELL),
         color: None,
     }
 }
 
 fn colored(text: impl Into<String>, color: &'static str) -> Cell {
     Cell {
-        text: text.into(),
+        text: line(&text.into(), MAX_CELL),
         color: Some(color),
     }
 }
@@ -111,19 +119,20 @@ fn nic_cells(n: &NicRow) -> Vec<Cell> {
 
 /// Append `text`, coloured when `use_color`; a trailing newline stays outside the colour.
 fn paint(out: &mut String, text: &str, color: Option<&str>, use_color: bool) {
+    let (body, nl) = match text.strip_suffix('\n') {
+        Some(b) => (b, "\n"),
+        None => (text, ""),
+    };
+    let body = line(body, MAX_LINE);
     match color {
         Some(c) if use_color => {
-            let (body, nl) = match text.strip_suffix('\n') {
-                Some(b) => (b, "\n"),
-                None => (text, ""),
-            };
             out.push_str(c);
-            out.push_str(body);
+            out.push_str(&body);
             out.push_str(RESET);
-            out.push_str(nl);
         }
-        _ => out.push_str(text),
+        _ => out.push_str(&body),
     }
+    out.push_str(nl);
 }
 
 fn render_rows(out: &mut String, headers: &[&str], rows: &[Vec<Cell>], color: bool) {
@@ -321,7 +330,7 @@ pub fn render_table(r: &Report, color: bool) -> String {
     if !notes.is_empty() {
         out.push('\n');
         for n in notes {
-            out.push_str(&format!("- {n}\n"));
+            out.push_str(&format!("- {}\n", line(&n, MAX_LINE)));
         }
     }
     let ready = r

@@ -44,9 +44,9 @@ pub struct RawLink {
 }
 
 impl RawLink {
-    /// The name for messages: its bytes, escaped.
+    /// The name for messages: its bytes, escaped (`logging::escaped`).
     pub fn shown(&self) -> String {
-        self.name.escape_ascii().to_string()
+        crate::logging::escaped(&self.name, crate::logging::MAX_SHOWN)
     }
 }
 

@@ -68,20 +68,20 @@ pub fn scrape(src: &Source, snap: &mut Snapshot) -> Errors {
         Value::Float(records.len() as f64),
     );
     let mode = host_netns_mode();
+    // The attachments' devices by index (global, and no pod can change it), not by a name a
+    // pod may have given another device: the host's list leaves out exactly those.
     let mut attached = BTreeSet::new();
     for r in &records {
-        if let Some(d) = &r.rdma_device {
-            attached.insert(d.clone());
-        }
         // One bad record must not cost the others: a panic is counted, not propagated.
         let one = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut errs = Errors::default();
             let mut part = Snapshot::default();
-            attachment(src, r, mode, &mut part, &mut errs);
-            (part, errs)
+            let index = attachment(src, r, mode, &mut part, &mut errs);
+            (part, errs, index)
         }));
         match one {
-            Ok((part, errs)) => {
+            Ok((part, errs, index)) => {
+                attached.extend(index);
                 merge(snap, part);
                 for (k, v) in errs.0 {
                     *errors.0.entry(k).or_default() += v;
@@ -139,7 +139,7 @@ fn attachment(
     mode: Option<NetnsMode>,
     snap: &mut Snapshot,
     errors: &mut Errors,
-) {
+) -> Option<u32> {
     let labels = attachment_labels(r, mode);
     let mut info = labels.clone();
     info.push(("netns", r.netns.clone()));
@@ -157,7 +157,7 @@ fn attachment(
         Err(e) => {
             errors.count("netns", e);
             up(snap, 0.0);
-            return;
+            return None;
         }
     };
     let timeout = src.timeout;
@@ -168,12 +168,12 @@ fn attachment(
         let rdma = r
             .rdma_device
             .as_deref()
-            .map(|d| rdma_sample(d, timeout, &mut rdma_errs));
+            .map(|d| rdma_sample(d, r.pod_index, timeout, &mut rdma_errs));
         // A moved device's sysfs directory exists only in a sysfs mounted in its netns.
         if r.rdma_moved
             && let Some(s) = &rdma
         {
-            let dev = r.rdma_device.clone().unwrap_or_default();
+            let dev = sampled_name(s);
             let ports: Vec<u32> = s.ports.iter().map(|p| p.port.port).collect();
             match crate::rdma::verbs::sysfs::with_own_sysfs(move |root| {
                 ports
@@ -196,7 +196,7 @@ fn attachment(
         Err(e) => {
             errors.count("netns", e);
             up(snap, 0.0);
-            return;
+            return None;
         }
     };
     for (k, v) in rdma_errs.0 {
@@ -227,7 +227,7 @@ fn attachment(
                 }
             }
             None if !r.rdma_moved => {
-                let dev = r.rdma_device.clone().unwrap_or_default();
+                let dev = sampled_name(&s);
                 for p in &mut s.ports {
                     match port_counters(&src.sysfs, &dev, p.port.port) {
                         Ok(c) => p.counters = c,
@@ -238,7 +238,17 @@ fn attachment(
             None => {}
         }
         rdma_samples(&labels, &s, snap);
+        return s.device.as_ref().map(|d| d.index);
     }
+    None
+}
+
+/// The name the sampled device has now (what its sysfs directory is called).
+fn sampled_name(s: &RdmaSample) -> String {
+    s.device
+        .as_ref()
+        .map(|d| d.name.clone())
+        .unwrap_or_default()
 }
 
 fn netdev_samples(labels: &Labels, s: &NetdevStats, snap: &mut Snapshot) {
@@ -266,8 +276,17 @@ fn netdev_samples(labels: &Labels, s: &NetdevStats, snap: &mut Snapshot) {
     );
 }
 
-/// Everything RDMA netlink says about device `name`, from the calling thread's netns.
-fn rdma_sample(name: &str, timeout: Duration, errors: &mut Errors) -> RdmaSample {
+/// Everything RDMA netlink says about an attachment's device, from the calling thread's (the
+/// pod's) netns: the device whose port's netdev is the pod's NIC (`pod_index`), whatever it is
+/// called now. In shared mode any pod renames any device; by name, a swap put another pod's
+/// device (its counters, its QP owners' pids) under this attachment's labels. By `name`, the
+/// one ADD recorded, only for a record without the NIC's pod index (older versions).
+fn rdma_sample(
+    name: &str,
+    pod_index: Option<u32>,
+    timeout: Duration,
+    errors: &mut Errors,
+) -> RdmaSample {
     let mut out = RdmaSample::default();
     let mut sock = match RdmaSocket::open().and_then(|mut s| s.set_timeout(timeout).map(|_| s)) {
         Ok(s) => s,
@@ -276,12 +295,26 @@ fn rdma_sample(name: &str, timeout: Duration, errors: &mut Errors) -> RdmaSample
             return out;
         }
     };
-    let dev = match sock.device_list() {
-        Ok(list) => list.into_iter().find(|d| d.name == name),
+    let list = match sock.device_list() {
+        Ok(list) => list,
         Err(e) => {
             errors.count("rdma", e);
             return out;
         }
+    };
+    let dev = match pod_index {
+        Some(ix) => {
+            let nics: Vec<RdmaDevice> = list
+                .into_iter()
+                .filter(|d| {
+                    sock.ports_of(d.index)
+                        .is_ok_and(|ps| ps.iter().any(|p| p.netdev_index == Some(ix)))
+                })
+                .collect();
+            let by_name = nics.iter().position(|d| d.name == name);
+            nics.into_iter().nth(by_name.unwrap_or(0))
+        }
+        None => list.into_iter().find(|d| d.name == name),
     };
     let Some(dev) = dev else {
         // A soft device dies with its netdev (a veth in a deleted netns); a real one may be
@@ -414,7 +447,7 @@ fn pci_of(sysfs: &Path, dev: &str) -> String {
 fn host_devices(
     src: &Source,
     mode: Option<NetnsMode>,
-    attached: &BTreeSet<String>,
+    attached: &BTreeSet<u32>,
     snap: &mut Snapshot,
     errors: &mut Errors,
 ) {
@@ -430,7 +463,7 @@ fn host_devices(
         Ok(d) => d,
         Err(e) => return errors.count("host_rdma", e),
     };
-    for dev in devices.iter().filter(|d| !attached.contains(&d.name)) {
+    for dev in devices.iter().filter(|d| !attached.contains(&d.index)) {
         let mut s = RdmaSample::default();
         device_detail(&mut sock, dev, &mut s, errors);
         for p in &mut s.ports {

@@ -145,24 +145,12 @@ pub struct Access {
 /// The most of a token file read: a token is a line, not a document.
 const MAX_TOKEN: u64 = 4096;
 
-/// The bearer token in `file`: a regular file (opened without blocking, so a FIFO put there
-/// cannot stall the one thread that answers every request), at most [`MAX_TOKEN`] bytes read,
-/// trimmed, not empty. The error says what is wrong with it.
+/// The bearer token in `file`: a regular file (`files::read_regular`: opened without
+/// blocking, so a FIFO put there cannot stall the one thread that answers every request), at
+/// most [`MAX_TOKEN`] bytes, trimmed, not empty. The error says what is wrong with it.
 pub fn read_token(file: &Path) -> Result<String, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(file)
-        .map_err(|e| e.to_string())?;
-    if !f.metadata().map_err(|e| e.to_string())?.is_file() {
-        return Err("not a regular file".into());
-    }
-    let mut token = String::new();
-    f.take(MAX_TOKEN)
-        .read_to_string(&mut token)
-        .map_err(|e| e.to_string())?;
+    let body = crate::files::read_regular(file, MAX_TOKEN).map_err(|e| e.to_string())?;
+    let token = String::from_utf8(body).map_err(|_| "not UTF-8 text".to_owned())?;
     match token.trim() {
         "" => Err("empty; put the bearer token Prometheus sends in it".into()),
         t => Ok(t.to_owned()),

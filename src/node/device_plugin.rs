@@ -56,7 +56,7 @@ pub struct CharDevices {
     pub umad: bool,
     #[serde(default)]
     pub issm: bool,
-    /// Also name each RDMA device's CDI device (`rdma-host-device.io/rdma=<device>`, from the
+    /// Also name each RDMA device's CDI device (`rdma-host-device.io/rdma=uverbsN`, from the
     /// spec `rdma-host-device cdi` writes): a runtime that reads CDI then runs its memlock
     /// hook. Off by default: a runtime without the spec would fail the container.
     #[serde(default)]

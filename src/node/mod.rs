@@ -14,7 +14,6 @@ use crate::rdma::identity::{format_guid, parse_guid};
 pub use device_plugin::{CharDevices, DevicePluginConfig, Pool};
 pub use memlock::Memlock;
 use serde::Deserialize;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_PATH: &str = "/etc/rdma-host-device/node.json";
@@ -417,20 +416,18 @@ impl Node {
                 format!("node configuration {}: {what}", path.display()),
             )
         };
-        let f = match std::fs::File::open(path) {
-            Ok(f) => f,
+        // A regular file within the bound, read without blocking: a FIFO at the path stalls
+        // neither ADD nor `node-config`, the installer, the exporter or the device plugin.
+        let body = match crate::files::read_regular(path, MAX_LEN) {
+            Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
                 return Ok(Node::default());
             }
-            Err(e) => return Err(bad(format!("cannot open it: {e}"))),
+            Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+                return Err(bad(e.to_string()));
+            }
+            Err(e) => return Err(bad(format!("cannot read it: {e}"))),
         };
-        let mut body = Vec::new();
-        f.take(MAX_LEN + 1)
-            .read_to_end(&mut body)
-            .map_err(|e| bad(format!("cannot read it: {e}")))?;
-        if body.len() as u64 > MAX_LEN {
-            return Err(bad(format!("larger than {MAX_LEN} bytes")));
-        }
         // serde reads a struct from a JSON array too, field by field (`["/x"]` set stateDir):
         // the file is one object of named keys or nothing.
         if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {

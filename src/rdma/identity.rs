@@ -23,6 +23,8 @@ pub struct RdmaId {
     pub guid: Option<u64>,
     /// True only in exclusive mode: no pod can rename a device in the host's namespace.
     pub name_is_the_nodes: bool,
+    /// Its uverbs char device (`uverbs0`), which no pod can rename: what a container is given.
+    pub uverbs: Option<String>,
 }
 
 /// A node GUID as `rdma dev`, `ibv_devinfo` and sysfs `node_guid` print it:
@@ -56,6 +58,7 @@ pub fn identify(
         name: p.device.name,
         guid: p.device.node_guid,
         name_is_the_nodes: mode == NetnsMode::Exclusive,
+        uverbs: p.device.uverbs,
     }))
 }
 
@@ -171,6 +174,7 @@ mod tests {
             node_type: Some(1),
             protocol: Some("roce".into()),
             driver: Some("rxe".into()),
+            uverbs: None,
             port_count: Some(1),
         }
     }

@@ -28,7 +28,7 @@ mod wire;
 
 pub use admin::NetnsMode;
 pub use contexts::RdmaUser;
-pub use device::{RdmaDevice, RdmaPort};
+pub use device::{RdmaDevice, RdmaPort, is_uverbs_name};
 
 use wire::{Reply, ReqAttr, encode_request};
 

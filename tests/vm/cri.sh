@@ -21,11 +21,11 @@
 #                 the same pod, not allocated the device (root, containerd's default
 #                 capabilities), has no /dev/infiniband, and a uverbs node it makes itself
 #                 (mknod) cannot be opened: the device cgroup refuses it. The device plugin
-#                 keeps a CDI spec (--cdi-spec) naming rxe0, before and while it is in the pod
+#                 keeps a CDI spec (--cdi-spec) naming rxe0's uverbs0, before and while it is in the pod
 #   cdi           the same device through CDI, with a runtime that reads it (Debian's podman;
 #                 containerd 1.6 reads none): `rdma-host-device cdi` writes the spec from the
 #                 guest's sysfs and /dev (rxe0's uverbs0, rdma_cm) with node.json's memlock
-#                 (1 GiB); a container given only rdma-host-device.io/rdma=rxe0, as uid 1000,
+#                 (1 GiB); a container given only rdma-host-device.io/rdma=uverbs0, as uid 1000,
 #                 has uverbs0 and rdma_cm, `ulimit -l` 1048576 (the hook ran) and ibv_devinfo
 #                 lists rxe0; without the name: no device, the runtime's memlock
 #
@@ -175,7 +175,7 @@ check "the device plugin registered $R" test "$(jget resource_name <<<"$r")" = $
 kub "{\"cmd\": \"watch\", \"resource\": \"$R\"}" >/dev/null
 r=$(kub "{\"cmd\": \"devices\", \"resource\": \"$R\", \"want\": {\"$PCI\": \"Healthy\"}, \"timeout\": 120}")
 check "ListAndWatch offers $PCI, Healthy" test "$(jget error <<<"$r")" = None
-check "the device plugin keeps a CDI spec naming rxe0" grep -q '"name": "rxe0"' "$D/cdi/rdma-host-device.json"
+check "the device plugin keeps a CDI spec naming rxe0's uverbs0" grep -q '"name": "uverbs0"' "$D/cdi/rdma-host-device.json"
 # As the kubelet does: Allocate at admission, before the sandbox exists (rxe0 still on the host).
 A=$(kub "{\"cmd\": \"allocate\", \"resource\": \"$R\", \"containers\": [[\"$PCI\"]]}")
 echo "    Allocate: $A"
@@ -219,7 +219,7 @@ print(json.dumps({"command": ["/bin/sleep", "3600"], "envs": r["envs"], "devices
   fi
   sleep 6  # one discovery (5 s) with rxe0 in the pod, gone from the host's sysfs
   check "with rxe0 in the pod, the CDI spec still names it (a restarted container resolves it)" \
-    grep -q '"name": "rxe0"' "$D/cdi/rdma-host-device.json"
+    grep -q '"name": "uverbs0"' "$D/cdi/rdma-host-device.json"
   for c in ${C1:-} ${C2:-}; do cri cstop "$c" >/dev/null; cri cremove "$c" >/dev/null || bad "RemoveContainer $c"; done
   r=$(cri stop "$POD") || bad "StopPodSandbox: $r"
   r=$(cri remove "$POD") || bad "RemovePodSandbox: $r"
@@ -247,7 +247,7 @@ pod() {
     --cgroup-manager=cgroupfs --events-backend=file run --rm --network=host --user 1000:1000 \
     "$@" --rootfs "$ROOTFS" /bin/sh -c 'echo "memlock=$(ulimit -l)"; ls /dev/infiniband 2>&1; ibv_devinfo 2>&1' 2>&1
 }
-seen=$(pod --device rdma-host-device.io/rdma=rxe0)
+seen=$(pod --device rdma-host-device.io/rdma=uverbs0)
 echo "$seen" | sed 's/^/    | /'
 check "given only the CDI name: uverbs0, rdma_cm, ulimit -l 1048576 (the hook), ibv_devinfo lists rxe0" \
   has_all "$seen" '^memlock=1048576$' '^uverbs0$' '^rdma_cm$' 'hca_id:.rxe0'

@@ -26,6 +26,9 @@ pub struct RdmaDevice {
     /// Driver family ("mlx5", "rxe", "siw", ...) from the uverbs chardev query; None when
     /// ib_uverbs is absent or the kernel does not say. Filled by `devices()` only.
     pub driver: Option<String>,
+    /// Its uverbs char device (`uverbs0`: `/dev/infiniband/uverbs0`), from the same query: the
+    /// kernel numbers it, no pod can rename it (the CDI spec names devices by it).
+    pub uverbs: Option<String>,
     pub port_count: Option<u32>,
 }
 
@@ -45,19 +48,23 @@ pub struct RdmaPort {
 }
 
 impl RdmaSocket {
-    /// Every RDMA device visible from this netns, with its driver when the kernel says: one
-    /// `GET` dump, then one uverbs `GET_CHARDEV` per device (which loads ib_uverbs if needed).
+    /// Every RDMA device visible from this netns, with its driver and uverbs char device when
+    /// the kernel says: one `GET` dump, then one uverbs `GET_CHARDEV` per device (which loads
+    /// ib_uverbs if needed).
     pub fn devices(&mut self) -> Result<Vec<RdmaDevice>, RdmaNlError> {
         let mut devices = self.device_list()?;
         for dev in &mut devices {
             // Best effort: needs ib_uverbs (the kernel loads it on demand).
-            dev.driver = match self.driver_of(dev.index) {
-                Ok(driver) => driver,
-                Err(e) => {
-                    log::debug!("no driver for RDMA device {}: {e}", dev.name);
-                    None
+            match self.uverbs_chardev(dev.index) {
+                Ok(Some(body)) => {
+                    dev.driver = driver_from_attrs(&body).unwrap_or(None);
+                    dev.uverbs = uverbs_from_attrs(&body);
                 }
-            };
+                Ok(None) => {}
+                Err(e) => {
+                    log::debug!("no uverbs char device for RDMA device {}: {e}", dev.name)
+                }
+            }
         }
         Ok(devices)
     }
@@ -99,7 +106,8 @@ impl RdmaSocket {
         decode_all(&bodies, port_from_attrs)
     }
 
-    fn driver_of(&mut self, dev_index: u32) -> Result<Option<String>, RdmaNlError> {
+    /// The reply to a uverbs `GET_CHARDEV` of one device (driver ID, char device name).
+    fn uverbs_chardev(&mut self, dev_index: u32) -> Result<Option<Vec<u8>>, RdmaNlError> {
         let req = [
             ReqAttr::U32(attr::DEV_INDEX, dev_index),
             ReqAttr::Str(attr::CHARDEV_TYPE, "uverbs"),
@@ -110,10 +118,7 @@ impl RdmaSocket {
             NLM_F_REQUEST | NLM_F_ACK,
             &req,
         )?;
-        match bodies.first() {
-            Some(body) => driver_from_attrs(body),
-            None => Ok(None),
-        }
+        Ok(bodies.into_iter().next())
     }
 }
 
@@ -139,6 +144,7 @@ pub(super) fn device_from_attrs(body: &[u8]) -> Result<RdmaDevice, RdmaNlError> 
         node_type,
         protocol,
         driver: None,
+        uverbs: None,
         port_count,
     })
 }
@@ -168,6 +174,25 @@ pub(super) fn port_from_attrs(body: &[u8]) -> Result<RdmaPort, RdmaNlError> {
         netdev_index,
         netdev_name,
     })
+}
+
+/// The char device a uverbs chardev reply names (`RDMA_NLDEV_ATTR_CHARDEV_NAME`), if it is
+/// one the kernel makes (`uverbs` and digits): it becomes a path and a CDI name.
+pub(super) fn uverbs_from_attrs(body: &[u8]) -> Option<String> {
+    let mut name = None;
+    let _ = each_attr(body, |kind, v| {
+        if kind == attr::CHARDEV_NAME {
+            name = Some(get_str(v));
+        }
+        Ok(())
+    });
+    name.filter(|n| is_uverbs_name(n))
+}
+
+/// `uverbs` and one to ten digits: the kernel's name for a verbs char device.
+pub fn is_uverbs_name(n: &str) -> bool {
+    n.strip_prefix("uverbs")
+        .is_some_and(|d| (1..=10).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The driver family from a uverbs chardev reply (`enum rdma_driver_id`).

@@ -44,6 +44,7 @@ pub(super) mod attr {
     pub const DEV_PROTOCOL: u16 = 67; // string: "roce", "iw", "ib", "opa", "usnic"
     pub const NET_NS_FD: u16 = 68; // u32
     pub const CHARDEV_TYPE: u16 = 69; // string: "uverbs"
+    pub const CHARDEV_NAME: u16 = 70; // string: "uverbs0"
     pub const UVERBS_DRIVER_ID: u16 = 73; // u32 (the header says u64; accept both)
     pub const RES_CTX: u16 = 86; // nested: the table of verbs contexts
     pub const RES_CTX_ENTRY: u16 = 87; // nested: one context

@@ -39,6 +39,7 @@ fn captured_device_dumps() {
         node_type: Some(1),
         protocol: Some("roce".into()),
         driver: None,
+        uverbs: None,
         port_count: Some(1),
     };
     assert_eq!(parse_devices(&reply, seq).unwrap(), vec![rxe0.clone()]);
@@ -51,6 +52,7 @@ fn captured_device_dumps() {
         node_type: Some(4),
         protocol: Some("iw".into()),
         driver: None,
+        uverbs: None,
         port_count: Some(1),
     };
     assert_eq!(

@@ -15,6 +15,7 @@ fn decodes_a_device_dump() {
                 node_type: Some(1),
                 protocol: Some("roce".into()),
                 driver: None,
+                uverbs: None,
                 port_count: Some(1),
             },
             RdmaDevice {
@@ -24,6 +25,7 @@ fn decodes_a_device_dump() {
                 node_type: Some(1),
                 protocol: Some("iw".into()),
                 driver: None,
+                uverbs: None,
                 port_count: Some(1),
             },
         ]
@@ -86,4 +88,21 @@ fn decodes_the_uverbs_driver_id() {
         None
     );
     assert_eq!(driver_from_attrs(&[]).unwrap(), None);
+}
+
+#[test]
+fn decodes_the_uverbs_char_device_and_only_a_kernel_name() {
+    let body = [
+        nla(73, &14u32.to_ne_bytes()),
+        nla(70, b"uverbs3\0"),
+        nla(72, &0u64.to_ne_bytes()),
+    ]
+    .concat();
+    assert_eq!(uverbs_from_attrs(&body).as_deref(), Some("uverbs3"));
+    assert_eq!(driver_from_attrs(&body).unwrap().as_deref(), Some("rxe"));
+    // Not a name the kernel gives a verbs char device: never a path nor a CDI name.
+    for bad in [&b"../sda\0"[..], b"uverbs\0", b"uverbs1x\0", b"umad0\0"] {
+        assert_eq!(uverbs_from_attrs(&nla(70, bad)), None, "{bad:?}");
+    }
+    assert_eq!(uverbs_from_attrs(&[]), None);
 }
