@@ -161,8 +161,9 @@ def main():
         w.nic(h, far, dev, f"{PREFIX}peer0")
         enter(h)
         netns_id = (os.stat("/proc/self/ns/net").st_dev, os.stat("/proc/self/ns/net").st_ino)
-        watcher = subprocess.Popen([args.ours, "uppers-watch", "--socket", sock],
-                                   stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "watcher.log"), "w"))
+        wlog = os.path.join(work, "watcher.log")
+        watcher = subprocess.Popen([args.ours, "uppers-watch", "--socket", sock, "--debug"],
+                                   stdout=subprocess.DEVNULL, stderr=open(wlog, "w"))
         enter(None)
         for _ in range(200):
             if os.path.exists(sock):
@@ -185,6 +186,7 @@ def main():
         print(f"  {'pods':>5} {'netns':>6} " + " ".join(f"{p.label:>21}" for p in plugins)
               + f" {'ours/@0':>7} {'above':>6} {'wCPU':>7} {'warm':>5} {'cold':>6}", flush=True)
         base = None
+        base_cpu = None
         levels = [int(x) for x in args.pods.split(",")]
         made = 0
         for level in levels + ([f"{levels[-1]}+{args.neighbour}"] if args.neighbour else []):
@@ -203,6 +205,8 @@ def main():
             seen = namespaces_seen()
             res = {p.label: [] for p in plugins}
             adds = {p.label: [] for p in plugins}
+            cpus = {p.label: [] for p in plugins}
+            log_at = os.path.getsize(wlog)
             c0 = cpu_ms(watcher.pid)
             for i in range(args.n):
                 order = plugins[i % len(plugins):] + plugins[:i % len(plugins)]
@@ -210,9 +214,17 @@ def main():
                     a, d = cycle_direct(p, h, pod, dev, f"rhdb-c{i}", None)
                     res[p.label].append(a.ms + d.ms)
                     adds[p.label].append(a.ms)
+                    if a.cpu_ms is not None:
+                        cpus[p.label].append(a.cpu_ms + d.cpu_ms)
                     time.sleep(args.settle)
             # Per plugin pair (the floor's moves bring the NIC home too).
             cpu = (cpu_ms(watcher.pid) - c0) / (args.n * len(plugins))
+            # How the watcher answered ours' ADDs in these rounds (its debug lines).
+            with open(wlog) as f:
+                f.seek(log_at)
+                told = f.read()
+            certified = told.count("): certified")
+            scanned = told.count("): scanned in")
             # The watcher's answers, 5 of each: certified, and just voided (an MTU change
             # notifies), which is a full scan of the node's namespaces.
             time.sleep(1.0)
@@ -234,13 +246,21 @@ def main():
                 f"{m[p.label]:>7.2f} (ADD {med(adds[p.label]):>5.2f})" for p in plugins)
                 + f" {m['ours'] / base[0]:>6.3f}x {above:>6.2f} {cpu:>7.2f} {med(warm):>5.2f} {med(cold):>6.2f}",
                 flush=True)
+            c = {k: med(v) for k, v in cpus.items()}
+            if base_cpu is None:
+                base_cpu = c
+            print(f"  {'':>5} {'CPU':>6} " + " ".join(f"{c[p.label]:>21.2f}" for p in plugins)
+                  + f" {c['ours'] / base_cpu['ours']:>6.3f}x   (ours' ADDs: {certified} answered from a"
+                  f" certificate, {scanned} after a scan)", flush=True)
             rows.append(dict(pods=label, netns=seen, settle=args.settle, n=args.n,
                              median=m, p90={k: q(v, .9) for k, v in res.items()},
                              add_median={k: med(v) for k, v in adds.items()},
                              ours_vs_empty=m["ours"] / base[0], ours_above_floor=above,
                              hostdev_vs_empty=m["hostdev"] / base[2],
                              floor_vs_empty=m[F.label] / base[3], watcher_cpu_ms_per_pair=cpu,
-                             watcher_warm_ms=med(warm), watcher_cold_ms=med(cold)))
+                             watcher_warm_ms=med(warm), watcher_cold_ms=med(cold),
+                             cpu_median=c, ours_cpu_vs_empty=c["ours"] / base_cpu["ours"],
+                             answered_certified=certified, answered_after_scan=scanned))
     finally:
         if watcher:
             watcher.kill()

@@ -49,16 +49,20 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     pub socket: PathBuf,
+    /// Log every answer and scan (`--debug`).
+    pub debug: bool,
 }
 
 pub fn options(args: &[String]) -> Result<Options> {
     let mut o = Options {
         socket: PathBuf::from(DEFAULT_SOCKET),
+        debug: false,
     };
     let mut f = crate::flags::Flags::new("uppers-watch", args);
     while let Some(flag) = f.next_flag() {
         match flag.as_str() {
             "--socket" => o.socket = f.absolute_path()?,
+            "--debug" => o.debug = true,
             _ => return Err(f.unknown()),
         }
     }
@@ -66,6 +70,12 @@ pub fn options(args: &[String]) -> Result<Options> {
 }
 
 pub fn run(o: &Options) -> Result<()> {
+    let level = if o.debug {
+        log::LevelFilter::Debug
+    } else {
+        log::LevelFilter::Info
+    };
+    crate::logging::init(level, None, " uppers-watch".into());
     serve(&o.socket)
 }
 
@@ -302,8 +312,12 @@ impl Watcher {
                 continue;
             };
             let name = String::from_utf8_lossy(&name).into_owned();
+            let started = Instant::now();
             let answer = self.scan(index, &name)?;
-            log::debug!("uppers watcher: {name} (index {index}) scanned again: {answer:?}");
+            log::debug!(
+                "{name} (index {index}) scanned again, unasked, in {:.1} ms: {answer:?}",
+                started.elapsed().as_secs_f64() * 1e3
+            );
             // A scan voided by its own link's notifications set it due again: that one waits
             // for the next notification or query, not a loop.
             self.due.remove(&index);
@@ -353,9 +367,18 @@ impl Watcher {
         }
         self.asked.insert(q.ifindex, q.name.clone().into_bytes());
         if self.certified.contains(&q.ifindex) {
+            log::debug!("{} (index {}): certified", q.name, q.ifindex);
             return Ok(Answer::Riding(Vec::new()));
         }
-        self.scan(q.ifindex, &q.name)
+        let started = Instant::now();
+        let a = self.scan(q.ifindex, &q.name)?;
+        log::debug!(
+            "{} (index {}): scanned in {:.1} ms: {a:?}",
+            q.name,
+            q.ifindex,
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        Ok(a)
     }
 
     fn serve_client(&mut self, client: UnixStream) -> io::Result<()> {
