@@ -4,10 +4,13 @@ cost grows with the pods beside it (issue 26). Run through benches/pods.sh.
 
 Three plugins side by side in one run, rounds interleaved (the order rotates every round):
 `main` (a build of the main branch to compare with), `ours` (this tree, with its uppers
-watcher running, as the DaemonSet runs it) and Debian's host-device. A pod is what a node
-holds per pod: a network namespace with lo and eth0 up, eth0 a veth whose peer is in the host
-with a /32 route through it. The levels are cumulative (0, then 100 more, ...): every scan of
-the node's namespaces sees every namespace of the machine, so two levels cannot coexist.
+watcher running, as the DaemonSet runs it), Debian's host-device and the kernel's own move
+(`ip`, the floor). The node is the machine's own namespace (as on a node, the plugins' sysfs
+is that namespace's): the NIC is a veth there, and a pod is what a node holds per pod, a
+network namespace with lo and eth0 up, eth0 a veth whose peer is in the host with a /32 route
+through it. The levels are cumulative (0, then 100 more, ...): every scan of the node's
+namespaces sees every namespace of the machine, so two levels cannot coexist. Every link and
+namespace made starts with "rhdb" and is deleted at the end.
 
 After each plugin's DEL the harness waits --settle seconds before the next ADD (untimed): a
 NIC that a pod gave back is attached again no sooner than a pod is scheduled, seconds later.
@@ -31,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import PREFIX, Floor, Plugin, World, cycle_direct, enter, med, q, sh  # noqa: E402
+from harness import PREFIX, Plugin, World, cycle_direct, enter, med, must, q, run1, sh  # noqa: E402
 
 
 class Ours(Plugin):
@@ -50,6 +53,26 @@ class Ours(Plugin):
             with open(path, "w") as f:
                 json.dump(node, f)
         return {"RDMA_HOST_DEVICE_NODE_CONFIG": path}
+
+
+def ipn(ns, *args, **kw):
+    """`ip` in netns `ns` (None: the machine's own)."""
+    return sh("ip", *(["-n", ns] if ns else []), *args, **kw)
+
+
+class HostFloor:
+    """The kernel's own move there and back (`ip`, one request each way), from and to the
+    machine's namespace: what no plugin goes below."""
+    kind = "ip"
+    label = "ip-floor"
+
+
+def cycle_floor(pod_ns, device):
+    a = must(run1(["/usr/sbin/ip", "link", "set", device, "netns", pod_ns, "name", "net1", "up"],
+                  {}), "ip move in")
+    d = must(run1(["/usr/sbin/ip", "-n", pod_ns, "link", "set", "net1", "netns", "1",
+                   "name", device, "down"], {}), "ip move out")
+    return a, d
 
 
 def namespaces_seen():
@@ -85,7 +108,7 @@ def add_pods(host_ns, start, count):
                   f"link set {v} up",
                   f"route add 10.250.{i // 250}.{i % 250 + 1}/32 dev {v}"]
     for k in range(0, len(lines), 600):
-        sh("ip", "-n", host_ns, "-batch", "-", stdin="\n".join(lines[k:k + 600]) + "\n")
+        ipn(host_ns, "-batch", "-", stdin="\n".join(lines[k:k + 600]) + "\n")
     for n in names:
         sh("ip", "-n", n, "link", "set", "lo", "up")
         sh("ip", "-n", n, "link", "set", "eth0", "up")
@@ -113,6 +136,12 @@ def cpu_ms(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def cycle(p, host_ns, pod_ns, device, cid):
+    if p.kind == "ip":
+        return cycle_floor(pod_ns, device)
+    return cycle_direct(p, host_ns, pod_ns, device, cid, None)
 
 
 def main():
@@ -147,7 +176,7 @@ def main():
              os.path.join(work, "state-ours"), "1.0.0", socket_path=sock)
     H = Plugin("hostdev", "hostdev", args.hostdev, mkbin("hostdev", args.hostdev, "host-device"),
                os.path.join(work, "state-hostdev"), "1.0.0")
-    F = Floor()  # the kernel's own move there and back (`ip`), what no plugin goes below
+    F = HostFloor()
     plugins = [M, O, H, F]
     rows = []
     w = World(args)
@@ -155,10 +184,15 @@ def main():
     pods = []
     try:
         far = w.ns("far")
-        h = w.ns("h")
+        # The node's namespace is the machine's own: the plugins read what it shows (sysfs
+        # included) as on a node. Every link made here starts with PREFIX and goes at the end.
+        h = None
         pod = w.ns("pod")
         dev = f"{PREFIX}nic0"
-        w.nic(h, far, dev, f"{PREFIX}peer0")
+        sh("ip", "link", "del", dev, check=False)
+        sh("ip", "link", "add", dev, "mtu", "1400", "type", "veth", "peer", "name",
+           f"{PREFIX}peer0", "netns", far)
+        sh("ip", "-n", far, "link", "set", f"{PREFIX}peer0", "up")
         enter(h)
         netns_id = (os.stat("/proc/self/ns/net").st_dev, os.stat("/proc/self/ns/net").st_ino)
         wlog = os.path.join(work, "watcher.log")
@@ -173,11 +207,11 @@ def main():
             sys.exit("bench: the watcher made no socket")
 
         def ifindex():
-            return json.loads(sh("ip", "-n", h, "-j", "link", "show", "dev", dev).stdout)[0]["ifindex"]
+            return json.loads(ipn(h, "-j", "link", "show", "dev", dev).stdout)[0]["ifindex"]
 
         for p in plugins:  # warm-up
             for _ in range(3):
-                cycle_direct(p, h, pod, dev, "rhdb-warm", None)
+                cycle(p, h, pod, dev, "rhdb-warm")
         print(f"pods on the node: ADD+DEL of one veth NIC, no IPAM, n={args.n} rounds per point, "
               f"settle {args.settle} s", flush=True)
         print("  medians in ms: ADD+DEL (ADD alone); ours/@0: ours' ADD+DEL over its 0-pod figure;"
@@ -211,7 +245,7 @@ def main():
             for i in range(args.n):
                 order = plugins[i % len(plugins):] + plugins[:i % len(plugins)]
                 for p in order:
-                    a, d = cycle_direct(p, h, pod, dev, f"rhdb-c{i}", None)
+                    a, d = cycle(p, h, pod, dev, f"rhdb-c{i}")
                     res[p.label].append(a.ms + d.ms)
                     adds[p.label].append(a.ms)
                     if a.cpu_ms is not None:
@@ -232,12 +266,12 @@ def main():
             for k in range(5):
                 a, ms = ask(sock, netns_id, ifindex(), dev)
                 warm.append(ms)
-                sh("ip", "-n", h, "link", "set", dev, "mtu", str(1401 + k))
+                ipn(h, "link", "set", dev, "mtu", str(1401 + k))
                 b, ms = ask(sock, netns_id, ifindex(), dev)
                 cold.append(ms)
                 if a != '{"riding":[]}' or b != '{"riding":[]}':
                     sys.exit(f"bench: the watcher answered {a!r} / {b!r}")
-            sh("ip", "-n", h, "link", "set", dev, "mtu", "1400")
+            ipn(h, "link", "set", dev, "mtu", "1400")
             m = {k: med(v) for k, v in res.items()}
             above = m["ours"] - m[F.label]
             if base is None:
@@ -268,6 +302,7 @@ def main():
         enter(None)
         for n in pods:
             sh("ip", "netns", "del", n, check=False)
+        sh("ip", "link", "del", f"{PREFIX}nic0", check=False)
         w.cleanup()
     if args.json:
         with open(args.json, "w") as f:

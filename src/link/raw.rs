@@ -25,6 +25,8 @@ const IFLA_LINK_NETNSID: u16 = 37;
 const IFLA_INFO_DATA: u16 = 2;
 const IFLA_VXLAN_LINK: u16 = 3;
 const RTEXT_FILTER_SKIP_STATS: u32 = 1 << 3;
+/// Set on each message of a dump the kernel filtered as asked.
+const NLM_F_DUMP_FILTERED: u16 = 0x20;
 /// `struct ifinfomsg`.
 const IFINFOMSG_LEN: usize = 16;
 /// A dump larger than this is not a link table we can judge.
@@ -59,6 +61,59 @@ impl RawLink {
 /// (never a partial list): the caller decides what a namespace that large means.
 pub fn dump() -> std::io::Result<Option<Vec<RawLink>>> {
     dump_on(&mut netlink_sync::route_socket()?)
+}
+
+/// The links of kind `kind` (IFLA_INFO_KIND) in the calling thread's namespace, the kernel
+/// filtering: it walks every link but fills in only those, so the cost does not grow with the
+/// others (a veth per pod). A kind the kernel does not know has no links; the kernel then
+/// ignores the filter, its answer says so (no NLM_F_DUMP_FILTERED), and the dump is abandoned
+/// with its socket.
+pub fn dump_kind(kind: &str) -> std::io::Result<Vec<RawLink>> {
+    let mut sock = netlink_sync::route_socket()?;
+    let mut req = vec![0u8; IFINFOMSG_LEN];
+    req.extend_from_slice(&8u16.to_ne_bytes());
+    req.extend_from_slice(&IFLA_EXT_MASK.to_ne_bytes());
+    req.extend_from_slice(&RTEXT_FILTER_SKIP_STATS.to_ne_bytes());
+    let mut name = kind.as_bytes().to_vec();
+    name.push(0);
+    let mut info = Vec::new();
+    push_attr(&mut info, IFLA_INFO_KIND, &name);
+    push_attr(&mut req, IFLA_LINKINFO, &info);
+    let mut out = Vec::new();
+    let mut outcome = Ok(true);
+    sock.dump(RTM_GETLINK, &req, MAX_BYTES, |buf| {
+        if let Some(first) = messages(buf).and_then(|m| m.first().copied())
+            && u16_at(first, 4) == Some(RTM_NEWLINK)
+            && u16_at(first, 6).is_some_and(|f| f & NLM_F_DUMP_FILTERED == 0)
+        {
+            // Unfiltered: the kernel knows no such kind, so no link is of it.
+            outcome = Ok(false);
+            return false;
+        }
+        outcome = parse(buf, &mut out);
+        outcome == Ok(true)
+    })?;
+    match outcome {
+        Ok(false) => Ok(out
+            .into_iter()
+            .filter(|l| l.kind.as_deref() == Some(kind))
+            .collect()),
+        Ok(true) => Err(std::io::Error::other(format!(
+            "more than {} MiB of {kind} links",
+            MAX_BYTES >> 20
+        ))),
+        Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Append attribute `kind` = `value`, padded to 4 bytes.
+fn push_attr(b: &mut Vec<u8>, kind: u16, value: &[u8]) {
+    b.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+    b.extend_from_slice(&kind.to_ne_bytes());
+    b.extend_from_slice(value);
+    while !b.len().is_multiple_of(4) {
+        b.push(0);
+    }
 }
 
 /// `dump` on `sock`, in the namespace it was opened in.

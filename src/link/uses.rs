@@ -28,38 +28,8 @@ impl Links {
     pub async fn node_uses(&self, link: &LinkInfo) -> Result<Vec<String>> {
         let mut why = Vec::new();
         // Devices stacked on it (macvlan, ipvlan, VLAN, ...) stay on the host and lose their
-        // wire when it leaves: whatever they carry is the node's. A veth's IFLA_LINK is its
-        // peer, not a lower device. Read raw: the host holds a veth per pod.
-        let links = super::raw::dump()
-            .map_err(|e| {
-                Error::new(
-                    Code::Netlink,
-                    format!("listing the host's links (raw dump): {e}"),
-                )
-            })?
-            .ok_or_else(|| {
-                Error::new(
-                    Code::Netlink,
-                    format!(
-                        "the host's links take more than {} MiB: cannot tell what rides {}",
-                        super::raw::MAX_BYTES >> 20,
-                        link.name
-                    ),
-                )
-            })?;
-        for upper in links {
-            if upper.lower == Some(link.index)
-                && upper.lower_netnsid.is_none()
-                && upper.index != link.index
-                && upper.kind.as_deref() != Some("veth")
-            {
-                why.push(format!(
-                    "{} {} is stacked on it",
-                    upper.kind.as_deref().unwrap_or("link"),
-                    upper.shown()
-                ));
-            }
-        }
+        // wire when it leaves: whatever they carry is the node's.
+        why.extend(self.stacked_here(link).await?);
         if let Some(m) = link.master {
             let master = self.by_index(m).await?.map(|l| l.name);
             why.push(format!(
@@ -160,12 +130,127 @@ impl Links {
     }
 }
 
+/// The names sysfs lists as `link`'s uppers (`upper_NAME`), if this sysfs shows `link` (same
+/// name, index and address): `None` when it is another namespace's.
+fn sysfs_uppers(link: &LinkInfo) -> Option<Vec<Vec<u8>>> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = std::path::Path::new("/sys/class/net").join(&link.name);
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    if read("ifindex")?.trim() != link.index.to_string() || read("address")?.trim() != link.mac {
+        return None;
+    }
+    let entries = std::fs::read_dir(&dir).ok()?;
+    Some(
+        entries
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .as_bytes()
+                    .strip_prefix(b"upper_")
+                    .map(<[u8]>::to_vec)
+            })
+            .collect(),
+    )
+}
+
 /// fe80::/10: what every IPv6 link gets when it comes up, and gives up with the NIC harmlessly.
 fn is_ipv6_link_local(ip: &std::net::IpAddr) -> bool {
     matches!(ip, std::net::IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
 }
 
+/// Kinds that ride a device named by `dev` (IFLA_LINK, a vxlan's IFLA_VXLAN_LINK) without the
+/// kernel linking them to it as uppers, so sysfs does not list them: the IP tunnels, and vxlan
+/// and IPoIB children on kernels that did not link them yet.
+const RIDING_UNLINKED: [&str; 14] = [
+    "ipip",
+    "gre",
+    "gretap",
+    "erspan",
+    "sit",
+    "ip6tnl",
+    "ip6gre",
+    "ip6gretap",
+    "ip6erspan",
+    "vti",
+    "vti6",
+    "xfrm",
+    "vxlan",
+    "ipoib",
+];
+
 impl Links {
+    /// The devices of this namespace (the host's) riding `link`, in words. What sysfs lists as
+    /// its uppers (every kind the kernel links to its lower: macvlan, macvtap, ipvlan, VLAN,
+    /// vxlan, macsec, ...; its bond or bridge is reported as such, not here), and the links of
+    /// the kinds in [`RIDING_UNLINKED`] whose lower it is, each kind asked of the kernel alone.
+    /// Neither reads the host's other links (a veth per pod). When this sysfs is not the
+    /// namespace's (it shows no such link: a process that entered a namespace without mounting
+    /// its sysfs), every link is read instead. A veth's IFLA_LINK is its peer, not a lower.
+    async fn stacked_here(&self, link: &LinkInfo) -> Result<Vec<String>> {
+        let mut why = Vec::new();
+        let raw_error = |e: std::io::Error| {
+            Error::new(
+                Code::Netlink,
+                format!("listing the devices riding {} (raw dump): {e}", link.name),
+            )
+        };
+        let riding = |upper: &super::raw::RawLink| {
+            upper.lower == Some(link.index)
+                && upper.lower_netnsid.is_none()
+                && upper.index != link.index
+                && upper.kind.as_deref() != Some("veth")
+        };
+        let Some(uppers) = sysfs_uppers(link) else {
+            let all = super::raw::dump().map_err(raw_error)?.ok_or_else(|| {
+                Error::new(
+                    Code::Netlink,
+                    format!(
+                        "the host's links take more than {} MiB: cannot tell what rides {}",
+                        super::raw::MAX_BYTES >> 20,
+                        link.name
+                    ),
+                )
+            })?;
+            for upper in all.iter().filter(|u| riding(u)) {
+                why.push(format!(
+                    "{} {} is stacked on it",
+                    upper.kind.as_deref().unwrap_or("link"),
+                    upper.shown()
+                ));
+            }
+            return Ok(why);
+        };
+        let mut seen = std::collections::HashSet::new();
+        for name in uppers {
+            let found = match std::str::from_utf8(&name) {
+                Ok(n) => self.by_name(n).await?,
+                Err(_) => None,
+            };
+            if let Some(l) = &found {
+                if Some(l.index) == link.master {
+                    continue;
+                }
+                seen.insert(l.index);
+            }
+            why.push(format!(
+                "{} {} is stacked on it",
+                found
+                    .as_ref()
+                    .and_then(|l| l.kind.as_deref())
+                    .unwrap_or("link"),
+                name.escape_ascii()
+            ));
+        }
+        for kind in RIDING_UNLINKED {
+            for upper in super::raw::dump_kind(kind).map_err(raw_error)? {
+                if riding(&upper) && seen.insert(upper.index) {
+                    why.push(format!("{kind} {} is stacked on it", upper.shown()));
+                }
+            }
+        }
+        Ok(why)
+    }
+
     /// A socket in the calling thread's namespace on which the kernel applies the filters a
     /// dump request carries (NETLINK_GET_STRICT_CHK, Linux 4.20+; an older kernel ignores
     /// them, and the callers filter the answers again).
