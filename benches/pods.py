@@ -10,7 +10,7 @@ is that namespace's): the NIC is a veth there, and a pod is what a node holds pe
 network namespace with lo and eth0 up, eth0 a veth whose peer is in the host with a /32 route
 through it. The levels are cumulative (0, then 100 more, ...): every scan of the node's
 namespaces sees every namespace of the machine, so two levels cannot coexist. Every link and
-namespace made starts with "rhdb" and is deleted at the end.
+namespace made starts with "rhdp" and is deleted at the end.
 
 After each plugin's DEL the harness waits --settle seconds before the next ADD (untimed): a
 NIC that a pod gave back is attached again no sooner than a pod is scheduled, seconds later.
@@ -34,7 +34,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import PREFIX, Plugin, World, cycle_direct, enter, med, must, q, run1, sh  # noqa: E402
+
+# Names of our own, apart from bench.sh's (rhdb), which may run at the same time on a shared
+# machine: harness.World names its namespaces after harness.PREFIX.
+PREFIX = harness.PREFIX = "rhdp"
+from harness import Plugin, World, cycle_direct, enter, med, must, q, run1, sh  # noqa: E402
 
 
 class Ours(Plugin):
