@@ -23,7 +23,7 @@ use crate::error::{Code, Error, Result};
 use crate::link::raw;
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use std::collections::{HashMap, HashSet};
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -103,7 +103,12 @@ pub fn serve(socket: &Path) -> Result<()> {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(fail(format!("accepting: {e}"))),
+                // A client gone before it was accepted, or no fd left for a moment: the
+                // clients scan themselves meanwhile; the watcher carries on.
+                Err(e) => {
+                    log::warn!("uppers watcher: accepting a client: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
             }
         }
         w.rescan_due()
@@ -406,5 +411,3 @@ fn remember(set: &mut HashSet<Vec<u8>>, name: Vec<u8>) {
     }
     set.insert(name);
 }
-
-use std::io::Read as _;
