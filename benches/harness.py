@@ -87,11 +87,13 @@ class Proc:
         self.out = _drain(self.out_r)
         self.err = _drain(self.err_r)
         rep = _drain(self.rep_r).split()
-        if len(rep) != 3:
+        if len(rep) not in (3, 4):
             sys.exit(f"bench: spawn trampoline failed for {self.argv}: {self.err}")
         self.ms = int(rep[0]) / 1e6
         self.rss_kb = int(rep[1])
         self.code = int(rep[2])
+        # user + system CPU (an older trampoline does not report it)
+        self.cpu_ms = int(rep[3]) / 1e3 if len(rep) == 4 else None
         return self
 
 

@@ -2,7 +2,8 @@
  *
  *   spawn CMD [ARGS...]     (stdin, stdout, stderr and the environment pass through)
  *
- * Writes "<wall_ns> <maxrss_kb> <exit_code>\n" to fd 3, then exits 0.
+ * Writes "<wall_ns> <maxrss_kb> <exit_code> <cpu_us>\n" to fd 3, then exits 0 (cpu_us: the
+ * child's user + system time, and that of the children it reaped).
  *
  * Why a C trampoline and not the harness's own posix_spawn: on exec the kernel folds the
  * high-water RSS of the *old* address space into the child's ru_maxrss, and a vfork/fork child
@@ -47,6 +48,8 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     long long ns = (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    dprintf(3, "%lld %ld %d\n", ns, ru.ru_maxrss, code);
+    long long cpu_us = (long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000LL +
+                       ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+    dprintf(3, "%lld %ld %d %lld\n", ns, ru.ru_maxrss, code, cpu_us);
     return 0;
 }

@@ -8,7 +8,7 @@
 //! exit 2); a failed run is `rdma-host-device SUBCOMMAND: what failed`, exit 1.
 
 use crate::error::{Error, Result};
-use crate::{cdi, device_plugin, inspect, metrics, node, validate};
+use crate::{cdi, device_plugin, inspect, metrics, node, uppers, validate};
 use std::io::Write;
 
 const HELP: &str = "\
@@ -124,6 +124,8 @@ fn dispatch(args: &[String], err: &mut dyn Write) -> i32 {
         "cdi" => subcommand(err, command, rest, cdi::options, cdi::run),
         "memlock-hook" => subcommand(err, command, rest, cdi::hook_options, cdi::run_hook),
         "validate" => subcommand(err, command, rest, validate::options, validate::run),
+        // Not in the help: the node agent's, run by the DaemonSet (docs/DESIGN.md, `uppers/`).
+        "uppers-watch" => subcommand(err, command, rest, uppers::options, uppers::run),
         other => usage(err, &format!("unknown command {other:?}")),
     }
 }

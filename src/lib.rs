@@ -34,4 +34,5 @@ pub mod rdma;
 pub mod select;
 pub mod state;
 pub mod sysfs;
+pub mod uppers;
 pub mod validate;

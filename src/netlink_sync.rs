@@ -116,26 +116,58 @@ pub fn route_dump(
     msg_type: u16,
     header: &[u8],
     max_bytes: usize,
-    mut datagram: impl FnMut(&[u8]) -> bool,
+    datagram: impl FnMut(&[u8]) -> bool,
 ) -> io::Result<()> {
-    let mut sock = SyncSocket::open(NETLINK_ROUTE, ROUTE_DUMP_TIMEOUT)?;
+    route_socket()?.dump(msg_type, header, max_bytes, datagram)
+}
+
+/// A NETLINK_ROUTE socket in the calling thread's netns whose receives wait up to the dump
+/// timeout: for a few requests in a row on one socket.
+pub fn route_socket() -> io::Result<SyncSocket> {
+    SyncSocket::open(NETLINK_ROUTE, ROUTE_DUMP_TIMEOUT)
+}
+
+/// One netlink request: header (`msg_type`, `flags`, a new sequence number) and `body`.
+fn request(sock: &mut SyncSocket, msg_type: u16, flags: u16, body: &[u8]) -> Vec<u8> {
     let seq = sock.next_seq();
-    let len = 16 + header.len();
+    let len = 16 + body.len();
     let mut req = Vec::with_capacity(len);
     req.extend_from_slice(&(len as u32).to_ne_bytes());
     req.extend_from_slice(&msg_type.to_ne_bytes());
-    req.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    req.extend_from_slice(&flags.to_ne_bytes());
     req.extend_from_slice(&seq.to_ne_bytes());
     req.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel fills it in
-    req.extend_from_slice(header);
-    sock.send(&req)?;
-    let mut total = 0;
-    loop {
-        let buf = sock.recv("a route dump")?;
-        total += buf.len();
-        if !datagram(buf) || total >= max_bytes {
-            return Ok(());
+    req.extend_from_slice(body);
+    req
+}
+
+impl SyncSocket {
+    /// `route_dump` on this socket (bound where it was opened).
+    pub fn dump(
+        &mut self,
+        msg_type: u16,
+        header: &[u8],
+        max_bytes: usize,
+        mut datagram: impl FnMut(&[u8]) -> bool,
+    ) -> io::Result<()> {
+        let req = request(self, msg_type, NLM_F_REQUEST | NLM_F_DUMP, header);
+        self.send(&req)?;
+        let mut total = 0;
+        loop {
+            let buf = self.recv("a route dump")?;
+            total += buf.len();
+            if !datagram(buf) || total >= max_bytes {
+                return Ok(());
+            }
         }
+    }
+
+    /// One request that is not a dump (`body` after the netlink header) and its one reply
+    /// datagram, which the caller parses.
+    pub fn ask(&mut self, msg_type: u16, body: &[u8], what: &str) -> io::Result<&[u8]> {
+        let req = request(self, msg_type, NLM_F_REQUEST, body);
+        self.send(&req)?;
+        self.recv(what)
     }
 }
 

@@ -178,7 +178,8 @@ pub async fn admit(node: &Node, host: &Links, r: &Resolved, records: &[Record]) 
         name: &r.link.name,
         mac: &r.link.mac,
     })?;
-    let uplink = host.node_uses(&r.link).await?;
+    let mut uplink = host.node_uses(&r.link).await?;
+    uplink.extend(crate::uppers::riding(&node.uppers_socket, &r.link)?);
     node.admit(&NicFacts {
         name,
         pci: r.pci.as_deref(),

@@ -274,8 +274,8 @@ fn daemonset_configmap_carries_the_install_script_verbatim() {
 
 /// The device plugin runs as the DaemonSet's container with what it needs and nothing more:
 /// the kubelet's device-plugins directory, Multus' devinfo directory, the CDI directory it
-/// keeps the spec in, the state dir, the node configuration and the node's /dev/infiniband
-/// read-only (stat only), and no privilege.
+/// keeps the spec in, the state dir, the node configuration, the node's /dev/infiniband
+/// read-only (stat only) and the uppers watcher's socket directory read-only, and no privilege.
 #[test]
 fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
     let docs = documents();
@@ -333,14 +333,56 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
         ("/etc/rdma-host-device", true),
         ("/var/run/cdi", false),
         ("/dev/infiniband", true),
+        ("/run/rdma-host-device", true),
     ] {
         assert!(
             mounts.contains(&(path.to_owned(), Some(path.to_owned()), ro)),
             "{path} from the host (read-only: {ro}): {mounts:?}"
         );
     }
-    assert_eq!(mounts.len(), 6, "nothing more: {mounts:?}");
+    assert_eq!(mounts.len(), 7, "nothing more: {mounts:?}");
     assert_eq!(spec["hostNetwork"], true, "it must see the host's NICs");
+}
+
+/// The uppers watcher runs where it sees what the scan it saves would see: the host's link
+/// notifications (hostNetwork), every process's namespace (hostPID) and /run/netns, and it
+/// listens where the CNI binary on the host looks by default.
+#[test]
+fn daemonset_runs_the_uppers_watcher_where_add_looks_for_it() {
+    let docs = documents();
+    let ds = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "DaemonSet")
+        .map(|(_, d)| d)
+        .expect("a DaemonSet in conf/");
+    let spec = &ds["spec"]["template"]["spec"];
+    let c = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["command"][1] == "uppers-watch")
+        .expect("a container running uppers-watch");
+    assert_eq!(
+        c["command"][3],
+        rdma_host_device::uppers::DEFAULT_SOCKET,
+        "{c}"
+    );
+    let mounted = |path: &str| {
+        c["volumeMounts"].as_array().unwrap().iter().any(|m| {
+            m["mountPath"] == path
+                && spec["volumes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| v["name"] == m["name"] && v["hostPath"]["path"] == path)
+        })
+    };
+    assert!(
+        mounted("/run/rdma-host-device") && mounted("/run/netns"),
+        "{c}"
+    );
+    assert_eq!(spec["hostNetwork"], true);
+    assert_eq!(spec["hostPID"], true);
 }
 
 #[test]

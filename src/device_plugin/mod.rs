@@ -210,8 +210,11 @@ impl Watcher {
         plugins: &[Arc<Plugin>],
         sys: &Path,
     ) {
-        let nics = match tokio::time::timeout(DISCOVER_TIMEOUT, pool::gather(host, store, dp, sys))
-            .await
+        let nics = match tokio::time::timeout(
+            DISCOVER_TIMEOUT,
+            pool::gather(host, store, dp, sys, &node.uppers_socket),
+        )
+        .await
         {
             Ok(Ok(n)) => n,
             Ok(Err(e)) => {

@@ -148,6 +148,7 @@ pub async fn gather(
     store: &Store,
     dp: &DevicePluginConfig,
     sys: &Path,
+    uppers_socket: &Path,
 ) -> Result<Vec<Nic>> {
     let wanted = |n: &Nic| dp.pools.iter().any(|p| p.selectors.matches(&n.facts()));
     let mut out: Vec<Nic> = Vec::new();
@@ -187,6 +188,7 @@ pub async fn gather(
             continue;
         }
         nic.uplink = host.node_uses(&l).await?;
+        nic.uplink.extend(crate::uppers::riding(uppers_socket, &l)?);
         if nic.id != l.name {
             nic.numa = sysfs::numa_node(sys, &nic.id);
             nic.pci_root = sysfs::pci_root(sys, &nic.id);

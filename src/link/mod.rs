@@ -3,7 +3,7 @@
 //! itself uses a link for (uplink checks) is `uses.rs`'s.
 
 mod nexthop;
-mod raw;
+pub mod raw;
 mod restore;
 mod route;
 mod unreadable;

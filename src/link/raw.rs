@@ -5,9 +5,14 @@
 //! run over every pod's namespace (a pod can fill its own with tens of thousands of links:
 //! `uses.rs`). Statistics are not asked for (RTEXT_FILTER_SKIP_STATS): most of a link's bytes.
 
-use crate::netlink_sync::{self, NLMSG_DONE, NLMSG_ERROR, u16_at, u32_at};
+use crate::netlink_sync::{self, NLMSG_DONE, NLMSG_ERROR, SyncSocket, u16_at, u32_at};
 
 const RTM_NEWLINK: u16 = 16;
+const RTM_DELLINK: u16 = 17;
+const RTM_NEWNSID: u16 = 88;
+const RTM_GETNSID: u16 = 90;
+const NETNSA_NSID: u16 = 1;
+const NETNSA_FD: u16 = 3;
 const RTM_GETLINK: u16 = 18;
 const IFLA_IFNAME: u16 = 3;
 const IFLA_LINKINFO: u16 = 18;
@@ -20,6 +25,8 @@ const IFLA_LINK_NETNSID: u16 = 37;
 const IFLA_INFO_DATA: u16 = 2;
 const IFLA_VXLAN_LINK: u16 = 3;
 const RTEXT_FILTER_SKIP_STATS: u32 = 1 << 3;
+/// Set on each message of a dump the kernel filtered as asked.
+const NLM_F_DUMP_FILTERED: u16 = 0x20;
 /// `struct ifinfomsg`.
 const IFINFOMSG_LEN: usize = 16;
 /// A dump larger than this is not a link table we can judge.
@@ -53,6 +60,64 @@ impl RawLink {
 /// Every link of the calling thread's namespace; `None` when they are more than `MAX_BYTES`
 /// (never a partial list): the caller decides what a namespace that large means.
 pub fn dump() -> std::io::Result<Option<Vec<RawLink>>> {
+    dump_on(&mut netlink_sync::route_socket()?)
+}
+
+/// The links of kind `kind` (IFLA_INFO_KIND) in the calling thread's namespace, the kernel
+/// filtering: it walks every link but fills in only those, so the cost does not grow with the
+/// others (a veth per pod). A kind the kernel does not know has no links; the kernel then
+/// ignores the filter, its answer says so (no NLM_F_DUMP_FILTERED), and the dump is abandoned
+/// with its socket.
+pub fn dump_kind(kind: &str) -> std::io::Result<Vec<RawLink>> {
+    let mut sock = netlink_sync::route_socket()?;
+    let mut req = vec![0u8; IFINFOMSG_LEN];
+    req.extend_from_slice(&8u16.to_ne_bytes());
+    req.extend_from_slice(&IFLA_EXT_MASK.to_ne_bytes());
+    req.extend_from_slice(&RTEXT_FILTER_SKIP_STATS.to_ne_bytes());
+    let mut name = kind.as_bytes().to_vec();
+    name.push(0);
+    let mut info = Vec::new();
+    push_attr(&mut info, IFLA_INFO_KIND, &name);
+    push_attr(&mut req, IFLA_LINKINFO, &info);
+    let mut out = Vec::new();
+    let mut outcome = Ok(true);
+    sock.dump(RTM_GETLINK, &req, MAX_BYTES, |buf| {
+        if let Some(first) = messages(buf).and_then(|m| m.first().copied())
+            && u16_at(first, 4) == Some(RTM_NEWLINK)
+            && u16_at(first, 6).is_some_and(|f| f & NLM_F_DUMP_FILTERED == 0)
+        {
+            // Unfiltered: the kernel knows no such kind, so no link is of it.
+            outcome = Ok(false);
+            return false;
+        }
+        outcome = parse(buf, &mut out);
+        outcome == Ok(true)
+    })?;
+    match outcome {
+        Ok(false) => Ok(out
+            .into_iter()
+            .filter(|l| l.kind.as_deref() == Some(kind))
+            .collect()),
+        Ok(true) => Err(std::io::Error::other(format!(
+            "more than {} MiB of {kind} links",
+            MAX_BYTES >> 20
+        ))),
+        Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Append attribute `kind` = `value`, padded to 4 bytes.
+fn push_attr(b: &mut Vec<u8>, kind: u16, value: &[u8]) {
+    b.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+    b.extend_from_slice(&kind.to_ne_bytes());
+    b.extend_from_slice(value);
+    while !b.len().is_multiple_of(4) {
+        b.push(0);
+    }
+}
+
+/// `dump` on `sock`, in the namespace it was opened in.
+pub fn dump_on(sock: &mut SyncSocket) -> std::io::Result<Option<Vec<RawLink>>> {
     let mut out = Vec::new();
     // AF_UNSPEC in a zeroed ifinfomsg: every link; no statistics.
     let mut req = vec![0u8; IFINFOMSG_LEN];
@@ -60,7 +125,7 @@ pub fn dump() -> std::io::Result<Option<Vec<RawLink>>> {
     req.extend_from_slice(&IFLA_EXT_MASK.to_ne_bytes());
     req.extend_from_slice(&RTEXT_FILTER_SKIP_STATS.to_ne_bytes());
     let mut outcome = Ok(true);
-    netlink_sync::route_dump(RTM_GETLINK, &req, MAX_BYTES, |buf| {
+    sock.dump(RTM_GETLINK, &req, MAX_BYTES, |buf| {
         outcome = parse(buf, &mut out);
         outcome == Ok(true)
     })?;
@@ -68,6 +133,59 @@ pub fn dump() -> std::io::Result<Option<Vec<RawLink>>> {
         Ok(false) => Ok(Some(out)),
         Ok(true) => Ok(None),
         Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Whether a link notification (RTM_NEWLINK or RTM_DELLINK, as a group member receives them)
+/// is a removal, and the link as it describes it. `None` for a message that is neither.
+pub fn notification(msg: &[u8]) -> Option<(bool, RawLink)> {
+    let gone = match u16_at(msg, 4)? {
+        RTM_NEWLINK => false,
+        RTM_DELLINK => true,
+        _ => return None,
+    };
+    Some((gone, link(msg.get(16..)?)?))
+}
+
+/// The messages of one datagram, each whole (header included); `None` when one is cut short.
+pub fn messages(buf: &[u8]) -> Option<Vec<&[u8]>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let len = u32_at(buf, at)? as usize;
+        if len < 16 || at + len > buf.len() {
+            return None;
+        }
+        out.push(&buf[at..at + len]);
+        at += (len + 3) & !3;
+    }
+    Some(out)
+}
+
+/// The id `sock`'s namespace gives the namespace `fd` refers to (RTM_GETNSID), `None` when
+/// it has given it none: then no link there can name a lower device in that namespace.
+pub fn nsid_of(sock: &mut SyncSocket, fd: std::os::fd::RawFd) -> std::io::Result<Option<i32>> {
+    // struct rtgenmsg (AF_UNSPEC, padded to 4), then NETNSA_FD.
+    let mut body = vec![0u8; 4];
+    body.extend_from_slice(&8u16.to_ne_bytes());
+    body.extend_from_slice(&NETNSA_FD.to_ne_bytes());
+    body.extend_from_slice(&u32::try_from(fd).unwrap_or(u32::MAX).to_ne_bytes());
+    let reply = sock.ask(RTM_GETNSID, &body, "asking for a namespace id")?;
+    let bad = || std::io::Error::from_raw_os_error(libc::EBADMSG);
+    let msg = messages(reply)
+        .and_then(|m| m.first().copied())
+        .ok_or_else(bad)?;
+    match u16_at(msg, 4).ok_or_else(bad)? {
+        NLMSG_ERROR => {
+            let code = u32_at(msg, 16).ok_or_else(bad)? as i32;
+            Err(std::io::Error::from_raw_os_error(code.saturating_neg()))
+        }
+        RTM_NEWNSID => Ok(attrs(msg.get(20..).ok_or_else(bad)?)
+            .find(|(k, _)| *k == NETNSA_NSID)
+            .and_then(|(_, v)| u32_at(v, 0))
+            .map(|n| n as i32)
+            .filter(|n| *n >= 0)),
+        _ => Err(bad()),
     }
 }
 

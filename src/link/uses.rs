@@ -1,46 +1,35 @@
-//! Why the node itself needs a link: a route through it that the kernel did not make for the
-//! link itself (any prefix, any table, multipath, nexthop objects), an address other than its
-//! IPv6 link-local one, a bond or bridge it is a port of, a device stacked on it (a vxlan
-//! bound to it by `dev` included),
-//! here or in any other namespace of the node (a Multus macvlan NAD puts the macvlan in its
-//! pod's netns, where it still rides the NIC: handing the NIC over would give its new holder
-//! that pod's frames and its link).
+//! Why the node itself needs a link, as its own namespace shows it: a route through it that
+//! the kernel did not make for the link itself (any prefix, any table, multipath, nexthop
+//! objects), an address other than its IPv6 link-local one, a bond or bridge it is a port of, a
+//! device stacked on it (a vxlan bound to it by `dev` included). Devices riding it from the
+//! node's other namespaces (a Multus macvlan NAD puts the macvlan in its pod's netns) are
+//! `uppers/`'s to find.
+//!
+//! Every read is bounded by what the NIC carries, not by what the node holds: a node adds a
+//! veth (and often a route) to the host per pod, so addresses and routes are asked of the
+//! kernel filtered by the link (NETLINK_GET_STRICT_CHK), and the host's links are read raw,
+//! without statistics.
 
 use crate::error::{Code, Error, Result};
 use futures::TryStreamExt;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-use netlink_packet_route::route::{RouteAttribute, RouteProtocol};
+use netlink_packet_route::route::{RouteAttribute, RouteMessage, RouteProtocol};
 
 use super::{LinkInfo, Links, nl_error};
-use crate::netns::{self, Netns};
 use futures::StreamExt;
-use netlink_packet_core::{NLM_F_REQUEST, NetlinkMessage, NetlinkPayload};
+use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NetlinkMessage, NetlinkPayload};
 use netlink_packet_route::RouteNetlinkMessage;
-use netlink_packet_route::nsid::{NsidAttribute, NsidMessage};
 
 impl Links {
-    /// Why the node itself needs link `link`, in words: it carries a route (any table), an
-    /// address, a device stacked on it, or it is a port of a bond or bridge. Empty when not.
+    /// Why the node itself needs link `link` (in this handle's namespace, the host's), in
+    /// words: it carries a route (any table), an address, a device of this namespace stacked on
+    /// it, or it is a port of a bond or bridge. Empty when not.
     pub async fn node_uses(&self, link: &LinkInfo) -> Result<Vec<String>> {
         let mut why = Vec::new();
         // Devices stacked on it (macvlan, ipvlan, VLAN, ...) stay on the host and lose their
-        // wire when it leaves: whatever they carry is the node's. A veth's IFLA_LINK is its
-        // peer, not a lower device.
-        for upper in self.all().await? {
-            if upper.lower == Some(link.index)
-                && upper.lower_netnsid.is_none()
-                && upper.index != link.index
-                && upper.kind.as_deref() != Some("veth")
-            {
-                why.push(format!(
-                    "{} {} is stacked on it",
-                    upper.kind.as_deref().unwrap_or("link"),
-                    upper.name
-                ));
-            }
-        }
-        why.extend(uppers_elsewhere(link).await?);
+        // wire when it leaves: whatever they carry is the node's.
+        why.extend(self.stacked_here(link).await?);
         if let Some(m) = link.master {
             let master = self.by_index(m).await?.map(|l| l.name);
             why.push(format!(
@@ -48,13 +37,11 @@ impl Links {
                 master.unwrap_or_else(|| format!("link #{m}"))
             ));
         }
-        let msgs: Vec<AddressMessage> = self
-            .handle
-            .address()
-            .get()
-            .set_link_index_filter(link.index)
-            .execute()
-            .try_collect()
+        // A socket of its own that asks the kernel to filter (the shared one keeps the lenient
+        // checks its other requests were written for).
+        let filtered = Links::open_filtered()?;
+        let msgs = filtered
+            .addresses_of(link.index)
             .await
             .map_err(|e| nl_error(format!("listing addresses of {}", link.name), e))?;
         // Every address but the IPv6 link-local one the kernel gives any link that is up: a
@@ -89,7 +76,7 @@ impl Links {
                 format!("listing nexthop objects of {}: {e}", link.name),
             )
         })?;
-        let routes = self.all_routes(&link.name).await?;
+        let routes = filtered.routes_through(link.index, &link.name).await?;
         // Any route through it but those the kernel keeps for the link itself (its
         // IPv6 link-local and multicast routes, an address's own): a default route, a split
         // default (two /1, as VPNs add), a static or learned route to any prefix.
@@ -143,93 +130,191 @@ impl Links {
     }
 }
 
+/// The names sysfs lists as `link`'s uppers (`upper_NAME`), if this sysfs shows `link` (same
+/// name, index and address): `None` when it is another namespace's.
+fn sysfs_uppers(link: &LinkInfo) -> Option<Vec<Vec<u8>>> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = std::path::Path::new("/sys/class/net").join(&link.name);
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    if read("ifindex")?.trim() != link.index.to_string() || read("address")?.trim() != link.mac {
+        return None;
+    }
+    let entries = std::fs::read_dir(&dir).ok()?;
+    Some(
+        entries
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .as_bytes()
+                    .strip_prefix(b"upper_")
+                    .map(<[u8]>::to_vec)
+            })
+            .collect(),
+    )
+}
+
 /// fe80::/10: what every IPv6 link gets when it comes up, and gives up with the NIC harmlessly.
 fn is_ipv6_link_local(ip: &std::net::IpAddr) -> bool {
     matches!(ip, std::net::IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
 }
 
-/// Devices stacked on the host's link `link` from the node's other namespaces: in each, links
-/// whose lower (IFLA_LINK) is `link`'s index in the namespace that one numbers as the host's
-/// (IFLA_LINK_NETNSID). A veth's IFLA_LINK is its peer, not a lower device. Run in the host's
-/// namespace.
-async fn uppers_elsewhere(link: &LinkInfo) -> Result<Vec<String>> {
-    let host = Netns::current()?;
-    let mut why = Vec::new();
-    for (path, label) in netns::others_on_node() {
-        // Gone since it was listed (its last process exited): nothing rides the NIC from
-        // there any more. Held open from here on, it cannot go while we look.
-        let Ok(ns) = Netns::open(&path) else {
-            continue;
-        };
-        let there = Links::open_in(&ns)?;
-        let Some(host_id) = there.nsid_of(&host).await? else {
-            continue; // it numbers no link's lower as being in the host's namespace
-        };
-        // A pod can fill its own namespace with links: read them raw, without statistics,
-        // not through the rtnetlink crate's full decoding (1.3 s for 40,000 links). One past
-        // the dump's bound is not searched: failing would let that pod stop every ADD on the
-        // node, while what rides the NIC from there is that pod's own (its macvlan NAD's).
-        let dumped = ns.within(super::raw::dump)?.map_err(|e| {
+/// Kinds that ride a device named by `dev` (IFLA_LINK, a vxlan's IFLA_VXLAN_LINK) without the
+/// kernel linking them to it as uppers, so sysfs does not list them: the IP tunnels, and vxlan
+/// and IPoIB children on kernels that did not link them yet.
+const RIDING_UNLINKED: [&str; 14] = [
+    "ipip",
+    "gre",
+    "gretap",
+    "erspan",
+    "sit",
+    "ip6tnl",
+    "ip6gre",
+    "ip6gretap",
+    "ip6erspan",
+    "vti",
+    "vti6",
+    "xfrm",
+    "vxlan",
+    "ipoib",
+];
+
+impl Links {
+    /// The devices of this namespace (the host's) riding `link`, in words. What sysfs lists as
+    /// its uppers (every kind the kernel links to its lower: macvlan, macvtap, ipvlan, VLAN,
+    /// vxlan, macsec, ...; its bond or bridge is reported as such, not here), and the links of
+    /// the kinds in [`RIDING_UNLINKED`] whose lower it is, each kind asked of the kernel alone.
+    /// Neither reads the host's other links (a veth per pod). When this sysfs is not the
+    /// namespace's (it shows no such link: a process that entered a namespace without mounting
+    /// its sysfs), every link is read instead. A veth's IFLA_LINK is its peer, not a lower.
+    async fn stacked_here(&self, link: &LinkInfo) -> Result<Vec<String>> {
+        let mut why = Vec::new();
+        let raw_error = |e: std::io::Error| {
             Error::new(
                 Code::Netlink,
-                format!("listing the links of {label} (raw dump): {e}"),
+                format!("listing the devices riding {} (raw dump): {e}", link.name),
             )
-        })?;
-        let Some(links) = dumped else {
-            log::warn!(
-                "{label} holds more than {} MiB of links; not searched for devices riding {}",
-                super::raw::MAX_BYTES >> 20,
-                link.name
-            );
-            continue;
         };
-        for upper in links {
-            if upper.lower == Some(link.index)
-                && upper.lower_netnsid == Some(host_id)
+        let riding = |upper: &super::raw::RawLink| {
+            upper.lower == Some(link.index)
+                && upper.lower_netnsid.is_none()
+                && upper.index != link.index
                 && upper.kind.as_deref() != Some("veth")
-            {
+        };
+        let Some(uppers) = sysfs_uppers(link) else {
+            let all = super::raw::dump().map_err(raw_error)?.ok_or_else(|| {
+                Error::new(
+                    Code::Netlink,
+                    format!(
+                        "the host's links take more than {} MiB: cannot tell what rides {}",
+                        super::raw::MAX_BYTES >> 20,
+                        link.name
+                    ),
+                )
+            })?;
+            for upper in all.iter().filter(|u| riding(u)) {
                 why.push(format!(
-                    "{} {} in {label} is stacked on it",
+                    "{} {} is stacked on it",
                     upper.kind.as_deref().unwrap_or("link"),
                     upper.shown()
                 ));
             }
+            return Ok(why);
+        };
+        let mut seen = std::collections::HashSet::new();
+        for name in uppers {
+            let found = match std::str::from_utf8(&name) {
+                Ok(n) => self.by_name(n).await?,
+                Err(_) => None,
+            };
+            if let Some(l) = &found {
+                if Some(l.index) == link.master {
+                    continue;
+                }
+                seen.insert(l.index);
+            }
+            why.push(format!(
+                "{} {} is stacked on it",
+                found
+                    .as_ref()
+                    .and_then(|l| l.kind.as_deref())
+                    .unwrap_or("link"),
+                name.escape_ascii()
+            ));
         }
+        for kind in RIDING_UNLINKED {
+            for upper in super::raw::dump_kind(kind).map_err(raw_error)? {
+                if riding(&upper) && seen.insert(upper.index) {
+                    why.push(format!("{kind} {} is stacked on it", upper.shown()));
+                }
+            }
+        }
+        Ok(why)
     }
-    Ok(why)
-}
 
-impl Links {
-    /// The id this socket's namespace gives namespace `ns` (RTM_GETNSID), `None` when it has
-    /// given it none: then none of its links can name a lower device there.
-    async fn nsid_of(&self, ns: &Netns) -> Result<Option<i32>> {
-        let mut msg = NsidMessage::default();
-        msg.attributes = vec![NsidAttribute::Fd(
-            u32::try_from(ns.raw_fd()).unwrap_or(u32::MAX),
-        )];
-        let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetNsId(msg));
-        req.header.flags = NLM_F_REQUEST;
-        let mut replies =
-            self.handle.clone().request(req).map_err(|e| {
-                nl_error(format!("asking for the id of {}", ns.path().display()), e)
-            })?;
+    /// A socket in the calling thread's namespace on which the kernel applies the filters a
+    /// dump request carries (NETLINK_GET_STRICT_CHK, Linux 4.20+; an older kernel ignores
+    /// them, and the callers filter the answers again).
+    pub fn open_filtered() -> Result<Self> {
+        let (mut conn, handle, _) = rtnetlink::new_connection()
+            .map_err(|e| Error::new(Code::Netlink, format!("cannot open rtnetlink socket: {e}")))?;
+        use netlink_sys::AsyncSocket;
+        if let Err(e) = conn
+            .socket_mut()
+            .socket_ref()
+            .set_netlink_get_strict_chk(true)
+        {
+            log::debug!("the kernel filters no dumps (NETLINK_GET_STRICT_CHK: {e})");
+        }
+        tokio::spawn(conn);
+        Ok(Links { handle })
+    }
+
+    /// The addresses on link `index`, the kernel asked for those only.
+    async fn addresses_of(
+        &self,
+        index: u32,
+    ) -> std::result::Result<Vec<AddressMessage>, rtnetlink::Error> {
+        let mut q = AddressMessage::default();
+        q.header.index = index;
+        let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetAddress(q));
+        req.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        let mut replies = self.handle.clone().request(req)?;
+        let mut out = Vec::new();
         while let Some(reply) = replies.next().await {
             match reply.payload {
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNsId(m)) => {
-                    return Ok(m.attributes.iter().find_map(|a| match a {
-                        NsidAttribute::Id(id) if *id >= 0 => Some(*id),
-                        _ => None,
-                    }));
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(m))
+                    if m.header.index == index =>
+                {
+                    out.push(m)
                 }
                 NetlinkPayload::Error(e) if e.code.is_some() => {
-                    return Err(nl_error(
-                        format!("asking for the id of {}", ns.path().display()),
-                        rtnetlink::Error::NetlinkError(e),
-                    ));
+                    return Err(rtnetlink::Error::NetlinkError(e));
                 }
                 _ => {}
             }
         }
-        Ok(None)
+        Ok(out)
+    }
+
+    /// IPv4 and IPv6 routes of every table that may leave through link `index` (RTA_OIF: the
+    /// kernel matches multipath hops and nexthop objects too), `name` for the error.
+    async fn routes_through(&self, index: u32, name: &str) -> Result<Vec<RouteMessage>> {
+        let mut out = Vec::new();
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            let mut q = RouteMessage::default();
+            q.header.address_family = family;
+            q.header.table = 0; // every table
+            q.attributes.push(RouteAttribute::Oif(index));
+            let msgs: Vec<RouteMessage> = self
+                .handle
+                .route()
+                .get(q)
+                .execute()
+                .try_collect()
+                .await
+                .map_err(|e| nl_error(format!("listing routes of {name}"), e))?;
+            out.extend(msgs);
+        }
+        Ok(out)
     }
 }

@@ -170,6 +170,11 @@ pub struct Node {
     /// plugin and `node-config` do, through [`Node::device_plugin`].
     #[serde(default, rename = "devicePlugin", deserialize_with = "raw_json")]
     pub device_plugin_json: Option<String>,
+    /// The uppers watcher's socket (`rdma-host-device uppers-watch`), which ADD and the device
+    /// plugin ask whether a device of another namespace rides a NIC. Only the cost depends on
+    /// it: without an answer from it they look through every namespace themselves.
+    #[serde(default = "default_uppers_socket")]
+    pub uppers_socket: PathBuf,
     /// Where this came from, for messages.
     #[serde(skip)]
     pub source: String,
@@ -189,6 +194,10 @@ fn default_state_dir() -> PathBuf {
 
 fn default_log_dir() -> PathBuf {
     PathBuf::from(DEFAULT_LOG_DIR)
+}
+
+fn default_uppers_socket() -> PathBuf {
+    PathBuf::from(crate::uppers::DEFAULT_SOCKET)
 }
 
 fn default_memlock() -> String {
@@ -277,6 +286,7 @@ impl Default for Node {
             ipam_timeout_seconds: default_ipam_timeout(),
             take_rdma_devices_in_use: false,
             device_plugin_json: None,
+            uppers_socket: default_uppers_socket(),
             source: "built-in defaults".into(),
         }
     }
@@ -388,6 +398,7 @@ impl Node {
             "ipamConfinement": self.ipam_confinement,
             "ipamTimeoutSeconds": self.ipam_timeout_seconds,
             "takeRdmaDevicesInUse": self.take_rdma_devices_in_use,
+            "uppersSocket": self.uppers_socket,
             "source": self.source,
         });
         if let Some(p) = &self.allowed_nics {
@@ -450,6 +461,12 @@ impl Node {
                 )));
             }
             check_own_dir(key, dir).map_err(bad)?;
+        }
+        if !node.uppers_socket.is_absolute() || has_dotdot(&node.uppers_socket) {
+            return Err(bad(format!(
+                "uppersSocket {} must be an absolute path without '..'",
+                node.uppers_socket.display()
+            )));
         }
         Memlock::parse(&node.memlock).map_err(|e| bad(e.msg))?;
         for p in &node.ipam_plugins {

@@ -1,0 +1,332 @@
+//! The uppers watcher (`rdma-host-device uppers-watch`, src/uppers/): ADD asks it whether a
+//! device of another namespace (a macvlan NAD's) rides the NIC, instead of scanning every
+//! namespace of the node. Its word must be as good as the scan it saves: a device made on the
+//! NIC after the watcher certified it is refused all the same, and a watcher that is gone,
+//! stalls or talks nonsense leaves ADD to scan, never to trust it or to hang.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::io::{BufRead, Write};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const IF: &str = "net1";
+
+fn code(out: &RunOut) -> u64 {
+    out.one_error()["code"].as_u64().unwrap_or(0)
+}
+
+fn msg(out: &RunOut) -> String {
+    out.one_error()["msg"].as_str().unwrap_or("").to_owned()
+}
+
+/// A watcher run as the DaemonSet runs it, on a socket of the rig's, which the rig's node
+/// names. Killed when dropped.
+struct Watcher {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Watcher {
+    fn start(rig: &Rig) -> Watcher {
+        let socket = rig.dir.path().join("uppers.sock");
+        let child = Command::new(plugin())
+            .args(["uppers-watch", "--socket"])
+            .arg(&socket)
+            .env_remove("CNI_COMMAND")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting uppers-watch");
+        let mut w = Watcher { child, socket };
+        for _ in 0..500 {
+            if w.socket.exists() {
+                rig.set_node(json!({"uppersSocket": w.socket}));
+                return w;
+            }
+            if let Ok(Some(st)) = w.child.try_wait() {
+                panic!("uppers-watch exited: {st}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        w.stop();
+        panic!("uppers-watch made no socket in 5 s");
+    }
+
+    /// Ask it, as ADD does, what rides `nic`: its answer line. An answer that nothing does
+    /// is a certificate it keeps until the NIC's notifications void it.
+    fn ask(&self, nic: &Veth) -> String {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata("/proc/thread-self/ns/net").unwrap();
+        let index = link(None, &nic.name).expect("the NIC is home").index;
+        let q = json!({"ifindex": index, "name": nic.name, "netns": [m.dev(), m.ino()]});
+        let mut c = std::os::unix::net::UnixStream::connect(&self.socket).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        writeln!(c, "{q}").unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(&c).read_line(&mut line).unwrap();
+        line
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// ADD, logging at debug level: its stderr says whether the watcher answered.
+fn add(rig: &Rig, nic: &Veth, pod: &Netns) -> RunOut {
+    let conf = rig.conf("1.1.0", json!({"device": nic.name, "logLevel": "debug"}));
+    rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[])
+}
+
+const ANSWERED: &str = "the uppers watcher answered";
+
+/// ADD is refused with 107 naming `why`, and the NIC stays home. Its output, for more checks.
+fn assert_refused(rig: &Rig, nic: &Veth, pod: &Netns, why: &str) -> RunOut {
+    let add = add(rig, nic, pod);
+    assert_eq!(code(&add), 107, "{add}");
+    assert!(msg(&add).contains(why), "wanted {why:?}\n{add}");
+    rig.assert_detached(nic, Some(pod), &add);
+    add
+}
+
+/// ADD and DEL work, and the NIC is home again. ADD's output.
+fn assert_allowed(rig: &Rig, nic: &Veth, pod: &Netns) -> RunOut {
+    let added = add(rig, nic, pod);
+    added.ok();
+    let conf = rig.conf("1.1.0", json!({"device": nic.name}));
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    assert!(link(None, &nic.name).is_some(), "NIC not home\n{del}");
+    added
+}
+
+/// The watcher, not ADD's own scan, gave the answer.
+fn assert_answered(out: &RunOut) {
+    assert!(
+        out.stderr.contains(ANSWERED),
+        "the watcher did not answer\n{out}"
+    );
+}
+
+#[test]
+fn a_macvlan_made_in_another_namespace_after_the_watcher_certified_the_nic_is_refused() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let victim = rig.netns(1);
+    let w = Watcher::start(&rig);
+    // The first ADD has the watcher scan and certify the NIC; the second is answered from
+    // what it learnt (the NIC came home in between).
+    assert_answered(&assert_allowed(&rig, &nic, &pod));
+    assert_answered(&assert_allowed(&rig, &nic, &pod));
+    // Certified now (asked twice: the second answer may come from the certificate alone).
+    for _ in 0..2 {
+        assert_eq!(w.ask(&nic).trim(), r#"{"riding":[]}"#);
+    }
+    // Made in the victim's namespace directly: the host sees no new link, only the NIC's
+    // own notification (its new upper).
+    let mv = format!("rh{}w{}", tag(), rig.n);
+    ip(&[
+        "link",
+        "add",
+        &mv,
+        "link",
+        &nic.name,
+        "netns",
+        &victim.name,
+        "type",
+        "macvlan",
+    ]);
+    let there = format!(
+        "macvlan {mv} in /run/netns/{} is stacked on it",
+        victim.name
+    );
+    assert_answered(&assert_refused(&rig, &nic, &pod, &there));
+    ip(&["-n", &victim.name, "link", "del", &mv]);
+    assert_answered(&assert_allowed(&rig, &nic, &pod));
+    // Made on the host (the host's own check refuses it), then moved to the victim: the NIC
+    // hears nothing of the move, its macvlan's departure is what tells.
+    ip(&["link", "add", &mv, "link", &nic.name, "type", "macvlan"]);
+    assert_refused(&rig, &nic, &pod, &format!("macvlan {mv} is stacked on it"));
+    assert_eq!(w.ask(&nic).trim(), r#"{"riding":[]}"#, "certified again");
+    ip(&["link", "set", &mv, "netns", &victim.name]);
+    assert_answered(&assert_refused(&rig, &nic, &pod, &there));
+    ip(&["-n", &victim.name, "link", "del", &mv]);
+    assert_answered(&assert_allowed(&rig, &nic, &pod));
+}
+
+/// The same in a namespace only a process holds (no /run/netns name).
+#[test]
+fn with_a_watcher_a_macvlan_in_a_processs_namespace_is_refused() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let _w = Watcher::start(&rig);
+    assert_allowed(&rig, &nic, &pod);
+    let mut holder = Command::new("unshare")
+        .args(["--net", "sleep", "60"])
+        .spawn()
+        .expect("unshare --net sleep");
+    let pid = holder.id().to_string();
+    // Once the holder is `sleep`, unshare has made its namespace and exec'd.
+    for _ in 0..100 {
+        if std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let vl = format!("rh{}p{}", tag(), rig.n);
+    let made = run(
+        "ip",
+        &[
+            "link", "add", &vl, "link", &nic.name, "netns", &pid, "type", "macvlan",
+        ],
+    );
+    let add = add(&rig, &nic, &pod);
+    assert_answered(&add);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(
+        made.status.success(),
+        "ip link add {vl} ... netns {pid}: {made:?}"
+    );
+    assert_eq!(code(&add), 107, "{add}");
+    assert!(
+        msg(&add).contains(&format!(
+            "macvlan {vl} in the netns of pid {pid} (sleep) is stacked on it"
+        )),
+        "{add}"
+    );
+    rig.assert_detached(&nic, Some(&pod), &add);
+}
+
+#[test]
+fn with_the_watcher_killed_add_scans_every_namespace_itself() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let victim = rig.netns(1);
+    let mut w = Watcher::start(&rig);
+    assert_allowed(&rig, &nic, &pod);
+    w.stop();
+    // Its socket file stays behind, refusing connections.
+    assert!(w.socket.exists());
+    let mv = format!("rh{}k{}", tag(), rig.n);
+    ip(&[
+        "link",
+        "add",
+        &mv,
+        "link",
+        &nic.name,
+        "netns",
+        &victim.name,
+        "type",
+        "macvlan",
+    ]);
+    let out = assert_refused(
+        &rig,
+        &nic,
+        &pod,
+        &format!(
+            "macvlan {mv} in /run/netns/{} is stacked on it",
+            victim.name
+        ),
+    );
+    assert!(!out.stderr.contains(ANSWERED), "{out}");
+}
+
+/// A stand-in watcher on the rig's socket that answers every connection with `answer`
+/// (`None`: reads the query and never answers, holding the connection).
+fn fake_watcher(rig: &Rig, answer: Option<&'static str>) -> PathBuf {
+    let socket = rig
+        .dir
+        .path()
+        .join(format!("fake-{}.sock", answer.map_or(0, str::len)));
+    let _ = std::fs::remove_file(&socket);
+    let l = UnixListener::bind(&socket).expect("binding the fake watcher");
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in l.incoming().flatten() {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(&c).read_line(&mut line);
+            match answer {
+                Some(a) => {
+                    let _ = (&c).write_all(a.as_bytes());
+                }
+                None => held.push(c),
+            }
+        }
+    });
+    rig.set_node(json!({"uppersSocket": socket}));
+    socket
+}
+
+#[test]
+fn add_goes_by_what_the_watcher_answers() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    fake_watcher(
+        &rig,
+        Some("{\"riding\":[\"a test double is stacked on it\"]}\n"),
+    );
+    assert_answered(&assert_refused(
+        &rig,
+        &nic,
+        &pod,
+        "a test double is stacked on it",
+    ));
+}
+
+#[test]
+fn a_watcher_that_stalls_or_talks_nonsense_leaves_add_to_scan_and_never_hangs_it() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let victim = rig.netns(1);
+    let mv = format!("rh{}g{}", tag(), rig.n);
+    ip(&[
+        "link",
+        "add",
+        &mv,
+        "link",
+        &nic.name,
+        "netns",
+        &victim.name,
+        "type",
+        "macvlan",
+    ]);
+    let there = format!(
+        "macvlan {mv} in /run/netns/{} is stacked on it",
+        victim.name
+    );
+    for answer in [
+        None,
+        Some("hello\n"),
+        Some("{\"riding\":[]"),
+        Some("{\"unknown\":\"busy\"}\n"),
+        Some("{\"riding\":[],\"clear\":true}\n"),
+    ] {
+        fake_watcher(&rig, answer);
+        let started = Instant::now();
+        let out = assert_refused(&rig, &nic, &pod, &there);
+        assert!(!out.stderr.contains(ANSWERED), "{out}");
+        // Not a timing: a bound far above the deadline, which a hang would pass.
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "ADD waited {:?} on a watcher answering {answer:?}",
+            started.elapsed()
+        );
+    }
+}
