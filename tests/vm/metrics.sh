@@ -5,7 +5,7 @@
 # Pods attached through the libcni driver with CNI_ARGS as kubelet passes them:
 #   pod-r (team-r)  softDevice rxe on a veth
 #   pod-a, pod-b    (team-s) the two ends of a veth pair, softDevice siw each (RDMA traffic)
-# Then `rdma-host-device metrics` on :9879, Debian's prometheus-node-exporter (infiniband and
+# Then `rdma-host-device-agent metrics` on :9879, Debian's prometheus-node-exporter (infiniband and
 # netdev collectors) on :9100, and Debian's Prometheus scraping both every 2 s. Every
 # assertion is PromQL through Prometheus' HTTP API:
 #   - each pod's series carry its namespace/pod labels;
