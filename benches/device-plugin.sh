@@ -8,7 +8,8 @@
 # tests/device_plugin.rs. Everything it makes starts with `rhddp` and is deleted at the end.
 #
 # usage (as root): benches/device-plugin.sh [N ...]
-# environment: RHD_BIN (default target/release/rdma-host-device, else target/debug),
+# environment: RHD_BIN (default target/release/rdma-host-device, else target/debug), RHD_AGENT
+#   (default: rdma-host-device-agent beside RHD_BIN),
 #   ALLOCS (default 200), FLIPS (default 10), RHD_VENV (default ~/.cache/rhd-venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ if [[ -z $BIN ]]; then
   [[ -x $BIN ]] || BIN=target/debug/rdma-host-device
 fi
 BIN=$(realpath "$BIN")
+AGENT=${RHD_AGENT:-$(dirname "$BIN")/rdma-host-device-agent}
 PY=${RHD_VENV:-$HOME/.cache/rhd-venv}/bin/python
 [[ -x $PY ]] || { echo "device-plugin bench: $PY missing (scripts/setup.sh makes the venv)" >&2; exit 2; }
 ALLOCS=${ALLOCS:-200}
@@ -65,7 +67,7 @@ for n in "${SIZES[@]}"; do
   coproc KUBELET { RHD_DP_STUBS=$PWD/target/tmp/dp-stubs exec "$PY" tests/device_plugin/kubelet.py "$WORK/$n/sock" 2>"$WORK/$n/kubelet.log"; }
   KPID=$KUBELET_PID
   IFS= read -r -t 60 _ <&"${KUBELET[0]}"
-  RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/$n/node.json "$BIN" device-plugin --socket-dir "$WORK/$n/sock" \
+  RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/$n/node.json "$AGENT" device-plugin --socket-dir "$WORK/$n/sock" \
     --device-info-dir "$WORK/$n/info" 2>"$WORK/$n/plugin.log" &
   DP=$!
   kub '{"cmd": "registered", "count": 1, "timeout": 30}' >/dev/null

@@ -6,7 +6,8 @@
 # own rdma_host_device_scrape_duration_seconds, its fds and RSS. Everything is DEL'd after.
 #
 # usage (as root): benches/metrics-scrape.sh [N ...]
-# environment: RHD_BIN (default target/release/rdma-host-device, else target/debug),
+# environment: RHD_BIN (default target/release/rdma-host-device, else target/debug), RHD_AGENT
+#   (default: rdma-host-device-agent beside RHD_BIN),
 #   SCRAPES (default 50), PORT (default 19879).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ if [[ -z $BIN ]]; then
   [[ -x $BIN ]] || BIN=target/debug/rdma-host-device
 fi
 BIN=$(realpath "$BIN")
+AGENT=${RHD_AGENT:-$(dirname "$BIN")/rdma-host-device-agent}
 SCRAPES=${SCRAPES:-50}
 PORT=${PORT:-19879}
 SIZES=("$@")
@@ -55,7 +57,7 @@ for size in "${SIZES[@]}"; do
       { echo "ADD $i failed:" >&2; tail -3 "$WORK/add.log" >&2; exit 1; }
     N=$((i + 1))
   done
-  RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/node.json "$BIN" metrics --listen "127.0.0.1:$PORT" 2>"$WORK/exporter.log" &
+  RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/node.json "$AGENT" metrics --listen "127.0.0.1:$PORT" 2>"$WORK/exporter.log" &
   EXPORTER=$!
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.1; done
   curl -sf "http://127.0.0.1:$PORT/metrics" >/dev/null # warm up

@@ -152,6 +152,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--main", required=True, help="rdma-host-device built from main")
     ap.add_argument("--ours", required=True, help="rdma-host-device built from this tree")
+    ap.add_argument("--agent", help="rdma-host-device-agent built from this tree (runs the uppers"
+                    " watcher; default: beside --ours)")
     ap.add_argument("--hostdev", default="/usr/lib/cni/host-device")
     ap.add_argument("--spawn", required=True, help="the spawn trampoline (benches/spawn.c)")
     ap.add_argument("--work", required=True)
@@ -162,6 +164,9 @@ def main():
                     help="links in one more pod's namespace after the last level (0: skip)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if not args.agent:
+        args.agent = os.path.join(os.path.dirname(os.path.abspath(args.ours)),
+                                  "rdma-host-device-agent")
     harness.SPAWN = args.spawn
     work = os.path.abspath(args.work)
     subprocess.run(["rm", "-rf", work])
@@ -200,7 +205,7 @@ def main():
         enter(h)
         netns_id = (os.stat("/proc/self/ns/net").st_dev, os.stat("/proc/self/ns/net").st_ino)
         wlog = os.path.join(work, "watcher.log")
-        watcher = subprocess.Popen([args.ours, "uppers-watch", "--socket", sock, "--debug"],
+        watcher = subprocess.Popen([args.agent, "uppers-watch", "--socket", sock, "--debug"],
                                    stdout=subprocess.DEVNULL, stderr=open(wlog, "w"))
         enter(None)
         for _ in range(200):

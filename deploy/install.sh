@@ -1,13 +1,16 @@
 #!/bin/sh
-# install.sh: put rdma-host-device into the node's CNI bin dir and report whether the node is
-# ready for RDMA. Run by the DaemonSet's init container (conf/k8s/daemonset.yaml, which carries
-# a copy of this file in its ConfigMap), or by hand on a node: it needs only a POSIX shell and
-# coreutils, no Rust toolchain.
+# install.sh: put rdma-host-device (the CNI plugin) into the node's CNI bin dir and report
+# whether the node is ready for RDMA. Run by the DaemonSet's init container
+# (conf/k8s/daemonset.yaml, which carries a copy of this file in its ConfigMap), or by hand on a
+# node: it needs only a POSIX shell and coreutils, no Rust toolchain.
 #
 #   sudo SRC=dist/rdma-host-device CNI_BIN_DIR=/opt/cni/bin HOST_ROOT=/ sh deploy/install.sh
 #
 # environment:
 #   SRC          the binary to install (default /usr/local/bin/rdma-host-device, the image's)
+#   AGENT        the node agent, rdma-host-device-agent, which checks the node configuration,
+#                writes the CDI spec and reports on the node; it runs from where it is, never
+#                installed on the node (default: beside SRC)
 #   CNI_BIN_DIR  where runtimes look for plugins (default /host/opt/cni/bin: the node's
 #                /opt/cni/bin as the DaemonSet mounts it)
 #   HOST_ROOT    the node's root filesystem, if mounted (default /host; / on the node itself;
@@ -15,13 +18,14 @@
 #                libc (chroot), which proves the node's glibc is new enough (2.28 or later)
 #   SHA256       expected sha256 of SRC (optional; dist/rdma-host-device.sha256 has it)
 #   NODE_CONFIG  a node configuration to install (optional; the DaemonSet's ConfigMap has one):
-#                checked with `rdma-host-device node-config`, then put atomically into
+#                checked with `rdma-host-device-agent node-config`, then put atomically into
 #   NODE_CONFIG_DIR  (default $HOST_ROOT/etc/rdma-host-device) as node.json
 #   CDI_SPEC     where to write the CDI spec of the node's RDMA devices (optional; the DaemonSet
-#                sets /var/run/cdi/rdma-host-device.json, a hostPath): `rdma-host-device cdi`,
+#                sets /var/run/cdi/rdma-host-device.json, a hostPath): `rdma-host-device-agent cdi`,
 #                with the node configuration's memlock, so a runtime that reads CDI resolves
 #                rdma-host-device.io/rdma=uverbsN and runs the memlock hook
-#   CDI_HOOK     the hook's path as the node's runtime sees it (default /opt/cni/bin/rdma-host-device)
+#   CDI_HOOK     the hook's path as the node's runtime sees it (default /opt/cni/bin/rdma-host-device:
+#                the installed plugin runs the hook, `rdma-host-device memlock-hook LIMIT`)
 #
 # It replaces the plugin atomically (copy to a temporary name in the same directory, then
 # rename), so a runtime executing the plugin during an upgrade runs the old or the new binary,
@@ -30,6 +34,10 @@
 set -eu
 
 SRC=${SRC:-/usr/local/bin/rdma-host-device}
+case $SRC in
+  */*) AGENT=${AGENT:-${SRC%/*}/rdma-host-device-agent} ;;
+  *) AGENT=${AGENT:-./rdma-host-device-agent} ;;
+esac
 CNI_BIN_DIR=${CNI_BIN_DIR:-/host/opt/cni/bin}
 HOST_ROOT=${HOST_ROOT-/host}
 NAME=rdma-host-device
@@ -80,11 +88,12 @@ if [ -n "$HOST_ROOT" ]; then
 fi
 
 # The node configuration (which NICs pods may have, where state and logs go): checked by the
-# new plugin, then installed atomically where the plugin reads it. Without one, the plugin's
-# defaults apply (any NIC but the node's own uplinks).
+# agent of the same build, then installed atomically where the plugin reads it. Without one,
+# the plugin's defaults apply (any NIC but the node's own uplinks).
 if [ -n "${NODE_CONFIG:-}" ] && [ -f "$NODE_CONFIG" ]; then
   NODE_CONFIG_DIR=${NODE_CONFIG_DIR:-${HOST_ROOT%/}/etc/rdma-host-device}
-  "$SRC" node-config "$NODE_CONFIG" >/dev/null || fail "$NODE_CONFIG is not a valid node configuration"
+  [ -x "$AGENT" ] || fail "$AGENT (the node agent) is missing: it checks $NODE_CONFIG"
+  "$AGENT" node-config "$NODE_CONFIG" >/dev/null || fail "$NODE_CONFIG is not a valid node configuration"
   mkdir -p "$NODE_CONFIG_DIR"
   ntmp=$NODE_CONFIG_DIR/.node.json.install.$$
   cp "$NODE_CONFIG" "$ntmp"
@@ -99,9 +108,9 @@ fi
 if [ -n "${CDI_SPEC:-}" ]; then
   cfg=${NODE_CONFIG_DIR:-${HOST_ROOT%/}/etc/rdma-host-device}/node.json
   [ -f "$cfg" ] && export RDMA_HOST_DEVICE_NODE_CONFIG="$cfg"
-  "$DEST" cdi --out "$CDI_SPEC" --hook "${CDI_HOOK:-/opt/cni/bin/$NAME}" ||
+  "$AGENT" cdi --out "$CDI_SPEC" --hook "${CDI_HOOK:-/opt/cni/bin/$NAME}" ||
     fail "cannot write the CDI spec $CDI_SPEC"
 fi
 
 # What the node offers: NICs, RDMA devices, the RDMA netns mode and what it means.
-"$DEST" inspect --color=never || say "inspect failed (the plugin is installed nonetheless)"
+"$AGENT" inspect --color=never || say "inspect failed (the plugin is installed nonetheless)"

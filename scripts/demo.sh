@@ -15,6 +15,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/.." && pwd -P)
 BIN=$REPO/target/release/rdma-host-device
+AGENT=$REPO/target/release/rdma-host-device-agent
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
@@ -96,7 +97,7 @@ if [[ ${RDMA_VM:-} == 1 ]]; then
     show "ip netns exec pod rdma link show"
     show "ip netns exec pod ibv_devinfo -v | grep -E 'hca_id|port_state|::ffff:10.57.0.2'"
     say "the operator's view"
-    show "$BIN inspect | sed -n '/^NIC/,\$p'"
+    show "$AGENT inspect | sed -n '/^NIC/,\$p'"
     PREV=$(python3 -c 'import json,sys; c=json.loads(sys.argv[1]); c["prevResult"]=json.loads(sys.argv[2]); print(json.dumps(c))' "$CONF" "$RESULT")
     say "CHECK (the GIDs verified again from inside the pod), then DEL"
     cni CHECK "$PREV" && echo "CHECK ok"

@@ -1,5 +1,5 @@
 //! What lets a container *use* its RDMA device, for runtimes that read CDI specs (CRI-O,
-//! containerd 1.7+, podman): `rdma-host-device cdi` writes a Container Device Interface spec
+//! containerd 1.7+, podman): `rdma-host-device-agent cdi` writes a Container Device Interface spec
 //! with one device per uverbs char device of the node (kind `rdma-host-device.io/rdma`, named
 //! after the char device: `rdma-host-device.io/rdma=uverbs0`), each granting that
 //! `/dev/infiniband/uverbsN`, all granting `rdma_cm`, and a
@@ -195,37 +195,28 @@ pub fn refresh(
 }
 
 /// `cdi [--out FILE|-] [--memlock LIMIT] [--hook PATH] [--sysfs DIR] [--dev DIR]`.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct Options {
     /// Where the spec goes; `None` (`--out -`): printed on stdout.
-    pub out: Option<PathBuf>,
-    /// `None`: the node configuration's.
+    // The qualified `Option` is clap's way to say the parser gives the whole value (`-`: None).
+    #[arg(long, value_name = "FILE|-", default_value = DEFAULT_SPEC, value_parser = out_arg)]
+    pub out: ::std::option::Option<PathBuf>,
+    /// The containers' RLIMIT_MEMLOCK: bytes or unlimited [default: the node configuration's
+    /// memlock]
+    #[arg(long, value_name = "BYTES|unlimited", value_parser = crate::flags::memlock)]
     pub memlock: Option<Memlock>,
+    /// The memlock hook's path, as the node's runtime sees it (the CNI binary)
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_HOOK)]
     pub hook: PathBuf,
+    #[arg(long, value_name = "DIR", default_value = "/sys", hide = true)]
     pub sysfs: PathBuf,
+    #[arg(long, value_name = "DIR", default_value = "/dev", hide = true)]
     pub dev: PathBuf,
 }
 
-pub fn options(args: &[String]) -> Result<Options> {
-    let mut o = Options {
-        out: Some(PathBuf::from(DEFAULT_SPEC)),
-        memlock: None,
-        hook: PathBuf::from(DEFAULT_HOOK),
-        sysfs: PathBuf::from("/sys"),
-        dev: PathBuf::from("/dev"),
-    };
-    let mut f = crate::flags::Flags::new("cdi", args);
-    while let Some(flag) = f.next_flag() {
-        match flag.as_str() {
-            "--out" => o.out = Some(PathBuf::from(f.value()?)).filter(|p| p.as_os_str() != "-"),
-            "--memlock" => o.memlock = Some(f.parsed(Memlock::parse)?),
-            "--hook" => o.hook = PathBuf::from(f.value()?),
-            "--sysfs" => o.sysfs = PathBuf::from(f.value()?),
-            "--dev" => o.dev = PathBuf::from(f.value()?),
-            _ => return Err(f.unknown()),
-        }
-    }
-    Ok(o)
+/// `--out`'s value: `-` is stdout.
+fn out_arg(s: &str) -> std::result::Result<Option<PathBuf>, String> {
+    Ok(Some(PathBuf::from(s)).filter(|p| p.as_os_str() != "-"))
 }
 
 /// `cdi`: the CDI spec of this node's RDMA devices, written to the file (a line on stderr says

@@ -1,133 +1,221 @@
-//! The operator's command line: what a person gets when running the binary by hand
-//! (`--version`, `--help`, and the subcommands). A runtime never gets here: it sets
-//! CNI_COMMAND, and main.rs sends those calls to the CNI flows.
+//! The node agent's command line, `rdma-host-device-agent` (src/bin/rdma-host-device-agent.rs):
+//! the subcommands a person or the DaemonSet runs on a node. The CNI binary the runtime execs
+//! (src/main.rs) never gets here: it reads only its environment and stdin.
 //!
-//! Every subcommand has one shape: its module's `options(&[String]) -> Result<Options>` (read
-//! with `flags::Flags`) and `run(&Options) -> Result<_>`. This file alone turns the outcome into
-//! the exit code and prints the error: a bad option is a usage error (the message, the help,
-//! exit 2); a failed run is `rdma-host-device SUBCOMMAND: what failed`, exit 1.
+//! Every subcommand has one shape: its module's `Options` (derived with clap, the values read by
+//! `flags.rs`) and `run(&Options) -> Result<_>`. From that one description clap gives each
+//! subcommand its `--help`/`-h`, the errors, and `completions` and `man` their output. This file
+//! alone turns the outcome into the exit code and prints the error: a bad option is a usage
+//! error (`rdma-host-device-agent SUBCOMMAND: what is wrong`, the usage, exit 2); a failed run
+//! is `rdma-host-device-agent SUBCOMMAND: what failed`, exit 1; `validate`'s rejection is its
+//! answer on stdout, exit 1 with nothing on stderr.
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::{cdi, device_plugin, inspect, metrics, node, uppers, validate};
+use clap::{CommandFactory, Parser, Subcommand};
+use std::ffi::OsString;
 use std::io::Write;
+use std::path::PathBuf;
 
-const HELP: &str = "\
-rdma-host-device: a CNI plugin that moves a host NIC and its RDMA device into a pod.
+/// The agent's executable name, as its usage, completions and man page call it.
+pub const NAME: &str = "rdma-host-device-agent";
 
-A container runtime (containerd, CRI-O, Multus) runs it with CNI_COMMAND set and the
-network configuration on stdin; install it in /opt/cni/bin and name it as \"type\" in a
-network config. By hand:
+/// The agent: everything of rdma-host-device that runs on a node beside the CNI plugin.
+#[derive(Debug, Parser)]
+#[command(
+    name = NAME,
+    version,
+    about = "The node agent of rdma-host-device: device plugin, exporter, CDI spec, inspect, checks",
+    long_about = "\
+The node agent of rdma-host-device, the CNI plugin that moves a host NIC and its RDMA device \
+into a pod. The plugin itself is the rdma-host-device binary in /opt/cni/bin, which a container \
+runtime runs per attachment; this binary, in the same image, holds what runs on the node beside \
+it: the kubelet device plugin, the Prometheus exporter, the CDI spec writer, inspect, and the \
+checks of node and network configurations.",
+    after_long_help = "\
+Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG): \
+stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, ipamReadPaths, \
+ipamConfinement, ipamTimeoutSeconds, deviceInfoDir, memlock, takeRdmaDevicesInUse, uppersSocket, \
+devicePlugin; see the README.
 
-  rdma-host-device inspect [--json] [--all] [--watch [SECS]] [--state-dir DIR]
-                           [--color auto|always|never]
-      Every NIC of this node with its RDMA device, driver, PCI address, link state, MTU,
-      GID table summary and the pod it is attached to; the RDMA netns mode and what it
-      means; per attached NIC and RDMA device, the exporter's counters (rx/tx bytes and
-      packets, QPs, driver hw counters). --watch samples them twice, SECS apart (default 2),
-      and shows per-second rates. Run it first when a pod has no RDMA. --json for machines; --all also lists
-      virtual links without RDMA; --state-dir to read another state directory
-      (default: the node configuration's stateDir, /var/lib/cni/rdma-host-device). Colour only on a terminal (NO_COLOR works).
+Exit status: 0 done; 1 the run failed (the reason on stderr) or validate rejected a \
+configuration; 2 a bad option or subcommand (the usage on stderr).",
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
 
-  rdma-host-device metrics [--listen ADDR] [--state-dir DIR] [--once] [--token-file FILE]
-      A Prometheus exporter (runs until killed): /metrics (OpenMetrics text) and /healthz
-      on ADDR (default 0.0.0.0:9879; :PORT for every IPv4 address). Per scrape, for every
-      attachment in the state directory (default: the node configuration's stateDir), the
-      pod interface's netdev counters and its RDMA device's port state, hardware counters,
-      port counters, resource counts and QP owners, read inside the pod's netns and labelled
-      with the pod (namespace, pod, container_id, interface, network, host_nic, pci_address,
-      rdma_device, netns_mode); then every RDMA device still on the host. --once prints one
-      scrape and exits. Anything that reaches ADDR reads those labels (pods too, with the
-      DaemonSet's hostNetwork): --token-file serves /metrics only to a client sending the
-      bearer token in FILE (read at every request; /healthz stays open).
-
-  rdma-host-device device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]
-                                 [--cdi-spec FILE [--cdi-hook PATH]]
-      A kubelet device plugin (runs until killed): each pool of the node configuration's
-      devicePlugin is an extended resource whose devices are the NICs its selectors match
-      (never the node's own uplinks). Registers on DIR/kubelet.sock (default
-      /var/lib/kubelet/device-plugins), again whenever the kubelet restarts; reports NUMA
-      nodes and health (link, RDMA port); Allocate hands out the NICs' RDMA char devices, sets
-      RDMA_HOST_DEVICE_<POOL>_IDS and RDMA_HOST_DEVICE_<POOL>_RDMA, and writes the device-info
-      files Multus reads (default /var/run/k8s.cni.cncf.io/devinfo/dp). With --cdi-spec, it
-      also keeps that CDI spec current (as `cdi` writes it, the hook at PATH, default
-      /opt/cni/bin/rdma-host-device), so an RDMA device loaded later gets its CDI name.
-
-  rdma-host-device node-config [FILE]
-      The node configuration (FILE, or what the plugin reads: $RDMA_HOST_DEVICE_NODE_CONFIG or
-      /etc/rdma-host-device/node.json) with its defaults filled in, as JSON; exit 1 and the
-      reason if it is invalid. The DaemonSet's installer checks a new one with it.
-
-  rdma-host-device cdi [--out FILE|-] [--memlock BYTES|unlimited] [--hook PATH]
-      Write the CDI spec of this node's RDMA devices (default /var/run/cdi/rdma-host-device.json)
-      for runtimes that read CDI (CRI-O, containerd 1.7+, podman): one device per RDMA device,
-      rdma-host-device.io/rdma=uverbsN after its char device /dev/infiniband/uverbsN (a name no
-      pod can change), with that char device, rdma_cm, and a
-      createRuntime hook (PATH, default /opt/cni/bin/rdma-host-device) that raises the
-      container's RLIMIT_MEMLOCK (default: the node configuration's memlock, unlimited).
-
-  rdma-host-device memlock-hook BYTES|unlimited
-      The OCI hook the CDI spec names: sets RLIMIT_MEMLOCK of the container process whose
-      OCI state is on stdin.
-
-  rdma-host-device validate FILE|- ...
-      Check network configurations as the plugin would on ADD: a .conf, a .conflist (each
-      rdma-host-device entry, with the list's name and cniVersion, as libcni passes them),
-      or a NetworkAttachmentDefinition as JSON (kubectl get net-attach-def NAME -o json).
-      Exits 1 if any is rejected, printing the CNI error code and message.
-
-  rdma-host-device --version   the version and the CNI versions it speaks
-  rdma-host-device --help      this text
-
-Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG):
-stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, deviceInfoDir, memlock,
-takeRdmaDevicesInUse, devicePlugin;
-see the README. Logs: one line per step with
-the container ID, on stderr and in \"logFile\" (a file name in the node's logDir) if set
-(rotated at 10 MiB).
-
-Error codes (1-99 are the CNI spec's, 100+ this plugin's; the README says what to do):
-";
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Every NIC with its RDMA device, link and GID state, and the pod it is attached to
+    ///
+    /// Every NIC of this node with its RDMA device, driver, PCI address, link state, MTU, GID
+    /// table summary and the pod it is attached to; the RDMA netns mode and what it means; per
+    /// attached NIC and RDMA device, the exporter's counters (rx/tx bytes and packets, QPs,
+    /// driver hw counters). --watch samples them twice and shows per-second rates. Run it first
+    /// when a pod has no RDMA. Read-only.
+    Inspect(inspect::Options),
+    /// A Prometheus exporter of every attachment's netdev and RDMA counters (runs until killed)
+    ///
+    /// Serves /metrics (OpenMetrics text) and /healthz on ADDR. Per scrape, for every attachment
+    /// in the state directory, the pod interface's netdev counters and its RDMA device's port
+    /// state, hardware counters, port counters, resource counts and QP owners, read inside the
+    /// pod's netns and labelled with the pod (namespace, pod, container_id, interface, network,
+    /// host_nic, pci_address, rdma_device, netns_mode); then every RDMA device still on the
+    /// host. Anything that reaches ADDR reads those labels (pods too, with the DaemonSet's
+    /// hostNetwork): --token-file serves /metrics only to a client sending the bearer token in
+    /// FILE (read at every request; /healthz stays open).
+    Metrics(metrics::Options),
+    /// A kubelet device plugin offering the node's NICs as extended resources (runs until killed)
+    ///
+    /// Each pool of the node configuration's devicePlugin is an extended resource whose devices
+    /// are the NICs its selectors match (never the node's own uplinks). Registers on
+    /// DIR/kubelet.sock, again whenever the kubelet restarts; reports NUMA nodes and health
+    /// (link, RDMA port); Allocate hands out the NICs' RDMA char devices, sets
+    /// RDMA_HOST_DEVICE_<POOL>_IDS and RDMA_HOST_DEVICE_<POOL>_RDMA, and writes the device-info
+    /// files Multus reads. With --cdi-spec, it also keeps that CDI spec current (as `cdi` writes
+    /// it), so an RDMA device loaded later gets its CDI name.
+    DevicePlugin(device_plugin::Options),
+    /// The node configuration with its defaults filled in, as JSON
+    ///
+    /// The node configuration (FILE, or what the plugin reads) with its defaults filled in, as
+    /// JSON; exit 1 and the reason if it is invalid. The DaemonSet's installer checks a new one
+    /// with it.
+    NodeConfig(node::show::Options),
+    /// Write the CDI spec of this node's RDMA devices
+    ///
+    /// For runtimes that read CDI (CRI-O, containerd 1.7+, podman): one device per RDMA device,
+    /// rdma-host-device.io/rdma=uverbsN after its char device /dev/infiniband/uverbsN (a name no
+    /// pod can change), with that char device, rdma_cm, and a
+    /// createRuntime hook (the CNI binary's `memlock-hook`) that raises the container's
+    /// RLIMIT_MEMLOCK.
+    Cdi(cdi::Options),
+    /// Check network configurations as the plugin would on ADD
+    ///
+    /// A .conf, a .conflist (each rdma-host-device entry, with the list's name and cniVersion,
+    /// as libcni passes them), or a NetworkAttachmentDefinition as JSON (kubectl get
+    /// net-attach-def NAME -o json). Prints one line per configuration; exits 1 if any is
+    /// rejected, with the CNI error code and message.
+    Validate(validate::Options),
+    /// Keep the answer to "does anything of another namespace ride this NIC?" current
+    ///
+    /// Runs until killed, answering ADD on a unix socket from the kernel's own link
+    /// notifications (docs/DESIGN.md, `uppers/`); the DaemonSet's uppers-watch container runs it.
+    #[command(hide = true)]
+    UppersWatch(uppers::Options),
+    /// A shell completion script for this command, on stdout
+    ///
+    /// For example: rdma-host-device-agent completions bash >
+    /// /etc/bash_completion.d/rdma-host-device-agent
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// The manual page (roff), on stdout, or one page per subcommand in a directory
+    ///
+    /// For example: rdma-host-device-agent man | man -l -
+    Man {
+        /// Write rdma-host-device-agent.1 and rdma-host-device-agent-SUBCOMMAND.1 into DIR
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
+}
 
 /// Returns the process exit code.
 pub fn main() -> i32 {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    dispatch(&args, &mut std::io::stderr())
+    dispatch(
+        std::env::args_os().skip(1).collect(),
+        &mut std::io::stderr(),
+    )
 }
 
 /// Run the command `args` name; errors go to `err`.
-fn dispatch(args: &[String], err: &mut dyn Write) -> i32 {
-    let Some((command, rest)) = args.split_first() else {
-        return usage(err, "no command");
+fn dispatch(args: Vec<OsString>, err: &mut dyn Write) -> i32 {
+    let name = subcommand_name(&args);
+    let cli = match Cli::try_parse_from(std::iter::once(OsString::from(NAME)).chain(args)) {
+        Ok(c) => c,
+        Err(e) => return parse_error(&e, name.as_deref(), err),
     };
-    match command.as_str() {
-        "--version" | "-V" | "version" => {
-            println!("{}", version_line());
+    match cli.command {
+        Command::Inspect(o) => subcommand(err, "inspect", &o, inspect::run),
+        Command::Metrics(o) => subcommand(err, "metrics", &o, metrics::run),
+        Command::DevicePlugin(o) => subcommand(err, "device-plugin", &o, device_plugin::run),
+        Command::NodeConfig(o) => subcommand(err, "node-config", &o, node::show::run),
+        Command::Cdi(o) => subcommand(err, "cdi", &o, cdi::run),
+        Command::Validate(o) => subcommand(err, "validate", &o, validate::run),
+        Command::UppersWatch(o) => subcommand(err, "uppers-watch", &o, uppers::run),
+        Command::Completions { shell } => {
+            let mut out = std::io::stdout();
+            clap_complete::generate(shell, &mut Cli::command(), NAME, &mut out);
             0
         }
-        "--help" | "-h" | "help" => {
-            print!("{HELP}");
-            for c in crate::error::TABLE {
-                println!("  {:>3}  {}", c.code as u32, c.meaning.replace('`', ""));
+        Command::Man { out_dir } => match man(out_dir.as_deref()) {
+            Ok(()) => 0,
+            Err(e) => {
+                let _ = writeln!(err, "{NAME} man: {e}");
+                1
             }
-            0
-        }
-        "inspect" => subcommand(err, command, rest, inspect::options, inspect::run),
-        "metrics" => subcommand(err, command, rest, metrics::options, metrics::run),
-        "device-plugin" => subcommand(
-            err,
-            command,
-            rest,
-            device_plugin::options,
-            device_plugin::run,
-        ),
-        "node-config" => subcommand(err, command, rest, node::show::options, node::show::run),
-        "cdi" => subcommand(err, command, rest, cdi::options, cdi::run),
-        "memlock-hook" => subcommand(err, command, rest, cdi::hook_options, cdi::run_hook),
-        "validate" => subcommand(err, command, rest, validate::options, validate::run),
-        // Not in the help: the node agent's, run by the DaemonSet (docs/DESIGN.md, `uppers/`).
-        "uppers-watch" => subcommand(err, command, rest, uppers::options, uppers::run),
-        other => usage(err, &format!("unknown command {other:?}")),
+        },
     }
+}
+
+/// The man page on stdout, or every page (the agent's and one per subcommand) into `dir`.
+fn man(dir: Option<&std::path::Path>) -> std::io::Result<()> {
+    match dir {
+        Some(d) => clap_mangen::generate_to(Cli::command(), d),
+        None => clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()),
+    }
+}
+
+/// The subcommand `args` start with, if it is one of ours: what a usage error is named by.
+fn subcommand_name(args: &[OsString]) -> Option<String> {
+    let first = args.first()?.to_str()?;
+    Cli::command()
+        .get_subcommands()
+        .any(|s| s.get_name() == first)
+        .then(|| first.to_owned())
+}
+
+/// What clap refused, or the help and version it was asked for: help and version on stdout
+/// (exit 0); an error named by its subcommand, with the usage, on `err` (exit 2).
+fn parse_error(e: &clap::Error, subcommand: Option<&str>, err: &mut dyn Write) -> i32 {
+    if !e.use_stderr() {
+        let _ = e.print();
+        return e.exit_code();
+    }
+    let text = e.render().to_string();
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let _ = write!(err, "{text}");
+        return 2;
+    }
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    let who = match subcommand {
+        Some(s) => format!("{NAME} {s}"),
+        None => NAME.to_owned(),
+    };
+    let hint = "For more information, try '--help'.";
+    let (said, _) = text.split_once(hint).unwrap_or((text, ""));
+    let mut said = said.trim_end().to_owned();
+    // Every error shows the usage of the command it is about (clap leaves it out of some).
+    if !said.contains("\nUsage: ") {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let c = match subcommand {
+            Some(s) => cmd.find_subcommand_mut(s),
+            None => Some(&mut cmd),
+        };
+        if let Some(c) = c {
+            said = format!("{said}\n\n{}", c.render_usage());
+        }
+    }
+    let _ = write!(
+        err,
+        "{who}: {said}\n\nFor more information, try '{who} --help'.\n"
+    );
+    2
 }
 
 /// What a subcommand's run answers when it did not fail, as an exit code.
@@ -152,23 +240,17 @@ impl Status for validate::Verdict {
     }
 }
 
-/// One subcommand from options to exit code: a bad option is a usage error (2), a failed run
-/// is printed with the subcommand's name (1).
+/// One subcommand's run to exit code: a failed run is printed with the subcommand's name (1).
 fn subcommand<O, S: Status>(
     err: &mut dyn Write,
     name: &str,
-    args: &[String],
-    options: fn(&[String]) -> Result<O>,
-    run: fn(&O) -> Result<S>,
+    opts: &O,
+    run: fn(&O) -> crate::error::Result<S>,
 ) -> i32 {
-    let opts = match options(args) {
-        Ok(o) => o,
-        Err(e) => return usage(err, &e.msg),
-    };
-    match run(&opts) {
+    match run(opts) {
         Ok(status) => status.code(),
         Err(e) => {
-            let _ = writeln!(err, "rdma-host-device {name}: {}", operator_text(&e));
+            let _ = writeln!(err, "{NAME} {name}: {}", operator_text(&e));
             1
         }
     }
@@ -186,79 +268,104 @@ fn operator_text(e: &Error) -> String {
     crate::logging::line(&text, crate::logging::MAX_LINE)
 }
 
-fn version_line() -> String {
-    format!(
-        "rdma-host-device {} (CNI {})",
-        env!("CARGO_PKG_VERSION"),
-        crate::cni::version::supported_list()
-    )
-}
-
-fn usage(err: &mut dyn Write, msg: &str) -> i32 {
-    let _ = write!(err, "rdma-host-device: {msg}\n\n{HELP}");
-    2
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
-    }
-
     /// The exit code and what went to stderr.
     fn call(a: &[&str]) -> (i32, String) {
         let mut err = Vec::new();
-        let code = dispatch(&args(a), &mut err);
+        let code = dispatch(a.iter().map(OsString::from).collect(), &mut err);
         (code, String::from_utf8_lossy(&err).into_owned())
     }
 
     #[test]
+    fn the_command_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
     fn unknown_command_is_a_usage_error() {
-        assert_eq!(call(&["frobnicate"]).0, 2);
+        let (code, err) = call(&["frobnicate"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.starts_with(&format!("{NAME}: unrecognized subcommand")),
+            "{err}"
+        );
         assert_eq!(call(&[]).0, 2);
     }
 
     #[test]
-    fn a_bad_option_of_any_subcommand_prints_the_message_and_the_help_and_exits_2() {
+    fn a_bad_option_of_any_subcommand_is_named_by_it_with_its_usage_and_exits_2() {
         for (a, says) in [
-            (&["validate"][..], "validate needs at least one FILE"),
-            (&["metrics", "--listen"], "metrics: --listen needs a value"),
+            (&["validate"][..], "the following required arguments"),
+            (
+                &["metrics", "--listen"],
+                "a value is required for '--listen <ADDR>'",
+            ),
             (
                 &["metrics", "--listen", "nope"],
-                "metrics: --listen: \"nope\"",
+                "invalid value 'nope' for '--listen <ADDR>'",
             ),
             (
                 &["inspect", "--color", "purple"],
-                "inspect: --color \"purple\"",
+                "invalid value 'purple' for '--color <WHEN>'",
             ),
             (
                 &["device-plugin", "--socket-dir", "rel"],
-                "device-plugin: --socket-dir must be",
+                "\"rel\" must be an absolute path",
             ),
             (
                 &["cdi", "--memlock", "0"],
-                "cdi: --memlock: memlock \"0\" is less than one page",
+                "memlock \"0\" is less than one page",
             ),
-            (&["cdi", "--bogus"], "cdi: unknown option \"--bogus\""),
-            (&["memlock-hook"], "memlock-hook needs a LIMIT"),
-            (&["memlock-hook", "1G"], "memlock-hook: memlock \"1G\""),
-            (
-                &["node-config", "a", "b"],
-                "node-config takes at most one FILE",
-            ),
+            (&["cdi", "--bogus"], "unexpected argument '--bogus'"),
+            (&["node-config", "a", "b"], "unexpected argument 'b'"),
         ] {
             let (code, err) = call(a);
             assert_eq!(code, 2, "{a:?}: {err}");
             assert!(
-                err.starts_with(&format!("rdma-host-device: {says}")),
+                err.starts_with(&format!("{NAME} {}: ", a[0])),
                 "{a:?}: {err}"
             );
+            assert!(err.contains(says), "{a:?}: {err}");
             assert!(
-                err.contains("\n\nrdma-host-device: a CNI plugin"),
-                "{a:?}: the help: {err}"
+                err.contains(&format!("Usage: {NAME} {} ", a[0])),
+                "{a:?}: the usage: {err}"
             );
+        }
+    }
+
+    #[test]
+    fn every_subcommand_has_its_own_help() {
+        let cli = Cli::command();
+        for sub in cli.get_subcommands() {
+            let mut sub = sub.clone();
+            let long = sub.render_long_help().to_string();
+            assert!(
+                long.contains(&format!("Usage: {}", sub.get_name())),
+                "{long}"
+            );
+            assert!(long.contains("-h, --help"), "{long}");
+        }
+        for a in [
+            "inspect",
+            "node-config",
+            "validate",
+            "cdi",
+            "metrics",
+            "device-plugin",
+        ] {
+            for h in ["--help", "-h"] {
+                let e = Cli::try_parse_from([NAME, a, h]).unwrap_err();
+                assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{a} {h}");
+                assert_eq!(e.exit_code(), 0);
+                let text = e.render().to_string();
+                assert!(
+                    text.contains(&format!("Usage: {NAME} {a}")),
+                    "{a} {h}: {text}"
+                );
+            }
         }
     }
 
@@ -267,12 +374,9 @@ mod tests {
         let missing = "/nonexistent-rhd/node.json";
         let (code, err) = call(&["node-config", missing]);
         assert_eq!(code, 1, "{err}");
-        assert!(err.starts_with("rdma-host-device node-config: "), "{err}");
+        assert!(err.starts_with(&format!("{NAME} node-config: ")), "{err}");
         assert!(err.contains(missing), "names the file: {err}");
-        assert!(
-            !err.contains("a CNI plugin"),
-            "no help for a run error: {err}"
-        );
+        assert!(!err.contains("Usage"), "no usage for a run error: {err}");
 
         let out = "/dev/null/cdi.json";
         let (code, err) = call(&[
@@ -288,9 +392,7 @@ mod tests {
         ]);
         assert_eq!(code, 1, "{err}");
         assert!(
-            err.starts_with(&format!(
-                "rdma-host-device cdi: cannot write CDI spec {out}"
-            )),
+            err.starts_with(&format!("{NAME} cdi: cannot write CDI spec {out}")),
             "{err}"
         );
         assert_eq!(err.lines().count(), 1, "one line: {err}");
@@ -301,5 +403,49 @@ mod tests {
         let (code, err) = call(&["validate", "/nonexistent-rhd/net.conf"]);
         assert_eq!(code, 1);
         assert_eq!(err, "", "the verdict is on stdout, nothing on stderr");
+    }
+
+    #[test]
+    fn cdi_reads_out_dash_as_stdout_and_defaults_as_documented() {
+        let Command::Cdi(o) = Cli::try_parse_from([NAME, "cdi", "--out", "-"])
+            .unwrap()
+            .command
+        else {
+            panic!("not cdi")
+        };
+        assert_eq!(o.out, None);
+        assert_eq!(o.hook, PathBuf::from(cdi::DEFAULT_HOOK));
+        let Command::Cdi(o) = Cli::try_parse_from([NAME, "cdi"]).unwrap().command else {
+            panic!("not cdi")
+        };
+        assert_eq!(o.out, Some(PathBuf::from(cdi::DEFAULT_SPEC)));
+        assert_eq!(o.memlock, None);
+    }
+
+    #[test]
+    fn completions_and_the_man_page_come_from_the_same_definition() {
+        let mut bash = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut Cli::command(),
+            NAME,
+            &mut bash,
+        );
+        let bash = String::from_utf8(bash).unwrap();
+        for word in [
+            "device-plugin",
+            "node-config",
+            "--state-dir",
+            "--token-file",
+        ] {
+            assert!(bash.contains(word), "bash completion lacks {word}");
+        }
+        let mut page = Vec::new();
+        clap_mangen::Man::new(Cli::command())
+            .render(&mut page)
+            .unwrap();
+        let page = String::from_utf8(page).unwrap();
+        assert!(page.contains(".TH rdma-host-device-agent"), "{page}");
+        assert!(page.contains("device\\-plugin"), "{page}");
     }
 }

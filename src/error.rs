@@ -96,7 +96,7 @@ pub const TABLE: &[CodeInfo] = &[
     CodeInfo {
         code: Code::DeviceNotFound,
         meaning: "no host NIC matches the selector",
-        action: "check `ip link`, `rdma-host-device inspect`",
+        action: "check `ip link`, `rdma-host-device-agent inspect`",
     },
     CodeInfo {
         code: Code::DeviceAmbiguous,

@@ -1,11 +1,14 @@
 //! rdma-host-device: a CNI plugin that gives a pod a whole host NIC and its RDMA device.
-//! This file only decides who is calling (a runtime or a person) and prints the answer.
+//! This file only decides who is calling (a runtime, the CDI spec's memlock hook, or a person)
+//! and prints the answer. It is the binary the runtime execs per attachment, so it holds only
+//! the CNI: it reads its environment and stdin, and its few words by hand need no option
+//! parser. The node tools are the agent's (src/bin/rdma-host-device-agent.rs, `cli.rs`).
 
 use cni::env::{Command, Env};
 use cni::netconf::{MAX_CONFIG_LEN, NetConf, peek_version};
 use cni::version::{Version, version_json};
 use error::{Code, Error};
-use rdma_host_device::{cli, cni, error, flows, logging, node};
+use rdma_host_device::{cdi, cni, error, flows, logging, node};
 use std::io::{IsTerminal, Read, Write};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,10 +37,15 @@ fn main() {
         }
         let _ = writeln!(std::io::stderr(), "rdma-host-device: {e}");
     }));
-    // A person (arguments, or a terminal on stdin) gets the operator CLI; a runtime, the CNI.
-    let by_hand = std::env::args().len() > 1 || std::io::stdin().is_terminal();
+    // A person (arguments, or a terminal on stdin) or the memlock hook gets `by_hand`; a
+    // runtime, the CNI.
+    let by_hand = std::env::args_os().len() > 1 || std::io::stdin().is_terminal();
     if std::env::var_os("CNI_COMMAND").is_none() && by_hand {
-        std::process::exit(cli::main());
+        let args: Vec<String> = std::env::args_os()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        std::process::exit(self::by_hand(&args));
     }
     let code = match run() {
         // A panic caught on the way (a runtime task) already printed error 999.
@@ -108,4 +116,92 @@ fn run() -> Result<String, Error> {
         flows::Output::Result(r) => Ok(r.to_json(conf.cni_version)),
         flows::Output::Nothing => Ok(String::new()),
     }
+}
+
+const HELP: &str = "\
+A container runtime (containerd, CRI-O, Multus) runs it with CNI_COMMAND set (ADD, DEL, CHECK,
+STATUS, GC, VERSION) and the network configuration on stdin; install it in /opt/cni/bin and
+name it as \"type\" in a network config. It takes no options: it reads its environment and stdin.
+By hand:
+
+  rdma-host-device memlock-hook BYTES|unlimited
+      The OCI createRuntime hook the CDI spec names: sets RLIMIT_MEMLOCK of the container
+      process whose OCI state is on stdin.
+  rdma-host-device --version   the version and the CNI versions it speaks
+  rdma-host-device --help      this text
+
+The node tools (inspect, metrics, device-plugin, cdi, node-config, validate) are the node
+agent's, rdma-host-device-agent, in the same image: see rdma-host-device-agent --help.
+
+Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG); see the
+README. Logs: one line per step with the container ID, on stderr and in \"logFile\" (a file
+name in the node's logDir) if set (rotated at 10 MiB).
+
+Error codes (1-99 are the CNI spec's, 100+ this plugin's; the README says what to do):
+";
+
+/// The agent's subcommands, which this binary once had: named, a person is sent there.
+const AGENT_COMMANDS: [&str; 6] = [
+    "inspect",
+    "metrics",
+    "device-plugin",
+    "cdi",
+    "node-config",
+    "validate",
+];
+
+/// What runs without CNI_COMMAND: `--version`, `--help`, and the memlock hook as the CDI spec
+/// runs it (`rdma-host-device memlock-hook LIMIT`, the container's OCI state on stdin). Returns
+/// the exit code: 0 done, 1 the hook failed, 2 a usage error.
+fn by_hand(args: &[String]) -> i32 {
+    let version = format!(
+        "rdma-host-device {} (CNI {})",
+        env!("CARGO_PKG_VERSION"),
+        cni::version::supported_list()
+    );
+    match args.first().map(String::as_str) {
+        Some("--version" | "-V" | "version") => {
+            println!("{version}");
+            0
+        }
+        Some("--help" | "-h" | "help") => {
+            print!(
+                "{version}: a CNI plugin that moves a host NIC and its RDMA device into a pod.\n\n{HELP}"
+            );
+            for c in error::TABLE {
+                println!("  {:>3}  {}", c.code as u32, c.meaning.replace('`', ""));
+            }
+            0
+        }
+        Some("memlock-hook") => {
+            let limit = match cdi::hook_options(&args[1..]) {
+                Ok(l) => l,
+                Err(e) => return usage(&e.msg),
+            };
+            match cdi::run_hook(&limit) {
+                Ok(()) => 0,
+                Err(e) => {
+                    let why = match e.details.as_str() {
+                        "" => e.msg,
+                        d => format!("{}: {d}", e.msg),
+                    };
+                    eprintln!("rdma-host-device memlock-hook: {why}");
+                    1
+                }
+            }
+        }
+        Some(tool) if AGENT_COMMANDS.contains(&tool) => usage(&format!(
+            "{tool} is a node tool: run rdma-host-device-agent {tool} (the same image has it)"
+        )),
+        Some(other) => usage(&format!("unknown command {other:?}")),
+        None => usage("no CNI_COMMAND in the environment"),
+    }
+}
+
+fn usage(msg: &str) -> i32 {
+    eprintln!(
+        "rdma-host-device: {msg}\n\nrdma-host-device is a CNI plugin: a runtime runs it with CNI_COMMAND set. \
+         By hand: rdma-host-device --help; node tools: rdma-host-device-agent --help."
+    );
+    2
 }

@@ -305,7 +305,7 @@ impl Store {
                 crate::error::Error::new(
                     crate::error::Code::Io,
                     format!(
-                        "state file {} is unreadable ({e}); check where its NIC is (`rdma-host-device inspect`), then remove the file",
+                        "state file {} is unreadable ({e}); check where its NIC is (`rdma-host-device-agent inspect`), then remove the file",
                         p.display()
                     ),
                 )

@@ -1,4 +1,4 @@
-//! `rdma-host-device validate`: network configurations (a .conf, a .conflist, a
+//! `rdma-host-device-agent validate`: network configurations (a .conf, a .conflist, a
 //! NetworkAttachmentDefinition as JSON) run through the checks ADD applies, as a person runs it
 //! before deploying them.
 
@@ -135,20 +135,11 @@ pub fn check_config(raw: &[u8]) -> Result<String> {
 }
 
 /// `validate FILE|- ...`: the files to check (`-`: stdin).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct Options {
+    /// A .conf, a .conflist or a NetworkAttachmentDefinition as JSON; - for stdin
+    #[arg(value_name = "FILE|-", required = true)]
     pub files: Vec<String>,
-}
-
-pub fn options(args: &[String]) -> Result<Options> {
-    if args.is_empty() {
-        return Err(invalid_config(
-            "validate needs at least one FILE (or - for stdin)",
-        ));
-    }
-    Ok(Options {
-        files: args.to_vec(),
-    })
 }
 
 /// Whether every config found was accepted.
@@ -203,7 +194,7 @@ fn judge_file(f: &str) -> Vec<(Verdict, String)> {
         Ok(d) => d,
         Err(e) => {
             return rejected(format!(
-                "{f}: not JSON ({e}); YAML manifests: kubectl get net-attach-def NAME -o json | rdma-host-device validate -"
+                "{f}: not JSON ({e}); YAML manifests: kubectl get net-attach-def NAME -o json | rdma-host-device-agent validate -"
             ));
         }
     };

@@ -1,4 +1,4 @@
-//! The CDI spec (`rdma-host-device cdi`) consumed by a real runtime: Debian's podman runs a
+//! The CDI spec (`rdma-host-device-agent cdi`) consumed by a real runtime: Debian's podman runs a
 //! container given only the CDI device name `rdma-host-device.io/rdma=uverbsN` (named after the
 //! char device, which no pod can rename); inside it the RDMA
 //! device's uverbs char device and rdma_cm are present, and the memlock hook has raised
@@ -71,7 +71,7 @@ impl World {
 
     fn cdi(&self, memlock: &str) -> Output {
         let d = self.dir();
-        let out = Command::new(PLUGIN)
+        let out = Command::new(AGENT)
             .args(["cdi", "--out"])
             .arg(&self.spec)
             .args(["--memlock", memlock, "--hook", PLUGIN, "--sysfs"])

@@ -1,5 +1,5 @@
 //! Every example in conf/ parses, and every CNI config in it is accepted by the plugin's own
-//! validation (`rdma-host-device validate`, which runs the same NetConf::parse as ADD). Also:
+//! validation (`rdma-host-device-agent validate`, which runs the same NetConf::parse as ADD). Also:
 //! the DaemonSet's ConfigMap carries deploy/install.sh verbatim, the install script installs
 //! into a directory on this machine (no Rust needed to run it), and the NCCL pod names a
 //! network that conf/ defines. No root needed except for the install script's chroot check.
@@ -7,7 +7,7 @@
 mod common;
 mod conf_yaml;
 
-use common::{PLUGIN, files_under, output_text};
+use common::{AGENT, PLUGIN, files_under, output_text};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -137,7 +137,7 @@ fn cni_documents() -> Vec<(String, Value)> {
 
 fn validate(doc: &Value) -> (bool, String) {
     let out = common::output_with_stdin(
-        Command::new(PLUGIN)
+        Command::new(AGENT)
             .args(["validate", "-"])
             .env_remove("CNI_COMMAND"),
         doc.to_string().as_bytes(),
@@ -294,7 +294,7 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
     assert_eq!(
         c["command"],
         serde_json::json!([
-            "/usr/local/bin/rdma-host-device",
+            "/usr/local/bin/rdma-host-device-agent",
             "device-plugin",
             "--cdi-spec",
             "/var/run/cdi/rdma-host-device.json"
@@ -496,11 +496,11 @@ fn install(src: &Path, bin_dir: &Path, host_root: &str) -> std::process::Output 
         .unwrap()
 }
 
-/// The binary a release would ship: dist/rdma-host-device when scripts/release.sh made one,
-/// else the one cargo built for this test.
+/// The binary a release would ship: dist/rdma-host-device when scripts/release.sh made one (with
+/// the agent beside it, which install.sh runs), else the one cargo built for this test.
 fn release_binary() -> PathBuf {
     let dist = Path::new(ROOT).join("dist/rdma-host-device");
-    if dist.is_file() {
+    if dist.is_file() && dist.with_file_name("rdma-host-device-agent").is_file() {
         dist
     } else {
         PathBuf::from(PLUGIN)
@@ -698,7 +698,7 @@ fn the_node_tools_refuse_what_is_not_a_regular_file_at_once_and_judge_size_as_ad
         (vec!["node-config", "/dev/zero"], "a device"),
     ] {
         let t = Instant::now();
-        let out = Command::new(PLUGIN)
+        let out = Command::new(AGENT)
             .args(&args)
             .env_remove("CNI_COMMAND")
             .stdin(Stdio::null())
@@ -721,7 +721,7 @@ fn the_node_tools_refuse_what_is_not_a_regular_file_at_once_and_judge_size_as_ad
     let padded = conf.replacen('{', &format!("{{{}", " ".repeat(1 << 20)), 1);
     let p = dir.join("padded.conf");
     fs::write(&p, &padded).unwrap();
-    let out = Command::new(PLUGIN)
+    let out = Command::new(AGENT)
         .args(["validate", p.to_str().unwrap()])
         .env_remove("CNI_COMMAND")
         .stdin(Stdio::null())

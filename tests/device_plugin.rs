@@ -1,4 +1,4 @@
-//! `rdma-host-device device-plugin` driven the way the kubelet drives it, over the real gRPC
+//! `rdma-host-device-agent device-plugin` driven the way the kubelet drives it, over the real gRPC
 //! wire: tests/device_plugin/kubelet.py (grpcio, stubs generated at test time from our own
 //! tests/device_plugin/deviceplugin.proto) serves `Registration` on kubelet.sock, receives the
 //! plugin's `Register`, calls `GetDevicePluginOptions`, `ListAndWatch`,
@@ -78,7 +78,7 @@ struct DevicePlugin {
 impl DevicePlugin {
     fn start(rig: &Rig, sockets: &Path, devinfo: &Path) -> DevicePlugin {
         let log = rig.dir.path().join(format!("device-plugin-{}.log", rig.n));
-        let child = Command::new(PLUGIN)
+        let child = Command::new(AGENT)
             .args(["device-plugin", "--socket-dir"])
             .arg(sockets)
             .arg("--device-info-dir")
@@ -429,7 +429,7 @@ fn two_pools_are_two_resources_on_two_sockets_each_with_its_own_nics_and_variabl
 fn without_a_device_plugin_section_it_refuses_to_start_and_says_why() {
     let rig = Rig::new();
     let sockets = TempDir::new("dp-sock");
-    let o = Command::new(PLUGIN)
+    let o = Command::new(AGENT)
         .args(["device-plugin", "--socket-dir"])
         .arg(sockets.path())
         .env(NODE_CONFIG_ENV, rig.node_config())

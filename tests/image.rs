@@ -1,7 +1,8 @@
 //! The DaemonSet's image, built offline and run the way conf/k8s/daemonset.yaml runs it.
 //!
-//! deploy/build-image.sh builds it with Debian's podman from the release binary (`cargo build
-//! --release`, run here), busybox-static and the binary's own libraries, `FROM scratch`. Each
+//! deploy/build-image.sh builds it with Debian's podman from the release binaries (`cargo build
+//! --release`, run here: the CNI plugin and the node agent beside it), busybox-static and the
+//! binaries' own libraries, `FROM scratch`. Each
 //! container of the DaemonSet is then run by podman with what the YAML says: its command, env,
 //! host network, privilege, and its volumes (hostPath volumes become directories of a stand-in
 //! node root, the ConfigMap a directory holding its data), so the YAML itself is under test.
@@ -173,8 +174,9 @@ fn podman_args(ds: &Value, name: &str, node: &Node, image: &str, detach: bool) -
     a
 }
 
-/// `cargo build --release` (a no-op when up to date): the binary users ship. The release
-/// profile has its own build lock, so this does not wait on the test build.
+/// `cargo build --release` (a no-op when up to date): the binaries users ship; the plugin's path
+/// (deploy/build-image.sh takes the agent from beside it). The release profile has its own build
+/// lock, so this does not wait on the test build.
 fn release_binary() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
@@ -287,6 +289,8 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
         .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    // Only the plugin goes to the node: the agent runs from the image.
+    assert_eq!(files_under(&node.host("/opt/cni/bin")), vec![dest.clone()]);
     // The node configuration is the ConfigMap's, where the plugin reads it.
     assert_eq!(
         fs::read_to_string(node.host("/etc/rdma-host-device/node.json")).unwrap(),

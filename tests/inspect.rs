@@ -1,4 +1,4 @@
-//! `rdma-host-device inspect`, as an operator runs it: a NIC attached to a pod shows where it
+//! `rdma-host-device-agent inspect`, as an operator runs it: a NIC attached to a pod shows where it
 //! is, its MTU and admin state as the pod sees them, and the attachment; once DEL ran it is
 //! back on the host. Its counters: totals, and with `--watch` the pod's traffic per second
 //! while a sender in the pod runs.

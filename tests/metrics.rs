@@ -1,4 +1,4 @@
-//! `rdma-host-device metrics`: the exporter serving real scrapes of attachments the plugin
+//! `rdma-host-device-agent metrics`: the exporter serving real scrapes of attachments the plugin
 //! made (veth NICs, no RDMA on this kernel): netdev counters that match the traffic sent,
 //! labels from CNI_ARGS, a pod's netns deleted without DEL (still 200, errors counted), and
 //! fds and memory flat over 1,000 scrapes.
@@ -22,7 +22,7 @@ impl Exporter {
     /// Start it on a free loopback port; `args` go after `metrics`, `node` names its node
     /// configuration (where the state dir comes from without `--state-dir`).
     fn start(rig: &Rig, args: &[&str]) -> Exporter {
-        let mut child = Command::new(plugin())
+        let mut child = Command::new(AGENT)
             .arg("metrics")
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
@@ -749,7 +749,7 @@ fn with_a_token_file_only_a_scraper_sending_the_token_reads_the_pods() {
     drop(exp);
 
     // One that cannot be read at start is an error naming it, before anything listens.
-    let out = Command::new(plugin())
+    let out = Command::new(AGENT)
         .args(["metrics", "--listen", "127.0.0.1:0", "--token-file"])
         .arg(&token)
         .env(NODE_CONFIG_ENV, rig.node_config())
@@ -763,7 +763,7 @@ fn with_a_token_file_only_a_scraper_sending_the_token_reads_the_pods() {
     run("mkfifo", &[token.to_str().unwrap()]);
     let out = Command::new("timeout")
         .arg("5")
-        .arg(plugin())
+        .arg(AGENT)
         .args(["metrics", "--listen", "127.0.0.1:0", "--token-file"])
         .arg(&token)
         .env(NODE_CONFIG_ENV, rig.node_config())

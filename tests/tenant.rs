@@ -783,10 +783,7 @@ fn the_node_decides_which_ipam_plugins_a_nad_may_run() {
     // A node that lists its own plugin allows that one, and only what it lists.
     let (site, saw) = recording_ipam(&rig, "site-ipam");
     rig.set_node(json!({"ipamPlugins": ["site-ipam", "host-local"]}));
-    let out = run(
-        plugin().to_str().unwrap(),
-        &["node-config", rig.node_config().to_str().unwrap()],
-    );
+    let out = run(AGENT, &["node-config", rig.node_config().to_str().unwrap()]);
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     assert_eq!(
         shown["ipamPlugins"],
@@ -967,7 +964,7 @@ fn ipam_paths_outside_the_nodes_ipam_paths_are_refused_before_any_change() {
     let mut conf = rig.host_local_conf("1.0.0", json!({"device": nic.name}));
     conf["ipam"]["dataDir"] = json!(target);
     let file = rig.write("outside.conf", &conf);
-    let out = std::process::Command::new(plugin())
+    let out = std::process::Command::new(AGENT)
         .args(["validate", file.to_str().unwrap()])
         .env(NODE_CONFIG_ENV, rig.node_config())
         .env_remove("CNI_COMMAND")
@@ -998,10 +995,7 @@ fn ipam_paths_the_node_lists_are_allowed() {
     let site = TempDir::new("ipam-site");
     let data = site.path().join("pools");
     rig.set_node(json!({"ipamPaths": [site.path()]}));
-    let out = run(
-        plugin().to_str().unwrap(),
-        &["node-config", rig.node_config().to_str().unwrap()],
-    );
+    let out = run(AGENT, &["node-config", rig.node_config().to_str().unwrap()]);
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     assert_eq!(
         shown["ipamPaths"],

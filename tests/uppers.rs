@@ -1,4 +1,4 @@
-//! The uppers watcher (`rdma-host-device uppers-watch`, src/uppers/): ADD asks it whether a
+//! The uppers watcher (`rdma-host-device-agent uppers-watch`, src/uppers/): ADD asks it whether a
 //! device of another namespace (a macvlan NAD's) rides the NIC, instead of scanning every
 //! namespace of the node. Its word must be as good as the scan it saves: a device made on the
 //! NIC after the watcher certified it is refused all the same, and a watcher that is gone,
@@ -34,7 +34,7 @@ struct Watcher {
 impl Watcher {
     fn start(rig: &Rig) -> Watcher {
         let socket = rig.dir.path().join("uppers.sock");
-        let child = Command::new(plugin())
+        let child = Command::new(AGENT)
             .args(["uppers-watch", "--socket"])
             .arg(&socket)
             .env_remove("CNI_COMMAND")

@@ -1,4 +1,4 @@
-//! `rdma-host-device device-plugin`: a kubelet device plugin (API `v1beta1`) that offers the
+//! `rdma-host-device-agent device-plugin`: a kubelet device plugin (API `v1beta1`) that offers the
 //! node's NICs as extended resources, one per pool of the node configuration's
 //! `devicePlugin`, so the scheduler counts NICs, the Topology Manager sees their NUMA nodes,
 //! and a pod gets its NIC's RDMA char devices and learns its names. Multus then hands the
@@ -27,6 +27,7 @@ pub mod pool;
 pub mod server;
 
 use crate::error::{Result, invalid_config, io_error};
+use crate::flags::absolute_path;
 use crate::link::Links;
 use crate::node::{DevicePluginConfig, Node};
 use crate::state::Store;
@@ -45,45 +46,31 @@ const DISCOVER_EVERY: u32 = 25;
 /// A discovery (link, address and route dumps) gives up after this long.
 const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[derive(Debug, PartialEq, Eq)]
-pub struct Options {
-    pub socket_dir: PathBuf,
-    pub device_info_dir: PathBuf,
-    pub state_dir: Option<PathBuf>,
-    /// Keep this CDI spec up to date (`cdi::refresh`) at every discovery.
-    pub cdi_spec: Option<PathBuf>,
-    /// The memlock hook's path in that spec, as the node's runtime sees it.
-    pub cdi_hook: PathBuf,
-}
-
 /// `device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]
 /// [--cdi-spec FILE [--cdi-hook PATH]]`.
-pub fn options(args: &[String]) -> Result<Options> {
-    let mut o = Options {
-        socket_dir: PathBuf::from(DEFAULT_SOCKET_DIR),
-        device_info_dir: PathBuf::from(allocate::DEFAULT_DEVICE_INFO_DIR),
-        state_dir: None,
-        cdi_spec: None,
-        cdi_hook: PathBuf::from(crate::cdi::DEFAULT_HOOK),
-    };
-    let mut f = crate::flags::Flags::new("device-plugin", args);
-    while let Some(flag) = f.next_flag() {
-        match flag.as_str() {
-            "--socket-dir" => o.socket_dir = f.absolute_path()?,
-            "--device-info-dir" => o.device_info_dir = f.absolute_path()?,
-            "--state-dir" => o.state_dir = Some(f.absolute_path()?),
-            "--cdi-spec" => o.cdi_spec = Some(f.absolute_path()?),
-            "--cdi-hook" => o.cdi_hook = f.absolute_path()?,
-            _ => return Err(f.unknown()),
-        }
-    }
-    Ok(o)
+#[derive(Debug, PartialEq, Eq, clap::Args)]
+pub struct Options {
+    /// The kubelet's device-plugins directory, where kubelet.sock is
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_SOCKET_DIR, value_parser = absolute_path)]
+    pub socket_dir: PathBuf,
+    /// Where the device-info files Multus reads are written
+    #[arg(long, value_name = "DIR", default_value = allocate::DEFAULT_DEVICE_INFO_DIR, value_parser = absolute_path)]
+    pub device_info_dir: PathBuf,
+    /// The attachments' state directory [default: the node configuration's stateDir]
+    #[arg(long, value_name = "DIR", value_parser = absolute_path)]
+    pub state_dir: Option<PathBuf>,
+    /// Keep this CDI spec up to date (`cdi::refresh`) at every discovery.
+    #[arg(long, value_name = "FILE", value_parser = absolute_path)]
+    pub cdi_spec: Option<PathBuf>,
+    /// The memlock hook's path in that spec, as the node's runtime sees it.
+    #[arg(long, value_name = "PATH", default_value = crate::cdi::DEFAULT_HOOK, value_parser = absolute_path)]
+    pub cdi_hook: PathBuf,
 }
 
 /// Run the device plugin until killed; returns only if it cannot start.
 pub fn run(opts: &Options) -> Result<()> {
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("rdma-host-device device-plugin: bug: {info}");
+        eprintln!("rdma-host-device-agent device-plugin: bug: {info}");
     }));
     crate::logging::init(log::LevelFilter::Info, None, " device-plugin".into());
     let node = Node::load()?;
@@ -308,18 +295,20 @@ impl Watcher {
 mod tests {
     use super::*;
 
-    fn args(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
+    fn options(a: &[&str]) -> std::result::Result<Options, clap::Error> {
+        use clap::{Args, FromArgMatches};
+        let cmd = Options::augment_args(clap::Command::new("device-plugin"));
+        Options::from_arg_matches(&cmd.try_get_matches_from(["device-plugin"].iter().chain(a))?)
     }
 
     #[test]
     fn device_plugin_flags() {
-        let o = options(&args(&["--socket-dir", "/k", "--device-info-dir=/d"])).unwrap();
+        let o = options(&["--socket-dir", "/k", "--device-info-dir=/d"]).unwrap();
         assert_eq!(o.socket_dir, PathBuf::from("/k"));
         assert_eq!(o.device_info_dir, PathBuf::from("/d"));
         assert_eq!(o.state_dir, None);
         assert_eq!(o.cdi_spec, None);
-        let o = options(&args(&["--cdi-spec", "/c/s.json", "--cdi-hook=/h"])).unwrap();
+        let o = options(&["--cdi-spec", "/c/s.json", "--cdi-hook=/h"]).unwrap();
         assert_eq!(o.cdi_spec, Some(PathBuf::from("/c/s.json")));
         assert_eq!(o.cdi_hook, PathBuf::from("/h"));
         let o = options(&[]).unwrap();
@@ -330,7 +319,7 @@ mod tests {
             &["-x"],
             &["--cdi-spec", "rel.json"],
         ] {
-            assert!(options(&args(bad)).is_err(), "{bad:?}");
+            assert!(options(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `rdma-host-device inspect`: what an operator runs first when a pod has no RDMA. One view of
+//! The agent's `inspect`: what an operator runs first when a pod has no RDMA. One view of
 //! the node: every NIC in the host netns with the RDMA device it pairs with (RDMA netlink port
 //! netdev, else sysfs, else node GUID: the same order as ADD), its driver, PCI address, link
 //! state and MTU; the RDMA netns mode with what it means for this plugin; a GID table summary
@@ -21,79 +21,60 @@ pub use render::render_table;
 pub use report::*;
 
 use crate::error::{Code, Error, Result};
-use crate::flags::Flags;
 use crate::node::DEFAULT_STATE_DIR;
 use gather::*;
 use std::path::PathBuf;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Color {
     Auto,
     Always,
     Never,
 }
 
-#[derive(Debug, Clone)]
+/// `inspect [--json] [--all] [--watch [SECS]] [--state-dir DIR] [--color auto|always|never]`.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
+    /// The report as JSON, for machines
+    #[arg(long)]
     pub json: bool,
+    /// Also list virtual links without RDMA
+    #[arg(long, short = 'a')]
     pub all: bool,
+    /// Colour the table: auto is only on a terminal, and not with NO_COLOR set
+    #[arg(long, alias = "colour", value_name = "WHEN", value_enum, default_value_t = Color::Auto)]
     pub color: Color,
+    /// Same as --color never
+    #[arg(long, hide = true)]
+    pub no_color: bool,
+    /// The attachments' state directory [default: the node configuration's stateDir,
+    /// /var/lib/cni/rdma-host-device]
+    #[arg(long, value_name = "DIR", value_parser = crate::flags::absolute_path,
+          default_value_os_t = default_state_dir(), hide_default_value = true)]
     pub state_dir: PathBuf,
-    /// `--watch`: sample the counters twice, this far apart, and show per-second rates.
+    /// Sample the counters twice, SECS apart (default 2), and show per-second rates
+    #[arg(long, short = 'w', value_name = "SECS", num_args = 0..=1, default_missing_value = "2",
+          value_parser = watch_interval)]
     pub watch: Option<std::time::Duration>,
 }
 
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            json: false,
-            all: false,
-            color: Color::Auto,
-            state_dir: crate::node::Node::load()
-                .map(|n| n.state_dir)
-                .unwrap_or_else(|_| PathBuf::from(DEFAULT_STATE_DIR)),
-            watch: None,
-        }
-    }
+/// The node configuration's `stateDir` (the default when that cannot be read).
+fn default_state_dir() -> PathBuf {
+    crate::node::Node::load()
+        .map(|n| n.state_dir)
+        .unwrap_or_else(|_| PathBuf::from(DEFAULT_STATE_DIR))
+}
+
+/// `--watch`'s SECS: 0.1 to 3600 seconds.
+fn watch_interval(s: &str) -> std::result::Result<std::time::Duration, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|s| (0.1..=3600.0).contains(s))
+        .map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| format!("{s:?}: want seconds, 0.1 to 3600"))
 }
 
 // ---------------------------------------------------------------- entry point
-
-/// `inspect [--json] [--all] [--watch [SECS]] [--state-dir DIR] [--color auto|always|never]`.
-pub fn options(args: &[String]) -> Result<Options> {
-    let mut opts = Options::default();
-    let mut f = Flags::new("inspect", args);
-    while let Some(flag) = f.next_flag() {
-        match flag.as_str() {
-            "--json" => opts.json = true,
-            "--watch" | "-w" => {
-                // SECS is optional: the next argument only if it is a number.
-                let secs = match f.optional_value(|n| n.parse::<f64>().is_ok()) {
-                    None => 2.0,
-                    Some(s) => s
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|s| (0.1..=3600.0).contains(s))
-                        .ok_or_else(|| f.invalid(format!("{s:?}: want seconds, 0.1 to 3600")))?,
-                };
-                opts.watch = Some(std::time::Duration::from_secs_f64(secs));
-            }
-            "--all" | "-a" => opts.all = true,
-            "--state-dir" => opts.state_dir = f.absolute_path()?,
-            "--color" | "--colour" => {
-                opts.color = match f.value()?.as_str() {
-                    "auto" => Color::Auto,
-                    "always" => Color::Always,
-                    "never" => Color::Never,
-                    v => return Err(f.invalid(format!("{v:?}: use auto, always or never"))),
-                }
-            }
-            "--no-color" => opts.color = Color::Never,
-            _ => return Err(f.unknown()),
-        }
-    }
-    Ok(opts)
-}
 
 /// Run `inspect`: the report on stdout, as a table or JSON.
 pub fn run(opts: &Options) -> Result<()> {
@@ -110,6 +91,7 @@ pub fn run(opts: &Options) -> Result<()> {
         println!("{s}");
     } else {
         let color = match opts.color {
+            _ if opts.no_color => false,
             Color::Always => true,
             Color::Never => false,
             Color::Auto => stdout_is_terminal(),
@@ -207,34 +189,35 @@ mod tests {
         }
     }
 
-    fn args(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
+    fn options(a: &[&str]) -> std::result::Result<Options, clap::Error> {
+        use clap::{Args, FromArgMatches};
+        let cmd = Options::augment_args(clap::Command::new("inspect"));
+        Options::from_arg_matches(&cmd.try_get_matches_from(["inspect"].iter().chain(a))?)
     }
 
     #[test]
     fn inspect_flags() {
-        let o = options(&args(&["--json", "--all", "--state-dir", "/x"])).unwrap();
+        let o = options(&["--json", "--all", "--state-dir", "/x"]).unwrap();
         assert!(o.json && o.all);
         assert_eq!(o.state_dir, PathBuf::from("/x"));
-        let o = options(&args(&["--state-dir=/y", "--color=never"])).unwrap();
+        let o = options(&["--state-dir=/y", "--color=never"]).unwrap();
         assert_eq!(o.state_dir, PathBuf::from("/y"));
         assert_eq!(o.color, Color::Never);
-        assert!(options(&args(&["--state-dir"])).is_err());
-        assert!(options(&args(&["--state-dir", "rel"])).is_err());
-        assert!(options(&args(&["--bogus"])).is_err());
-        let e = options(&args(&["--color", "purple"])).unwrap_err();
-        assert_eq!(
-            e.msg,
-            "inspect: --color \"purple\": use auto, always or never"
-        );
+        assert!(options(&["--state-dir"]).is_err());
+        assert!(options(&["--state-dir", "rel"]).is_err());
+        assert!(options(&["--bogus"]).is_err());
+        let e = options(&["--color", "purple"]).unwrap_err().to_string();
+        assert!(e.contains("[possible values: auto, always, never]"), "{e}");
+        assert!(options(&["--no-color"]).unwrap().no_color);
+        assert_eq!(options(&["--colour=always"]).unwrap().color, Color::Always);
         assert_eq!(options(&[]).unwrap().watch, None);
-        let secs = |a: &[&str]| options(&args(a)).map(|o| o.watch.unwrap().as_secs_f64());
+        let secs = |a: &[&str]| options(a).map(|o| o.watch.unwrap().as_secs_f64());
         assert_eq!(secs(&["--watch"]).unwrap(), 2.0);
         assert_eq!(secs(&["--watch", "--json"]).unwrap(), 2.0);
         assert_eq!(secs(&["--watch", "0.5", "--json"]).unwrap(), 0.5);
         assert_eq!(secs(&["--watch=5"]).unwrap(), 5.0);
-        assert!(options(&args(&["--watch=0"])).is_err());
-        assert!(options(&args(&["--watch=x"])).is_err());
+        assert!(options(&["--watch=0"]).is_err());
+        assert!(options(&["--watch=x"]).is_err());
     }
 
     #[test]

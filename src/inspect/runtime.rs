@@ -62,7 +62,7 @@ pub fn memlock_soft(limits: &str) -> Option<u64> {
 fn advice(runtime: &str, soft: u64) -> Option<String> {
     (soft < ENOUGH).then(|| {
         format!(
-            "containers of {runtime} inherit RLIMIT_MEMLOCK {}: RDMA memory registration beyond it fails for non-root processes (NCCL falls back to TCP). Raise it: `systemctl edit {runtime}` with [Service] LimitMEMLOCK=infinity, then restart {runtime}; or, with a runtime that reads CDI, `rdma-host-device cdi` (its hook sets the node's memlock per container)",
+            "containers of {runtime} inherit RLIMIT_MEMLOCK {}: RDMA memory registration beyond it fails for non-root processes (NCCL falls back to TCP). Raise it: `systemctl edit {runtime}` with [Service] LimitMEMLOCK=infinity, then restart {runtime}; or, with a runtime that reads CDI, `rdma-host-device-agent cdi` (its hook sets the node's memlock per container)",
             human(soft)
         )
     })

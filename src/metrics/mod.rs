@@ -1,4 +1,4 @@
-//! `rdma-host-device metrics --listen ADDR`: a long-running Prometheus exporter (the
+//! `rdma-host-device-agent metrics --listen ADDR`: a long-running Prometheus exporter (the
 //! DaemonSet's second container) for every attachment this node's plugin made.
 //!
 //! - `collect.rs`: one scrape: enter each pod's netns, read its interface and RDMA device;
@@ -67,36 +67,28 @@ impl Exporter {
     }
 }
 
-#[derive(Debug, PartialEq, Eq)]
+/// `metrics [--listen ADDR] [--state-dir DIR] [--once] [--token-file FILE]`; `:PORT` listens on
+/// every IPv4 address.
+#[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct Options {
+    /// Where to serve /metrics and /healthz: ADDR:PORT, [ADDR]:PORT, or :PORT for every IPv4
+    /// address
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN, value_parser = listen_arg)]
     pub listen: SocketAddr,
+    /// The attachments' state directory [default: the node configuration's stateDir]
+    #[arg(long, value_name = "DIR", value_parser = crate::flags::absolute_path)]
     pub state_dir: Option<PathBuf>,
     /// Print one scrape on stdout and exit (for a person, and tests without a port).
+    #[arg(long)]
     pub once: bool,
     /// Serve `/metrics` only to clients sending the bearer token in this file.
+    #[arg(long, value_name = "FILE", value_parser = crate::flags::absolute_path)]
     pub token_file: Option<PathBuf>,
 }
 
-/// `metrics [--listen ADDR] [--state-dir DIR] [--once] [--token-file FILE]`; `:PORT` listens on every
-/// IPv4 address.
-pub fn options(args: &[String]) -> Result<Options> {
-    let mut o = Options {
-        listen: listen_addr(DEFAULT_LISTEN)?,
-        state_dir: None,
-        once: false,
-        token_file: None,
-    };
-    let mut f = crate::flags::Flags::new("metrics", args);
-    while let Some(flag) = f.next_flag() {
-        match flag.as_str() {
-            "--listen" => o.listen = f.parsed(listen_addr)?,
-            "--state-dir" => o.state_dir = Some(f.absolute_path()?),
-            "--once" => o.once = true,
-            "--token-file" => o.token_file = Some(f.absolute_path()?),
-            _ => return Err(f.unknown()),
-        }
-    }
-    Ok(o)
+/// `--listen`'s value, its error as clap prints it.
+fn listen_arg(listen: &str) -> std::result::Result<SocketAddr, String> {
+    listen_addr(listen).map_err(|e| e.msg)
 }
 
 /// `ADDR:PORT`, `[ADDR]:PORT`, or `:PORT` for every IPv4 address.
@@ -117,7 +109,7 @@ fn listen_addr(listen: &str) -> Result<SocketAddr> {
 pub fn run(opts: &Options) -> Result<()> {
     // The CNI panic hook prints an error JSON on stdout; a long-running exporter only logs.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("rdma-host-device metrics: bug: {info}");
+        eprintln!("rdma-host-device-agent metrics: bug: {info}");
     }));
     crate::logging::init(log::LevelFilter::Info, None, " metrics".into());
     let state_dir = match &opts.state_dir {
@@ -145,24 +137,29 @@ pub fn run(opts: &Options) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn args(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
+    fn options(a: &[&str]) -> std::result::Result<Options, clap::Error> {
+        use clap::{Args, FromArgMatches};
+        let cmd = Options::augment_args(clap::Command::new("metrics"));
+        Options::from_arg_matches(&cmd.try_get_matches_from(["metrics"].iter().chain(a))?)
     }
 
     #[test]
     fn metrics_flags() {
-        let o = options(&args(&["--listen", ":9000", "--state-dir=/s"])).unwrap();
+        let o = options(&["--listen", ":9000", "--state-dir=/s"]).unwrap();
         assert_eq!(o.listen, "0.0.0.0:9000".parse().unwrap());
         assert_eq!(o.state_dir, Some(PathBuf::from("/s")));
-        let o = options(&args(&["--listen=[::1]:1"])).unwrap();
+        let o = options(&["--listen=[::1]:1"]).unwrap();
         assert_eq!(o.listen, "[::1]:1".parse().unwrap());
         assert_eq!(
             options(&[]).unwrap().listen,
             DEFAULT_LISTEN.parse().unwrap()
         );
-        assert_eq!(
-            options(&args(&["--listen", "nope"])).unwrap_err().msg,
-            "metrics: --listen: \"nope\": invalid socket address syntax (want ADDR:PORT, [ADDR]:PORT or :PORT)"
+        let e = options(&["--listen", "nope"]).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "\"nope\": invalid socket address syntax (want ADDR:PORT, [ADDR]:PORT or :PORT)"
+            ),
+            "{e}"
         );
         for bad in [
             &["--listen"][..],
@@ -170,7 +167,7 @@ mod tests {
             &["--state-dir", "rel"],
             &["-x"],
         ] {
-            assert!(options(&args(bad)).is_err(), "{bad:?}");
+            assert!(options(bad).is_err(), "{bad:?}");
         }
     }
 }

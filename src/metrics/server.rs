@@ -241,7 +241,7 @@ async fn handle(
         "/" => reply(
             StatusCode::OK,
             TEXT,
-            "rdma-host-device metrics exporter: /metrics, /healthz\n",
+            "rdma-host-device-agent metrics exporter: /metrics, /healthz\n",
         ),
         _ => reply(StatusCode::NOT_FOUND, TEXT, "not found: try /metrics\n"),
     })

@@ -1,12 +1,12 @@
-//! `devicePlugin` in the node configuration: the pools `rdma-host-device device-plugin` offers
-//! the kubelet, each an extended resource whose devices are the NICs its selectors match, and
-//! the char devices the node lets pods have. Validated where the device plugin and
+//! `devicePlugin` in the node configuration: the pools `rdma-host-device-agent device-plugin`
+//! offers the kubelet, each an extended resource whose devices are the NICs its selectors match,
+//! and the char devices the node lets pods have. Validated where the device plugin and
 //! `node-config` read it; the CNI verbs never parse it.
 
 use super::NicPolicy;
 use serde::Deserialize;
 
-/// `devicePlugin`: what `rdma-host-device device-plugin` offers the kubelet. Each pool is one
+/// `devicePlugin`: what `rdma-host-device-agent device-plugin` offers the kubelet. Each pool is one
 /// extended resource; each NIC its selectors match is one device of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -57,7 +57,7 @@ pub struct CharDevices {
     #[serde(default)]
     pub issm: bool,
     /// Also name each RDMA device's CDI device (`rdma-host-device.io/rdma=uverbsN`, from the
-    /// spec `rdma-host-device cdi` writes): a runtime that reads CDI then runs its memlock
+    /// spec `rdma-host-device-agent cdi` writes): a runtime that reads CDI then runs its memlock
     /// hook. Off by default: a runtime without the spec would fail the container.
     #[serde(default)]
     pub cdi: bool,

@@ -165,12 +165,12 @@ pub struct Node {
     /// (their verbs contexts are cut off). Off by default: such a NIC is refused (107).
     #[serde(default)]
     pub take_rdma_devices_in_use: bool,
-    /// What the device plugin offers the kubelet (`rdma-host-device device-plugin`), kept as
+    /// What the device plugin offers the kubelet (`rdma-host-device-agent device-plugin`), kept as
     /// its JSON text: the CNI verbs never parse it (nor stop on a mistake in it); the device
     /// plugin and `node-config` do, through [`Node::device_plugin`].
     #[serde(default, rename = "devicePlugin", deserialize_with = "raw_json")]
     pub device_plugin_json: Option<String>,
-    /// The uppers watcher's socket (`rdma-host-device uppers-watch`), which ADD and the device
+    /// The uppers watcher's socket (`rdma-host-device-agent uppers-watch`), which ADD and the device
     /// plugin ask whether a device of another namespace rides a NIC. Only the cost depends on
     /// it: without an answer from it they look through every namespace themselves.
     #[serde(default = "default_uppers_socket")]

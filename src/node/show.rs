@@ -1,28 +1,19 @@
-//! `rdma-host-device node-config [FILE]`: the node configuration the plugin would use (FILE, or
+//! The agent's `node-config [FILE]`: the node configuration the plugin would use (FILE, or
 //! the one the plugin finds), printed as JSON with the defaults filled in. The DaemonSet's
 //! installer checks a new one with it before putting it in place.
 
 use super::Node;
-use crate::error::{Result, invalid_config};
+use crate::error::Result;
 use std::path::PathBuf;
 
 /// The file to read; `None`: the one the plugin reads (`$RDMA_HOST_DEVICE_NODE_CONFIG` or the
 /// default path).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct Options {
+    /// The node configuration to read [default: $RDMA_HOST_DEVICE_NODE_CONFIG, or
+    /// /etc/rdma-host-device/node.json]
+    #[arg(value_name = "FILE")]
     pub file: Option<PathBuf>,
-}
-
-pub fn options(args: &[String]) -> Result<Options> {
-    match args {
-        [] => Ok(Options { file: None }),
-        [file] => Ok(Options {
-            file: Some(PathBuf::from(file)),
-        }),
-        [_, extra, ..] => Err(invalid_config(format!(
-            "node-config takes at most one FILE, not also {extra:?}"
-        ))),
-    }
 }
 
 /// Print it, or fail with what is invalid in which file (its `devicePlugin` included).

@@ -4,7 +4,7 @@
 //! NIC's uppers across namespaces, so the one sure answer is a scan of every namespace
 //! (`scan.rs`), whose cost grows with the pods on the node.
 //!
-//! The watcher (`watch.rs`, `rdma-host-device uppers-watch`) keeps that answer valid between
+//! The watcher (`watch.rs`, `rdma-host-device-agent uppers-watch`) keeps that answer valid between
 //! scans: the kernel tells the NIC's own namespace of every upper linked to or unlinked from
 //! it (NETDEV_CHANGEUPPER becomes an RTM_NEWLINK for the NIC, whichever namespace the upper is
 //! in), so a scan that found nothing holds until such a message arrives. `riding` asks it
@@ -16,7 +16,7 @@ mod scan;
 mod watch;
 
 pub use scan::elsewhere;
-pub use watch::{Options, options, run, serve};
+pub use watch::{Options, run, serve};
 
 use crate::error::Result;
 use crate::link::LinkInfo;

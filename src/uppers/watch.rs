@@ -1,4 +1,4 @@
-//! The uppers watcher (`rdma-host-device uppers-watch --socket PATH`): keeps, per host link
+//! The uppers watcher (`rdma-host-device-agent uppers-watch --socket PATH`): keeps, per host link
 //! asked about, a certificate that nothing of another namespace rides it, and answers queries
 //! on a root-only unix socket.
 //!
@@ -46,27 +46,14 @@ const REMEMBERED: usize = 4096;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `uppers-watch`'s options.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct Options {
+    /// The unix socket ADD asks (the node configuration's uppersSocket)
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_SOCKET, value_parser = crate::flags::absolute_path)]
     pub socket: PathBuf,
-    /// Log every answer and scan (`--debug`).
+    /// Log every answer and scan
+    #[arg(long)]
     pub debug: bool,
-}
-
-pub fn options(args: &[String]) -> Result<Options> {
-    let mut o = Options {
-        socket: PathBuf::from(DEFAULT_SOCKET),
-        debug: false,
-    };
-    let mut f = crate::flags::Flags::new("uppers-watch", args);
-    while let Some(flag) = f.next_flag() {
-        match flag.as_str() {
-            "--socket" => o.socket = f.absolute_path()?,
-            "--debug" => o.debug = true,
-            _ => return Err(f.unknown()),
-        }
-    }
-    Ok(o)
 }
 
 pub fn run(o: &Options) -> Result<()> {

@@ -42,6 +42,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The plugin under test.
 pub const PLUGIN: &str = env!("CARGO_BIN_EXE_rdma-host-device");
+/// The node agent beside it (inspect, metrics, device-plugin, cdi, node-config, validate).
+pub const AGENT: &str = env!("CARGO_BIN_EXE_rdma-host-device-agent");
 
 /// The binary the tests run: [`PLUGIN`], or `$RHD_TEST_PLUGIN` to aim the same suite at
 /// another plugin (e.g. `/usr/lib/cni/host-device`, to see the suite catch its faults).

@@ -457,16 +457,16 @@ impl Rig {
 // ---------------------------------------------------------------- the inspect subcommand
 
 impl Rig {
-    /// `rdma-host-device inspect ARGS --state-dir RIG'S`, on the host or inside `node` (a netns
-    /// standing for another node): its stdout. Panics if inspect fails.
+    /// `rdma-host-device-agent inspect ARGS --state-dir RIG'S`, on the host or inside `node` (a
+    /// netns standing for another node): its stdout. Panics if inspect fails.
     pub fn inspect(&self, node: Option<&Netns>, args: &[&str]) -> String {
         let mut c = match node {
             Some(n) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", &n.name]).arg(plugin());
+                c.args(["netns", "exec", &n.name]).arg(AGENT);
                 c
             }
-            None => Command::new(plugin()),
+            None => Command::new(AGENT),
         };
         let out = c
             .arg("inspect")

@@ -23,7 +23,7 @@
 #                 (mknod) cannot be opened: the device cgroup refuses it. The device plugin
 #                 keeps a CDI spec (--cdi-spec) naming rxe0's uverbs0, before and while it is in the pod
 #   cdi           the same device through CDI, with a runtime that reads it (Debian's podman;
-#                 containerd 1.6 reads none): `rdma-host-device cdi` writes the spec from the
+#                 containerd 1.6 reads none): `rdma-host-device-agent cdi` writes the spec from the
 #                 guest's sysfs and /dev (rxe0's uverbs0, rdma_cm) with node.json's memlock
 #                 (1 GiB); a container given only rdma-host-device.io/rdma=uverbs0, as uid 1000,
 #                 has uverbs0 and rdma_cm, `ulimit -l` 1048576 (the hook ran) and ibv_devinfo
@@ -40,6 +40,7 @@ if [[ ${RDMA_VM:-} != 1 ]]; then
   exit 2
 fi
 BIN=${RHD_BIN:-$REPO/target/debug/rdma-host-device}
+AGENT=${RHD_AGENT:-$(dirname "$BIN")/rdma-host-device-agent}  # the node agent beside it
 NIC=${RDMA_VM_NIC:-eth0} PCI=${RDMA_VM_NIC_PCI:-0000:00:05.0}
 PASS=0 FAIL=0
 ok()  { echo "  ok   $*"; PASS=$((PASS + 1)); }
@@ -165,7 +166,7 @@ kub() {
   printf '%s\n' "$l"
 }
 mkdir -p "$D/cdi"
-RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json "$BIN" device-plugin --socket-dir "$D/dp" \
+RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json "$AGENT" device-plugin --socket-dir "$D/dp" \
   --device-info-dir "$D/devinfo-dp" --cdi-spec "$D/cdi/rdma-host-device.json" --cdi-hook "$BIN" \
   >"$D/device-plugin.log" 2>&1 &
 DP_PID=$!
@@ -239,8 +240,8 @@ mkdir -p "$ROOTFS" "$D/oci"
 tar -xf "$REPO/target/vm/rdma-tools.tar" -C "$D/oci"
 for b in "$D"/oci/blobs/sha256/*; do tar -tzf "$b" >/dev/null 2>&1 && tar -xzf "$b" -C "$ROOTFS"; done
 mkdir -p /var/run/cdi
-check "rdma-host-device cdi writes the spec with rxe0" bash -c \
-  "RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json $BIN cdi --hook $BIN 2>&1 | grep -q '1 RDMA device'"
+check "rdma-host-device-agent cdi writes the spec with rxe0" bash -c \
+  "RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json $AGENT cdi --hook $BIN 2>&1 | grep -q '1 RDMA device'"
 # pod: podman run as uid 1000 in the host's netns (exclusive mode: rxe0 is there), CDI names.
 pod() {
   podman --root="$D/podman/storage" --runroot="$D/podman/run" --tmpdir="$D/podman/tmp" \

@@ -5,7 +5,7 @@
 # Pods attached through the libcni driver with CNI_ARGS as kubelet passes them:
 #   pod-r (team-r)  softDevice rxe on a veth
 #   pod-a, pod-b    (team-s) the two ends of a veth pair, softDevice siw each (RDMA traffic)
-# Then `rdma-host-device metrics` on :9879, Debian's prometheus-node-exporter (infiniband and
+# Then `rdma-host-device-agent metrics` on :9879, Debian's prometheus-node-exporter (infiniband and
 # netdev collectors) on :9100, and Debian's Prometheus scraping both every 2 s. Every
 # assertion is PromQL through Prometheus' HTTP API:
 #   - each pod's series carry its namespace/pod labels;
@@ -31,6 +31,7 @@ if [[ ${RDMA_VM:-} != 1 ]]; then
   exit 2
 fi
 BIN=${RHD_BIN:-$REPO/target/debug/rdma-host-device}
+AGENT=${RHD_AGENT:-$(dirname "$BIN")/rdma-host-device-agent}  # the node agent beside it
 DRIVER=${RHD_DRIVER:-$REPO/target/vm/libcni-driver}
 OUTDIR=$REPO/target/vm
 mkdir -p "$OUTDIR"
@@ -131,7 +132,7 @@ RXE=$(ip netns exec pr rdma -j link show | python3 -c 'import json,sys; print([l
 note "rxe device of pod-r: $RXE; rdma link on the host: $(rdma link show | tr '\n' ';')"
 
 case_ exporters
-"$BIN" metrics --listen 127.0.0.1:9879 2>"$WORK/exporter.log" &
+"$AGENT" metrics --listen 127.0.0.1:9879 2>"$WORK/exporter.log" &
 EXPORTER=$!
 prometheus-node-exporter --web.listen-address=127.0.0.1:9100 --collector.disable-defaults \
   --collector.infiniband --collector.netdev --log.level=debug >"$WORK/node-exporter.log" 2>&1 &
@@ -205,8 +206,8 @@ DURING_B=$(value "$QP_B")
 wait_for "pod-a's netdev tx bytes rise by over 2 MB with rping" 120 "$TX_A > ${TXA0:-0} + 2e6"
 if kill -0 "$CLIENT" 2>/dev/null; then ok "rping pod-a -> pod-b over siw still running"; else bad "rping ended early: $(tail -3 "$WORK/rping-client")"; fi
 # inspect, for a person at a terminal, while rping runs: the table, then the same as JSON.
-"$BIN" inspect --watch 2 --color never >"$OUTDIR/inspect-watch.txt" 2>"$WORK/inspect.err"
-"$BIN" inspect --json --watch 2 >"$WORK/inspect.json" 2>>"$WORK/inspect.err"
+"$AGENT" inspect --watch 2 --color never >"$OUTDIR/inspect-watch.txt" 2>"$WORK/inspect.err"
+"$AGENT" inspect --json --watch 2 >"$WORK/inspect.json" 2>>"$WORK/inspect.err"
 read -r TXRATE QPS_A HW_R < <(python3 - "$WORK/inspect.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
