@@ -26,6 +26,12 @@ use std::path::PathBuf;
 /// Remembered IPAM plugin versions: on tmpfs, so a reboot (or an upgrade) forgets them.
 const VERSION_MEMO_DIR: &str = "/run/rdma-host-device/ipam-versions";
 
+/// When this process's IPAM budget ends: one `ipamTimeoutSeconds` for every exec of an IPAM
+/// plugin in one CNI call (a VERSION query, a retry with an older version, ADD's rollback
+/// DEL, GC's releases), so no tenant's plugin keeps the call, and the attachment's lock,
+/// longer than the node allows. Set by the first [`Ipam`] of the process.
+static CALL_DEADLINE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
 /// One IPAM plugin, found on CNI_PATH, and the attachment it acts for.
 pub struct Ipam<'a> {
     plugin: String,
@@ -35,8 +41,7 @@ pub struct Ipam<'a> {
     node: &'a Node,
     /// The attachment: normally the runtime's, but GC acts for attachments it found on disk.
     container_id: String,
-    /// When this call's IPAM budget ends: every exec of the plugin for it (a VERSION query,
-    /// a retry with an older version) shares one `ipamTimeoutSeconds`.
+    /// When this CNI call's IPAM budget ends ([`CALL_DEADLINE`]).
     deadline: std::time::Instant,
     ifname: String,
     netns: String,
@@ -72,8 +77,10 @@ impl<'a> Ipam<'a> {
             container_id: env.container_id.clone(),
             ifname: env.ifname.clone(),
             netns: env.netns.clone(),
-            deadline: std::time::Instant::now()
-                + std::time::Duration::from_secs(node.ipam_timeout_seconds),
+            deadline: *CALL_DEADLINE.get_or_init(|| {
+                std::time::Instant::now()
+                    + std::time::Duration::from_secs(node.ipam_timeout_seconds)
+            }),
         })
     }
 
