@@ -476,6 +476,16 @@ impl Node {
                 )));
             }
         }
+        // The plugin's own directories, resolved once (every CNI call loads this file).
+        let own: Vec<(&str, PathBuf, bool)> = [
+            ("stateDir", &node.state_dir, true),
+            ("logDir", &node.log_dir, false),
+            ("deviceInfoDir", &node.device_info_dir, true),
+            ("runtime directory", &PathBuf::from(RUN_DIR), true),
+        ]
+        .into_iter()
+        .map(|(what, dir, inside_too)| (what, real_path(dir), inside_too))
+        .collect();
         for (key, paths) in [
             ("ipamPaths", &node.ipam_paths),
             ("ipamReadPaths", &node.ipam_read_paths),
@@ -509,16 +519,10 @@ impl Node {
                         }
                     )));
                 }
-                for (own, dir, inside_too) in [
-                    ("stateDir", &node.state_dir, true),
-                    ("logDir", &node.log_dir, false),
-                    ("deviceInfoDir", &node.device_info_dir, true),
-                    ("runtime directory", &PathBuf::from(RUN_DIR), true),
-                ] {
-                    let dir = real_path(dir);
-                    if dir.starts_with(&real) || (inside_too && real.starts_with(&dir)) {
+                for (what, dir, inside_too) in &own {
+                    if dir.starts_with(&real) || (*inside_too && real.starts_with(dir)) {
                         return Err(bad(format!(
-                            "{key} entry {} holds or is inside the plugin's {own} {}: IPAM plugins would reach the plugin's own files; list a directory beside it",
+                            "{key} entry {} holds or is inside the plugin's {what} {}: IPAM plugins would reach the plugin's own files; list a directory beside it",
                             p.display(),
                             dir.display()
                         )));
