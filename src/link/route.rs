@@ -108,7 +108,7 @@ impl Links {
     pub async fn routes(&self, index: u32) -> Result<Vec<KernelRoute>> {
         let what = format!("the link with index {index}");
         Ok(self
-            .all_routes(&what)
+            .all_routes(None, &what)
             .await?
             .iter()
             .filter_map(|m| KernelRoute::from_message(m, m.header.address_family))
@@ -117,14 +117,24 @@ impl Links {
     }
 
     /// Every IPv4 and IPv6 route of this namespace, in every table, as the kernel dumps them;
-    /// `what` names the link they are read for, in the error.
-    pub(super) async fn all_routes(&self, what: &str) -> Result<Vec<RouteMessage>> {
+    /// with `oif`, asked for the routes that may leave through that link (RTA_OIF: a socket in
+    /// strict-check mode has the kernel filter them, multipath hops and nexthop objects
+    /// included; another socket ignores it and gets them all). `what` names the link they are
+    /// read for, in the error.
+    pub(super) async fn all_routes(
+        &self,
+        oif: Option<u32>,
+        what: &str,
+    ) -> Result<Vec<RouteMessage>> {
         let mut out = Vec::new();
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
             let mut q = RouteMessage::default();
             q.header.address_family = family;
             // Table unspecified: the kernel dumps every table.
             q.header.table = 0;
+            if let Some(index) = oif {
+                q.attributes.push(RouteAttribute::Oif(index));
+            }
             let msgs: Vec<RouteMessage> = self
                 .handle
                 .route()

@@ -11,10 +11,9 @@
 //! without statistics.
 
 use crate::error::{Code, Error, Result};
-use futures::TryStreamExt;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-use netlink_packet_route::route::{RouteAttribute, RouteMessage, RouteProtocol};
+use netlink_packet_route::route::{RouteAttribute, RouteProtocol};
 
 use super::{LinkInfo, Links, nl_error};
 use futures::StreamExt;
@@ -76,7 +75,7 @@ impl Links {
                 format!("listing nexthop objects of {}: {e}", link.name),
             )
         })?;
-        let routes = filtered.routes_through(link.index, &link.name).await?;
+        let routes = filtered.all_routes(Some(link.index), &link.name).await?;
         // Any route through it but those the kernel keeps for the link itself (its
         // IPv6 link-local and multicast routes, an address's own): a default route, a split
         // default (two /1, as VPNs add), a static or learned route to any prefix.
@@ -292,28 +291,6 @@ impl Links {
                 }
                 _ => {}
             }
-        }
-        Ok(out)
-    }
-
-    /// IPv4 and IPv6 routes of every table that may leave through link `index` (RTA_OIF: the
-    /// kernel matches multipath hops and nexthop objects too), `name` for the error.
-    async fn routes_through(&self, index: u32, name: &str) -> Result<Vec<RouteMessage>> {
-        let mut out = Vec::new();
-        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
-            let mut q = RouteMessage::default();
-            q.header.address_family = family;
-            q.header.table = 0; // every table
-            q.attributes.push(RouteAttribute::Oif(index));
-            let msgs: Vec<RouteMessage> = self
-                .handle
-                .route()
-                .get(q)
-                .execute()
-                .try_collect()
-                .await
-                .map_err(|e| nl_error(format!("listing routes of {name}"), e))?;
-            out.extend(msgs);
         }
         Ok(out)
     }
