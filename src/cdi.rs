@@ -320,6 +320,16 @@ mod tests {
         }
     }
 
+    /// A uverbs char device `n` of RDMA device `ibdev`, as sysfs and /dev show it, under the
+    /// test's own `sys` and `dev` trees.
+    fn fake_uverbs(sys: &Path, dev: &Path, n: &str, ibdev: &str) {
+        let d = sys.join("class/infiniband_verbs").join(n);
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join("ibdev"), format!("{ibdev}\n")).unwrap();
+        fs::create_dir_all(dev.join("infiniband")).unwrap();
+        fs::write(dev.join("infiniband").join(n), "").unwrap();
+    }
+
     #[test]
     fn refresh_writes_only_what_changed_and_follows_new_devices() {
         let root = std::env::temp_dir().join(format!("rhd-cdi-refresh-{}", std::process::id()));
@@ -329,13 +339,7 @@ mod tests {
             root.join("dev"),
             root.join("cdi/spec.json"),
         );
-        let add = |n: &str, ibdev: &str| {
-            let d = sys.join("class/infiniband_verbs").join(n);
-            fs::create_dir_all(&d).unwrap();
-            fs::write(d.join("ibdev"), format!("{ibdev}\n")).unwrap();
-            fs::create_dir_all(dev.join("infiniband")).unwrap();
-            fs::write(dev.join("infiniband").join(n), "").unwrap();
-        };
+        let add = |n: &str, ibdev: &str| fake_uverbs(&sys, &dev, n, ibdev);
         let hook = Path::new(DEFAULT_HOOK);
         let names = || -> Vec<String> {
             let v: Value = serde_json::from_slice(&fs::read(&out).unwrap()).unwrap();
@@ -423,13 +427,7 @@ mod tests {
             root.join("dev"),
             root.join("cdi/spec.json"),
         );
-        let name = |n: &str, ibdev: &str| {
-            let d = sys.join("class/infiniband_verbs").join(n);
-            fs::create_dir_all(&d).unwrap();
-            fs::write(d.join("ibdev"), format!("{ibdev}\n")).unwrap();
-            fs::create_dir_all(dev.join("infiniband")).unwrap();
-            fs::write(dev.join("infiniband").join(n), "").unwrap();
-        };
+        let name = |n: &str, ibdev: &str| fake_uverbs(&sys, &dev, n, ibdev);
         let hook = Path::new(DEFAULT_HOOK);
         name("uverbs0", "mlx5_0");
         name("uverbs1", "mlx5_1");
