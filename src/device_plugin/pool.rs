@@ -187,8 +187,7 @@ pub async fn gather(
         if !wanted(&nic) {
             continue;
         }
-        nic.uplink = host.node_uses(&l).await?;
-        nic.uplink.extend(crate::uppers::riding(uppers_socket, &l)?);
+        nic.uplink = crate::uppers::uses(host, uppers_socket, &l).await?;
         if nic.id != l.name {
             nic.numa = sysfs::numa_node(sys, &nic.id);
             nic.pci_root = sysfs::pci_root(sys, &nic.id);
