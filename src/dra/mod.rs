@@ -3,6 +3,11 @@
 //! ask for a NIC by what it is (RDMA, transport, speed, rail, PCIe root shared with a GPU).
 //! The NIC's move into the pod stays the CNI's. Agent-only: the CNI binary never reaches this
 //! module (nor `kube`).
+//!
+//! `run` builds one current-thread Tokio runtime and one `Kube` client; `slices::run(kube,
+//! settings)` is a future that publishes until the process ends, so the kubelet side
+//! (registration, NodePrepareResources) runs beside it on the same runtime with a clone of the
+//! same client (`Kube::get_claim`, `Kube::update_claim_status`).
 
 pub mod slices;
 
