@@ -11,7 +11,7 @@
 //! answer on stdout, exit 1 with nothing on stderr.
 
 use crate::error::Error;
-use crate::{cdi, device_plugin, inspect, metrics, node, uppers, validate};
+use crate::{cdi, device_plugin, dra, inspect, metrics, node, uppers, validate};
 use clap::{CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
 use std::io::Write;
@@ -79,6 +79,16 @@ pub enum Command {
     /// files Multus reads. With --cdi-spec, it also keeps that CDI spec current (as `cdi` writes
     /// it), so an RDMA device loaded later gets its CDI name.
     DevicePlugin(device_plugin::Options),
+    /// A kubelet DRA driver (rdma-host-device.io) preparing claims for the node's NICs (runs until killed)
+    ///
+    /// Registers with the kubelet's plugin watcher (DIR/plugins_registry/rdma-host-device.io-reg.sock)
+    /// and serves the DRA plugin API v1 on DIR/plugins/rdma-host-device.io/dra.sock. Prepare reads
+    /// each claim, maps our allocated devices to the node's NICs, answers the CDI IDs of their
+    /// RDMA devices' uverbs char devices (the spec `cdi` writes, with rdma_cm and the memlock
+    /// hook), refuses a NIC another claim holds, and records the claim with the pods it is
+    /// reserved for in STATEDIR/dra/checkpoint.json, where a NAD's draRequest finds it on ADD.
+    /// Unprepare works from that checkpoint alone.
+    Dra(dra::Options),
     /// The node configuration with its defaults filled in, as JSON
     ///
     /// The node configuration (FILE, or what the plugin reads) with its defaults filled in, as
@@ -143,6 +153,7 @@ fn dispatch(args: Vec<OsString>, err: &mut dyn Write) -> i32 {
         Command::Inspect(o) => subcommand(err, "inspect", &o, inspect::run),
         Command::Metrics(o) => subcommand(err, "metrics", &o, metrics::run),
         Command::DevicePlugin(o) => subcommand(err, "device-plugin", &o, device_plugin::run),
+        Command::Dra(o) => subcommand(err, "dra", &o, dra::run),
         Command::NodeConfig(o) => subcommand(err, "node-config", &o, node::show::run),
         Command::Cdi(o) => subcommand(err, "cdi", &o, cdi::run),
         Command::Validate(o) => subcommand(err, "validate", &o, validate::run),

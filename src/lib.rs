@@ -9,6 +9,7 @@ pub mod cni;
 pub mod confine;
 pub mod device_info;
 pub mod device_plugin;
+pub mod dra;
 pub mod error;
 pub mod fault;
 pub mod files;

@@ -1,0 +1,111 @@
+//! `rdma-host-device-agent dra`: a kubelet DRA driver (`resource.k8s.io/v1`, DRA plugin API
+//! v1) named [`DRIVER_NAME`], handing out the node's NICs with their RDMA devices.
+//!
+//! - `api.rs`: the kubelet's registration and DRA v1 messages, hand-written prost structs.
+//! - `plugin.rs`: prepare and unprepare, the two gRPC services, their sockets.
+//! - `nics.rs`: which NIC a device name is (and its uverbs char device), under the node policy.
+//! - `checkpoint.rs`: the prepared claims, on disk; the CNI reads it for `draRequest`, so it
+//!   depends on nothing else here.
+//!
+//! Nothing here but `checkpoint` is reachable from the CNI binary (src/main.rs).
+
+pub mod api;
+pub mod checkpoint;
+pub mod nics;
+pub mod plugin;
+
+use crate::error::{Result, invalid_config, io_error};
+use crate::flags::absolute_path;
+use crate::node::Node;
+use futures::future::BoxFuture;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Our DRA driver's name: the `driver` of our ResourceSlices and allocation results.
+pub const DRIVER_NAME: &str = "rdma-host-device.io";
+/// The kubelet's root directory, under which `plugins_registry/` and `plugins/` are.
+pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
+
+/// `dra [--kubelet-dir DIR] [--state-dir DIR]`.
+#[derive(Debug, PartialEq, Eq, clap::Args)]
+pub struct Options {
+    /// The kubelet's root directory: the registration socket goes in DIR/plugins_registry, the
+    /// DRA socket is DIR/plugins/rdma-host-device.io/dra.sock
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_DIR, value_parser = absolute_path)]
+    pub kubelet_dir: PathBuf,
+    /// The attachments' state directory, where the checkpoint of prepared claims is kept
+    /// (DIR/dra/checkpoint.json) [default: the node configuration's stateDir]
+    #[arg(long, value_name = "DIR", value_parser = absolute_path)]
+    pub state_dir: Option<PathBuf>,
+    /// Read claims from this file (a ResourceClaimList as JSON) instead of the API server:
+    /// the tests' stand-in until the API client is in.
+    #[arg(long, value_name = "FILE", value_parser = absolute_path, hide = true)]
+    pub claims_file: Option<PathBuf>,
+}
+
+/// Claims from a ResourceClaimList in a file, read at every call.
+pub struct FileClaims(pub PathBuf);
+
+impl plugin::ClaimSource for FileClaims {
+    fn get_claim<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, std::result::Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            let body = crate::files::read_regular(&self.0, checkpoint::MAX_BYTES)
+                .map_err(|e| format!("{}: {e}", self.0.display()))?;
+            let list: serde_json::Value =
+                serde_json::from_slice(&body).map_err(|e| format!("{}: {e}", self.0.display()))?;
+            list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["metadata"]["namespace"] == namespace && c["metadata"]["name"] == name)
+                .cloned()
+                .ok_or_else(|| format!("resourceclaims {name:?} not found in {namespace}"))
+        })
+    }
+}
+
+/// Run the driver's kubelet side until killed; returns only if it cannot start.
+pub fn run(opts: &Options) -> Result<()> {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("rdma-host-device-agent dra: bug: {info}");
+    }));
+    crate::logging::init(log::LevelFilter::Info, None, " dra".into());
+    let node = Node::load()?;
+    let state_dir = opts.state_dir.clone().unwrap_or(node.state_dir.clone());
+    let claims: Arc<dyn plugin::ClaimSource> = match &opts.claims_file {
+        Some(f) => Arc::new(FileClaims(f.clone())),
+        None => {
+            return Err(invalid_config(
+                "no API client in this build yet: give --claims-file",
+            ));
+        }
+    };
+    let checkpoint = checkpoint::path(&state_dir);
+    // A checkpoint this build cannot read stops the start: unprepare depends on it.
+    let held =
+        checkpoint::Checkpoint::read(&checkpoint).map_err(|e| invalid_config(e.to_string()))?;
+    let driver = Arc::new(plugin::Driver {
+        name: DRIVER_NAME.into(),
+        claims,
+        nics: Arc::new(nics::HostNics { node }),
+        checkpoint,
+        serial: tokio::sync::Mutex::new(()),
+    });
+    log::info!(
+        "{} claim(s) prepared before this start, in {}",
+        held.claims.len(),
+        driver.checkpoint.display()
+    );
+    let sockets = plugin::Sockets::under(&opts.kubelet_dir, DRIVER_NAME);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| io_error("cannot start the runtime", e))?;
+    rt.block_on(plugin::supervise(driver, sockets));
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! Which NIC of this node a DRA device name is, for prepare: the host's links and the NICs
+//! attached to pods (their records in the state directory), each named as the ResourceSlice
+//! names it ([`device_name`] of its device ID: the PCI address, a sub-function's auxiliary
+//! device, or a virtual link's interface name), with its RDMA device's uverbs char device read
+//! by ADD's own pairing (device index, RDMA netlink), so a pod renaming an RDMA device in
+//! shared mode cannot point a claim at another device.
+//!
+//! The node policy holds here as on ADD: a NIC outside `allowedNics`, or one the node itself
+//! uses (an uplink, unless `allowedUplinks` names it), is not one we prepare, whatever a claim
+//! says.
+
+use crate::link::{LinkInfo, Links};
+use crate::node::{NicFacts, Node};
+use crate::rdma::identity::Snapshot;
+use crate::rdma::pair;
+use crate::state::{Store, Tag};
+use crate::sysfs;
+use futures::future::BoxFuture;
+
+/// A NIC a claim's device is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicRef {
+    /// `sysfs::device_id`: what ADD resolves as `deviceID`, and the checkpoint records.
+    pub device_id: String,
+    /// Its RDMA device's uverbs char device (`uverbs0`), if it has one.
+    pub uverbs: Option<String>,
+    /// The attachment holding it now (`container/ifname`), if it is in a pod.
+    pub attached_to: Option<String>,
+}
+
+impl NicRef {
+    /// The CDI device IDs prepare returns: the uverbs char device's entry in our CDI spec
+    /// (`cdi.rs`), whose common edits add `rdma_cm` and the memlock hook.
+    pub fn cdi_device_ids(&self) -> Vec<String> {
+        self.uverbs
+            .iter()
+            .map(|u| format!("{}={u}", crate::cdi::KIND))
+            .collect()
+    }
+}
+
+/// Device name -> NIC.
+pub trait Nics: Send + Sync {
+    /// The NIC named `device` in our ResourceSlice; `None` when no NIC of this node has that
+    /// name or the node policy keeps it; an error when the node could not be read.
+    fn find<'a>(&'a self, device: &'a str) -> BoxFuture<'a, Result<Option<NicRef>, String>>;
+}
+
+/// A DRA device name for the NIC with device ID `id`: a DNS label (lower-case letters, digits
+/// and `-`, at most 63), every other character as `-` (`0000:3b:00.1` -> `0000-3b-00-1`).
+/// Two NICs with the same name are both refused by [`HostNics`].
+pub fn device_name(id: &str) -> String {
+    let mut s: String = id
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    s.truncate(63);
+    let s = s.trim_matches('-');
+    if s.is_empty() { "nic".into() } else { s.into() }
+}
+
+/// The node's NICs, read at each call (prepare is rare; a NIC hot-plugged since is found).
+pub struct HostNics {
+    pub node: Node,
+}
+
+impl HostNics {
+    async fn find_now(&self, device: &str) -> crate::error::Result<Option<NicRef>> {
+        let host = Links::open()?;
+        let store = Store::new(&self.node.state_dir);
+        let mut hits: Vec<(LinkInfo, String, Option<String>)> = Vec::new();
+        for l in host.all().await? {
+            if l.name == "lo" {
+                continue;
+            }
+            let pci = sysfs::pci_of(&l.name);
+            let aux = l
+                .parent
+                .as_ref()
+                .filter(|(_, bus)| bus == "auxiliary")
+                .map(|(dev, _)| dev.clone());
+            // A NIC back from a dead pod may bear its pod-side name: named by its host name.
+            let name = l
+                .alias
+                .as_deref()
+                .and_then(Tag::decode)
+                .map_or_else(|| l.name.clone(), |t| t.host_name);
+            let id = sysfs::device_id(pci.as_deref(), aux.as_deref(), &name);
+            if device_name(&id) == device {
+                hits.push((l, id, pci));
+            }
+        }
+        let records = store.all()?;
+        let attached: Vec<(String, String)> = records
+            .iter()
+            .map(|r| {
+                let aux = r
+                    .parent
+                    .as_deref()
+                    .and_then(|p| p.strip_prefix("auxiliary/"));
+                (
+                    sysfs::device_id(r.pci.as_deref(), aux, &r.host_name),
+                    format!("{}/{}", r.container_id, r.ifname),
+                )
+            })
+            .collect();
+        match hits.as_slice() {
+            [] => {
+                // In a pod already: known by its record, but not ours to hand out again.
+                Ok(attached
+                    .into_iter()
+                    .find(|(id, _)| device_name(id) == device)
+                    .map(|(device_id, who)| NicRef {
+                        device_id,
+                        uverbs: None,
+                        attached_to: Some(who),
+                    }))
+            }
+            [(l, id, pci)] => {
+                let rdma = Snapshot::read()?.and_then(|snap| {
+                    snap.of(&pair::Nic {
+                        index: l.index,
+                        name: &l.name,
+                        mac: &l.mac,
+                    })
+                    .unwrap_or_else(|e| {
+                        log::warn!("{}", e.msg);
+                        None
+                    })
+                });
+                let mut uplink = host.node_uses(l).await?;
+                uplink.extend(crate::uppers::riding(&self.node.uppers_socket, l)?);
+                let driver = sysfs::nic_driver(&l.name);
+                let facts = NicFacts {
+                    name: &l.name,
+                    pci: pci.as_deref(),
+                    driver: driver.as_deref(),
+                    rdma_device: rdma.as_ref().map(|r| r.name.as_str()),
+                    rdma_guid: rdma.as_ref().and_then(|r| r.guid),
+                    rdma_name_is_the_nodes: rdma.as_ref().is_none_or(|r| r.name_is_the_nodes),
+                    uplink: uplink.clone(),
+                };
+                if let Some(p) = &self.node.allowed_nics
+                    && !p.matches(&facts)
+                {
+                    log::warn!("{device} is {} ({id}), outside allowedNics", l.name);
+                    return Ok(None);
+                }
+                if !uplink.is_empty()
+                    && !self
+                        .node
+                        .allowed_uplinks
+                        .iter()
+                        .any(|u| *u == l.name || Some(u.as_str()) == pci.as_deref())
+                {
+                    log::warn!(
+                        "{device} is {} ({id}), which the node itself uses: {}",
+                        l.name,
+                        uplink.join("; ")
+                    );
+                    return Ok(None);
+                }
+                Ok(Some(NicRef {
+                    device_id: id.clone(),
+                    uverbs: rdma.and_then(|r| r.uverbs),
+                    attached_to: attached
+                        .into_iter()
+                        .find(|(a, _)| a == id)
+                        .map(|(_, who)| who),
+                }))
+            }
+            many => Err(crate::error::Error::new(
+                crate::error::Code::DeviceAmbiguous,
+                format!(
+                    "device name {device} is that of several NICs ({})",
+                    many.iter()
+                        .map(|(l, id, _)| format!("{} {id}", l.name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
+    }
+}
+
+impl Nics for HostNics {
+    fn find<'a>(&'a self, device: &'a str) -> BoxFuture<'a, Result<Option<NicRef>, String>> {
+        Box::pin(async move { self.find_now(device).await.map_err(|e| e.msg) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_are_dns_labels_made_from_the_device_id() {
+        assert_eq!(device_name("0000:3b:00.1"), "0000-3b-00-1");
+        assert_eq!(device_name("mlx5_core.sf.4"), "mlx5-core-sf-4");
+        assert_eq!(device_name("Rhd3A0"), "rhd3a0");
+        assert_eq!(device_name("-x-"), "x");
+        assert_eq!(device_name(&"a".repeat(80)).len(), 63);
+    }
+
+    #[test]
+    fn cdi_ids_name_the_uverbs_char_device() {
+        let n = NicRef {
+            device_id: "0000:3b:00.1".into(),
+            uverbs: Some("uverbs2".into()),
+            attached_to: None,
+        };
+        assert_eq!(n.cdi_device_ids(), ["rdma-host-device.io/rdma=uverbs2"]);
+        let none = NicRef { uverbs: None, ..n };
+        assert!(none.cdi_device_ids().is_empty());
+    }
+}
