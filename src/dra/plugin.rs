@@ -214,6 +214,10 @@ impl Driver {
         if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
             return Err(format!("the claim names NIC {} twice", w[0]));
         }
+        if devices.is_empty() {
+            // Another driver's claim: nothing of ours to prepare or to remember.
+            return Ok(Vec::new());
+        }
         let prepared = PreparedClaim {
             namespace: c.namespace.clone(),
             name: c.name.clone(),
