@@ -19,6 +19,7 @@ pub mod flows;
 mod fuzz;
 pub mod inspect;
 pub mod ipam;
+pub mod kube;
 pub mod link;
 pub mod lock;
 pub mod logging;
