@@ -6,15 +6,20 @@
 //! Then the CNI's own lookup: ADD with a NAD's `draRequest` takes the NIC the driver prepared
 //! for the pod whose UID the runtime passes, and never another pod's.
 //!
-//! Claims are read from a ResourceClaimList file (`--claims-file`, the API's own JSON) until
-//! the API client and its stand-in apiserver are merged. The NICs are veths (no RDMA on this
-//! machine: their answer carries no CDI ID; the uverbs CDI IDs are unit-tested in src/dra).
-//! Needs root (veths, netns) and the venv with grpcio that scripts/setup.sh makes.
+//! The driver reads claims from the kube-apiserver stand-in (tests/kube/apiserver.py) through
+//! its real client; the test plays the user and the scheduler with real REST calls (curl:
+//! create the claim, then PUT its allocation and reservedFor on /status), so claim UIDs are
+//! the API server's. The NICs are veths (no RDMA on this machine: their answer carries no CDI
+//! ID; the uverbs CDI IDs are unit-tested in src/dra). Needs root (veths, netns), the venv with
+//! grpcio that scripts/setup.sh makes, and curl.
 
 mod common;
+#[path = "kube/standin.rs"]
+mod standin;
 
 use common::*;
 use serde_json::{Value, json};
+use standin::ApiServer;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -95,7 +100,7 @@ struct Driver {
 }
 
 impl Driver {
-    fn start(rig: &Rig, kubelet: &Path, claims: &Path) -> Driver {
+    fn start(rig: &Rig, kubelet: &Path, api: &ApiServer) -> Driver {
         let log = rig.dir.path().join(format!(
             "dra-{}.log",
             std::time::SystemTime::now()
@@ -106,8 +111,12 @@ impl Driver {
         let child = Command::new(AGENT)
             .args(["dra", "--kubelet-dir"])
             .arg(kubelet)
-            .arg("--claims-file")
-            .arg(claims)
+            .arg("--kube-server")
+            .arg(&api.url)
+            .arg("--kube-ca")
+            .arg(&api.ca)
+            .arg("--kube-token")
+            .arg(&api.token)
             .env(NODE_CONFIG_ENV, rig.node_config())
             .env_remove("CNI_COMMAND")
             .stdin(Stdio::null())
@@ -134,51 +143,84 @@ impl Drop for Driver {
     }
 }
 
-/// The DRA device name of a veth: its interface name as a DNS label (`dra::nics::device_name`).
+/// The DRA device name of a veth, as our ResourceSlice names it (`net-NAME`).
 fn device(nic: &Veth) -> String {
-    rdma_host_device::dra::nics::device_name(&nic.name)
+    rdma_host_device::dra::nics::device_name(None, &nic.name, &nic.name)
 }
 
-/// A ResourceClaim allocated and reserved as the scheduler leaves it: `results` are
-/// (request, driver, device) and `pods` the UIDs it is reserved for.
-fn claim(name: &str, uid: &str, results: &[(&str, &str, &str)], pods: &[&str]) -> Value {
-    json!({
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"namespace": "team", "name": name, "uid": uid},
-        "spec": {"devices": {"requests": results.iter().map(|(r, _, _)| json!({
-            "name": r, "exactly": {"deviceClassName": "rdma-nic"}})).collect::<Vec<_>>()}},
-        "status": {
-            "allocation": {"devices": {"results": results.iter().map(|(r, d, dev)| json!({
-                "request": r, "driver": d, "pool": POOL, "device": dev})).collect::<Vec<_>>()}},
-            "reservedFor": pods.iter().map(|p| json!({"resource": "pods", "name": format!("pod-{p}"), "uid": p}))
-                .collect::<Vec<_>>(),
-        }
-    })
+/// One REST call to the stand-in API server: `method path` with `body`; the answer's JSON.
+fn rest(api: &ApiServer, method: &str, path: &str, body: &Value) -> Value {
+    let token = std::fs::read_to_string(&api.token).unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "--fail-with-body", "-X", method, "--cacert"])
+        .arg(&api.ca)
+        .args(["-H", &format!("Authorization: Bearer {}", token.trim())])
+        .args([
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            "@-",
+        ])
+        .arg(format!("{}{path}", api.url))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(body.to_string().as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("curl");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert!(out.status.success(), "{method} {path}: {v}");
+    v
 }
 
-fn write_claims(path: &Path, claims: &[Value]) {
-    let list =
-        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimList", "items": claims});
-    std::fs::write(path, serde_json::to_vec(&list).unwrap()).unwrap();
+/// What a user and the scheduler do for a claim: create it, then write its allocation
+/// (`results` as (request, driver, device)) and the pods it is reserved for on /status.
+/// Returns the UID the API server gave it.
+fn seed(api: &ApiServer, name: &str, results: &[(&str, &str, &str)], pods: &[&str]) -> String {
+    let base = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaims";
+    let created = rest(
+        api,
+        "POST",
+        base,
+        &json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"namespace": "team", "name": name},
+            "spec": {"devices": {"requests": results.iter().map(|(r, _, _)| json!({
+                "name": r, "exactly": {"deviceClassName": "rdma-nic"}})).collect::<Vec<_>>()}},
+        }),
+    );
+    let mut c = created.clone();
+    c["status"] = json!({
+        "allocation": {"devices": {"results": results.iter().map(|(r, d, dev)| json!({
+            "request": r, "driver": d, "pool": POOL, "device": dev})).collect::<Vec<_>>()}},
+        "reservedFor": pods.iter().map(|p| json!({"resource": "pods", "name": format!("pod-{p}"), "uid": p}))
+            .collect::<Vec<_>>(),
+    });
+    rest(api, "PUT", &format!("{base}/{name}/status"), &c);
+    created["metadata"]["uid"].as_str().unwrap().to_owned()
 }
 
-/// A rig, the kubelet's root directory and the claims file.
+/// A rig, the kubelet's root directory and the API server.
 struct World {
     rig: Rig,
     kubelet_dir: TempDir,
-    claims: PathBuf,
+    api: ApiServer,
 }
 
 impl World {
     fn new() -> World {
         let rig = Rig::new();
-        let claims = rig.dir.path().join("claims.json");
-        write_claims(&claims, &[]);
+        let api = ApiServer::start(rig.dir.path(), &[]);
         World {
             rig,
             kubelet_dir: TempDir::new("dra-kubelet"),
-            claims,
+            api,
         }
     }
 
@@ -192,7 +234,7 @@ impl World {
     /// The kubelet, and the driver once registered (registration number `count`).
     fn serving(&self) -> (Kubelet, Driver) {
         let mut k = Kubelet::start(self.kubelet_dir.path());
-        let d = Driver::start(&self.rig, self.kubelet_dir.path(), &self.claims);
+        let d = Driver::start(&self.rig, self.kubelet_dir.path(), &self.api);
         registered(&mut k, 1, &d);
         (k, d)
     }
@@ -212,20 +254,15 @@ fn registered(k: &mut Kubelet, count: u64, d: &Driver) -> Value {
 #[test]
 fn the_kubelet_registers_the_driver_and_gets_a_prepared_claim_once_however_often_it_asks() {
     let w = World::new();
-    let (a, other) = (w.rig.nic(0), w.rig.nic(1));
+    let a = w.rig.nic(0);
     let gpu = ("gpu", "gpu.example.com", "gpu-0");
-    write_claims(
-        &w.claims,
-        &[
-            claim(
-                "rail",
-                "uid-rail",
-                &[gpu, ("nic", DRIVER, &device(&a))],
-                &["pod-1"],
-            ),
-            claim("gpu-only", "uid-gpu", &[gpu], &["pod-1"]),
-        ],
+    let rail = seed(
+        &w.api,
+        "rail",
+        &[gpu, ("nic", DRIVER, &device(&a))],
+        &["pod-1"],
     );
+    let gpu_only = seed(&w.api, "gpu-only", &[gpu], &["pod-1"]);
     let (mut k, d) = w.serving();
     let r = registered(&mut k, 1, &d);
     assert_eq!(r["type"], "DRAPlugin");
@@ -246,158 +283,124 @@ fn the_kubelet_registers_the_driver_and_gets_a_prepared_claim_once_however_often
         d.log()
     );
 
-    let first = k.prepare(&[("rail", "uid-rail"), ("gpu-only", "uid-gpu")]);
+    let first = k.prepare(&[("rail", &rail), ("gpu-only", &gpu_only)]);
     assert_eq!(
-        first["uid-rail"],
+        first[&rail],
         json!({"error": "", "devices": [{"request_names": ["nic"], "pool_name": POOL,
             "device_name": device(&a), "cdi_device_ids": []}]}),
         "ours only, not the GPU driver's; a veth has no RDMA device, so no CDI ID\n{}",
         d.log()
     );
     assert_eq!(
-        first["uid-gpu"],
+        first[&gpu_only],
         json!({"error": "", "devices": []}),
         "another driver's claim"
     );
     let cp = w.checkpoint();
     assert_eq!(cp["version"], 1);
-    assert_eq!(cp["claims"]["uid-rail"]["pods"], json!(["pod-1"]));
+    assert_eq!(cp["claims"][&rail]["pods"], json!(["pod-1"]));
     assert_eq!(
-        cp["claims"]["uid-rail"]["devices"][0]["deviceId"],
+        cp["claims"][&rail]["devices"][0]["deviceId"],
         a.name.as_str()
     );
-    assert!(cp["claims"].get("uid-gpu").is_none(), "{cp}");
+    assert!(cp["claims"].get(&gpu_only).is_none(), "{cp}");
 
     // Again (the kubelet retries after a restart of its own): the same answer, nothing new.
-    let again = k.prepare(&[("rail", "uid-rail")]);
-    assert_eq!(again["uid-rail"], first["uid-rail"]);
+    let again = k.prepare(&[("rail", &rail)]);
+    assert_eq!(again[&rail], first[&rail]);
     assert_eq!(w.checkpoint(), cp);
-    drop(other);
 }
 
 #[test]
 fn a_second_claim_for_a_prepared_nic_is_refused_and_a_stale_uid_too() {
     let w = World::new();
     let a = w.rig.nic(0);
-    write_claims(
-        &w.claims,
-        &[
-            claim(
-                "first",
-                "uid-1",
-                &[("nic", DRIVER, &device(&a))],
-                &["pod-1"],
-            ),
-            claim(
-                "second",
-                "uid-2",
-                &[("nic", DRIVER, &device(&a))],
-                &["pod-2"],
-            ),
-            claim(
-                "elsewhere",
-                "uid-3",
-                &[("nic", DRIVER, "no-such-nic")],
-                &["pod-3"],
-            ),
-        ],
+    let first = seed(&w.api, "first", &[("nic", DRIVER, &device(&a))], &["pod-1"]);
+    let second = seed(
+        &w.api,
+        "second",
+        &[("nic", DRIVER, &device(&a))],
+        &["pod-2"],
+    );
+    let elsewhere = seed(
+        &w.api,
+        "elsewhere",
+        &[("nic", DRIVER, "net-no-such-nic")],
+        &["pod-3"],
     );
     let (mut k, d) = w.serving();
-    assert_eq!(k.prepare(&[("first", "uid-1")])["uid-1"]["error"], "");
+    assert_eq!(k.prepare(&[("first", &first)])[&first]["error"], "");
     let r = k.prepare(&[
-        ("second", "uid-2"),
-        ("elsewhere", "uid-3"),
+        ("second", &second),
+        ("elsewhere", &elsewhere),
         ("first", "uid-old"),
     ]);
-    let e2 = r["uid-2"]["error"].as_str().unwrap();
+    let e = |uid: &str| r[uid]["error"].as_str().unwrap().to_owned();
     assert!(
-        e2.contains("already prepared for claim team/first (uid-1)"),
+        e(&second).contains(&format!("already prepared for claim team/first ({first})")),
         "{r}\n{}",
         d.log()
     );
+    assert!(e(&elsewhere).contains("not a NIC of this node"), "{r}");
     assert!(
-        r["uid-3"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("not a NIC of this node"),
-        "{r}"
-    );
-    assert!(
-        r["uid-old"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("has UID uid-1, not uid-old"),
+        e("uid-old").contains(&format!("has UID {first}, not uid-old")),
         "{r}"
     );
     let cp = w.checkpoint();
     assert_eq!(
         cp["claims"].as_object().unwrap().keys().collect::<Vec<_>>(),
-        ["uid-1"]
+        [&first]
     );
 }
 
 #[test]
 fn unprepare_works_from_the_checkpoint_after_a_driver_restart_and_for_unknown_claims() {
-    let w = World::new();
+    let mut w = World::new();
     let a = w.rig.nic(0);
-    write_claims(
-        &w.claims,
-        &[
-            claim(
-                "first",
-                "uid-1",
-                &[("nic", DRIVER, &device(&a))],
-                &["pod-1"],
-            ),
-            claim(
-                "second",
-                "uid-2",
-                &[("nic", DRIVER, &device(&a))],
-                &["pod-2"],
-            ),
-        ],
+    let first = seed(&w.api, "first", &[("nic", DRIVER, &device(&a))], &["pod-1"]);
+    let second = seed(
+        &w.api,
+        "second",
+        &[("nic", DRIVER, &device(&a))],
+        &["pod-2"],
     );
     let (mut k, mut d) = w.serving();
-    assert_eq!(k.prepare(&[("first", "uid-1")])["uid-1"]["error"], "");
-    // A new driver (a restart, or the next DaemonSet pod) with no claim readable at all: the
+    assert_eq!(k.prepare(&[("first", &first)])[&first]["error"], "");
+    // A new driver (a restart, or the next DaemonSet pod) with no API server at all: the
     // checkpoint alone says what to unprepare.
     d.stop();
-    write_claims(&w.claims, &[]);
-    let d2 = Driver::start(&w.rig, w.kubelet_dir.path(), &w.claims);
+    let dir = w.rig.dir.path().join("api2");
+    std::fs::create_dir_all(&dir).unwrap();
+    let old = std::mem::replace(&mut w.api, ApiServer::start(&dir, &[]));
+    let d2 = Driver::start(&w.rig, w.kubelet_dir.path(), &old);
+    drop(old);
     registered(&mut k, 2, &d2);
     assert!(
         d2.log().contains("1 claim(s) prepared before this start"),
         "{}",
         d2.log()
     );
-    let u = k.unprepare(&[("first", "uid-1"), ("never", "uid-never")]);
+    let u = k.unprepare(&[("first", &first), ("never", "uid-never")]);
     assert_eq!(
         u,
-        json!({"uid-1": {"error": ""}, "uid-never": {"error": ""}}),
+        json!({&first: {"error": ""}, "uid-never": {"error": ""}}),
         "{}",
         d2.log()
     );
     assert_eq!(w.checkpoint()["claims"], json!({}));
     assert_eq!(
-        k.unprepare(&[("first", "uid-1")])["uid-1"]["error"],
+        k.unprepare(&[("first", &first)])[&first]["error"],
         "",
         "twice"
     );
-    // The NIC is free for the next claim.
-    write_claims(
-        &w.claims,
-        &[claim(
-            "second",
-            "uid-2",
-            &[("nic", DRIVER, &device(&a))],
-            &["pod-2"],
-        )],
-    );
-    assert_eq!(
-        k.prepare(&[("second", "uid-2")])["uid-2"]["error"],
-        "",
-        "{}",
-        d2.log()
+    // The NIC is free for the next claim (which the driver cannot read now: it says so).
+    let r = k.prepare(&[("second", &second)]);
+    assert!(
+        r[&second]["error"]
+            .as_str()
+            .unwrap()
+            .contains("reading claim team/second"),
+        "{r}"
     );
 }
 
@@ -411,17 +414,12 @@ fn add_with_dra_request_takes_the_nic_prepared_for_its_pod_and_never_another_pod
     let w = World::new();
     let (a, b) = (w.rig.nic(0), w.rig.nic(1));
     let (pod_a, pod_b, pod_c) = (w.rig.netns(0), w.rig.netns(1), w.rig.netns(2));
-    write_claims(
-        &w.claims,
-        &[
-            claim("a", "uid-a", &[("nic", DRIVER, &device(&a))], &["pod-a"]),
-            claim("b", "uid-b", &[("nic", DRIVER, &device(&b))], &["pod-b"]),
-        ],
-    );
+    let ca = seed(&w.api, "a", &[("nic", DRIVER, &device(&a))], &["pod-a"]);
+    let cb = seed(&w.api, "b", &[("nic", DRIVER, &device(&b))], &["pod-b"]);
     let (mut k, d) = w.serving();
-    let r = k.prepare(&[("a", "uid-a"), ("b", "uid-b")]);
+    let r = k.prepare(&[("a", &ca), ("b", &cb)]);
     assert_eq!(
-        (r["uid-a"]["error"].as_str(), r["uid-b"]["error"].as_str()),
+        (r[&ca]["error"].as_str(), r[&cb]["error"].as_str()),
         (Some(""), Some("")),
         "{r}\n{}",
         d.log()

@@ -26,7 +26,7 @@ pub const DRIVER_NAME: &str = "rdma-host-device.io";
 /// The kubelet's root directory, under which `plugins_registry/` and `plugins/` are.
 pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
 
-/// `dra [--kubelet-dir DIR] [--state-dir DIR]`.
+/// `dra [--kubelet-dir DIR] [--state-dir DIR] [--kube-server URL --kube-ca FILE --kube-token FILE]`.
 #[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct Options {
     /// The kubelet's root directory: the registration socket goes in DIR/plugins_registry, the
@@ -37,33 +37,22 @@ pub struct Options {
     /// (DIR/dra/checkpoint.json) [default: the node configuration's stateDir]
     #[arg(long, value_name = "DIR", value_parser = absolute_path)]
     pub state_dir: Option<PathBuf>,
-    /// Read claims from this file (a ResourceClaimList as JSON) instead of the API server:
-    /// the tests' stand-in until the API client is in.
-    #[arg(long, value_name = "FILE", value_parser = absolute_path, hide = true)]
-    pub claims_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub kube: crate::kube::KubeOptions,
 }
 
-/// Claims from a ResourceClaimList in a file, read at every call.
-pub struct FileClaims(pub PathBuf);
-
-impl plugin::ClaimSource for FileClaims {
+/// Claims from the API server, in the API's JSON.
+impl plugin::ClaimSource for crate::kube::Kube {
     fn get_claim<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, std::result::Result<serde_json::Value, String>> {
         Box::pin(async move {
-            let body = crate::files::read_regular(&self.0, checkpoint::MAX_BYTES)
-                .map_err(|e| format!("{}: {e}", self.0.display()))?;
-            let list: serde_json::Value =
-                serde_json::from_slice(&body).map_err(|e| format!("{}: {e}", self.0.display()))?;
-            list["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["metadata"]["namespace"] == namespace && c["metadata"]["name"] == name)
-                .cloned()
-                .ok_or_else(|| format!("resourceclaims {name:?} not found in {namespace}"))
+            let claim = crate::kube::Kube::get_claim(self, namespace, name)
+                .await
+                .map_err(|e| e.to_string())?;
+            serde_json::to_value(claim).map_err(|e| e.to_string())
         })
     }
 }
@@ -76,29 +65,14 @@ pub fn run(opts: &Options) -> Result<()> {
     crate::logging::init(log::LevelFilter::Info, None, " dra".into());
     let node = Node::load()?;
     let state_dir = opts.state_dir.clone().unwrap_or(node.state_dir.clone());
-    let claims: Arc<dyn plugin::ClaimSource> = match &opts.claims_file {
-        Some(f) => Arc::new(FileClaims(f.clone())),
-        None => {
-            return Err(invalid_config(
-                "no API client in this build yet: give --claims-file",
-            ));
-        }
-    };
     let checkpoint = checkpoint::path(&state_dir);
     // A checkpoint this build cannot read stops the start: unprepare depends on it.
     let held =
         checkpoint::Checkpoint::read(&checkpoint).map_err(|e| invalid_config(e.to_string()))?;
-    let driver = Arc::new(plugin::Driver {
-        name: DRIVER_NAME.into(),
-        claims,
-        nics: Arc::new(nics::HostNics { node }),
-        checkpoint,
-        serial: tokio::sync::Mutex::new(()),
-    });
     log::info!(
         "{} claim(s) prepared before this start, in {}",
         held.claims.len(),
-        driver.checkpoint.display()
+        checkpoint.display()
     );
     let sockets = plugin::Sockets::under(&opts.kubelet_dir, DRIVER_NAME);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -106,6 +80,17 @@ pub fn run(opts: &Options) -> Result<()> {
         .enable_time()
         .build()
         .map_err(|e| io_error("cannot start the runtime", e))?;
-    rt.block_on(plugin::supervise(driver, sockets));
-    Ok(())
+    rt.block_on(async move {
+        let kube =
+            crate::kube::Kube::connect(&crate::kube::Endpoint::from_options(&opts.kube)).await?;
+        let driver = Arc::new(plugin::Driver {
+            name: DRIVER_NAME.into(),
+            claims: Arc::new(kube),
+            nics: Arc::new(nics::HostNics { node }),
+            checkpoint,
+            serial: tokio::sync::Mutex::new(()),
+        });
+        plugin::supervise(driver, sockets).await;
+        Ok(())
+    })
 }

@@ -46,24 +46,31 @@ pub trait Nics: Send + Sync {
     fn find<'a>(&'a self, device: &'a str) -> BoxFuture<'a, Result<Option<NicRef>, String>>;
 }
 
-/// A DRA device name for the NIC with device ID `id`: a DNS label (lower-case letters, digits
-/// and `-`, at most 63), every other character as `-` (`0000:3b:00.1` -> `0000-3b-00-1`).
-/// Two NICs with the same name are both refused by [`HostNics`].
-pub fn device_name(id: &str) -> String {
-    let mut s: String = id
+/// The DRA device name of a NIC, as our ResourceSlice names it (`slices::device_name`, the
+/// same rule): a DNS label from what a pod cannot change: `pci-0000-3b-00-1` from its PCI
+/// address, `aux-mlx5-core-sf-2` from its auxiliary-bus device (`id`, when it is not the
+/// name), `net-NAME` from a virtual link's host name.
+pub fn device_name(pci: Option<&str>, id: &str, name: &str) -> String {
+    let (prefix, base) = match pci {
+        Some(pci) => ("pci", pci),
+        None if id != name => ("aux", id),
+        None => ("net", name),
+    };
+    let mut s: String = format!("{prefix}-{base}")
         .chars()
         .map(|c| {
-            let c = c.to_ascii_lowercase();
-            if c.is_ascii_lowercase() || c.is_ascii_digit() {
-                c
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
             } else {
                 '-'
             }
         })
         .collect();
     s.truncate(63);
-    let s = s.trim_matches('-');
-    if s.is_empty() { "nic".into() } else { s.into() }
+    while s.ends_with('-') {
+        s.pop();
+    }
+    s
 }
 
 /// The node's NICs, read at each call (prepare is rare; a NIC hot-plugged since is found).
@@ -93,22 +100,22 @@ impl HostNics {
                 .and_then(Tag::decode)
                 .map_or_else(|| l.name.clone(), |t| t.host_name);
             let id = sysfs::device_id(pci.as_deref(), aux.as_deref(), &name);
-            if device_name(&id) == device {
+            if device_name(pci.as_deref(), &id, &name) == device {
                 hits.push((l, id, pci));
             }
         }
         let records = store.all()?;
-        let attached: Vec<(String, String)> = records
+        // (device ID, device name, attachment) of every NIC in a pod.
+        let attached: Vec<(String, String, String)> = records
             .iter()
             .map(|r| {
                 let aux = r
                     .parent
                     .as_deref()
                     .and_then(|p| p.strip_prefix("auxiliary/"));
-                (
-                    sysfs::device_id(r.pci.as_deref(), aux, &r.host_name),
-                    format!("{}/{}", r.container_id, r.ifname),
-                )
+                let id = sysfs::device_id(r.pci.as_deref(), aux, &r.host_name);
+                let name = device_name(r.pci.as_deref(), &id, &r.host_name);
+                (id, name, format!("{}/{}", r.container_id, r.ifname))
             })
             .collect();
         match hits.as_slice() {
@@ -116,8 +123,8 @@ impl HostNics {
                 // In a pod already: known by its record, but not ours to hand out again.
                 Ok(attached
                     .into_iter()
-                    .find(|(id, _)| device_name(id) == device)
-                    .map(|(device_id, who)| NicRef {
+                    .find(|(_, name, _)| name == device)
+                    .map(|(device_id, _, who)| NicRef {
                         device_id,
                         uverbs: None,
                         attached_to: Some(who),
@@ -172,8 +179,8 @@ impl HostNics {
                     uverbs: rdma.and_then(|r| r.uverbs),
                     attached_to: attached
                         .into_iter()
-                        .find(|(a, _)| a == id)
-                        .map(|(_, who)| who),
+                        .find(|(a, _, _)| a == id)
+                        .map(|(_, _, who)| who),
                 }))
             }
             many => Err(crate::error::Error::new(
@@ -201,12 +208,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn device_names_are_dns_labels_made_from_the_device_id() {
-        assert_eq!(device_name("0000:3b:00.1"), "0000-3b-00-1");
-        assert_eq!(device_name("mlx5_core.sf.4"), "mlx5-core-sf-4");
-        assert_eq!(device_name("Rhd3A0"), "rhd3a0");
-        assert_eq!(device_name("-x-"), "x");
-        assert_eq!(device_name(&"a".repeat(80)).len(), 63);
+    fn device_names_are_the_slices_dns_labels() {
+        assert_eq!(
+            device_name(Some("0000:3b:00.1"), "0000:3b:00.1", "ens1f1"),
+            "pci-0000-3b-00-1"
+        );
+        assert_eq!(
+            device_name(None, "mlx5_core.sf.4", "enp3s0f0s4"),
+            "aux-mlx5-core-sf-4"
+        );
+        assert_eq!(device_name(None, "Veth_A.1", "Veth_A.1"), "net-veth-a-1");
+        let long = "n".repeat(80);
+        assert_eq!(device_name(None, &long, &long).len(), 63);
     }
 
     #[test]
