@@ -15,6 +15,7 @@
 
 mod common;
 #[path = "kube/standin.rs"]
+#[allow(dead_code)] // shared with kube_api.rs, which uses all of it
 mod standin;
 
 use common::*;
