@@ -548,3 +548,33 @@ fn add_with_dra_request_takes_the_nic_prepared_for_its_pod_and_never_another_pod
         "only the driver's checkpoint stays: {left:?}"
     );
 }
+
+/// The CNI binary the runtime execs per attachment reads the driver's checkpoint and nothing
+/// else of it: no gRPC server, no API client (their symbols are not linked in).
+#[test]
+fn the_cni_binary_links_the_checkpoint_reader_but_not_the_driver() {
+    let out = Command::new("nm")
+        .args(["-C", PLUGIN])
+        .output()
+        .expect("nm (binutils)");
+    if out.stdout.is_empty() {
+        eprintln!("{PLUGIN} has no symbol table (stripped): nothing to look at");
+        return;
+    }
+    let syms = String::from_utf8_lossy(&out.stdout);
+    let count = |s: &str| syms.lines().filter(|l| l.contains(s)).count();
+    assert!(
+        count("dra::checkpoint") > 0,
+        "ADD's draRequest reads the checkpoint"
+    );
+    for agent_only in [
+        "dra::plugin",
+        "dra::nics",
+        "tonic::",
+        "kube::",
+        "k8s_openapi::",
+        "h2::",
+    ] {
+        assert_eq!(count(agent_only), 0, "{agent_only} reached the CNI binary");
+    }
+}

@@ -26,7 +26,7 @@ pub const DRIVER_NAME: &str = "rdma-host-device.io";
 /// The kubelet's root directory, under which `plugins_registry/` and `plugins/` are.
 pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
 
-/// `dra [--kubelet-dir DIR] [--state-dir DIR] [--kube-server URL --kube-ca FILE --kube-token FILE]`.
+/// `dra [--kubelet-dir DIR] [--state-dir DIR] [--cdi-spec FILE [--cdi-hook PATH]] [--kube-server URL --kube-ca FILE --kube-token FILE]`.
 #[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct Options {
     /// The kubelet's root directory: the registration socket goes in DIR/plugins_registry, the
@@ -37,6 +37,12 @@ pub struct Options {
     /// (DIR/dra/checkpoint.json) [default: the node configuration's stateDir]
     #[arg(long, value_name = "DIR", value_parser = absolute_path)]
     pub state_dir: Option<PathBuf>,
+    /// Bring this CDI spec up to date (`cdi`'s) before answering a claim's CDI IDs
+    #[arg(long, value_name = "FILE", value_parser = absolute_path)]
+    pub cdi_spec: Option<PathBuf>,
+    /// The memlock hook's path in that spec, as the node's runtime sees it
+    #[arg(long, value_name = "PATH", default_value = crate::cdi::DEFAULT_HOOK, value_parser = absolute_path)]
+    pub cdi_hook: PathBuf,
     #[command(flatten)]
     pub kube: crate::kube::KubeOptions,
 }
@@ -65,6 +71,15 @@ pub fn run(opts: &Options) -> Result<()> {
     crate::logging::init(log::LevelFilter::Info, None, " dra".into());
     let node = Node::load()?;
     let state_dir = opts.state_dir.clone().unwrap_or(node.state_dir.clone());
+    let cdi = match &opts.cdi_spec {
+        None => None,
+        Some(path) => Some(plugin::CdiSpec {
+            path: path.clone(),
+            hook: opts.cdi_hook.clone(),
+            memlock: crate::node::Memlock::parse(&node.memlock)
+                .map_err(|e| e.context(&node.source))?,
+        }),
+    };
     let checkpoint = checkpoint::path(&state_dir);
     // A checkpoint this build cannot read stops the start: unprepare depends on it.
     let held =
@@ -89,6 +104,7 @@ pub fn run(opts: &Options) -> Result<()> {
             nics: Arc::new(nics::HostNics { node }),
             checkpoint,
             serial: tokio::sync::Mutex::new(()),
+            cdi,
         });
         plugin::supervise(driver, sockets).await;
         Ok(())

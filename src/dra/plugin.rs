@@ -135,6 +135,16 @@ pub struct Driver {
     pub checkpoint: PathBuf,
     /// Held by each prepare and unprepare call, whole.
     pub serial: tokio::sync::Mutex<()>,
+    /// The CDI spec brought up to date before a claim's CDI IDs are answered (`--cdi-spec`):
+    /// an RDMA device loaded since the spec was written gets its entry first.
+    pub cdi: Option<CdiSpec>,
+}
+
+/// Where the CDI spec is and what it says (`cdi::refresh`'s arguments).
+pub struct CdiSpec {
+    pub path: PathBuf,
+    pub hook: PathBuf,
+    pub memlock: crate::node::Memlock,
 }
 
 /// What one claim's preparation returns, or why it failed.
@@ -217,6 +227,13 @@ impl Driver {
         if devices.is_empty() {
             // Another driver's claim: nothing of ours to prepare or to remember.
             return Ok(Vec::new());
+        }
+        if let Some(spec) = &self.cdi
+            && devices.iter().any(|d| !d.cdi_device_ids.is_empty())
+        {
+            let (sys, dev) = (Path::new("/sys"), Path::new("/dev"));
+            crate::cdi::refresh(&spec.path, sys, dev, spec.memlock, &spec.hook)
+                .map_err(|e| format!("{}: the runtime could not resolve its CDI IDs", e.msg))?;
         }
         let prepared = PreparedClaim {
             namespace: c.namespace.clone(),
@@ -705,14 +722,19 @@ mod tests {
     }
 
     fn driver(tag: &str, claims: Vec<Value>) -> Driver {
+        driver_with(tag, Arc::new(Claims(Mutex::new(claims))))
+    }
+
+    fn driver_with(tag: &str, claims: Arc<Claims>) -> Driver {
         let dir = std::env::temp_dir().join(format!("rhd-dra-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         Driver {
             name: "rdma-host-device.io".into(),
-            claims: Arc::new(Claims(Mutex::new(claims))),
+            claims,
             nics: Arc::new(TwoNics),
             checkpoint: super::super::checkpoint::path(&dir),
             serial: tokio::sync::Mutex::new(()),
+            cdi: None,
         }
     }
 
@@ -823,6 +845,30 @@ mod tests {
         let bare = prepare(&d, &[("bare", "uid-bare")]);
         assert_eq!(bare.claims["uid-bare"].error, "");
         assert!(bare.claims["uid-bare"].devices.is_empty());
+    }
+
+    #[test]
+    fn a_shared_claim_prepared_again_learns_its_new_pod() {
+        let claims = Arc::new(Claims(Mutex::new(vec![claim(
+            "s",
+            "uid-s",
+            json!([ours("0000-3b-00-0")]),
+            &["pod-1"],
+        )])));
+        let d = driver_with("shared", claims.clone());
+        prepare(&d, &[("s", "uid-s")]);
+        // The scheduler reserves it for a second pod too; the kubelet prepares it for that pod.
+        if let Some(c) = claims.0.lock().unwrap().first_mut() {
+            c["status"]["reservedFor"] = json!([
+                {"resource": "pods", "name": "p1", "uid": "pod-1"},
+                {"resource": "pods", "name": "p2", "uid": "pod-2"}
+            ]);
+        }
+        let r = prepare(&d, &[("s", "uid-s")]);
+        assert_eq!(r.claims["uid-s"].error, "");
+        let cp = Checkpoint::read(&d.checkpoint).unwrap();
+        assert_eq!(cp.claims["uid-s"].pods, ["pod-1", "pod-2"]);
+        assert_eq!(cp.for_pod("pod-2", "nic").len(), 1);
     }
 
     #[test]
