@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/vm/dra.sh - the DRA driver's prepare with a real RDMA device, INSIDE the RDMA VM in shared
-# netns mode (tests/vm/run.sh boots it: group dra). The VM's virtio NIC (PCI 0000:00:05.0) gets
+# tests/vm/dra-prepare.sh - the DRA driver's prepare with a real RDMA device, INSIDE the RDMA VM in shared
+# netns mode (tests/vm/run.sh boots it: group dra-prepare). The VM's virtio NIC (PCI 0000:00:05.0) gets
 # a stock rxe device; tests/kube/apiserver.py (the kube-apiserver stand-in) holds a claim the
 # test seeds as a user and the scheduler would (curl: create, then PUT the allocation of device
 # pci-0000-00-05-0 and reservedFor on /status); tests/dra/kubelet.py (the kubelet's side) finds
@@ -18,7 +18,7 @@ set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/../.." && pwd -P)
 if [[ ${RDMA_VM:-} != 1 ]]; then
-  echo "$0: runs inside the RDMA VM; use tests/vm/run.sh dra" >&2
+  echo "$0: runs inside the RDMA VM; use tests/vm/run.sh dra-prepare" >&2
   exit 2
 fi
 BIN=${RHD_BIN:-$REPO/target/debug/rdma-host-device}
