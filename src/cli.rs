@@ -31,12 +31,12 @@ The node agent of rdma-host-device, the CNI plugin that moves a host NIC and its
 into a pod. The plugin itself is the rdma-host-device binary in /opt/cni/bin, which a container \
 runtime runs per attachment; this binary, in the same image, holds what runs on the node beside \
 it: the kubelet device plugin, the Prometheus exporter, the CDI spec writer, inspect, and the \
-checks of node and network configurations.",
+checks of node and network configurations, and the DRA driver.",
     after_long_help = "\
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG): \
 stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, ipamReadPaths, \
 ipamConfinement, ipamTimeoutSeconds, deviceInfoDir, memlock, takeRdmaDevicesInUse, uppersSocket, \
-devicePlugin; see the README.
+devicePlugin, dra; see the README.
 
 Exit status: 0 done; 1 the run failed (the reason on stderr) or validate rejected a \
 configuration; 2 a bad option or subcommand (the usage on stderr).",
@@ -79,15 +79,24 @@ pub enum Command {
     /// files Multus reads. With --cdi-spec, it also keeps that CDI spec current (as `cdi` writes
     /// it), so an RDMA device loaded later gets its CDI name.
     DevicePlugin(device_plugin::Options),
-    /// A kubelet DRA driver (rdma-host-device.io) preparing claims for the node's NICs (runs until killed)
+    /// The DRA driver: the node's NICs as a ResourceSlice, and the kubelet plugin preparing claims (runs until killed)
     ///
-    /// Registers with the kubelet's plugin watcher (DIR/plugins_registry/rdma-host-device.io-reg.sock)
-    /// and serves the DRA plugin API v1 on DIR/plugins/rdma-host-device.io/dra.sock. Prepare reads
-    /// each claim, maps our allocated devices to the node's NICs, answers the CDI IDs of their
-    /// RDMA devices' uverbs char devices (the spec `cdi` writes, with rdma_cm and the memlock
-    /// hook), refuses a NIC another claim holds, and records the claim with the pods it is
-    /// reserved for in STATEDIR/dra/checkpoint.json, where a NAD's draRequest finds it on ADD.
-    /// Unprepare works from that checkpoint alone.
+    /// Publishes one device per NIC the node policy lets ADD hand to a pod (the node
+    /// configuration's dra.nics, default every NIC with a PCI or auxiliary device; never an
+    /// uplink; only allowedNics) in the ResourceSlice NODE-rdma-host-device.io, with the
+    /// attributes claims select by (PCIe root, PCI address, NUMA node, Multus' deviceID and
+    /// resourceName, RDMA device, node GUID, transport, link speed, MTU, driver, link state,
+    /// rail), and keeps it current: link changes, RDMA devices and ports, NICs coming and
+    /// going. Talks to the in-cluster API server unless --kube-server is given.
+    ///
+    /// Beside it, the kubelet plugin: registers with the kubelet's plugin watcher
+    /// (DIR/plugins_registry/rdma-host-device.io-reg.sock) and serves the DRA plugin API v1 on
+    /// DIR/plugins/rdma-host-device.io/dra.sock. Prepare reads each claim, maps our allocated
+    /// devices to the node's NICs, answers the CDI IDs of their RDMA devices' uverbs char
+    /// devices (the spec `cdi` writes, with rdma_cm and the memlock hook), refuses a NIC another
+    /// claim holds, and records the claim with the pods it is reserved for in
+    /// STATEDIR/dra/checkpoint.json, where a NAD's draRequest finds it on ADD. Unprepare works
+    /// from that checkpoint alone.
     Dra(dra::Options),
     /// The node configuration with its defaults filled in, as JSON
     ///

@@ -15,7 +15,6 @@
 
 mod common;
 #[path = "kube/standin.rs"]
-#[allow(dead_code)] // shared with kube_api.rs, which uses all of it
 mod standin;
 
 use common::*;
@@ -110,7 +109,7 @@ impl Driver {
                 .as_nanos()
         ));
         let child = Command::new(AGENT)
-            .args(["dra", "--kubelet-dir"])
+            .args(["dra", "--node-name", "node-a", "--kubelet-dir"])
             .arg(kubelet)
             .arg("--kube-server")
             .arg(&api.url)
@@ -215,8 +214,10 @@ struct World {
 }
 
 impl World {
+    /// The node publishes (and so prepares) its NICs 0 and 1, veths named in `dra.nics`.
     fn new() -> World {
         let rig = Rig::new();
+        rig.set_node(json!({"dra": {"nics": {"names": [rig.nic_name(0), rig.nic_name(1)]}}}));
         let api = ApiServer::start(rig.dir.path(), &[]);
         World {
             rig,
@@ -329,6 +330,14 @@ fn a_second_claim_for_a_prepared_nic_is_refused_and_a_stale_uid_too() {
         &[("nic", DRIVER, "net-no-such-nic")],
         &["pod-3"],
     );
+    // A NIC of the node that the slice does not publish (not in dra.nics): not prepared either.
+    let hidden_nic = w.rig.nic(2);
+    let hidden = seed(
+        &w.api,
+        "hidden",
+        &[("nic", DRIVER, &device(&hidden_nic))],
+        &["pod-4"],
+    );
     let (mut k, d) = w.serving();
     assert_eq!(k.prepare(&[("first", &first)])[&first]["error"], "");
     let r = k.prepare(&[
@@ -343,6 +352,15 @@ fn a_second_claim_for_a_prepared_nic_is_refused_and_a_stale_uid_too() {
         d.log()
     );
     assert!(e(&elsewhere).contains("not a NIC of this node"), "{r}");
+    let h = k.prepare(&[("hidden", &hidden)]);
+    assert!(
+        h[&hidden]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a NIC of this node"),
+        "{h}\n{}",
+        d.log()
+    );
     assert!(
         e("uid-old").contains(&format!("has UID {first}, not uid-old")),
         "{r}"

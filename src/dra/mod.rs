@@ -1,61 +1,90 @@
-//! `rdma-host-device-agent dra`: a kubelet DRA driver (`resource.k8s.io/v1`, DRA plugin API
-//! v1) named [`DRIVER_NAME`], handing out the node's NICs with their RDMA devices.
+//! `rdma-host-device-agent dra`: the DRA driver (Kubernetes `resource.k8s.io/v1`) of the node
+//! agent, named [`DRIVER`]. Two halves in one process:
 //!
-//! - `api.rs`: the kubelet's registration and DRA v1 messages, hand-written prost structs.
-//! - `plugin.rs`: prepare and unprepare, the two gRPC services, their sockets.
-//! - `nics.rs`: which NIC a device name is (and its uverbs char device), under the node policy.
-//! - `checkpoint.rs`: the prepared claims, on disk; the CNI reads it for `draRequest`, so it
-//!   depends on nothing else here.
+//! - `slices.rs`: this node's NICs published as a ResourceSlice, so a ResourceClaim can ask for
+//!   a NIC by what it is (RDMA, transport, speed, rail, PCIe root shared with a GPU);
+//! - `plugin.rs`: the kubelet side (plugin registration, DRA plugin API v1): prepare reads a
+//!   claim, maps our allocated devices to NICs (`nics.rs`), answers their RDMA devices' CDI IDs
+//!   and records the claim in `checkpoint.rs`; unprepare works from the checkpoint alone.
+//!   `api.rs` holds the kubelet's messages.
 //!
-//! Nothing here but `checkpoint` is reachable from the CNI binary (src/main.rs).
+//! The NIC's move into the pod stays the CNI's: ADD finds the NIC prepared for its pod in the
+//! checkpoint (a NAD's `draRequest`). That is why `checkpoint` depends on nothing else here: it
+//! is the only part of this module (and of `kube`) the CNI binary reaches.
 
 pub mod api;
 pub mod checkpoint;
 pub mod nics;
 pub mod plugin;
+pub mod slices;
 
 use crate::error::{Result, invalid_config, io_error};
 use crate::flags::absolute_path;
+use crate::kube::{Endpoint, Kube, KubeOptions};
 use crate::node::Node;
 use futures::future::BoxFuture;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-/// Our DRA driver's name: the `driver` of our ResourceSlices and allocation results.
-pub const DRIVER_NAME: &str = "rdma-host-device.io";
+/// The driver's name: the ResourceSlices' `spec.driver`, the DeviceClass's selector, the
+/// domain of our device attributes, and the allocation results prepare takes as ours.
+pub const DRIVER: &str = "rdma-host-device.io";
 /// The kubelet's root directory, under which `plugins_registry/` and `plugins/` are.
 pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
 
-/// `dra [--kubelet-dir DIR] [--state-dir DIR] [--cdi-spec FILE [--cdi-hook PATH]] [--kube-server URL --kube-ca FILE --kube-token FILE]`.
-#[derive(Debug, PartialEq, Eq, clap::Args)]
+/// `dra --node-name NODE [--kube-server URL --kube-ca FILE --kube-token FILE] ...`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct Options {
+    /// This node's name as the API server knows it (the DaemonSet passes spec.nodeName)
+    #[arg(long, value_name = "NODE", value_parser = node_name)]
+    pub node_name: String,
+    #[command(flatten)]
+    pub kube: KubeOptions,
+    /// The attachments' state directory, where the checkpoint of prepared claims is kept too
+    /// (DIR/dra/checkpoint.json) [default: the node configuration's stateDir]
+    #[arg(long, value_name = "DIR", value_parser = absolute_path)]
+    pub state_dir: Option<PathBuf>,
+    /// Publish the slice again at least this often, changed or not
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub resync_seconds: u64,
     /// The kubelet's root directory: the registration socket goes in DIR/plugins_registry, the
     /// DRA socket is DIR/plugins/rdma-host-device.io/dra.sock
     #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_DIR, value_parser = absolute_path)]
     pub kubelet_dir: PathBuf,
-    /// The attachments' state directory, where the checkpoint of prepared claims is kept
-    /// (DIR/dra/checkpoint.json) [default: the node configuration's stateDir]
-    #[arg(long, value_name = "DIR", value_parser = absolute_path)]
-    pub state_dir: Option<PathBuf>,
     /// Bring this CDI spec up to date (`cdi`'s) before answering a claim's CDI IDs
     #[arg(long, value_name = "FILE", value_parser = absolute_path)]
     pub cdi_spec: Option<PathBuf>,
     /// The memlock hook's path in that spec, as the node's runtime sees it
     #[arg(long, value_name = "PATH", default_value = crate::cdi::DEFAULT_HOOK, value_parser = absolute_path)]
     pub cdi_hook: PathBuf,
-    #[command(flatten)]
-    pub kube: crate::kube::KubeOptions,
+}
+
+/// A Node's name: a DNS subdomain (the slice's name and pool are made from it).
+fn node_name(s: &str) -> std::result::Result<String, String> {
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if s.len() > 253 - DRIVER.len() - 1 || !s.split('.').all(label) {
+        return Err(format!("{s:?} is not a node name (a DNS subdomain)"));
+    }
+    Ok(s.to_owned())
 }
 
 /// Claims from the API server, in the API's JSON.
-impl plugin::ClaimSource for crate::kube::Kube {
+impl plugin::ClaimSource for Kube {
     fn get_claim<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, std::result::Result<serde_json::Value, String>> {
         Box::pin(async move {
-            let claim = crate::kube::Kube::get_claim(self, namespace, name)
+            let claim = Kube::get_claim(self, namespace, name)
                 .await
                 .map_err(|e| e.to_string())?;
             serde_json::to_value(claim).map_err(|e| e.to_string())
@@ -63,13 +92,16 @@ impl plugin::ClaimSource for crate::kube::Kube {
     }
 }
 
-/// Run the driver's kubelet side until killed; returns only if it cannot start.
+/// Run the driver until killed; returns only if it cannot start (the node configuration, a
+/// checkpoint this build cannot read, the API server's address or credentials, its refusal of
+/// our first publication).
 pub fn run(opts: &Options) -> Result<()> {
-    std::panic::set_hook(Box::new(|info| {
-        eprintln!("rdma-host-device-agent dra: bug: {info}");
-    }));
     crate::logging::init(log::LevelFilter::Info, None, " dra".into());
     let node = Node::load()?;
+    let dra = node.dra()?.unwrap_or_default();
+    if opts.resync_seconds == 0 {
+        return Err(invalid_config("--resync-seconds must be at least 1"));
+    }
     let state_dir = opts.state_dir.clone().unwrap_or(node.state_dir.clone());
     let cdi = match &opts.cdi_spec {
         None => None,
@@ -89,24 +121,36 @@ pub fn run(opts: &Options) -> Result<()> {
         held.claims.len(),
         checkpoint.display()
     );
-    let sockets = plugin::Sockets::under(&opts.kubelet_dir, DRIVER_NAME);
+    let sockets = plugin::Sockets::under(&opts.kubelet_dir, DRIVER);
+    let nics = nics::HostNics {
+        node: node.clone(),
+        dra: dra.clone(),
+    };
+    let settings = slices::Settings {
+        node_name: opts.node_name.clone(),
+        state_dir,
+        node,
+        dra,
+        sys: PathBuf::from("/sys"),
+        resync: Duration::from_secs(opts.resync_seconds),
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
         .map_err(|e| io_error("cannot start the runtime", e))?;
     rt.block_on(async move {
-        let kube =
-            crate::kube::Kube::connect(&crate::kube::Endpoint::from_options(&opts.kube)).await?;
+        let kube = Kube::connect(&Endpoint::from_options(&opts.kube)).await?;
         let driver = Arc::new(plugin::Driver {
-            name: DRIVER_NAME.into(),
-            claims: Arc::new(kube),
-            nics: Arc::new(nics::HostNics { node }),
+            name: DRIVER.into(),
+            claims: Arc::new(kube.clone()),
+            nics: Arc::new(nics),
             checkpoint,
             serial: tokio::sync::Mutex::new(()),
             cdi,
         });
-        plugin::supervise(driver, sockets).await;
-        Ok(())
+        // The kubelet side first: unprepare must work even while the API server is away.
+        tokio::spawn(plugin::supervise(driver, sockets));
+        slices::run(kube, settings).await
     })
 }

@@ -10,7 +10,7 @@
 //! says.
 
 use crate::link::{LinkInfo, Links};
-use crate::node::{NicFacts, Node};
+use crate::node::{DraConfig, NicFacts, Node};
 use crate::rdma::identity::Snapshot;
 use crate::rdma::pair;
 use crate::state::{Store, Tag};
@@ -76,13 +76,15 @@ pub fn device_name(pci: Option<&str>, id: &str, name: &str) -> String {
 /// The node's NICs, read at each call (prepare is rare; a NIC hot-plugged since is found).
 pub struct HostNics {
     pub node: Node,
+    pub dra: DraConfig,
 }
 
 impl HostNics {
     async fn find_now(&self, device: &str) -> crate::error::Result<Option<NicRef>> {
         let host = Links::open()?;
         let store = Store::new(&self.node.state_dir);
-        let mut hits: Vec<(LinkInfo, String, Option<String>)> = Vec::new();
+        // (link, device ID, PCI address, backed by a device: PCI or auxiliary-bus)
+        let mut hits: Vec<(LinkInfo, String, Option<String>, bool)> = Vec::new();
         for l in host.all().await? {
             if l.name == "lo" {
                 continue;
@@ -101,7 +103,8 @@ impl HostNics {
                 .map_or_else(|| l.name.clone(), |t| t.host_name);
             let id = sysfs::device_id(pci.as_deref(), aux.as_deref(), &name);
             if device_name(pci.as_deref(), &id, &name) == device {
-                hits.push((l, id, pci));
+                let backed = pci.is_some() || aux.is_some();
+                hits.push((l, id, pci, backed));
             }
         }
         let records = store.all()?;
@@ -130,7 +133,7 @@ impl HostNics {
                         attached_to: Some(who),
                     }))
             }
-            [(l, id, pci)] => {
+            [(l, id, pci, backed)] => {
                 let rdma = Snapshot::read()?.and_then(|snap| {
                     snap.of(&pair::Nic {
                         index: l.index,
@@ -152,26 +155,21 @@ impl HostNics {
                     rdma_device: rdma.as_ref().map(|r| r.name.as_str()),
                     rdma_guid: rdma.as_ref().and_then(|r| r.guid),
                     rdma_name_is_the_nodes: rdma.as_ref().is_none_or(|r| r.name_is_the_nodes),
-                    uplink: uplink.clone(),
+                    uplink,
                 };
-                if let Some(p) = &self.node.allowed_nics
-                    && !p.matches(&facts)
-                {
-                    log::warn!("{device} is {} ({id}), outside allowedNics", l.name);
+                let published = match &self.dra.nics {
+                    Some(p) => p.matches(&facts),
+                    None => *backed,
+                };
+                if !published {
+                    log::warn!(
+                        "{device} is {} ({id}), which dra.nics does not publish",
+                        l.name
+                    );
                     return Ok(None);
                 }
-                if !uplink.is_empty()
-                    && !self
-                        .node
-                        .allowed_uplinks
-                        .iter()
-                        .any(|u| *u == l.name || Some(u.as_str()) == pci.as_deref())
-                {
-                    log::warn!(
-                        "{device} is {} ({id}), which the node itself uses: {}",
-                        l.name,
-                        uplink.join("; ")
-                    );
+                if let Err(e) = self.node.admit(&facts) {
+                    log::warn!("{device} is {} ({id}): {}", l.name, e.msg);
                     return Ok(None);
                 }
                 Ok(Some(NicRef {
@@ -188,7 +186,7 @@ impl HostNics {
                 format!(
                     "device name {device} is that of several NICs ({})",
                     many.iter()
-                        .map(|(l, id, _)| format!("{} {id}", l.name))
+                        .map(|(l, id, _, _)| format!("{} {id}", l.name))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
@@ -220,6 +218,35 @@ mod tests {
         assert_eq!(device_name(None, "Veth_A.1", "Veth_A.1"), "net-veth-a-1");
         let long = "n".repeat(80);
         assert_eq!(device_name(None, &long, &long).len(), 63);
+    }
+
+    /// Prepare finds a NIC by the name the slice published: one rule on both sides.
+    #[test]
+    fn device_names_are_the_ones_the_slice_publishes() {
+        for (pci, id, name) in [
+            (Some("0000:3b:00.1"), "0000:3b:00.1", "ens1f1"),
+            (None, "mlx5_core.sf.2", "enp3s0f0s2"),
+            (None, "Veth_A.1", "Veth_A.1"),
+        ] {
+            let nic = crate::device_plugin::pool::Nic {
+                id: id.into(),
+                name: name.into(),
+                pci: pci.map(Into::into),
+                driver: None,
+                rdma_device: None,
+                rdma_guid: None,
+                rdma_name_is_the_nodes: true,
+                uverbs: None,
+                numa: None,
+                pci_root: None,
+                attached: false,
+                uplink: Vec::new(),
+            };
+            assert_eq!(
+                device_name(pci, id, name),
+                super::super::slices::device_name(&nic)
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Start tests/kube/apiserver.py (the kube-apiserver stand-in) for a test, and stop it when the
 //! test is done. Shared by the test binaries that talk to the API (`#[path]`-included).
+#![allow(dead_code)] // each test binary uses part of it
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

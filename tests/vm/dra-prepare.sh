@@ -62,7 +62,7 @@ status=$(js 'json.dumps(dict(v, status={"allocation": {"devices": {"results": [{
 check "the claim is created and allocated through the API" rest PUT "$BASE/rail/status" "$status"
 
 driver() {
-  "$AGENT" dra --kubelet-dir "$D/kubelet" --cdi-spec /var/run/cdi/rdma-host-device.json \
+  "$AGENT" dra --node-name vm --kubelet-dir "$D/kubelet" --cdi-spec /var/run/cdi/rdma-host-device.json \
     --cdi-hook "$BIN" --kube-server "$URL" --kube-ca "$D/api/ca.crt" --kube-token "$D/api/token" \
     2>>"$D/dra.log" &
   DRA=$!
