@@ -11,6 +11,10 @@
 //! The NIC's move into the pod stays the CNI's: ADD finds the NIC prepared for its pod in the
 //! checkpoint (a NAD's `draRequest`). That is why `checkpoint` depends on nothing else here: it
 //! is the only part of this module (and of `kube`) the CNI binary reaches.
+//!
+//! `run` builds one current-thread Tokio runtime and one `Kube` client; the kubelet side is
+//! spawned on it first (so unprepare works while the API server is away), then
+//! `slices::run(kube, settings)` publishes until the process ends, with a clone of the client.
 
 pub mod api;
 pub mod checkpoint;
