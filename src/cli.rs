@@ -79,7 +79,7 @@ pub enum Command {
     /// files Multus reads. With --cdi-spec, it also keeps that CDI spec current (as `cdi` writes
     /// it), so an RDMA device loaded later gets its CDI name.
     DevicePlugin(device_plugin::Options),
-    /// A DRA driver publishing this node's NICs as a ResourceSlice (runs until killed)
+    /// The DRA driver: the node's NICs as a ResourceSlice, and the kubelet plugin preparing claims (runs until killed)
     ///
     /// Publishes one device per NIC the node policy lets ADD hand to a pod (the node
     /// configuration's dra.nics, default every NIC with a PCI or auxiliary device; never an
@@ -88,6 +88,15 @@ pub enum Command {
     /// resourceName, RDMA device, node GUID, transport, link speed, MTU, driver, link state,
     /// rail), and keeps it current: link changes, RDMA devices and ports, NICs coming and
     /// going. Talks to the in-cluster API server unless --kube-server is given.
+    ///
+    /// Beside it, the kubelet plugin: registers with the kubelet's plugin watcher
+    /// (DIR/plugins_registry/rdma-host-device.io-reg.sock) and serves the DRA plugin API v1 on
+    /// DIR/plugins/rdma-host-device.io/dra.sock. Prepare reads each claim, maps our allocated
+    /// devices to the node's NICs, answers the CDI IDs of their RDMA devices' uverbs char
+    /// devices (the spec `cdi` writes, with rdma_cm and the memlock hook), refuses a NIC another
+    /// claim holds, and records the claim with the pods it is reserved for in
+    /// STATEDIR/dra/checkpoint.json, where a NAD's draRequest finds it on ADD. Unprepare works
+    /// from that checkpoint alone.
     Dra(dra::Options),
     /// The node configuration with its defaults filled in, as JSON
     ///

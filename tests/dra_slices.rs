@@ -51,6 +51,9 @@ impl Agent {
             .arg(token.unwrap_or(&api.token))
             .arg("--state-dir")
             .arg(rig.state_dir())
+            // The kubelet side serves its sockets here, not in the machine's /var/lib/kubelet.
+            .arg("--kubelet-dir")
+            .arg(rig.dir.path().join("kubelet"))
             .env(NODE_CONFIG_ENV, rig.node_config())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

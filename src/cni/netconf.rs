@@ -23,6 +23,7 @@ pub const SELECTOR_KEYS: &[&str] = &[
     "pciBusID",
     "deviceID",
     "rdmaDevice",
+    "draRequest",
     "runtimeConfig",
 ];
 
@@ -161,6 +162,7 @@ struct GivenConf {
     #[serde(rename = "deviceID")]
     device_id: Option<String>,
     rdma_device: Option<String>,
+    dra_request: Option<String>,
     mtu: Option<u32>,
     rdma: Option<RdmaConf>,
     log_file: Option<PathBuf>,
@@ -189,6 +191,9 @@ pub struct NetConf {
     pub dns: Option<super::result::Dns>,
     pub prev_result: Option<CniResult>,
     pub selector: Option<Selector>,
+    /// `draRequest`: the NIC our DRA driver prepared for this pod under that request of its
+    /// claim (`flows::plan::dra_selector`); exclusive with the selectors above.
+    pub dra_request: Option<String>,
     pub mtu: Option<u32>,
     pub rdma: RdmaConf,
     /// The log file inside the node's log directory, when the config names one.
@@ -393,6 +398,18 @@ impl NetConf {
             given.runtime_config.device_id,
             given.rdma_device,
         )?;
+        if let Some(r) = &given.dra_request {
+            validate_request_name(r)?;
+            if let Some(sel) = &selector {
+                return Err(Error::new(
+                    Code::DeviceAmbiguous,
+                    format!(
+                        "draRequest {} and {sel} both select a NIC; give one",
+                        shown(r)
+                    ),
+                ));
+            }
+        }
         Ok(NetConf {
             cni_version,
             name,
@@ -400,6 +417,7 @@ impl NetConf {
             dns: given.dns,
             prev_result,
             selector,
+            dra_request: given.dra_request,
             mtu: given.mtu,
             rdma,
             log_file,
@@ -414,7 +432,7 @@ impl NetConf {
     pub fn require_selector(&self) -> Result<&Selector> {
         self.selector.as_ref().ok_or_else(|| {
             invalid_config(
-                "no device selected: set one of \"device\", \"hwaddr\", \"kernelpath\", \"pciBusID\", \"rdmaDevice\", or \"deviceID\" (top level or runtimeConfig)",
+                "no device selected: set one of \"device\", \"hwaddr\", \"kernelpath\", \"pciBusID\", \"rdmaDevice\", \"deviceID\" (top level or runtimeConfig), or \"draRequest\"",
             )
         })
     }
@@ -544,6 +562,28 @@ fn selector(
                     .join(", ")
             ),
         )),
+    }
+}
+
+/// `draRequest`: a request name of a ResourceClaim (a DNS label), or a subrequest of one
+/// (`request/subrequest`).
+fn validate_request_name(v: &str) -> Result<()> {
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    let parts: Vec<&str> = v.split('/').collect();
+    if parts.len() <= 2 && parts.iter().all(|p| label(p)) {
+        Ok(())
+    } else {
+        Err(invalid_config(format!(
+            "draRequest {} is not a request name of a ResourceClaim (a DNS label, or request/subrequest)",
+            shown(v)
+        )))
     }
 }
 

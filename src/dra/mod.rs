@@ -1,26 +1,41 @@
 //! `rdma-host-device-agent dra`: the DRA driver (Kubernetes `resource.k8s.io/v1`) of the node
-//! agent. It publishes this node's NICs as a ResourceSlice (`slices`), so a ResourceClaim can
-//! ask for a NIC by what it is (RDMA, transport, speed, rail, PCIe root shared with a GPU).
-//! The NIC's move into the pod stays the CNI's. Agent-only: the CNI binary never reaches this
-//! module (nor `kube`).
+//! agent, named [`DRIVER`]. Two halves in one process:
 //!
-//! `run` builds one current-thread Tokio runtime and one `Kube` client; `slices::run(kube,
-//! settings)` is a future that publishes until the process ends, so the kubelet side
-//! (registration, NodePrepareResources) runs beside it on the same runtime with a clone of the
-//! same client (`Kube::get_claim`, `Kube::update_claim_status`).
+//! - `slices.rs`: this node's NICs published as a ResourceSlice, so a ResourceClaim can ask for
+//!   a NIC by what it is (RDMA, transport, speed, rail, PCIe root shared with a GPU);
+//! - `plugin.rs`: the kubelet side (plugin registration, DRA plugin API v1): prepare reads a
+//!   claim, maps our allocated devices to NICs (`nics.rs`), answers their RDMA devices' CDI IDs
+//!   and records the claim in `checkpoint.rs`; unprepare works from the checkpoint alone.
+//!   `api.rs` holds the kubelet's messages.
+//!
+//! The NIC's move into the pod stays the CNI's: ADD finds the NIC prepared for its pod in the
+//! checkpoint (a NAD's `draRequest`). That is why `checkpoint` depends on nothing else here: it
+//! is the only part of this module (and of `kube`) the CNI binary reaches.
+//!
+//! `run` builds one current-thread Tokio runtime and one `Kube` client; the kubelet side is
+//! spawned on it first (so unprepare works while the API server is away), then
+//! `slices::run(kube, settings)` publishes until the process ends, with a clone of the client.
 
+pub mod api;
+pub mod checkpoint;
+pub mod nics;
+pub mod plugin;
 pub mod slices;
 
 use crate::error::{Result, invalid_config, io_error};
 use crate::flags::absolute_path;
 use crate::kube::{Endpoint, Kube, KubeOptions};
 use crate::node::Node;
+use futures::future::BoxFuture;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// The driver's name: the ResourceSlices' `spec.driver`, the DeviceClass's selector, and the
-/// domain of our device attributes.
+/// The driver's name: the ResourceSlices' `spec.driver`, the DeviceClass's selector, the
+/// domain of our device attributes, and the allocation results prepare takes as ours.
 pub const DRIVER: &str = "rdma-host-device.io";
+/// The kubelet's root directory, under which `plugins_registry/` and `plugins/` are.
+pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
 
 /// `dra --node-name NODE [--kube-server URL --kube-ca FILE --kube-token FILE] ...`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -30,12 +45,23 @@ pub struct Options {
     pub node_name: String,
     #[command(flatten)]
     pub kube: KubeOptions,
-    /// The attachments' state directory [default: the node configuration's stateDir]
+    /// The attachments' state directory, where the checkpoint of prepared claims is kept too
+    /// (DIR/dra/checkpoint.json) [default: the node configuration's stateDir]
     #[arg(long, value_name = "DIR", value_parser = absolute_path)]
     pub state_dir: Option<PathBuf>,
     /// Publish the slice again at least this often, changed or not
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub resync_seconds: u64,
+    /// The kubelet's root directory: the registration socket goes in DIR/plugins_registry, the
+    /// DRA socket is DIR/plugins/rdma-host-device.io/dra.sock
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_DIR, value_parser = absolute_path)]
+    pub kubelet_dir: PathBuf,
+    /// Bring this CDI spec up to date (`cdi`'s) before answering a claim's CDI IDs
+    #[arg(long, value_name = "FILE", value_parser = absolute_path)]
+    pub cdi_spec: Option<PathBuf>,
+    /// The memlock hook's path in that spec, as the node's runtime sees it
+    #[arg(long, value_name = "PATH", default_value = crate::cdi::DEFAULT_HOOK, value_parser = absolute_path)]
+    pub cdi_hook: PathBuf,
 }
 
 /// A Node's name: a DNS subdomain (the slice's name and pool are made from it).
@@ -54,8 +80,25 @@ fn node_name(s: &str) -> std::result::Result<String, String> {
     Ok(s.to_owned())
 }
 
-/// Run the driver until killed; returns only if it cannot start (the node configuration, the
-/// API server's address or credentials, its refusal of our first publication).
+/// Claims from the API server, in the API's JSON.
+impl plugin::ClaimSource for Kube {
+    fn get_claim<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, std::result::Result<serde_json::Value, String>> {
+        Box::pin(async move {
+            let claim = Kube::get_claim(self, namespace, name)
+                .await
+                .map_err(|e| e.to_string())?;
+            serde_json::to_value(claim).map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// Run the driver until killed; returns only if it cannot start (the node configuration, a
+/// checkpoint this build cannot read, the API server's address or credentials, its refusal of
+/// our first publication).
 pub fn run(opts: &Options) -> Result<()> {
     crate::logging::init(log::LevelFilter::Info, None, " dra".into());
     let node = Node::load()?;
@@ -63,9 +106,33 @@ pub fn run(opts: &Options) -> Result<()> {
     if opts.resync_seconds == 0 {
         return Err(invalid_config("--resync-seconds must be at least 1"));
     }
+    let state_dir = opts.state_dir.clone().unwrap_or(node.state_dir.clone());
+    let cdi = match &opts.cdi_spec {
+        None => None,
+        Some(path) => Some(plugin::CdiSpec {
+            path: path.clone(),
+            hook: opts.cdi_hook.clone(),
+            memlock: crate::node::Memlock::parse(&node.memlock)
+                .map_err(|e| e.context(&node.source))?,
+        }),
+    };
+    let checkpoint = checkpoint::path(&state_dir);
+    // A checkpoint this build cannot read stops the start: unprepare depends on it.
+    let held =
+        checkpoint::Checkpoint::read(&checkpoint).map_err(|e| invalid_config(e.to_string()))?;
+    log::info!(
+        "{} claim(s) prepared before this start, in {}",
+        held.claims.len(),
+        checkpoint.display()
+    );
+    let sockets = plugin::Sockets::under(&opts.kubelet_dir, DRIVER);
+    let nics = nics::HostNics {
+        node: node.clone(),
+        dra: dra.clone(),
+    };
     let settings = slices::Settings {
         node_name: opts.node_name.clone(),
-        state_dir: opts.state_dir.clone().unwrap_or(node.state_dir.clone()),
+        state_dir,
         node,
         dra,
         sys: PathBuf::from("/sys"),
@@ -78,6 +145,16 @@ pub fn run(opts: &Options) -> Result<()> {
         .map_err(|e| io_error("cannot start the runtime", e))?;
     rt.block_on(async move {
         let kube = Kube::connect(&Endpoint::from_options(&opts.kube)).await?;
+        let driver = Arc::new(plugin::Driver {
+            name: DRIVER.into(),
+            claims: Arc::new(kube.clone()),
+            nics: Arc::new(nics),
+            checkpoint,
+            serial: tokio::sync::Mutex::new(()),
+            cdi,
+        });
+        // The kubelet side first: unprepare must work even while the API server is away.
+        tokio::spawn(plugin::supervise(driver, sockets));
         slices::run(kube, settings).await
     })
 }

@@ -43,7 +43,14 @@ pub struct Plan {
 /// Plan ADD of `env`'s attachment: resolve the selector under the NIC's lock, apply the node
 /// policy, pair RDMA, and check every value the kernel could refuse half-way.
 pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
-    let selector = conf.require_selector()?;
+    let from_dra = match &conf.dra_request {
+        Some(request) => Some(dra_selector(env, node, request)?),
+        None => None,
+    };
+    let selector = match &from_dra {
+        Some(s) => s,
+        None => conf.require_selector()?,
+    };
     // The node decides what this root process may exec for the tenant: checked first.
     // The paths in `ipam` too: the plugin runs as root and writes, reads or connects there.
     // Found on CNI_PATH as well, before anything moves (7 otherwise).
@@ -157,6 +164,76 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         record,
         _locks: (attachment, nic_lock),
     })
+}
+
+/// `draRequest`: the NIC our DRA driver prepared for this pod under `request`, as a `deviceID`
+/// selector. The pod is the UID the runtime puts in CNI_ARGS (`K8S_POD_UID`), which the NAD
+/// cannot set; the driver's checkpoint lists each prepared claim's pods, and only the claims
+/// of this pod are looked at, so no request name reaches another pod's NIC. Of several NICs
+/// under one request, the first not already attached (one ADD per NIC).
+pub fn dra_selector(env: &Env, node: &Node, request: &str) -> Result<Selector> {
+    use crate::dra::checkpoint::{self, Checkpoint};
+    let uid = env.pod().map(|p| p.uid).unwrap_or_default();
+    if uid.is_empty() {
+        return Err(Error::new(
+            Code::InvalidEnv,
+            format!(
+                "draRequest {request}: CNI_ARGS names no pod UID (K8S_POD_UID), which the runtime passes for a Kubernetes pod; the NIC a DRA claim prepared is found by it"
+            ),
+        ));
+    }
+    let path = checkpoint::path(&node.state_dir);
+    let cp = Checkpoint::read(&path).map_err(|e| Error::new(Code::Io, e.to_string()))?;
+    let prepared = cp.for_pod(&uid, request);
+    if prepared.is_empty() {
+        let has = cp.requests_of(&uid);
+        return Err(Error::new(
+            Code::DeviceNotFound,
+            format!(
+                "draRequest {request}: the DRA driver prepared no NIC for pod {uid} under that request ({}; {})",
+                if has.is_empty() {
+                    "none for this pod at all: does its ResourceClaim use rdma-host-device.io?"
+                        .to_owned()
+                } else {
+                    format!("this pod's requests: {}", has.join(", "))
+                },
+                path.display()
+            ),
+        ));
+    }
+    let attached: Vec<String> = Store::new(&node.state_dir)
+        .all()?
+        .iter()
+        .map(|r| {
+            let aux = r
+                .parent
+                .as_deref()
+                .and_then(|p| p.strip_prefix("auxiliary/"));
+            crate::sysfs::device_id(r.pci.as_deref(), aux, &r.host_name)
+        })
+        .collect();
+    match prepared.iter().find(|d| !attached.contains(&d.device_id)) {
+        Some(d) => {
+            log::info!(
+                "draRequest {request} of pod {uid}: device {} ({}), pool {}",
+                d.device,
+                d.device_id,
+                d.pool
+            );
+            Ok(Selector::DeviceId(d.device_id.clone()))
+        }
+        None => Err(Error::new(
+            Code::DeviceBusy,
+            format!(
+                "draRequest {request}: every NIC prepared for pod {uid} under it is attached already ({})",
+                prepared
+                    .iter()
+                    .map(|d| d.device_id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
 }
 
 /// Resolve the selector and lock the NIC it names (by its original host name); what decides is

@@ -256,3 +256,49 @@ fn no_selector_is_reported_by_require() {
     let c = parse(r#"{"cniVersion":"1.0.0","name":"n"}"#).unwrap();
     assert_eq!(c.require_selector().unwrap_err().code, Code::InvalidConfig);
 }
+
+#[test]
+fn dra_request_names_a_claims_request_and_only_it_selects() {
+    let c = parse(r#"{"cniVersion":"1.0.0","name":"n","draRequest":"rail/gpu-0"}"#).unwrap();
+    assert_eq!(c.dra_request.as_deref(), Some("rail/gpu-0"));
+    assert_eq!(c.selector, None);
+    let base = r#""cniVersion":"1.0.0","name":"n""#;
+    for (input, code) in [
+        (
+            format!("{{{base},\"draRequest\":\"Rail\"}}"),
+            Code::InvalidConfig,
+        ),
+        (
+            format!("{{{base},\"draRequest\":\"a/b/c\"}}"),
+            Code::InvalidConfig,
+        ),
+        (
+            format!("{{{base},\"draRequest\":\"../x\"}}"),
+            Code::InvalidConfig,
+        ),
+        (
+            format!("{{{base},\"draRequest\":\"\"}}"),
+            Code::InvalidConfig,
+        ),
+        (
+            format!("{{{base},\"draRequest\":\"nic\",\"deviceID\":\"0000:3b:00.0\"}}"),
+            Code::DeviceAmbiguous,
+        ),
+        (
+            format!(
+                "{{{base},\"draRequest\":\"nic\",\"runtimeConfig\":{{\"deviceID\":\"0000:3b:00.0\"}}}}"
+            ),
+            Code::DeviceAmbiguous,
+        ),
+    ] {
+        let err = parse(&input).expect_err(&input);
+        assert_eq!(err.code, code, "{input}: {err}");
+    }
+    // DEL works from its record: a draRequest (even a bad one) is not needed there.
+    let (c, _) = NetConf::parse_lenient(
+        format!("{{{base},\"draRequest\":\"Bad\"}}").into_bytes(),
+        &Node::default(),
+    )
+    .unwrap();
+    assert_eq!(c.dra_request, None);
+}

@@ -1,0 +1,598 @@
+//! `rdma-host-device-agent dra`, the kubelet side of our DRA driver, driven the way the kubelet
+//! drives it over the real gRPC wire: tests/dra/kubelet.py (grpcio, stubs generated at test time
+//! from our own tests/dra/pluginregistration.proto and dra.proto) watches the plugin registry
+//! directory, registers the driver (GetInfo, NotifyRegistrationStatus) and calls
+//! NodePrepareResources / NodeUnprepareResources on the socket the registration names.
+//! Then the CNI's own lookup: ADD with a NAD's `draRequest` takes the NIC the driver prepared
+//! for the pod whose UID the runtime passes, and never another pod's.
+//!
+//! The driver reads claims from the kube-apiserver stand-in (tests/kube/apiserver.py) through
+//! its real client; the test plays the user and the scheduler with real REST calls (curl:
+//! create the claim, then PUT its allocation and reservedFor on /status), so claim UIDs are
+//! the API server's. The NICs are veths (no RDMA on this machine: their answer carries no CDI
+//! ID; the uverbs CDI IDs are unit-tested in src/dra). Needs root (veths, netns), the venv with
+//! grpcio that scripts/setup.sh makes, and curl.
+
+mod common;
+#[path = "kube/standin.rs"]
+mod standin;
+
+use common::*;
+use serde_json::{Value, json};
+use standin::ApiServer;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+const DRIVER: &str = "rdma-host-device.io";
+const POOL: &str = "node-a";
+
+/// The kubelet stand-in, one JSON command a line.
+struct Kubelet {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Kubelet {
+    fn start(root: &Path) -> Kubelet {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dra/kubelet.py");
+        let mut child = Command::new(venv_python())
+            .arg(script)
+            .arg(root)
+            .env("RHD_REG_STUBS", Path::new(TARGET_TMP).join("reg-stubs"))
+            .env("RHD_DRA_STUBS", Path::new(TARGET_TMP).join("dra-stubs"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start kubelet.py");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert!(line.contains("watching"), "kubelet.py: {line:?}");
+        Kubelet {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn ask(&mut self, cmd: Value) -> Value {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("kubelet.py said {line:?} ({e})"))
+    }
+
+    /// NodePrepareResources for `claims` ((name, uid) in namespace `team`): the answer by UID.
+    fn prepare(&mut self, claims: &[(&str, &str)]) -> Value {
+        let r = self.ask(json!({"cmd": "prepare", "driver": DRIVER, "claims": refs(claims)}));
+        assert!(r["error"].is_null(), "{r}");
+        r["claims"].clone()
+    }
+
+    fn unprepare(&mut self, claims: &[(&str, &str)]) -> Value {
+        let r = self.ask(json!({"cmd": "unprepare", "driver": DRIVER, "claims": refs(claims)}));
+        assert!(r["error"].is_null(), "{r}");
+        r["claims"].clone()
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn refs(claims: &[(&str, &str)]) -> Value {
+    claims
+        .iter()
+        .map(|(name, uid)| json!({"namespace": "team", "name": name, "uid": uid}))
+        .collect()
+}
+
+/// The driver under test, its log in a file.
+struct Driver {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Driver {
+    fn start(rig: &Rig, kubelet: &Path, api: &ApiServer) -> Driver {
+        let log = rig.dir.path().join(format!(
+            "dra-{}.log",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let child = Command::new(AGENT)
+            .args(["dra", "--node-name", "node-a", "--kubelet-dir"])
+            .arg(kubelet)
+            .arg("--kube-server")
+            .arg(&api.url)
+            .arg("--kube-ca")
+            .arg(&api.ca)
+            .arg("--kube-token")
+            .arg(&api.token)
+            .env(NODE_CONFIG_ENV, rig.node_config())
+            .env_remove("CNI_COMMAND")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the DRA driver");
+        Driver { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The DRA device name of a veth, as our ResourceSlice names it (`net-NAME`).
+fn device(nic: &Veth) -> String {
+    rdma_host_device::dra::nics::device_name(None, &nic.name, &nic.name)
+}
+
+/// One REST call to the stand-in API server: `method path` with `body`; the answer's JSON.
+fn rest(api: &ApiServer, method: &str, path: &str, body: &Value) -> Value {
+    let token = std::fs::read_to_string(&api.token).unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "--fail-with-body", "-X", method, "--cacert"])
+        .arg(&api.ca)
+        .args(["-H", &format!("Authorization: Bearer {}", token.trim())])
+        .args([
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            "@-",
+        ])
+        .arg(format!("{}{path}", api.url))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(body.to_string().as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("curl");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert!(out.status.success(), "{method} {path}: {v}");
+    v
+}
+
+/// What a user and the scheduler do for a claim: create it, then write its allocation
+/// (`results` as (request, driver, device)) and the pods it is reserved for on /status.
+/// Returns the UID the API server gave it.
+fn seed(api: &ApiServer, name: &str, results: &[(&str, &str, &str)], pods: &[&str]) -> String {
+    let base = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaims";
+    let created = rest(
+        api,
+        "POST",
+        base,
+        &json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"namespace": "team", "name": name},
+            "spec": {"devices": {"requests": results.iter().map(|(r, _, _)| json!({
+                "name": r, "exactly": {"deviceClassName": "rdma-nic"}})).collect::<Vec<_>>()}},
+        }),
+    );
+    let mut c = created.clone();
+    c["status"] = json!({
+        "allocation": {"devices": {"results": results.iter().map(|(r, d, dev)| json!({
+            "request": r, "driver": d, "pool": POOL, "device": dev})).collect::<Vec<_>>()}},
+        "reservedFor": pods.iter().map(|p| json!({"resource": "pods", "name": format!("pod-{p}"), "uid": p}))
+            .collect::<Vec<_>>(),
+    });
+    rest(api, "PUT", &format!("{base}/{name}/status"), &c);
+    created["metadata"]["uid"].as_str().unwrap().to_owned()
+}
+
+/// A rig, the kubelet's root directory and the API server.
+struct World {
+    rig: Rig,
+    kubelet_dir: TempDir,
+    api: ApiServer,
+}
+
+impl World {
+    /// The node publishes (and so prepares) its NICs 0 and 1, veths named in `dra.nics`.
+    fn new() -> World {
+        let rig = Rig::new();
+        rig.set_node(json!({"dra": {"nics": {"names": [rig.nic_name(0), rig.nic_name(1)]}}}));
+        let api = ApiServer::start(rig.dir.path(), &[]);
+        World {
+            rig,
+            kubelet_dir: TempDir::new("dra-kubelet"),
+            api,
+        }
+    }
+
+    fn checkpoint(&self) -> Value {
+        let p = self.rig.state_dir().join("dra/checkpoint.json");
+        std::fs::read(&p)
+            .map(|b| serde_json::from_slice(&b).unwrap())
+            .unwrap_or(Value::Null)
+    }
+
+    /// The kubelet, and the driver once registered (registration number `count`).
+    fn serving(&self) -> (Kubelet, Driver) {
+        let mut k = Kubelet::start(self.kubelet_dir.path());
+        let d = Driver::start(&self.rig, self.kubelet_dir.path(), &self.api);
+        registered(&mut k, 1, &d);
+        (k, d)
+    }
+}
+
+fn registered(k: &mut Kubelet, count: u64, d: &Driver) -> Value {
+    let r = k.ask(json!({"cmd": "registered", "count": count, "timeout": 10}));
+    assert!(
+        r["error"].is_null(),
+        "no registration #{count}: {r}\n{}",
+        d.log()
+    );
+    assert_eq!(r["verdict"], "registered", "{r}\n{}", d.log());
+    r
+}
+
+#[test]
+fn the_kubelet_registers_the_driver_and_gets_a_prepared_claim_once_however_often_it_asks() {
+    let w = World::new();
+    let a = w.rig.nic(0);
+    let gpu = ("gpu", "gpu.example.com", "gpu-0");
+    let rail = seed(
+        &w.api,
+        "rail",
+        &[gpu, ("nic", DRIVER, &device(&a))],
+        &["pod-1"],
+    );
+    let gpu_only = seed(&w.api, "gpu-only", &[gpu], &["pod-1"]);
+    let (mut k, d) = w.serving();
+    let r = registered(&mut k, 1, &d);
+    assert_eq!(r["type"], "DRAPlugin");
+    assert_eq!(r["name"], DRIVER);
+    assert_eq!(r["socket"], format!("{DRIVER}-reg.sock"));
+    let endpoint = w
+        .kubelet_dir
+        .path()
+        .join("plugins")
+        .join(DRIVER)
+        .join("dra.sock");
+    assert_eq!(r["endpoint"], endpoint.display().to_string());
+    assert_eq!(r["supported_versions"], json!(["v1.DRAPlugin"]));
+    assert!(
+        d.log()
+            .contains(&format!("the kubelet registered {DRIVER}")),
+        "{}",
+        d.log()
+    );
+
+    let first = k.prepare(&[("rail", &rail), ("gpu-only", &gpu_only)]);
+    assert_eq!(
+        first[&rail],
+        json!({"error": "", "devices": [{"request_names": ["nic"], "pool_name": POOL,
+            "device_name": device(&a), "cdi_device_ids": []}]}),
+        "ours only, not the GPU driver's; a veth has no RDMA device, so no CDI ID\n{}",
+        d.log()
+    );
+    assert_eq!(
+        first[&gpu_only],
+        json!({"error": "", "devices": []}),
+        "another driver's claim"
+    );
+    let cp = w.checkpoint();
+    assert_eq!(cp["version"], 1);
+    assert_eq!(cp["claims"][&rail]["pods"], json!(["pod-1"]));
+    assert_eq!(
+        cp["claims"][&rail]["devices"][0]["deviceId"],
+        a.name.as_str()
+    );
+    assert!(cp["claims"].get(&gpu_only).is_none(), "{cp}");
+
+    // Again (the kubelet retries after a restart of its own): the same answer, nothing new.
+    let again = k.prepare(&[("rail", &rail)]);
+    assert_eq!(again[&rail], first[&rail]);
+    assert_eq!(w.checkpoint(), cp);
+}
+
+#[test]
+fn a_second_claim_for_a_prepared_nic_is_refused_and_a_stale_uid_too() {
+    let w = World::new();
+    let a = w.rig.nic(0);
+    let first = seed(&w.api, "first", &[("nic", DRIVER, &device(&a))], &["pod-1"]);
+    let second = seed(
+        &w.api,
+        "second",
+        &[("nic", DRIVER, &device(&a))],
+        &["pod-2"],
+    );
+    let elsewhere = seed(
+        &w.api,
+        "elsewhere",
+        &[("nic", DRIVER, "net-no-such-nic")],
+        &["pod-3"],
+    );
+    // A NIC of the node that the slice does not publish (not in dra.nics): not prepared either.
+    let hidden_nic = w.rig.nic(2);
+    let hidden = seed(
+        &w.api,
+        "hidden",
+        &[("nic", DRIVER, &device(&hidden_nic))],
+        &["pod-4"],
+    );
+    let (mut k, d) = w.serving();
+    assert_eq!(k.prepare(&[("first", &first)])[&first]["error"], "");
+    let r = k.prepare(&[
+        ("second", &second),
+        ("elsewhere", &elsewhere),
+        ("first", "uid-old"),
+    ]);
+    let e = |uid: &str| r[uid]["error"].as_str().unwrap().to_owned();
+    assert!(
+        e(&second).contains(&format!("already prepared for claim team/first ({first})")),
+        "{r}\n{}",
+        d.log()
+    );
+    assert!(e(&elsewhere).contains("not a NIC of this node"), "{r}");
+    let h = k.prepare(&[("hidden", &hidden)]);
+    assert!(
+        h[&hidden]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a NIC of this node"),
+        "{h}\n{}",
+        d.log()
+    );
+    assert!(
+        e("uid-old").contains(&format!("has UID {first}, not uid-old")),
+        "{r}"
+    );
+    let cp = w.checkpoint();
+    assert_eq!(
+        cp["claims"].as_object().unwrap().keys().collect::<Vec<_>>(),
+        [&first]
+    );
+}
+
+#[test]
+fn unprepare_works_from_the_checkpoint_after_a_driver_restart_and_for_unknown_claims() {
+    let mut w = World::new();
+    let a = w.rig.nic(0);
+    let first = seed(&w.api, "first", &[("nic", DRIVER, &device(&a))], &["pod-1"]);
+    let second = seed(
+        &w.api,
+        "second",
+        &[("nic", DRIVER, &device(&a))],
+        &["pod-2"],
+    );
+    let (mut k, mut d) = w.serving();
+    assert_eq!(k.prepare(&[("first", &first)])[&first]["error"], "");
+    // A new driver (a restart, or the next DaemonSet pod) with no API server at all: the
+    // checkpoint alone says what to unprepare.
+    d.stop();
+    let dir = w.rig.dir.path().join("api2");
+    std::fs::create_dir_all(&dir).unwrap();
+    let old = std::mem::replace(&mut w.api, ApiServer::start(&dir, &[]));
+    let d2 = Driver::start(&w.rig, w.kubelet_dir.path(), &old);
+    drop(old);
+    registered(&mut k, 2, &d2);
+    assert!(
+        d2.log().contains("1 claim(s) prepared before this start"),
+        "{}",
+        d2.log()
+    );
+    let u = k.unprepare(&[("first", &first), ("never", "uid-never")]);
+    assert_eq!(
+        u,
+        json!({&first: {"error": ""}, "uid-never": {"error": ""}}),
+        "{}",
+        d2.log()
+    );
+    assert_eq!(w.checkpoint()["claims"], json!({}));
+    assert_eq!(
+        k.unprepare(&[("first", &first)])[&first]["error"],
+        "",
+        "twice"
+    );
+    // The NIC is free for the next claim (which the driver cannot read now: it says so).
+    let r = k.prepare(&[("second", &second)]);
+    assert!(
+        r[&second]["error"]
+            .as_str()
+            .unwrap()
+            .contains("reading claim team/second"),
+        "{r}"
+    );
+}
+
+/// CNI_ARGS as a runtime writes them for pod `uid`.
+fn cni_args(uid: &str) -> String {
+    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=team;K8S_POD_NAME=pod-{uid};K8S_POD_UID={uid}")
+}
+
+#[test]
+fn add_with_dra_request_takes_the_nic_prepared_for_its_pod_and_never_another_pods() {
+    let w = World::new();
+    let (a, b) = (w.rig.nic(0), w.rig.nic(1));
+    let (pod_a, pod_b, pod_c) = (w.rig.netns(0), w.rig.netns(1), w.rig.netns(2));
+    let ca = seed(&w.api, "a", &[("nic", DRIVER, &device(&a))], &["pod-a"]);
+    let cb = seed(&w.api, "b", &[("nic", DRIVER, &device(&b))], &["pod-b"]);
+    let (mut k, d) = w.serving();
+    let r = k.prepare(&[("a", &ca), ("b", &cb)]);
+    assert_eq!(
+        (r[&ca]["error"].as_str(), r[&cb]["error"].as_str()),
+        (Some(""), Some("")),
+        "{r}\n{}",
+        d.log()
+    );
+
+    // One NAD for every pod: the request's name is all it says.
+    let conf = w.rig.conf("1.0.0", json!({"draRequest": "nic"}));
+    // Pod c has no claim: the same NAD reaches nothing, though b's NIC is free on the host.
+    let c = w.rig.call(
+        "ADD",
+        &conf,
+        &pod_c.path(),
+        &w.rig.cid(2),
+        "net1",
+        &[("CNI_ARGS", &cni_args("pod-c"))],
+    );
+    let e = c.err_code(100);
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("prepared no NIC for pod pod-c"),
+        "{e}"
+    );
+    assert!(b.on_host().is_some() && a.on_host().is_some());
+    // No pod UID (a runtime outside Kubernetes): refused, nothing guessed.
+    w.rig
+        .call("ADD", &conf, &pod_c.path(), &w.rig.cid(2), "net1", &[])
+        .err_code(4);
+    // A request pod a does not have.
+    let other = w.rig.conf("1.0.0", json!({"draRequest": "rail-7"}));
+    let e = w
+        .rig
+        .call(
+            "ADD",
+            &other,
+            &pod_a.path(),
+            &w.rig.cid(0),
+            "net1",
+            &[("CNI_ARGS", &cni_args("pod-a"))],
+        )
+        .err_code(100);
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("this pod's requests: nic"),
+        "{e}"
+    );
+
+    // Pod a gets a's NIC, pod b gets b's, each by its own UID.
+    w.rig
+        .call(
+            "ADD",
+            &conf,
+            &pod_a.path(),
+            &w.rig.cid(0),
+            "net1",
+            &[("CNI_ARGS", &cni_args("pod-a"))],
+        )
+        .ok();
+    assert!(a.on_host().is_none(), "a went into pod a");
+    assert_eq!(
+        link(Some(&pod_a.name), "net1").map(|l| l.mac),
+        Some(a.mac.clone())
+    );
+    assert!(b.on_host().is_some(), "b stays home");
+    w.rig
+        .call(
+            "ADD",
+            &conf,
+            &pod_b.path(),
+            &w.rig.cid(1),
+            "net1",
+            &[("CNI_ARGS", &cni_args("pod-b"))],
+        )
+        .ok();
+    assert_eq!(
+        link(Some(&pod_b.name), "net1").map(|l| l.mac),
+        Some(b.mac.clone())
+    );
+    // A second ADD for pod a under the same request: its one NIC is attached already.
+    w.rig
+        .call(
+            "ADD",
+            &conf,
+            &pod_a.path(),
+            &w.rig.cid(0),
+            "net2",
+            &[("CNI_ARGS", &cni_args("pod-a"))],
+        )
+        .err_code(102);
+
+    // DEL works from what ADD recorded, as always: the NIC comes home.
+    w.rig
+        .call(
+            "DEL",
+            &conf,
+            &pod_a.path(),
+            &w.rig.cid(0),
+            "net1",
+            &[("CNI_ARGS", &cni_args("pod-a"))],
+        )
+        .ok();
+    w.rig
+        .call(
+            "DEL",
+            &conf,
+            &pod_b.path(),
+            &w.rig.cid(1),
+            "net1",
+            &[("CNI_ARGS", &cni_args("pod-b"))],
+        )
+        .ok();
+    a.assert_home(Some(&pod_a), &"after DEL");
+    b.assert_home(Some(&pod_b), &"after DEL");
+    let left: Vec<PathBuf> = w
+        .rig
+        .state_files()
+        .into_iter()
+        .filter(|f| !f.ends_with("dra/checkpoint.json"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "only the driver's checkpoint stays: {left:?}"
+    );
+}
+
+/// The CNI binary the runtime execs per attachment reads the driver's checkpoint and nothing
+/// else of it: no gRPC server, no API client (their symbols are not linked in).
+#[test]
+fn the_cni_binary_links_the_checkpoint_reader_but_not_the_driver() {
+    let out = Command::new("nm")
+        .args(["-C", PLUGIN])
+        .output()
+        .expect("nm (binutils)");
+    if out.stdout.is_empty() {
+        eprintln!("{PLUGIN} has no symbol table (stripped): nothing to look at");
+        return;
+    }
+    let syms = String::from_utf8_lossy(&out.stdout);
+    let count = |s: &str| syms.lines().filter(|l| l.contains(s)).count();
+    assert!(
+        count("dra::checkpoint") > 0,
+        "ADD's draRequest reads the checkpoint"
+    );
+    for agent_only in [
+        "dra::plugin",
+        "dra::nics",
+        "tonic::",
+        "kube::",
+        "k8s_openapi::",
+        "h2::",
+    ] {
+        assert_eq!(count(agent_only), 0, "{agent_only} reached the CNI binary");
+    }
+}
