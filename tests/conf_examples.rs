@@ -390,9 +390,9 @@ fn nccl_pod_uses_a_network_conf_defines_and_its_interface() {
     let docs = documents();
     let pod = docs
         .iter()
-        .find(|(_, d)| d["kind"] == "Pod")
+        .find(|(f, d)| f.ends_with("k8s/pod-nccl.yaml") && d["kind"] == "Pod")
         .map(|(_, d)| d)
-        .expect("a Pod in conf/");
+        .expect("a Pod in conf/k8s/pod-nccl.yaml");
     let nets: Value = serde_json::from_str(
         pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
             .as_str()
@@ -856,4 +856,103 @@ fn dra_rbac_grants_only_what_the_driver_uses_and_the_policy_binds_it_to_its_node
     let binding = kind("ValidatingAdmissionPolicyBinding");
     assert_eq!(binding["spec"]["policyName"], vap["metadata"]["name"]);
     assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+}
+
+/// conf/k8s/dra-claims.yaml hangs together: its claims ask our DeviceClass (dra.yaml's, named
+/// as the driver), each GPU/NIC pair is constrained on the standard PCIe-root attribute, every
+/// NAD's `draRequest` is a request of a template, and the pod's networks are those NADs, each
+/// naming a request of the template the pod claims.
+#[test]
+fn dra_claims_ask_our_class_and_each_nad_names_a_request_the_pod_claims() {
+    let docs = documents();
+    let driver = rdma_host_device::dra::DRIVER;
+    let of = |file: &str, kind: &str| -> Vec<Value> {
+        docs.iter()
+            .filter(|(f, d)| f.ends_with(file) && d["kind"] == kind)
+            .map(|(_, d)| d.clone())
+            .collect()
+    };
+    let classes = of("k8s/dra.yaml", "DeviceClass");
+    assert!(
+        classes.iter().any(|c| c["metadata"]["name"] == driver),
+        "dra.yaml has no DeviceClass {driver}"
+    );
+    let name = |d: &Value| d["metadata"]["name"].as_str().unwrap().to_owned();
+    let templates = of("k8s/dra-claims.yaml", "ResourceClaimTemplate");
+    assert!(templates.len() >= 2, "{templates:?}");
+    let mut ours_of: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for t in &templates {
+        let devices = &t["spec"]["spec"]["devices"];
+        let mut ours = Vec::new();
+        let mut all = Vec::new();
+        for r in devices["requests"].as_array().unwrap() {
+            let req = r["name"].as_str().unwrap().to_owned();
+            all.push(req.clone());
+            if r["exactly"]["deviceClassName"] == driver {
+                ours.push(req);
+            }
+        }
+        assert!(!ours.is_empty(), "{}: asks nothing of ours", name(t));
+        for c in devices["constraints"].as_array().into_iter().flatten() {
+            assert_eq!(
+                c["matchAttribute"],
+                "resource.kubernetes.io/pcieRoot",
+                "{}: {c}",
+                name(t)
+            );
+            for r in c["requests"].as_array().unwrap() {
+                assert!(
+                    all.iter().any(|a| a == r),
+                    "{}: constraint names {r}",
+                    name(t)
+                );
+            }
+        }
+        ours_of.insert(name(t), ours);
+    }
+    let nads: std::collections::BTreeMap<String, String> =
+        of("k8s/dra-claims.yaml", "NetworkAttachmentDefinition")
+            .iter()
+            .map(|n| {
+                let c: Value = serde_json::from_str(n["spec"]["config"].as_str().unwrap()).unwrap();
+                let req = c["draRequest"].as_str().expect("a draRequest").to_owned();
+                assert!(
+                    ours_of.values().flatten().any(|r| *r == req),
+                    "{}: draRequest {req} is no template's request",
+                    name(n)
+                );
+                (name(n), req)
+            })
+            .collect();
+    for p in of("k8s/dra-claims.yaml", "Pod") {
+        let claims = p["spec"]["resourceClaims"].as_array().unwrap();
+        let template = claims[0]["resourceClaimTemplateName"].as_str().unwrap();
+        let requests = ours_of
+            .get(template)
+            .unwrap_or_else(|| panic!("{}: no template {template}", name(&p)));
+        let networks = p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+            .as_str()
+            .unwrap();
+        let mut asked = Vec::new();
+        for n in networks.split(',') {
+            let nad = n.trim().split('@').next().unwrap();
+            let req = nads
+                .get(nad)
+                .unwrap_or_else(|| panic!("{}: no NAD {nad}", name(&p)));
+            assert!(requests.contains(req), "{}: {nad} asks {req}", name(&p));
+            asked.push(req.clone());
+        }
+        asked.sort();
+        let mut all = requests.clone();
+        all.sort();
+        assert_eq!(asked, all, "{}: one network per NIC it claims", name(&p));
+        for c in p["spec"]["containers"].as_array().unwrap() {
+            assert_eq!(
+                c["resources"]["claims"][0]["name"],
+                claims[0]["name"],
+                "{}",
+                name(&p)
+            );
+        }
+    }
 }
