@@ -11,7 +11,7 @@
 //! answer on stdout, exit 1 with nothing on stderr.
 
 use crate::error::Error;
-use crate::{cdi, device_plugin, inspect, metrics, node, uppers, validate};
+use crate::{cdi, device_plugin, inspect, metrics, node, nri, uppers, validate};
 use clap::{CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
 use std::io::Write;
@@ -93,6 +93,15 @@ pub enum Command {
     /// createRuntime hook (the CNI binary's `memlock-hook`) that raises the container's
     /// RLIMIT_MEMLOCK.
     Cdi(cdi::Options),
+    /// An NRI plugin giving containers with an RDMA device the memlock limit (runs until killed)
+    ///
+    /// Connects to the runtime's NRI socket (containerd 1.7.7+ with NRI enabled, 2.0+ by
+    /// default; CRI-O 1.29+), registers, and for every container created with one of this
+    /// node's /dev/infiniband/uverbsN among its devices (by the device plugin, DRA or a CDI
+    /// name) sets RLIMIT_MEMLOCK in its OCI spec to the node configuration's memlock, so every
+    /// process of the container has it, kubectl exec included. Other containers are left
+    /// alone. Connects again whenever the runtime restarts.
+    Nri(nri::Options),
     /// Check network configurations as the plugin would on ADD
     ///
     /// A .conf, a .conflist (each rdma-host-device entry, with the list's name and cniVersion,
@@ -145,6 +154,7 @@ fn dispatch(args: Vec<OsString>, err: &mut dyn Write) -> i32 {
         Command::DevicePlugin(o) => subcommand(err, "device-plugin", &o, device_plugin::run),
         Command::NodeConfig(o) => subcommand(err, "node-config", &o, node::show::run),
         Command::Cdi(o) => subcommand(err, "cdi", &o, cdi::run),
+        Command::Nri(o) => subcommand(err, "nri", &o, nri::run),
         Command::Validate(o) => subcommand(err, "validate", &o, validate::run),
         Command::UppersWatch(o) => subcommand(err, "uppers-watch", &o, uppers::run),
         Command::Completions { shell } => {
@@ -320,6 +330,14 @@ mod tests {
                 "memlock \"0\" is less than one page",
             ),
             (&["cdi", "--bogus"], "unexpected argument '--bogus'"),
+            (
+                &["nri", "--index", "9"],
+                "an NRI plugin index is two digits",
+            ),
+            (
+                &["nri", "--socket", "rel"],
+                "\"rel\" must be an absolute path",
+            ),
             (&["node-config", "a", "b"], "unexpected argument 'b'"),
         ] {
             let (code, err) = call(a);
@@ -353,6 +371,7 @@ mod tests {
             "node-config",
             "validate",
             "cdi",
+            "nri",
             "metrics",
             "device-plugin",
         ] {
