@@ -344,6 +344,75 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
     assert_eq!(spec["hostNetwork"], true, "it must see the host's NICs");
 }
 
+/// The NRI plugin runs unprivileged with the runtime's NRI socket directory (not the socket: a
+/// restarted runtime's new socket must be seen), the node's /dev/infiniband read-only (it
+/// stats the uverbs nodes) and the node configuration (memlock) read-only, and nothing more.
+#[test]
+fn daemonset_runs_the_nri_plugin_unprivileged_on_the_runtimes_nri_socket() {
+    let docs = documents();
+    let ds = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "DaemonSet")
+        .map(|(_, d)| d)
+        .expect("a DaemonSet in conf/");
+    let spec = &ds["spec"]["template"]["spec"];
+    let c = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["command"][1] == "nri")
+        .expect("a container running nri");
+    assert_eq!(
+        c["command"],
+        serde_json::json!([
+            "/usr/local/bin/rdma-host-device-agent",
+            "nri",
+            "--socket",
+            rdma_host_device::nri::DEFAULT_SOCKET
+        ])
+    );
+    assert_ne!(c["securityContext"]["privileged"], true);
+    assert_eq!(
+        c["securityContext"]["capabilities"]["drop"],
+        serde_json::json!(["ALL"])
+    );
+    let mounts: Vec<(String, Option<String>, bool)> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let host = spec["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == m["name"])
+                .and_then(|v| v["hostPath"]["path"].as_str())
+                .map(str::to_owned);
+            (
+                m["mountPath"].as_str().unwrap().to_owned(),
+                host,
+                m["readOnly"] == true,
+            )
+        })
+        .collect();
+    let socket_dir = Path::new(rdma_host_device::nri::DEFAULT_SOCKET)
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap();
+    for (path, ro) in [
+        (socket_dir, false),
+        ("/dev/infiniband", true),
+        ("/etc/rdma-host-device", true),
+    ] {
+        assert!(
+            mounts.contains(&(path.to_owned(), Some(path.to_owned()), ro)),
+            "{path} from the host (read-only: {ro}): {mounts:?}"
+        );
+    }
+    assert_eq!(mounts.len(), 3, "nothing more: {mounts:?}");
+}
+
 /// The uppers watcher runs where it sees what the scan it saves would see: the host's link
 /// notifications (hostNetwork), every process's namespace (hostPID) and /run/netns, and it
 /// listens where the CNI binary on the host looks by default.
