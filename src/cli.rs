@@ -35,7 +35,7 @@ checks of node and network configurations.",
     after_long_help = "\
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG): \
 stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, ipamReadPaths, \
-ipamConfinement, ipamTimeoutSeconds, deviceInfoDir, memlock, takeRdmaDevicesInUse, uppersSocket, \
+ipamConfinement, ipamTimeoutSeconds, deviceInfoDir, memlock, cdiHook, takeRdmaDevicesInUse, uppersSocket, \
 devicePlugin; see the README.
 
 Exit status: 0 done; 1 the run failed (the reason on stderr) or validate rejected a \
@@ -90,8 +90,8 @@ pub enum Command {
     /// For runtimes that read CDI (CRI-O, containerd 1.7+, podman): one device per RDMA device,
     /// rdma-host-device.io/rdma=uverbsN after its char device /dev/infiniband/uverbsN (a name no
     /// pod can change), with that char device, rdma_cm, and a
-    /// createRuntime hook (the CNI binary's `memlock-hook`) that raises the container's
-    /// RLIMIT_MEMLOCK.
+    /// createRuntime hook (the node configuration's cdiHook, the CNI binary's `memlock-hook`)
+    /// that raises the RLIMIT_MEMLOCK of the container's first process (exec'd ones: see nri).
     Cdi(cdi::Options),
     /// An NRI plugin giving containers with an RDMA device the memlock limit (runs until killed)
     ///
@@ -398,17 +398,39 @@ mod tests {
         assert!(!err.contains("Usage"), "no usage for a run error: {err}");
 
         let out = "/dev/null/cdi.json";
-        let (code, err) = call(&[
-            "cdi",
-            "--out",
-            out,
-            "--memlock",
-            "unlimited",
-            "--sysfs",
-            "/nonexistent-rhd",
-            "--dev",
-            "/nonexistent-rhd",
-        ]);
+        let cdi = |host_root: &str| {
+            call(&[
+                "cdi",
+                "--out",
+                out,
+                "--memlock",
+                "unlimited",
+                "--host-root",
+                host_root,
+                "--sysfs",
+                "/nonexistent-rhd",
+                "--dev",
+                "/nonexistent-rhd",
+            ])
+        };
+        // The node has no hook where the node configuration says: refused before writing.
+        let (code, err) = cdi("/nonexistent-rhd");
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.starts_with(&format!("{NAME} cdi: cdiHook ")) && err.contains("does not exist"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        // With the hook there, the write itself fails and says so.
+        let root = std::env::temp_dir().join(format!("rhd-cli-hook-{}", std::process::id()));
+        let hook = crate::node::Node::load().unwrap_or_default().cdi_hook;
+        let on_node = root.join(hook.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(on_node.parent().unwrap()).unwrap();
+        std::fs::write(&on_node, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&on_node, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (code, err) = cdi(root.to_str().unwrap());
+        let _ = std::fs::remove_dir_all(&root);
         assert_eq!(code, 1, "{err}");
         assert!(
             err.starts_with(&format!("{NAME} cdi: cannot write CDI spec {out}")),
@@ -433,7 +455,7 @@ mod tests {
             panic!("not cdi")
         };
         assert_eq!(o.out, None);
-        assert_eq!(o.hook, PathBuf::from(cdi::DEFAULT_HOOK));
+        assert_eq!(o.host_root, PathBuf::from("/"));
         let Command::Cdi(o) = Cli::try_parse_from([NAME, "cdi"]).unwrap().command else {
             panic!("not cdi")
         };

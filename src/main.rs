@@ -126,7 +126,8 @@ By hand:
 
   rdma-host-device memlock-hook BYTES|unlimited
       The OCI createRuntime hook the CDI spec names: sets RLIMIT_MEMLOCK of the container
-      process whose OCI state is on stdin.
+      process whose OCI state is on stdin (its first; processes exec'd into the container
+      later do not get it: rdma-host-device-agent nri puts it in the container's spec).
   rdma-host-device --version   the version and the CNI versions it speaks
   rdma-host-device --help      this text
 

@@ -57,7 +57,7 @@ cp /usr/lib/cni/loopback /usr/lib/cni/host-local "$D/bin/"
 ln -s "$BIN" "$D/bin/rdma-host-device"
 # ipamPaths: the defaults plus host-local's dataDir below ($D/ipam), never the stateDir or logDir.
 # devicePlugin: one pool holding the VM's NIC (for the allocated case's device plugin).
-echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"ipamPaths\":[\"/var/lib/cni/networks\",\"/run/cni\",\"/var/run/cni\",\"$D/ipam\"],\"memlock\":\"1073741824\",
+echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"ipamPaths\":[\"/var/lib/cni/networks\",\"/run/cni\",\"/var/run/cni\",\"$D/ipam\"],\"memlock\":\"1073741824\",\"cdiHook\":\"$BIN\",
  \"devicePlugin\":{\"pools\":[{\"resourceName\":\"rdma-host-device.io/rail\",\"selectors\":{\"pciAddresses\":[\"$PCI\"]}}]}}" >"$D/node.json"
 cat >"$D/config.toml" <<EOF
 version = 2
@@ -167,7 +167,7 @@ kub() {
 }
 mkdir -p "$D/cdi"
 RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json "$AGENT" device-plugin --socket-dir "$D/dp" \
-  --device-info-dir "$D/devinfo-dp" --cdi-spec "$D/cdi/rdma-host-device.json" --cdi-hook "$BIN" \
+  --device-info-dir "$D/devinfo-dp" --cdi-spec "$D/cdi/rdma-host-device.json" \
   >"$D/device-plugin.log" 2>&1 &
 DP_PID=$!
 R=rdma-host-device.io/rail
@@ -241,7 +241,7 @@ tar -xf "$REPO/target/vm/rdma-tools.tar" -C "$D/oci"
 for b in "$D"/oci/blobs/sha256/*; do tar -tzf "$b" >/dev/null 2>&1 && tar -xzf "$b" -C "$ROOTFS"; done
 mkdir -p /var/run/cdi
 check "rdma-host-device-agent cdi writes the spec with rxe0" bash -c \
-  "RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json $AGENT cdi --hook $BIN 2>&1 | grep -q '1 RDMA device'"
+  "RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json $AGENT cdi 2>&1 | grep -q '1 RDMA device'"
 # pod: podman run as uid 1000 in the host's netns (exclusive mode: rxe0 is there), CDI names.
 pod() {
   podman --root="$D/podman/storage" --runroot="$D/podman/run" --tmpdir="$D/podman/tmp" \
