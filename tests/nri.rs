@@ -252,6 +252,14 @@ fn a_container_given_our_device_gets_the_memlock_rlimit_and_no_other_container_d
         let adjust = rt.create(c.clone());
         assert_eq!(memlock_of(&adjust), None, "{c}: {adjust}");
     }
+    // A spec that already has the policy or more (a base_runtime_spec) is left alone (no second
+    // owner of the rlimit for the runtime to refuse); a smaller one is raised.
+    for (have, raised) in [(2u64 << 30, false), (8 << 20, true)] {
+        let mut c = node.with_device("based", "/dev/infiniband/uverbs0");
+        c["rlimits"] = json!([{"type": "RLIMIT_MEMLOCK", "hard": have, "soft": have}]);
+        let adjust = rt.create(c);
+        assert_eq!(memlock_of(&adjust).is_some(), raised, "{have}: {adjust}");
+    }
     let log = agent.log();
     assert!(
         log.contains("container \"with-device\" of pod \"team-a\"/\"trainer\"")

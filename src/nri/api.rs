@@ -100,6 +100,9 @@ pub struct Container {
     pub name: String,
     #[prost(message, optional, tag = "11")]
     pub linux: Option<LinuxContainer>,
+    /// The rlimits its spec has so far (the runtime's base spec, plugins called before us).
+    #[prost(message, repeated, tag = "13")]
+    pub rlimits: Vec<PosixRlimit>,
 }
 
 #[derive(Clone, PartialEq, Message)]

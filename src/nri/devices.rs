@@ -53,14 +53,32 @@ pub fn rdma_device<'a>(
     })
 }
 
+/// The policy as an rlimit value (RLIM_INFINITY for unlimited, as the OCI spec and runc take it).
+fn rlim(limit: Memlock) -> u64 {
+    match limit {
+        Memlock::Unlimited => u64::MAX,
+        Memlock::Bytes(b) => b,
+    }
+}
+
+/// Whether the container's spec already gives it at least the policy (the runtime's base spec
+/// or a plugin called before us): then nothing is asked, and no second owner of the rlimit
+/// makes the runtime refuse the container.
+pub fn already_enough(c: &Container, limit: Memlock) -> bool {
+    let want = rlim(limit);
+    // The last entry of a type is the one runc applies.
+    c.rlimits
+        .iter()
+        .rev()
+        .find(|l| l.r#type == RLIMIT_MEMLOCK)
+        .is_some_and(|l| l.soft >= want && l.hard >= want)
+}
+
 /// The adjustment for a container given one of our devices: RLIMIT_MEMLOCK, soft and hard, at
 /// the node's policy. It goes into the container's OCI spec (`process.rlimits`), which every
 /// process the runtime starts in the container gets, `exec`'d ones included.
 pub fn memlock_adjustment(limit: Memlock) -> ContainerAdjustment {
-    let n = match limit {
-        Memlock::Unlimited => u64::MAX,
-        Memlock::Bytes(b) => b,
-    };
+    let n = rlim(limit);
     ContainerAdjustment {
         rlimits: vec![PosixRlimit {
             r#type: RLIMIT_MEMLOCK.into(),
@@ -136,6 +154,34 @@ mod tests {
             memlock_adjustment(Memlock::Unlimited).rlimits[0].hard,
             u64::MAX
         );
+    }
+
+    #[test]
+    fn a_spec_that_already_gives_the_policy_is_left_alone_and_a_smaller_one_is_raised() {
+        let with = |soft, hard| Container {
+            rlimits: vec![
+                PosixRlimit {
+                    r#type: "RLIMIT_NOFILE".into(),
+                    hard: u64::MAX,
+                    soft: u64::MAX,
+                },
+                PosixRlimit {
+                    r#type: RLIMIT_MEMLOCK.into(),
+                    hard,
+                    soft,
+                },
+            ],
+            ..Default::default()
+        };
+        let gib = Memlock::Bytes(1 << 30);
+        assert!(already_enough(&with(u64::MAX, u64::MAX), gib));
+        assert!(already_enough(&with(1 << 30, 1 << 30), gib));
+        assert!(
+            !already_enough(&with(8 << 20, u64::MAX), gib),
+            "soft too small"
+        );
+        assert!(!already_enough(&with(1 << 30, 1 << 30), Memlock::Unlimited));
+        assert!(!already_enough(&Container::default(), gib), "none at all");
     }
 
     #[test]

@@ -223,17 +223,25 @@ impl Session<'_> {
             return api::CreateContainerResponse::default().encode_to_vec();
         };
         let ours = devices::node_uverbs(&self.cfg.dev);
-        let adjust = devices::rdma_device(c, &ours).map(|(path, name)| {
+        let adjust = devices::rdma_device(c, &ours).and_then(|(path, name)| {
+            let enough = devices::already_enough(c, self.cfg.memlock);
             log::info!(
-                "container {} of pod {}/{} ({}): RLIMIT_MEMLOCK {} (it was given {name} as {})",
+                "container {} of pod {}/{} ({}): {} (it was given {name} as {})",
                 shown(&c.name),
                 shown(&pod.namespace),
                 shown(&pod.name),
                 shown(&c.id),
-                self.cfg.memlock.as_arg(),
+                if enough {
+                    format!(
+                        "its spec already has RLIMIT_MEMLOCK {} or more",
+                        self.cfg.memlock.as_arg()
+                    )
+                } else {
+                    format!("RLIMIT_MEMLOCK {}", self.cfg.memlock.as_arg())
+                },
                 shown(path),
             );
-            devices::memlock_adjustment(self.cfg.memlock)
+            (!enough).then(|| devices::memlock_adjustment(self.cfg.memlock))
         });
         api::CreateContainerResponse { adjust }.encode_to_vec()
     }
