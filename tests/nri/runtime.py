@@ -28,6 +28,8 @@ process: the container spec's process with other args.
                  CreateContainer, then the container under runc with the adjustment applied:
                  -> {"adjust", "first": `ulimit -l` of its first process,
                      "exec": `ulimit -l` of a process started with runc exec}
+    {"cmd": "bench", "n": N, "pod", "container"}
+                 N CreateContainer calls one after the other -> {"ms": [each round trip]}
     {"cmd": "stop"}      the runtime goes away: connections closed, socket removed
     {"cmd": "start"}     it comes back: listening on SOCKET again
     {"cmd": "refuse"}    a runtime whose NRI is not ready: SOCKET accepts and closes every
@@ -412,6 +414,11 @@ def main():
                 req, adjust, _ = create(c["pod"], c["container"])
                 first, exec_ = run_container(req, adjust, c["rootfs"], c["work"])
                 ans = {"adjust": json_format.MessageToDict(adjust), "first": first, "exec": exec_}
+            elif cmd == "bench":
+                ms = []
+                for _ in range(c["n"]):
+                    ms.append(create(c["pod"], c["container"])[2])
+                ans = {"ms": ms}
             elif cmd == "stop":
                 stop()
                 ans = {"stopped": True}
