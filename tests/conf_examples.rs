@@ -734,6 +734,61 @@ fn install_script_installs_a_valid_node_configuration_and_refuses_a_broken_one()
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// The install container writes the CDI spec with the node configuration's cdiHook, the one
+/// place the hook's path comes from, and refuses (failing the install, the spec left as it
+/// was) a hook that does not exist under HOST_ROOT: a spec naming it would make the runtime
+/// fail every container given a CDI name.
+#[test]
+fn install_script_writes_the_cdi_spec_with_the_nodes_hook_and_refuses_one_not_on_the_node() {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("install-cdi-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("var/run/cdi/rdma-host-device.json");
+    let run = |hook: &str| {
+        let src = dir.join("node-src.json");
+        fs::write(&src, json!({ "cdiHook": hook }).to_string()).unwrap();
+        Command::new("sh")
+            .arg(Path::new(ROOT).join("deploy/install.sh"))
+            .env("SRC", release_binary())
+            .env("CNI_BIN_DIR", dir.join("opt/cni/bin"))
+            // Not a root file system (no bin/): the libc check is skipped, the hook's is not.
+            .env("HOST_ROOT", &dir)
+            .env("NODE_CONFIG", &src)
+            .env("NODE_CONFIG_DIR", dir.join("etc/rdma-host-device"))
+            .env("CDI_SPEC", &spec)
+            .env_remove("CNI_COMMAND")
+            .env_remove("RDMA_HOST_DEVICE_NODE_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let o = run("/opt/cni/bin/rdma-host-device");
+    assert!(o.status.success(), "{}", output_text(&o));
+    let written: Value = serde_json::from_slice(&fs::read(&spec).unwrap()).unwrap();
+    assert_eq!(
+        written["containerEdits"]["hooks"][0]["path"],
+        "/opt/cni/bin/rdma-host-device"
+    );
+    assert!(
+        output_text(&o).contains("first process only"),
+        "the install log says what the hook reaches: {}",
+        output_text(&o)
+    );
+    // A node whose CNI binaries live elsewhere, the configuration naming a path that is not
+    // there: the install fails, saying which key to change, and the spec stays as it was.
+    let before = fs::read(&spec).unwrap();
+    let o = run("/home/kubernetes/bin/rdma-host-device");
+    let text = output_text(&o);
+    assert!(!o.status.success(), "{text}");
+    assert!(
+        text.contains("cdiHook /home/kubernetes/bin/rdma-host-device does not exist on the node")
+            && text.contains("cannot write the CDI spec"),
+        "{text}"
+    );
+    assert_eq!(fs::read(&spec).unwrap(), before);
+    let _ = fs::remove_dir_all(&dir);
+}
+
 /// The node's tools read as strictly as ADD: `node-config` and `validate` given a FIFO answer
 /// at once (the old ones blocked in open() until a writer came: a watchdog opens the FIFO after
 /// 3 s so they fail on time rather than hang the suite), `/dev/zero` is refused rather than
