@@ -30,10 +30,16 @@ struct Runtime {
 
 impl Runtime {
     fn start(socket: &Path) -> Runtime {
+        Self::start_as(socket, &[])
+    }
+
+    /// A runtime stating another version (`RHD_NRI_RUNTIME_VERSION`, `RHD_NRI_VERSION`).
+    fn start_as(socket: &Path, env: &[(&str, &str)]) -> Runtime {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nri/runtime.py");
         let mut child = Command::new(venv_python())
             .arg(script)
             .arg(socket)
+            .envs(env.iter().copied())
             .env("RHD_NRI_STUBS", Path::new(TARGET_TMP).join("nri-stubs"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -215,6 +221,37 @@ fn the_plugin_registers_as_nri_requires_and_subscribes_to_create_container_only(
         agent
             .log()
             .contains("configured by \"containerd\" \"v2.1.0-standin\""),
+        "{}",
+        agent.log()
+    );
+}
+
+#[test]
+fn a_runtime_whose_nri_drops_rlimits_is_named_in_a_warning() {
+    // containerd 1.7.0-1.7.6 has NRI v0.3.0, which has no rlimit adjustment: the plugin's
+    // answer would be dropped without a word, so the plugin says so when it is configured.
+    let node = Node::new("nri-old", "unlimited");
+    let mut rt = Runtime::start_as(
+        &node.socket(),
+        &[
+            ("RHD_NRI_RUNTIME_VERSION", "v1.7.6"),
+            ("RHD_NRI_VERSION", ""),
+        ],
+    );
+    let agent = node.agent(0);
+    rt.registered(1);
+    let log = agent.log();
+    assert!(
+        log.contains("\"containerd\" \"v1.7.6\" has NRI from before rlimit adjustments"),
+        "{log}"
+    );
+    // And a current one gets no such warning.
+    let node = Node::new("nri-new", "unlimited");
+    let mut rt = Runtime::start(&node.socket());
+    let agent = node.agent(0);
+    rt.registered(1);
+    assert!(
+        !agent.log().contains("before rlimit adjustments"),
         "{}",
         agent.log()
     );

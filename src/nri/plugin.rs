@@ -186,6 +186,13 @@ impl Session<'_> {
                     shown(if r.nri_version.is_empty() { "unknown" } else { &r.nri_version }),
                     self.cfg.memlock.as_arg(),
                 );
+                if predates_rlimits(&r.runtime_name, &r.runtime_version, &r.nri_version) {
+                    log::warn!(
+                        "{} {} has NRI from before rlimit adjustments (NRI v0.4.0: containerd 1.7.7, CRI-O 1.29): it drops this plugin's memlock limit; upgrade the runtime, or give containers the limit through the runtime's own setting (`rdma-host-device-agent inspect` names it)",
+                        shown(&r.runtime_name),
+                        shown(&r.runtime_version)
+                    );
+                }
                 self.configured = true;
                 // From here on the runtime calls when containers are created, however rarely.
                 let _ = self.stream.set_read_timeout(None);
@@ -247,6 +254,31 @@ impl Session<'_> {
     }
 }
 
+/// `v1.7.6`, `1.29.0-rc.1`, `v0.3.1-0.2023...` as (major, minor, patch); `None` if not a version.
+fn version(v: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = v.strip_prefix('v').unwrap_or(v).splitn(3, '.');
+    let mut num = || -> Option<u64> {
+        let p = parts.next()?;
+        let digits: String = p.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    Some((num()?, num()?, num()?))
+}
+
+/// Whether the runtime is known to drop rlimit adjustments: NRI added them in v0.4.0
+/// (containerd 1.7.7; CRI-O 1.29 ships v0.5.0). By the NRI version the runtime states, else by
+/// its own version (containerd/nri `InferVersionFromRuntime`'s table); unknown: `false`.
+pub fn predates_rlimits(runtime: &str, runtime_version: &str, nri_version: &str) -> bool {
+    if let Some(nri) = version(nri_version) {
+        return nri < (0, 4, 0);
+    }
+    match (runtime, version(runtime_version)) {
+        ("containerd", Some(v)) => v < (1, 7, 7),
+        ("cri-o", Some(v)) => v < (1, 29, 0),
+        _ => false,
+    }
+}
+
 fn failure(code: i32, message: String) -> Response {
     Response {
         status: Some(Status { code, message }),
@@ -261,4 +293,34 @@ fn decode<M: prost::Message + Default>(req: &Request) -> Result<M, Response> {
             format!("{}: undecodable request: {e}", req.method),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtimes_whose_nri_drops_rlimits_are_recognised() {
+        for (name, v, nri, old) in [
+            ("containerd", "v1.7.6", "", true),
+            ("containerd", "v1.7.7", "", false),
+            ("containerd", "v2.1.0", "", false),
+            ("cri-o", "1.28.4", "", true),
+            ("cri-o", "1.29.0", "", false),
+            // The NRI version, when stated, decides.
+            ("containerd", "v1.7.30", "v0.3.0", true),
+            ("containerd", "v1.7.0", "v0.8.0", false),
+            (
+                "cri-o",
+                "1.27.1",
+                "v0.3.1-0.20230504231226-94185418e253",
+                true,
+            ),
+            // Unknown: no warning.
+            ("someruntime", "0.1.0", "", false),
+            ("containerd", "devel", "unknown", false),
+        ] {
+            assert_eq!(predates_rlimits(name, v, nri), old, "{name} {v} {nri}");
+        }
+    }
 }

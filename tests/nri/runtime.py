@@ -15,7 +15,8 @@ start a second process in it with `runc exec`, its process built as containerd b
 process: the container spec's process with other args.
 
     runtime.py SOCKET     listen on SOCKET; then one JSON command a line on stdin, one JSON
-                          answer a line on stdout:
+                          answer a line on stdout. It says it is containerd v2.1.0 with NRI
+                          v0.10.0, or $RHD_NRI_RUNTIME_VERSION and $RHD_NRI_VERSION:
 
     {"cmd": "registered", "count": N, "timeout": S}
                  wait until N plugin connections in all (since the start) have registered and
@@ -221,9 +222,11 @@ def serve_plugin(conn):
         return
     try:
         cfg = conn.call("Configure", nri.ConfigureRequest(
-            runtime_name="containerd", runtime_version="v2.1.0-standin",
+            runtime_name="containerd",
+            runtime_version=os.environ.get("RHD_NRI_RUNTIME_VERSION", "v2.1.0-standin"),
             registration_timeout=int(REGISTRATION_TIMEOUT * 1000),
-            request_timeout=int(REQUEST_TIMEOUT * 1000), NRI_version="v0.10.0"),
+            request_timeout=int(REQUEST_TIMEOUT * 1000),
+            NRI_version=os.environ.get("RHD_NRI_VERSION", "v0.10.0")),
             nri.ConfigureResponse)
         events = cfg.events or VALID_EVENTS
         if events & ~VALID_EVENTS:
