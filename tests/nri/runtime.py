@@ -25,10 +25,11 @@ process: the container spec's process with other args.
     {"cmd": "create", "pod": {...}, "container": {...}}
                  CreateContainer to the newest plugin (a dict in nri.proto's JSON names)
                  -> {"adjust": {...}, "ms": F}
-    {"cmd": "run", "pod", "container", "rootfs": DIR, "work": DIR}
+    {"cmd": "run", "pod", "container", "rootfs": DIR, "work": DIR, "exec": SH, "host_network": B}
                  CreateContainer, then the container under runc with the adjustment applied:
                  -> {"adjust", "first": `ulimit -l` of its first process,
-                     "exec": `ulimit -l` of a process started with runc exec}
+                     "exec": the output of `sh -c SH` (default `ulimit -l`) started with runc
+                     exec}; host_network: the container stays in the runtime's netns
     {"cmd": "bench", "n": N, "pod", "container"}
                  N CreateContainer calls one after the other -> {"ms": [each round trip]}
     {"cmd": "stop"}      the runtime goes away: connections closed, socket removed
@@ -333,7 +334,7 @@ def runc(*args, stdout=subprocess.PIPE, **kw):
     return subprocess.run(["runc", *args], stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=30, **kw)
 
 
-def run_container(req, adjust, rootfs, work):
+def run_container(req, adjust, rootfs, work, exec_cmd="ulimit -l", host_network=False):
     """The container as containerd runs it: the OCI spec with the adjustment, runc run, runc exec."""
     cid = req.container.id
     bundle = os.path.join(work, f"bundle-{cid}")
@@ -352,6 +353,8 @@ def run_container(req, adjust, rootfs, work):
     spec["process"]["args"] = ["/bin/sh", "-c", "ulimit -l; exec sleep 60"]
     spec["hostname"] = cid
     spec["linux"]["cgroupsPath"] = f"/rhd-nri-test-{cid}"
+    if host_network:
+        spec["linux"]["namespaces"] = [n for n in spec["linux"]["namespaces"] if n["type"] != "network"]
     # The container's devices, as the runtime put them in the spec before asking NRI.
     for d in req.container.linux.devices:
         spec["linux"].setdefault("devices", []).append(
@@ -381,7 +384,7 @@ def run_container(req, adjust, rootfs, work):
                 first = f.read()
         # containerd's exec: the container spec's process, other args (kubectl exec's command).
         proc = dict(spec["process"])
-        proc["args"] = ["/bin/sh", "-c", "ulimit -l"]
+        proc["args"] = ["/bin/sh", "-c", exec_cmd]
         proc_file = os.path.join(work, f"exec-{cid}.json")
         with open(proc_file, "w") as f:
             json.dump(proc, f)
@@ -415,7 +418,8 @@ def main():
                 ans = {"adjust": json_format.MessageToDict(adjust), "ms": ms}
             elif cmd == "run":
                 req, adjust, _ = create(c["pod"], c["container"])
-                first, exec_ = run_container(req, adjust, c["rootfs"], c["work"])
+                first, exec_ = run_container(req, adjust, c["rootfs"], c["work"],
+                                             c.get("exec", "ulimit -l"), c.get("host_network", False))
                 ans = {"adjust": json_format.MessageToDict(adjust), "first": first, "exec": exec_}
             elif cmd == "bench":
                 ms = []
