@@ -261,6 +261,25 @@ fn inspect_names_each_runtimes_memlock_path_and_the_setting_to_change() {
         )),
         "{text}"
     );
+    // Without ptrace rights over the runtime (the DaemonSet's unprivileged install container),
+    // its files cannot be seen: the path is unknown, not "neither".
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(AGENT)
+        .args(["inspect", "--json", "--state-dir", "/nonexistent-rhd"])
+        .args(paths)
+        .output()
+        .expect("setpriv (util-linux)");
+    let r: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", output_text(&out)));
+    let c = of(&r, containerd.pid);
+    assert_eq!(c["memlockPath"], "unknown", "{c}");
+    assert!(
+        c["advice"]
+            .as_str()
+            .is_some_and(|a| a.contains("cannot see containerd's files")),
+        "{c}"
+    );
     drop(containerd);
     drop(crio);
 }

@@ -99,6 +99,8 @@ pub enum MemlockPath {
     CdiHookOnly,
     /// Nothing: every process inherits the runtime's own limit.
     Neither,
+    /// This process cannot see the runtime's files (no ptrace rights over it).
+    Unknown,
 }
 
 impl MemlockPath {
@@ -112,6 +114,7 @@ impl MemlockPath {
                 "CDI hook only (a container's first process, not exec'd ones)"
             }
             MemlockPath::Neither => "neither NRI nor CDI (containers inherit the runtime's limit)",
+            MemlockPath::Unknown => "unknown (the runtime's files are not visible to this process)",
         }
     }
 }

@@ -55,7 +55,12 @@ pub fn runtimes(proc: &Path, paths: Paths<'_>) -> Vec<RuntimeMemlock> {
         let seen = |p: &Path| dir.join("root").join(p.strip_prefix("/").unwrap_or(p));
         let nri =
             std::fs::metadata(seen(paths.nri_socket)).is_ok_and(|m| m.file_type().is_socket());
-        let path = if nri {
+        // Another process's root is readable only with ptrace rights over it (the DaemonSet's
+        // privileged node-report has them; its unprivileged install container does not).
+        let visible = std::fs::metadata(dir.join("root")).is_ok();
+        let path = if !visible {
+            MemlockPath::Unknown
+        } else if nri {
             MemlockPath::Nri
         } else if seen(paths.cdi_spec).is_file() {
             MemlockPath::CdiHookOnly
@@ -99,6 +104,10 @@ fn advice(runtime: &str, soft: u64, path: MemlockPath) -> Option<String> {
         return None;
     }
     let who = match path {
+        MemlockPath::Unknown => format!(
+            "this process cannot see {runtime}'s files (/proc/PID/root: run inspect privileged, as the DaemonSet's node-report container does) to tell whether NRI is on; without NRI, processes exec'd into a container inherit {runtime}'s RLIMIT_MEMLOCK {}",
+            human(soft)
+        ),
         MemlockPath::CdiHookOnly => format!(
             "the CDI hook raises only a container's first process; processes started by exec (kubectl exec, mpirun's launchers) inherit {runtime}'s RLIMIT_MEMLOCK {}",
             human(soft)
@@ -159,5 +168,10 @@ Max address space         unlimited            unlimited            bytes
         );
         assert_eq!(advice("crio", u64::MAX, MemlockPath::Neither), None);
         assert_eq!(advice("crio", 8 << 20, MemlockPath::Nri), None);
+        let a = advice("containerd", 8 << 20, MemlockPath::Unknown).unwrap();
+        assert!(
+            a.contains("cannot see containerd's files") && a.contains("base_runtime_spec"),
+            "{a}"
+        );
     }
 }
