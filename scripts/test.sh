@@ -27,6 +27,10 @@ step "style: cargo fmt --check, cargo clippy -D warnings"
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 
+step "the previous release's plugin, for the upgrade and rollback test (scripts/previous-release.sh)"
+RHD_PREVIOUS_PLUGIN=$(scripts/previous-release.sh)
+export RHD_PREVIOUS_PLUGIN
+
 step "unit + integration tests (cargo test)"
 cargo test --no-fail-fast
 

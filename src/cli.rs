@@ -11,7 +11,7 @@
 //! answer on stdout, exit 1 with nothing on stderr.
 
 use crate::error::Error;
-use crate::{cdi, device_plugin, inspect, metrics, node, nri, uppers, validate};
+use crate::{cdi, device_plugin, dra, inspect, metrics, node, nri, uppers, validate};
 use clap::{CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
 use std::io::Write;
@@ -31,12 +31,12 @@ The node agent of rdma-host-device, the CNI plugin that moves a host NIC and its
 into a pod. The plugin itself is the rdma-host-device binary in /opt/cni/bin, which a container \
 runtime runs per attachment; this binary, in the same image, holds what runs on the node beside \
 it: the kubelet device plugin, the Prometheus exporter, the CDI spec writer, inspect, and the \
-checks of node and network configurations.",
+checks of node and network configurations, and the DRA driver.",
     after_long_help = "\
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG): \
 stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, ipamReadPaths, \
 ipamConfinement, ipamTimeoutSeconds, deviceInfoDir, memlock, cdiHook, takeRdmaDevicesInUse, uppersSocket, \
-devicePlugin; see the README.
+devicePlugin, dra; see the README.
 
 Exit status: 0 done; 1 the run failed (the reason on stderr) or validate rejected a \
 configuration; 2 a bad option or subcommand (the usage on stderr).",
@@ -79,6 +79,16 @@ pub enum Command {
     /// files Multus reads. With --cdi-spec, it also keeps that CDI spec current (as `cdi` writes
     /// it), so an RDMA device loaded later gets its CDI name.
     DevicePlugin(device_plugin::Options),
+    /// A DRA driver publishing this node's NICs as a ResourceSlice (runs until killed)
+    ///
+    /// Publishes one device per NIC the node policy lets ADD hand to a pod (the node
+    /// configuration's dra.nics, default every NIC with a PCI or auxiliary device; never an
+    /// uplink; only allowedNics) in the ResourceSlice NODE-rdma-host-device.io, with the
+    /// attributes claims select by (PCIe root, PCI address, NUMA node, Multus' deviceID and
+    /// resourceName, RDMA device, node GUID, transport, link speed, MTU, driver, link state,
+    /// rail), and keeps it current: link changes, RDMA devices and ports, NICs coming and
+    /// going. Talks to the in-cluster API server unless --kube-server is given.
+    Dra(dra::Options),
     /// The node configuration with its defaults filled in, as JSON
     ///
     /// The node configuration (FILE, or what the plugin reads) with its defaults filled in, as
@@ -152,6 +162,7 @@ fn dispatch(args: Vec<OsString>, err: &mut dyn Write) -> i32 {
         Command::Inspect(o) => subcommand(err, "inspect", &o, inspect::run),
         Command::Metrics(o) => subcommand(err, "metrics", &o, metrics::run),
         Command::DevicePlugin(o) => subcommand(err, "device-plugin", &o, device_plugin::run),
+        Command::Dra(o) => subcommand(err, "dra", &o, dra::run),
         Command::NodeConfig(o) => subcommand(err, "node-config", &o, node::show::run),
         Command::Cdi(o) => subcommand(err, "cdi", &o, cdi::run),
         Command::Nri(o) => subcommand(err, "nri", &o, nri::run),

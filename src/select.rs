@@ -178,8 +178,7 @@ pub async fn admit(node: &Node, host: &Links, r: &Resolved, records: &[Record]) 
         name: &r.link.name,
         mac: &r.link.mac,
     })?;
-    let mut uplink = host.node_uses(&r.link).await?;
-    uplink.extend(crate::uppers::riding(&node.uppers_socket, &r.link)?);
+    let uplink = crate::uppers::uses(host, &node.uppers_socket, &r.link).await?;
     node.admit(&NicFacts {
         name,
         pci: r.pci.as_deref(),

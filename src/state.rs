@@ -72,10 +72,27 @@ pub fn owner_key(container_id: &str, ifname: &str) -> String {
     format!("{h:016x}")
 }
 
+/// The state record format this binary writes, and the newest it acts on.
+///
+/// The rule that keeps upgrades and rollbacks of the DaemonSet safe while pods hold NICs: a
+/// field is added with a serde default (an older binary ignores what it does not know, a newer
+/// one reads old records), and the format stays. It goes up only when a binary that ignored a
+/// new field would undo an attachment wrongly; a binary then refuses a record of a newer format
+/// with TryAgain (11), touching nothing, until a version that reads it runs. Records written
+/// before the format was noted (the releases up to 7362751) are format 1.
+pub const FORMAT: u32 = 1;
+
+fn first_format() -> u32 {
+    1
+}
+
 /// The state file's content.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record {
+    /// The record's format ([`FORMAT`] when this binary writes it).
+    #[serde(default = "first_format")]
+    pub format: u32,
     pub container_id: String,
     pub ifname: String,
     pub network: String,
@@ -301,15 +318,29 @@ impl Store {
         match crate::files::read_regular_nofollow(&p, MAX_RECORD) {
             // Writes are atomic, so an unreadable file is foreign or damaged: say so rather than
             // guess (without the record DEL could not tell whether the NIC is still held).
-            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
-                crate::error::Error::new(
-                    crate::error::Code::Io,
-                    format!(
-                        "state file {} is unreadable ({e}); check where its NIC is (`rdma-host-device-agent inspect`), then remove the file",
-                        p.display()
-                    ),
-                )
-            }),
+            Ok(b) => {
+                let r: Record = serde_json::from_slice(&b).map_err(|e| {
+                    crate::error::Error::new(
+                        crate::error::Code::Io,
+                        format!(
+                            "state file {} is unreadable ({e}); check where its NIC is (`rdma-host-device-agent inspect`), then remove the file",
+                            p.display()
+                        ),
+                    )
+                })?;
+                if r.format > FORMAT {
+                    return Err(crate::error::Error::new(
+                        crate::error::Code::TryAgain,
+                        format!(
+                            "state file {} was written by a newer rdma-host-device (record format {}; this {} reads up to {FORMAT}): nothing was touched; run the newer version (roll the DaemonSet forward) to act on this attachment",
+                            p.display(),
+                            r.format,
+                            env!("CARGO_PKG_VERSION")
+                        ),
+                    ));
+                }
+                Ok(Some(r))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_error(format!("reading state file {}", p.display()), e)),
         }
@@ -334,6 +365,10 @@ impl Store {
             .map_err(|e| io_error(format!("creating state dir {}", self.dir.display()), e))?;
         let p = self.path(&r.container_id, &r.ifname);
         let tmp = self.temp_path(&r.container_id, &r.ifname);
+        let r = &Record {
+            format: FORMAT,
+            ..r.clone()
+        };
         let mut body = serde_json::to_vec_pretty(r).unwrap_or_default();
         if body.len() as u64 > MAX_RECORD {
             body = serde_json::to_vec(r).unwrap_or_default();
@@ -429,14 +464,17 @@ impl Store {
             .collect())
     }
 
-    /// Every record in the store (for GC, STATUS and busy checks). Unreadable files are skipped.
+    /// Every record in the store (for GC, STATUS and busy checks). Unreadable files, and
+    /// records of a newer format than this binary's (a rollback's: a newer version undoes
+    /// them), are skipped: nothing acts on what it cannot read.
     pub fn all(&self) -> Result<Vec<Record>> {
         Ok(self
             .entries()?
             .into_iter()
             .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
             .filter_map(|e| crate::files::read_regular_nofollow(&e.path(), MAX_RECORD).ok())
-            .filter_map(|b| serde_json::from_slice(&b).ok())
+            .filter_map(|b| serde_json::from_slice::<Record>(&b).ok())
+            .filter(|r| r.format <= FORMAT)
             .collect())
     }
 }
@@ -483,6 +521,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rhd-state-test-{}", std::process::id()));
         let s = Store::new(&dir);
         let r = Record {
+            format: FORMAT,
             container_id: "c1".into(),
             ifname: "net1".into(),
             network: "n".into(),
@@ -576,6 +615,45 @@ mod tests {
             Some(Vec::new()),
             "no altnames: the NIC had none"
         );
+    }
+
+    #[test]
+    fn records_carry_their_format_and_a_newer_one_is_refused_untouched() {
+        let dir = std::env::temp_dir().join(format!("rhd-state-format-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let s = Store::new(&dir);
+        let r = Record {
+            container_id: "c1".into(),
+            ifname: "net1".into(),
+            host_name: "eth1".into(),
+            ..Record::default()
+        };
+        s.save(&r).unwrap();
+        let written: serde_json::Value =
+            serde_json::from_slice(&fs::read(dir.join("c1:net1.json")).unwrap()).unwrap();
+        assert_eq!(written["format"], FORMAT, "{written}");
+        assert_eq!(s.load("c1", "net1").unwrap().unwrap().format, FORMAT);
+        // A record from before the format was noted is format 1.
+        let mut old = written.clone();
+        old.as_object_mut().unwrap().remove("format");
+        fs::write(dir.join("c1:net1.json"), old.to_string()).unwrap();
+        assert_eq!(s.load("c1", "net1").unwrap().unwrap().format, 1);
+        // One a newer version wrote (with a field this one does not know): refused with
+        // TryAgain, naming the file and what to do, and left out of the store's listing.
+        let mut newer = written;
+        newer["format"] = (FORMAT + 1).into();
+        newer["fieldOfTheFuture"] = true.into();
+        fs::write(dir.join("c1:net1.json"), newer.to_string()).unwrap();
+        let e = s.load("c1", "net1").unwrap_err();
+        assert_eq!(e.code, crate::error::Code::TryAgain);
+        assert!(
+            e.msg.contains("c1:net1.json") && e.msg.contains("newer") && e.msg.contains("forward"),
+            "{}",
+            e.msg
+        );
+        assert!(s.all().unwrap().is_empty());
+        assert!(dir.join("c1:net1.json").exists(), "left as it was");
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

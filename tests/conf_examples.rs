@@ -856,3 +856,128 @@ fn the_node_tools_refuse_what_is_not_a_regular_file_at_once_and_judge_size_as_ad
     assert!(text.contains("rejected"), "{text}");
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// The DRA driver's RBAC grants what its client calls (src/kube/) and nothing more: its
+/// slices' CRUD, a claim's get and its status update, no other resource; the DeviceClass
+/// selects our driver; the admission policy holds the agent's ServiceAccount (the one the role
+/// is bound to) to slices of our driver on its own node.
+#[test]
+fn dra_rbac_grants_only_what_the_driver_uses_and_the_policy_binds_it_to_its_node() {
+    let docs: Vec<Value> = documents()
+        .into_iter()
+        .filter(|(f, _)| f.ends_with("k8s/dra.yaml"))
+        .map(|(_, d)| d)
+        .collect();
+    let kind = |k: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == k)
+            .unwrap_or_else(|| panic!("conf/k8s/dra.yaml has no {k}"))
+    };
+    let driver = rdma_host_device::dra::DRIVER;
+    let mut rules: Vec<(String, String, Vec<String>)> = kind("ClusterRole")["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            let verbs: Vec<String> = r["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect();
+            let groups = r["apiGroups"].as_array().unwrap().clone();
+            let res = r["resources"].as_array().unwrap().clone();
+            groups.into_iter().flat_map(move |g| {
+                let verbs = verbs.clone();
+                res.clone().into_iter().map(move |x| {
+                    (
+                        g.as_str().unwrap().to_owned(),
+                        x.as_str().unwrap().to_owned(),
+                        verbs.clone(),
+                    )
+                })
+            })
+        })
+        .collect();
+    rules.sort();
+    let v = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        rules,
+        [
+            (
+                "resource.k8s.io".into(),
+                "resourceclaims".into(),
+                v(&["get"])
+            ),
+            (
+                "resource.k8s.io".into(),
+                "resourceclaims/status".into(),
+                v(&["update"])
+            ),
+            (
+                "resource.k8s.io".into(),
+                "resourceslices".into(),
+                v(&["get", "list", "watch", "create", "update", "delete"])
+            ),
+        ]
+    );
+    let sa = kind("ServiceAccount");
+    let who = format!(
+        "system:serviceaccount:{}:{}",
+        sa["metadata"]["namespace"].as_str().unwrap(),
+        sa["metadata"]["name"].as_str().unwrap()
+    );
+    let subject = &kind("ClusterRoleBinding")["subjects"][0];
+    assert_eq!(subject["name"], sa["metadata"]["name"]);
+    assert_eq!(subject["namespace"], sa["metadata"]["namespace"]);
+    assert_eq!(
+        kind("ClusterRoleBinding")["roleRef"]["name"],
+        kind("ClusterRole")["metadata"]["name"]
+    );
+
+    let class = kind("DeviceClass");
+    assert_eq!(class["apiVersion"], "resource.k8s.io/v1");
+    assert_eq!(class["metadata"]["name"], driver);
+    assert_eq!(
+        class["spec"]["selectors"][0]["cel"]["expression"],
+        format!("device.driver == \"{driver}\"")
+    );
+
+    let vap = kind("ValidatingAdmissionPolicy");
+    let spec = &vap["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    assert_eq!(
+        spec["matchConstraints"]["resourceRules"][0]["resources"],
+        json!(["resourceslices"])
+    );
+    assert_eq!(
+        spec["matchConstraints"]["resourceRules"][0]["operations"],
+        json!(["CREATE", "UPDATE", "DELETE"])
+    );
+    assert!(
+        spec["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("\"{who}\"")),
+        "the policy holds the role's ServiceAccount: {spec}"
+    );
+    let checks: Vec<&str> = spec["validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["expression"].as_str().unwrap())
+        .collect();
+    assert!(
+        checks.iter().any(|c| c.contains(&format!("'{driver}'"))),
+        "{checks:?}"
+    );
+    assert!(
+        checks
+            .iter()
+            .any(|c| c.contains("nodeName") && c.contains("variables.tokenNode")),
+        "{checks:?}"
+    );
+    let binding = kind("ValidatingAdmissionPolicyBinding");
+    assert_eq!(binding["spec"]["policyName"], vap["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+}

@@ -231,8 +231,8 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no size in:\n{report}"));
     assert!(
-        size < 12 << 20,
-        "the image grew to {size} bytes (deploy/Containerfile says why it is ~6 MB)"
+        size < 16 << 20,
+        "the image grew to {size} bytes (deploy/Containerfile says why it is ~15 MB)"
     );
 
     // A node with an old plugin already installed, still open (as by a runtime executing it).

@@ -49,7 +49,7 @@ impl Nic {
     /// A NIC on the host at PCI address `id`, named `name`, with RDMA device `rdma` (named as
     /// the node names it): the unit tests' start, which each test varies.
     #[cfg(test)]
-    pub(super) fn for_test(id: &str, name: &str, rdma: Option<&str>) -> Nic {
+    pub(crate) fn for_test(id: &str, name: &str, rdma: Option<&str>) -> Nic {
         Nic {
             id: id.into(),
             name: name.into(),
@@ -66,7 +66,8 @@ impl Nic {
         }
     }
 
-    fn facts(&self) -> NicFacts<'_> {
+    /// What the node policy's selectors look at.
+    pub fn facts(&self) -> NicFacts<'_> {
         NicFacts {
             name: &self.name,
             pci: self.pci.as_deref(),
@@ -151,6 +152,18 @@ pub async fn gather(
     uppers_socket: &Path,
 ) -> Result<Vec<Nic>> {
     let wanted = |n: &Nic| dp.pools.iter().any(|p| p.selectors.matches(&n.facts()));
+    gather_wanted(host, store, &wanted, sys, uppers_socket).await
+}
+
+/// Every NIC `wanted` keeps (the DRA driver's selection, `dra::slices`), found as [`gather`]
+/// finds them: host NICs (their uplink reasons read only for those kept), then attached ones.
+pub async fn gather_wanted(
+    host: &Links,
+    store: &Store,
+    wanted: &dyn Fn(&Nic) -> bool,
+    sys: &Path,
+    uppers_socket: &Path,
+) -> Result<Vec<Nic>> {
     let mut out: Vec<Nic> = Vec::new();
     let rdma = rdma_view();
     for l in host.all().await? {
@@ -187,8 +200,7 @@ pub async fn gather(
         if !wanted(&nic) {
             continue;
         }
-        nic.uplink = host.node_uses(&l).await?;
-        nic.uplink.extend(crate::uppers::riding(uppers_socket, &l)?);
+        nic.uplink = crate::uppers::uses(host, uppers_socket, &l).await?;
         if nic.id != l.name {
             nic.numa = sysfs::numa_node(sys, &nic.id);
             nic.pci_root = sysfs::pci_root(sys, &nic.id);

@@ -1,9 +1,9 @@
 //! Why the node itself needs a link, as its own namespace shows it: a route through it that
 //! the kernel did not make for the link itself (any prefix, any table, multipath, nexthop
 //! objects), an address other than its IPv6 link-local one, a bond or bridge it is a port of, a
-//! device stacked on it (a vxlan bound to it by `dev` included). Devices riding it from the
-//! node's other namespaces (a Multus macvlan NAD puts the macvlan in its pod's netns) are
-//! `uppers/`'s to find.
+//! device the kernel links to it as an upper. Devices riding it without that link (an IP tunnel
+//! bound to it by `dev`) and from the node's other namespaces (a Multus macvlan NAD puts the
+//! macvlan in its pod's netns) are `uppers/`'s to find.
 //!
 //! Every read is bounded by what the NIC carries, not by what the node holds: a node adds a
 //! veth (and often a route) to the host per pod, so addresses and routes are asked of the
@@ -157,34 +157,15 @@ fn is_ipv6_link_local(ip: &std::net::IpAddr) -> bool {
     matches!(ip, std::net::IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
 }
 
-/// Kinds that ride a device named by `dev` (IFLA_LINK, a vxlan's IFLA_VXLAN_LINK) without the
-/// kernel linking them to it as uppers, so sysfs does not list them: the IP tunnels, and vxlan
-/// and IPoIB children on kernels that did not link them yet.
-const RIDING_UNLINKED: [&str; 14] = [
-    "ipip",
-    "gre",
-    "gretap",
-    "erspan",
-    "sit",
-    "ip6tnl",
-    "ip6gre",
-    "ip6gretap",
-    "ip6erspan",
-    "vti",
-    "vti6",
-    "xfrm",
-    "vxlan",
-    "ipoib",
-];
-
 impl Links {
-    /// The devices of this namespace (the host's) riding `link`, in words. What sysfs lists as
-    /// its uppers (every kind the kernel links to its lower: macvlan, macvtap, ipvlan, VLAN,
-    /// vxlan, macsec, ...; its bond or bridge is reported as such, not here), and the links of
-    /// the kinds in [`RIDING_UNLINKED`] whose lower it is, each kind asked of the kernel alone.
-    /// Neither reads the host's other links (a veth per pod). When this sysfs is not the
-    /// namespace's (it shows no such link: a process that entered a namespace without mounting
-    /// its sysfs), every link is read instead. A veth's IFLA_LINK is its peer, not a lower.
+    /// The devices of this namespace (the host's) the kernel links to `link` as uppers, in
+    /// words: what sysfs lists (macvlan, macvtap, ipvlan, VLAN, vxlan on newer kernels,
+    /// macsec, ...; its bond or bridge is reported as such, not here), without reading the
+    /// host's other links (a veth per pod). The kinds that ride a device without being linked
+    /// to it (IP tunnels) are `uppers::riding`'s, which the watcher keeps an answer for. When
+    /// this sysfs is not the namespace's (it shows no such link: a process that entered a
+    /// namespace without mounting its sysfs), every link is read instead, and those kinds are
+    /// found here too. A veth's IFLA_LINK is its peer, not a lower.
     async fn stacked_here(&self, link: &LinkInfo) -> Result<Vec<String>> {
         let mut why = Vec::new();
         let raw_error = |e: std::io::Error| {
@@ -219,17 +200,13 @@ impl Links {
             }
             return Ok(why);
         };
-        let mut seen = std::collections::HashSet::new();
         for name in uppers {
             let found = match std::str::from_utf8(&name) {
                 Ok(n) => self.by_name(n).await?,
                 Err(_) => None,
             };
-            if let Some(l) = &found {
-                if Some(l.index) == link.master {
-                    continue;
-                }
-                seen.insert(l.index);
+            if found.as_ref().is_some_and(|l| Some(l.index) == link.master) {
+                continue;
             }
             why.push(format!(
                 "{} {} is stacked on it",
@@ -239,13 +216,6 @@ impl Links {
                     .unwrap_or("link"),
                 name.escape_ascii()
             ));
-        }
-        for kind in RIDING_UNLINKED {
-            for upper in super::raw::dump_kind(kind).map_err(raw_error)? {
-                if riding(&upper) && seen.insert(upper.index) {
-                    why.push(format!("{kind} {} is stacked on it", upper.shown()));
-                }
-            }
         }
         Ok(why)
     }

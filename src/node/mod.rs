@@ -7,11 +7,13 @@
 //! (the environment of a CNI plugin is the runtime's, a node-level component, not the tenant's).
 
 mod device_plugin;
+mod dra;
 mod memlock;
 pub mod show;
 use crate::error::{Code, Error, Result};
 use crate::rdma::identity::{format_guid, parse_guid};
 pub use device_plugin::{CharDevices, DevicePluginConfig, Pool};
+pub use dra::{DraConfig, Rail};
 pub use memlock::Memlock;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -175,6 +177,10 @@ pub struct Node {
     /// plugin and `node-config` do, through [`Node::device_plugin`].
     #[serde(default, rename = "devicePlugin", deserialize_with = "raw_json")]
     pub device_plugin_json: Option<String>,
+    /// What the DRA driver publishes (`rdma-host-device-agent dra`), kept as its JSON text like
+    /// `devicePlugin`; parsed by [`Node::dra`].
+    #[serde(default, rename = "dra", deserialize_with = "raw_json")]
+    pub dra_json: Option<String>,
     /// The uppers watcher's socket (`rdma-host-device-agent uppers-watch`), which ADD and the device
     /// plugin ask whether a device of another namespace rides a NIC. Only the cost depends on
     /// it: without an answer from it they look through every namespace themselves.
@@ -296,6 +302,7 @@ impl Default for Node {
             ipam_timeout_seconds: default_ipam_timeout(),
             take_rdma_devices_in_use: false,
             device_plugin_json: None,
+            dra_json: None,
             uppers_socket: default_uppers_socket(),
             source: "built-in defaults".into(),
         }
@@ -427,6 +434,9 @@ impl Node {
                     "cdi": dp.char_devices.cdi,
                 },
             });
+        }
+        if let Ok(Some(d)) = self.dra() {
+            v["dra"] = d.to_json();
         }
         serde_json::to_string_pretty(&v).unwrap_or_default()
     }
@@ -666,6 +676,22 @@ impl Node {
         let dp: DevicePluginConfig = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
         dp.check().map_err(bad)?;
         Ok(Some(dp))
+    }
+
+    /// The `dra` section, parsed and checked; `None` without one.
+    pub fn dra(&self) -> Result<Option<DraConfig>> {
+        let Some(text) = &self.dra_json else {
+            return Ok(None);
+        };
+        let bad = |what: String| {
+            Error::new(
+                Code::InvalidConfig,
+                format!("node configuration {}: {what}", self.source),
+            )
+        };
+        let d: DraConfig = serde_json::from_str(text).map_err(|e| bad(format!("dra: {e}")))?;
+        d.check().map_err(bad)?;
+        Ok(Some(d))
     }
 
     /// Why this NIC may not be handed to a pod, or `Ok` when it may.

@@ -16,13 +16,14 @@ pub struct Options {
     pub file: Option<PathBuf>,
 }
 
-/// Print it, or fail with what is invalid in which file (its `devicePlugin` included).
+/// Print it, or fail with what is invalid in which file (its `devicePlugin` and `dra` included).
 pub fn run(o: &Options) -> Result<()> {
     let node = match &o.file {
         Some(f) => Node::load_from(f)?,
         None => Node::load()?,
     };
     node.device_plugin()?;
+    node.dra()?;
     println!("{}", node.to_json());
     Ok(())
 }

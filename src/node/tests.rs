@@ -414,7 +414,9 @@ fn node_config_output_read_back_is_the_same_node() {
         "ipamPaths":["/srv/ipam"],"ipamReadPaths":["/srv/ro"],"ipamConfinement":"bestEffort",
         "ipamTimeoutSeconds":7,"takeRdmaDevicesInUse":true,
         "devicePlugin":{"pools":[{"resourceName":"rdma-host-device.io/rail","selectors":{"names":["a"]}}],
-        "charDevices":{"umad":true,"issm":true,"cdi":true}}}"#,
+        "charDevices":{"umad":true,"issm":true,"cdi":true}},
+        "dra":{"nics":{"drivers":["mlx5_core"]},"resourceName":"rdma-host-device.io/rail",
+        "rails":[{"name":"0","selectors":{"pciAddresses":["0000:3b:00.0"]}}]}}"#,
     );
     let n = Node::from_file(&p, true).unwrap();
     let _ = std::fs::remove_file(&p);
@@ -424,9 +426,12 @@ fn node_config_output_read_back_is_the_same_node() {
     let back = Node::from_file(&q, true).unwrap();
     let _ = std::fs::remove_file(&q);
     assert_eq!(back.device_plugin().unwrap(), n.device_plugin().unwrap());
+    assert_eq!(back.dra().unwrap(), n.dra().unwrap());
+    assert!(n.dra().unwrap().is_some());
     let same = |mut x: Node| {
         x.source.clear();
         x.device_plugin_json = None;
+        x.dra_json = None;
         x
     };
     assert_eq!(same(back), same(n), "{shown}");
@@ -449,4 +454,37 @@ fn an_ipam_path_that_is_a_symlink_to_the_state_dir_is_refused() {
     let _ = std::fs::remove_dir_all(&d);
     assert_eq!(e.code, Code::InvalidConfig);
     assert!(e.msg.contains("stateDir"), "{}", e.msg);
+}
+
+#[test]
+fn a_bad_dra_section_is_an_error_naming_the_file_and_the_key() {
+    for (body, says) in [
+        (r#"{"dra":{"resourceName":"rail"}}"#, "dra.resourceName"),
+        (
+            r#"{"dra":{"resourceName":"a-rather-long-vendor-domain.example.com/this-name-is-longer-than-the-api-lets"}}"#,
+            "longer than 64",
+        ),
+        (r#"{"dra":{"nics":{}}}"#, "dra.nics is empty"),
+        (
+            r#"{"dra":{"rails":[{"name":"","selectors":{"names":["a"]}}]}}"#,
+            "dra.rails[0]",
+        ),
+        (
+            r#"{"dra":{"rails":[{"name":"0","selectors":{}}]}}"#,
+            "selectors is empty",
+        ),
+        (
+            r#"{"dra":{"rails":[{"name":"0","selectors":{"names":["a"]}},{"name":"0","selectors":{"names":["b"]}}]}}"#,
+            "named twice",
+        ),
+        (r#"{"dra":{"rail":[]}}"#, "unknown field"),
+    ] {
+        let p = write(body);
+        let e = Node::from_file(&p, true).and_then(|n| n.dra()).unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig, "{body}");
+        assert!(e.msg.contains(&p.display().to_string()), "{}", e.msg);
+        assert!(e.msg.contains(says), "{body}: {}", e.msg);
+        let _ = std::fs::remove_file(p);
+    }
+    assert_eq!(Node::default().dra().unwrap(), None);
 }

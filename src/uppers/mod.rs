@@ -1,25 +1,29 @@
-//! Devices riding a host NIC from the node's other namespaces: a Multus macvlan (ipvlan, VLAN)
-//! NAD puts its upper in its pod's netns, where it still rides the NIC, and handing the NIC to
-//! another pod would give that pod the victim's frames and its link. The kernel lists no
-//! NIC's uppers across namespaces, so the one sure answer is a scan of every namespace
-//! (`scan.rs`), whose cost grows with the pods on the node.
+//! Devices riding a host NIC that the host's sysfs does not list as its uppers:
+//! - from the node's other namespaces: a Multus macvlan (ipvlan, VLAN) NAD puts its upper in
+//!   its pod's netns, where it still rides the NIC, and handing the NIC to another pod would
+//!   give that pod the victim's frames and its link. The kernel lists no NIC's uppers across
+//!   namespaces, so the one sure answer is a scan of every namespace, whose cost grows with the
+//!   pods on the node;
+//! - in the host's namespace, the kinds the kernel never links to their lower (an IP tunnel
+//!   bound to the NIC by `dev`): the kernel filters them by kind, but each kind asked costs a
+//!   walk of the host's links, one veth per pod.
 //!
-//! The watcher (`watch.rs`, `rdma-host-device-agent uppers-watch`) keeps that answer valid between
-//! scans: the kernel tells the NIC's own namespace of every upper linked to or unlinked from
-//! it (NETDEV_CHANGEUPPER becomes an RTM_NEWLINK for the NIC, whichever namespace the upper is
-//! in), so a scan that found nothing holds until such a message arrives. `riding` asks it
-//! (`client.rs`) and, when it cannot answer, scans in-process: correctness never depends on
-//! the watcher, only the cost does.
+//! The watcher (`watch.rs`, `rdma-host-device-agent uppers-watch`) keeps that answer (`scan.rs`)
+//! valid between scans: the kernel tells the NIC's own namespace of every upper linked to or
+//! unlinked from it (NETDEV_CHANGEUPPER becomes an RTM_NEWLINK for the NIC, whichever namespace
+//! the upper is in), and of every host link made or changed, with its lower (IFLA_LINK), so a
+//! scan that found nothing holds until such a message arrives. `riding` asks it (`client.rs`)
+//! and, when it cannot answer, scans in-process: correctness never depends on the watcher, only
+//! the cost does.
 
 mod client;
 mod scan;
 mod watch;
 
-pub use scan::elsewhere;
 pub use watch::{Options, run, serve};
 
 use crate::error::Result;
-use crate::link::LinkInfo;
+use crate::link::{LinkInfo, Links};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
@@ -32,9 +36,23 @@ pub const DEFAULT_SOCKET: &str = "/run/rdma-host-device/uppers.sock";
 /// stuck watcher costs each ADD little.
 pub const DEADLINE: Duration = Duration::from_millis(500);
 
-/// What devices of the node's other namespaces ride host link `link`, in words ("macvlan mv0
-/// in /run/netns/pod-a is stacked on it"); empty when none. Asks the watcher at `socket`
-/// first; without its answer, scans every namespace. Run in the host's namespace.
+/// Why host link `link` is not free, in words, each reason once: what the node uses it for
+/// (`Links::node_uses`) and what rides it (`riding`). Run in the host's namespace.
+pub async fn uses(host: &Links, socket: &Path, link: &LinkInfo) -> Result<Vec<String>> {
+    let mut why = host.node_uses(link).await?;
+    for r in riding(socket, link)? {
+        // Where sysfs is not the host's, node_uses reads every link and finds the tunnels too.
+        if !why.contains(&r) {
+            why.push(r);
+        }
+    }
+    Ok(why)
+}
+
+/// What devices ride host link `link` without the host's sysfs listing them, in words
+/// ("macvlan mv0 in /run/netns/pod-a is stacked on it", "ipip t0 is stacked on it"); empty when
+/// none. Asks the watcher at `socket` first; without its answer, scans the host's unlinked
+/// kinds and every other namespace. Run in the host's namespace.
 pub fn riding(socket: &Path, link: &LinkInfo) -> Result<Vec<String>> {
     match client::ask(socket, link.index, &link.name, DEADLINE) {
         Ok(why) => {
@@ -50,7 +68,7 @@ pub fn riding(socket: &Path, link: &LinkInfo) -> Result<Vec<String>> {
                 "the uppers watcher did not answer for {} ({e}); scanning every namespace",
                 link.name
             );
-            scan::elsewhere(link.index, &link.name)
+            scan::all(link.index, &link.name)
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The uppers watcher (`rdma-host-device-agent uppers-watch --socket PATH`): keeps, per host link
-//! asked about, a certificate that nothing of another namespace rides it, and answers queries
-//! on a root-only unix socket.
+//! asked about, a certificate that nothing rides it unseen by the host's sysfs (a device of
+//! another namespace, or a host link of a kind the kernel does not link to its lower), and
+//! answers queries on a root-only unix socket.
 //!
 //! A certificate says: a full scan (`scan.rs`) found nothing, and no link notification that
 //! may mean a change has arrived since the scan began. It holds because the kernel raises
@@ -9,7 +10,8 @@
 //! rtnetlink turns that into an RTM_NEWLINK for the lower in the lower's namespace, whichever
 //! namespace the upper is in. So every notification for the link's index voids its
 //! certificate, and so does one for a host link whose lower is that index (a macvlan leaving
-//! the host for a pod raises nothing on its lower). So does losing notifications (ENOBUFS):
+//! the host for a pod raises nothing on its lower; an IP tunnel made, or bound by `dev`, on the
+//! host raises only its own). So does losing notifications (ENOBUFS):
 //! then every certificate goes.
 //!
 //! The notifications are queued on our socket by the kernel before the change returns to
@@ -240,7 +242,8 @@ impl Watcher {
     /// A notification about link `l` (`gone`: RTM_DELLINK).
     fn noted(&mut self, gone: bool, l: &raw::RawLink) {
         self.void(l.index);
-        // A host link riding another (a macvlan leaving for a pod): its lower is touched too.
+        // A host link riding another (a macvlan leaving for a pod, a tunnel made or rebound on
+        // the host): its lower is touched too.
         if l.lower_netnsid.is_none()
             && let Some(lower) = l.lower
             && lower != l.index
@@ -324,7 +327,7 @@ impl Watcher {
             self.drain()?;
             self.scanning = Some(index);
             self.voided = false;
-            let found = scan::elsewhere(index, name);
+            let found = scan::all(index, name);
             self.drain()?;
             self.scanning = None;
             if self.voided {

@@ -203,7 +203,12 @@ impl RunOut {
 /// Run the plugin directly as a runtime would exec it: inherited environment minus every
 /// CNI_* variable, plus `env` (a `None` value leaves that variable unset), `stdin` as given.
 pub fn run_plugin(env: &[(&str, Option<&str>)], stdin: &[u8]) -> RunOut {
-    let mut cmd = Command::new(plugin());
+    run_plugin_at(&plugin(), env, stdin)
+}
+
+/// [`run_plugin`] with the plugin binary at `bin` (another build's: tests/upgrade.rs).
+pub fn run_plugin_at(bin: &std::path::Path, env: &[(&str, Option<&str>)], stdin: &[u8]) -> RunOut {
+    let mut cmd = Command::new(bin);
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("CNI_") {
             cmd.env_remove(k);

@@ -92,6 +92,8 @@ pub struct Rig {
     /// IPAM plugins this rig's tests wrote (see [`Rig::allow_ipam`]) and the policy keys last
     /// given to [`Rig::set_node`]: the node file is written from both.
     node_keys: std::sync::Mutex<(Vec<String>, Value)>,
+    /// The plugin binary this rig's calls run ([`plugin`] unless [`Rig::use_plugin`] said).
+    bin: std::sync::Mutex<PathBuf>,
 }
 
 impl Rig {
@@ -107,9 +109,21 @@ impl Rig {
             dir,
             calls: AtomicU32::new(0),
             node_keys: std::sync::Mutex::new((Vec::new(), json!({}))),
+            bin: std::sync::Mutex::new(plugin()),
         };
         rig.set_node(json!({}));
         rig
+    }
+
+    /// Run `bin` as the plugin from now on, in [`Rig::call`] and in CNI_PATH ([`Rig::drive`]):
+    /// what the DaemonSet's install container does when it replaces /opt/cni/bin's binary.
+    pub fn use_plugin(&self, bin: &Path) {
+        let link = self.bin_dir().join("rdma-host-device");
+        let tmp = self.bin_dir().join(".rdma-host-device.new");
+        let _ = fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(bin, &tmp).unwrap();
+        fs::rename(&tmp, &link).unwrap();
+        *self.bin.lock().unwrap_or_else(|e| e.into_inner()) = bin.to_path_buf();
     }
 
     /// The node configuration file every call of this rig uses (through
@@ -448,7 +462,8 @@ impl Rig {
         let node = self.node_config().display().to_string();
         env.push((NODE_CONFIG_ENV, Some(&node)));
         env.extend(extra.iter().map(|(k, v)| (*k, Some(*v))));
-        let mut out = run_plugin(&env, &serde_json::to_vec(conf).unwrap());
+        let bin = self.bin.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut out = run_plugin_at(&bin, &env, &serde_json::to_vec(conf).unwrap());
         out.what = format!("{cmd} {cid}/{ifname} in {netns:?} env {extra:?}\n  conf {conf}");
         out
     }

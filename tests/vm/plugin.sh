@@ -353,6 +353,51 @@ print("%016x" % h)' c-clash net1)
   check "rdmaDevice by GUID selected nicok" grep -q "bound to nicok" <<<"$OUT"
   check "both NICs stayed on the host, no IP taken" bash -c "ip link show nicok >/dev/null && ip link show nicbad >/dev/null && test \"$(ips_left)\" = 0"
   rdma link delete rxok; rdma link delete rxbad; ip netns del p9; ip link del nicok; ip link del nicbad
+
+  case_ tunnel-riding
+  # An IP tunnel bound to a NIC by `dev` rides it without the kernel listing it as an upper
+  # (this kernel has the tunnel modules; the build machine's has none). ADD refuses the NIC
+  # both when it scans itself and when the uppers watcher answers, including for a tunnel made
+  # after the watcher certified the NIC: the tunnel's own notification must void that.
+  local kind mod agent=${BIN%/*}/rdma-host-device-agent wpid
+  ip netns add pt; NETNS=/var/run/netns/pt
+  veth nict peert
+  conf "$WORK/t.conf" tunnel '"device":"nict"' '{}' "$(host_local 10.72.0.0/24)"
+  cni add "$WORK/t.conf" c-t
+  check "without a tunnel ADD succeeds" test "$RC" = 0
+  cni del "$WORK/t.conf" c-t
+  for kind in ipip:ipip gre:ip_gre sit:sit ip6tnl:ip6_tunnel; do
+    mod=${kind#*:}; kind=${kind%%:*}
+    modprobe "$mod" || { bad "modprobe $mod"; continue; }
+    ip link add "t-$kind" type "$kind" remote 10.72.9.2 local 10.72.9.1 dev nict 2>/dev/null ||
+      ip link add "t-$kind" type "$kind" remote 2001:db8::2 local 2001:db8::1 dev nict
+    cni add "$WORK/t.conf" c-t
+    expect_code 107
+    check "$kind t-$kind bound to nict is named (no watcher)" grep -qF "$kind t-$kind is stacked on it" <<<"$OUT"
+    check "nict stayed on the host" link_is nict 1500
+    ip link del "t-$kind"
+  done
+  "$agent" uppers-watch --socket "$WORK/uppers.sock" & wpid=$!
+  for _ in $(seq 100); do [[ -S $WORK/uppers.sock ]] && break; sleep 0.1; done
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["uppersSocket"]=sys.argv[2]; json.dump(c,open(sys.argv[1],"w"))' "$WORK/node.json" "$WORK/uppers.sock"
+  for _ in 1 2; do  # the first ADD has the watcher certify nict, the second is answered from it
+    cni add "$WORK/t.conf" c-t
+    check "with the watcher and no tunnel ADD succeeds" test "$RC" = 0
+    cni del "$WORK/t.conf" c-t
+  done
+  ip link add t-gre type gre remote 10.72.9.2 local 10.72.9.1 dev nict
+  : >"$WORK/plugin.log"
+  cni add "$WORK/t.conf" c-t
+  expect_code 107
+  check "a tunnel made after the watcher certified nict is named" grep -qF "gre t-gre is stacked on it" <<<"$OUT"
+  check "the watcher answered (ADD did not scan itself)" grep -q "the uppers watcher answered for nict" "$WORK/plugin.log"
+  ip link del t-gre
+  cni add "$WORK/t.conf" c-t
+  check "with the tunnel gone ADD succeeds again" test "$RC" = 0
+  cni del "$WORK/t.conf" c-t
+  kill "$wpid"; wait "$wpid" 2>/dev/null
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c.pop("uppersSocket"); json.dump(c,open(sys.argv[1],"w"))' "$WORK/node.json"
+  ip netns del pt; ip link del nict
 }
 
 exclusive_stock() {

@@ -1,0 +1,90 @@
+//! `dra` in the node configuration: what `rdma-host-device-agent dra` publishes as this node's
+//! ResourceSlice (`dra::slices`): which NICs, the `k8s.cni.cncf.io/resourceName` attribute
+//! Multus matches a NAD's `resourceName` against, and the rail each NIC is on. Written by the
+//! node operator; parsed only by the agent and `node-config`, never by the CNI verbs.
+
+use super::NicPolicy;
+use super::device_plugin::check_resource_name;
+use serde::Deserialize;
+
+/// `dra`: what the DRA driver publishes. Every NIC it publishes is also one the node policy
+/// (`allowedNics`, never an uplink unless in `allowedUplinks`) lets ADD hand to a pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DraConfig {
+    /// Publish only the NICs these select. Absent: every NIC backed by a device (a PCI
+    /// function or an auxiliary-bus device), never a virtual link (veth, bridge, ...): the
+    /// runtime creates one per pod, which would churn the slice.
+    #[serde(default)]
+    pub nics: Option<NicPolicy>,
+    /// The `k8s.cni.cncf.io/resourceName` attribute of every device: Multus (DRA mode) hands a
+    /// device's `k8s.cni.cncf.io/deviceID` to the CNI of the NAD whose
+    /// `k8s.v1.cni.cncf.io/resourceName` equals it. Absent: the attribute is not published.
+    #[serde(default)]
+    pub resource_name: Option<String>,
+    /// Rails: the first whose selectors match a NIC names its `rdma-host-device.io/rail`.
+    #[serde(default)]
+    pub rails: Vec<Rail>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Rail {
+    /// The rail's name as claims select it (`device.attributes["rdma-host-device.io"].rail`).
+    pub name: String,
+    pub selectors: NicPolicy,
+}
+
+/// The most a string attribute may hold (resource.k8s.io/v1 `DeviceAttribute.string`).
+pub const MAX_ATTRIBUTE_STRING: usize = 64;
+
+impl DraConfig {
+    pub(super) fn check(&self) -> std::result::Result<(), String> {
+        if let Some(r) = &self.resource_name {
+            check_resource_name(r).map_err(|e| format!("dra.{e}"))?;
+            if r.len() > MAX_ATTRIBUTE_STRING {
+                return Err(format!(
+                    "dra.resourceName {r:?} is longer than {MAX_ATTRIBUTE_STRING} characters (the API's limit for an attribute)"
+                ));
+            }
+        }
+        if let Some(n) = &self.nics
+            && n.is_empty()
+        {
+            return Err("dra.nics is empty, so no NIC would be published; leave it out to publish every NIC with a device".into());
+        }
+        for (i, r) in self.rails.iter().enumerate() {
+            if r.name.is_empty() || r.name.len() > MAX_ATTRIBUTE_STRING {
+                return Err(format!(
+                    "dra.rails[{i}]: name must be 1-{MAX_ATTRIBUTE_STRING} characters"
+                ));
+            }
+            if r.selectors.is_empty() {
+                return Err(format!(
+                    "dra.rails[{i}] ({}): selectors is empty, so no NIC is on it",
+                    r.name
+                ));
+            }
+            if self.rails[..i].iter().any(|q| q.name == r.name) {
+                return Err(format!("dra.rails[{i}]: rail {:?} is named twice", r.name));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "rails": self.rails.iter().map(|r| serde_json::json!({
+                "name": r.name,
+                "selectors": r.selectors.to_json(),
+            })).collect::<Vec<_>>(),
+        });
+        if let Some(n) = &self.nics {
+            v["nics"] = n.to_json();
+        }
+        if let Some(r) = &self.resource_name {
+            v["resourceName"] = r.clone().into();
+        }
+        v
+    }
+}

@@ -1,0 +1,326 @@
+//! The agent's Kubernetes client (`rdma_host_device::kube`) against the kube-apiserver stand-in
+//! (tests/kube/apiserver.py, HTTPS with a CA made at start, bearer token): every call the DRA
+//! driver makes, and the answers a real API server gives when things go wrong (401, 404, 409).
+//! Claims are seeded through the same REST calls a controller would make (create, then PUT
+//! the allocation on /status), not through a back door. No root needed.
+
+mod common;
+#[path = "kube/standin.rs"]
+mod standin;
+
+use common::TempDir;
+use futures::StreamExt;
+use rdma_host_device::kube::{
+    self as k, Endpoint, Kube, ResourceClaim, ResourceSlice, SliceEvent, SliceFilter,
+};
+use serde_json::json;
+use standin::ApiServer;
+use std::time::Duration;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn slice(name: &str, node: &str, driver: &str, device: &str) -> ResourceSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver, "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": device, "attributes": {"rdma-host-device.io/linkUp": {"bool": true}}}]
+        }
+    }))
+    .unwrap()
+}
+
+fn filter(node: &str) -> SliceFilter {
+    SliceFilter {
+        driver: "rdma-host-device.io".into(),
+        node: node.into(),
+    }
+}
+
+#[test]
+fn slices_are_created_listed_by_driver_and_node_updated_and_deleted() {
+    let dir = TempDir::new("kube-api");
+    let api = ApiServer::start(dir.path(), &[]);
+    rt().block_on(async {
+        let kube = Kube::connect(&api.endpoint()).await.unwrap();
+        let a = kube
+            .create_slice(&slice("n1-a", "n1", "rdma-host-device.io", "d0"))
+            .await
+            .unwrap();
+        kube.create_slice(&slice("n2-a", "n2", "rdma-host-device.io", "d0"))
+            .await
+            .unwrap();
+        kube.create_slice(&slice("n1-gpu", "n1", "gpu.example.com", "g0"))
+            .await
+            .unwrap();
+
+        let e = kube
+            .create_slice(&slice("n1-a", "n1", "rdma-host-device.io", "d0"))
+            .await
+            .unwrap_err();
+        assert!(e.is_already_exists(), "{e}");
+
+        let (mine, rv) = kube.list_slices(&filter("n1")).await.unwrap();
+        let names: Vec<_> = mine
+            .iter()
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["n1-a"], "only our driver's, only this node's");
+        assert!(!rv.is_empty());
+
+        // An update with the current resourceVersion lands; one with a stale one is refused.
+        let mut b = a.clone();
+        b.spec.devices.as_mut().unwrap()[0].name = "d1".into();
+        let b = kube.update_slice(&b).await.unwrap();
+        assert_eq!(
+            b.metadata.generation,
+            Some(2),
+            "a spec change moves generation"
+        );
+        let mut stale = a.clone();
+        stale.spec.devices.as_mut().unwrap()[0].name = "d2".into();
+        let e = kube.update_slice(&stale).await.unwrap_err();
+        assert!(e.is_conflict() && e.reason == "Conflict", "{e}");
+
+        // Delete with a uid precondition that no longer holds is refused; then it goes.
+        let e = kube
+            .delete_slice("n1-a", Some("not-the-uid"))
+            .await
+            .unwrap_err();
+        assert!(e.is_conflict(), "{e}");
+        kube.delete_slice("n1-a", b.metadata.uid.as_deref())
+            .await
+            .unwrap();
+        kube.delete_slice("n1-a", None)
+            .await
+            .expect("deleting what is gone is fine");
+        assert!(kube.list_slices(&filter("n1")).await.unwrap().0.is_empty());
+    });
+}
+
+#[test]
+fn a_watch_sees_our_slices_change_and_nothing_else() {
+    let dir = TempDir::new("kube-api");
+    let api = ApiServer::start(dir.path(), &[]);
+    rt().block_on(async {
+        let kube = Kube::connect(&api.endpoint()).await.unwrap();
+        let (_, rv) = kube.list_slices(&filter("n1")).await.unwrap();
+        let mut events = kube.watch_slices(&filter("n1"), &rv, 10).await.unwrap();
+        let s = kube
+            .create_slice(&slice("n1-a", "n1", "rdma-host-device.io", "d0"))
+            .await
+            .unwrap();
+        kube.create_slice(&slice("n2-a", "n2", "rdma-host-device.io", "d0"))
+            .await
+            .unwrap();
+        let mut s2 = s.clone();
+        s2.spec.devices.as_mut().unwrap()[0].name = "d1".into();
+        kube.update_slice(&s2).await.unwrap();
+        kube.delete_slice("n1-a", None).await.unwrap();
+        let mut seen = Vec::new();
+        while seen.len() < 3 {
+            let ev = tokio::time::timeout(Duration::from_secs(10), events.next())
+                .await
+                .expect("an event within 10 s")
+                .expect("the stream goes on")
+                .unwrap();
+            seen.push(match ev {
+                SliceEvent::Added(s) => format!("ADDED {}", s.metadata.name.unwrap()),
+                SliceEvent::Modified(s) => format!(
+                    "MODIFIED {} {}",
+                    s.metadata.name.unwrap(),
+                    s.spec.devices.unwrap()[0].name
+                ),
+                SliceEvent::Deleted(s) => format!("DELETED {}", s.metadata.name.unwrap()),
+                SliceEvent::Bookmark(_) => continue,
+            });
+        }
+        assert_eq!(seen, ["ADDED n1-a", "MODIFIED n1-a d1", "DELETED n1-a"]);
+    });
+}
+
+#[test]
+fn a_claim_seeded_like_the_scheduler_does_reads_back_its_allocation_and_pods() {
+    let dir = TempDir::new("kube-api");
+    let api = ApiServer::start(dir.path(), &[]);
+    rt().block_on(async {
+        let kube = Kube::connect(&api.endpoint()).await.unwrap();
+        let claim: ResourceClaim = serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "nic", "namespace": "team-a"},
+            "spec": {"devices": {"requests": [{"name": "rail", "exactly": {"deviceClassName": "rdma-host-device.io"}}]}},
+        }))
+        .unwrap();
+        // What the scheduler does: create (by the user), then write the allocation on /status.
+        let client = raw_client(&api).await;
+        let claims: kube::Api<ResourceClaim> = kube::Api::namespaced(client, "team-a");
+        let mut c = claims
+            .create(&Default::default(), &claim)
+            .await
+            .expect("create the claim");
+        assert!(
+            k::allocated_devices(&c).is_empty(),
+            "not allocated yet: {c:?}"
+        );
+        c.status = Some(
+            serde_json::from_value(json!({
+                "allocation": {"devices": {"results": [
+                    {"request": "rail", "driver": "rdma-host-device.io", "pool": "n1", "device": "pci-0000-3b-00-0"}
+                ]}},
+                "reservedFor": [{"resource": "pods", "name": "trainer", "uid": "4d1c-pod-uid"}]
+            }))
+            .unwrap(),
+        );
+        let c = kube.update_claim_status(&c).await.expect("PUT /status");
+
+        let got = kube.get_claim("team-a", "nic").await.unwrap();
+        assert_eq!(got.metadata.resource_version, c.metadata.resource_version);
+        let devs = k::allocated_devices(&got);
+        assert_eq!(devs.len(), 1);
+        assert_eq!(
+            (
+                devs[0].request.as_str(),
+                devs[0].driver.as_str(),
+                devs[0].pool.as_str(),
+                devs[0].device.as_str()
+            ),
+            ("rail", "rdma-host-device.io", "n1", "pci-0000-3b-00-0")
+        );
+        assert_eq!(k::reserved_pod_uids(&got), ["4d1c-pod-uid"]);
+
+        // A status write on a stale copy is a conflict (the KEP-4817 writer retries on it).
+        let e = kube.update_claim_status(&claim_with_rv(&got, "1")).await.unwrap_err();
+        assert!(e.is_conflict(), "{e}");
+
+        let e = kube.get_claim("team-a", "other").await.unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        let e = kube.get_claim("team-b", "nic").await.unwrap_err();
+        assert!(e.is_not_found(), "another namespace's name does not reach it: {e}");
+    });
+}
+
+fn claim_with_rv(c: &ResourceClaim, rv: &str) -> ResourceClaim {
+    let mut c = c.clone();
+    c.metadata.resource_version = Some(rv.into());
+    c
+}
+
+/// A plain kube client on the stand-in, for what a test plays the scheduler or a user in.
+async fn raw_client(api: &ApiServer) -> kube::Client {
+    let mut c = kube::Config::new(api.url.parse().unwrap());
+    c.root_cert_file = Some(api.ca.clone());
+    c.root_cert = Some(vec![pem_der(&std::fs::read_to_string(&api.ca).unwrap())]);
+    c.auth_info.token_file = Some(api.token.display().to_string());
+    kube::Client::try_from(c).unwrap()
+}
+
+fn pem_der(pem: &str) -> Vec<u8> {
+    let b64: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    // The same decoding the client does, from outside: a tiny base64 decoder.
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    } as u32;
+    let b: Vec<u8> = b64.bytes().filter(|&c| c != b'=').collect();
+    let mut out = Vec::new();
+    for ch in b.chunks(4) {
+        let mut n = 0;
+        for (i, &c) in ch.iter().enumerate() {
+            n |= val(c) << (18 - 6 * i);
+        }
+        out.extend_from_slice(&n.to_be_bytes()[1..ch.len()]);
+    }
+    out
+}
+
+#[test]
+fn a_wrong_token_is_a_401_that_names_the_token_file() {
+    let dir = TempDir::new("kube-api");
+    let api = ApiServer::start(dir.path(), &[]);
+    let wrong = dir.path().join("wrong-token");
+    std::fs::write(&wrong, "not-the-token").unwrap();
+    rt().block_on(async {
+        let kube = Kube::connect(&Endpoint::Explicit {
+            server: api.url.clone(),
+            ca: api.ca.clone(),
+            token: wrong.clone(),
+        })
+        .await
+        .unwrap();
+        let e = kube.list_slices(&filter("n1")).await.unwrap_err();
+        assert_eq!(e.code, Some(401), "{e}");
+        let text = rdma_host_device::error::Error::from(e).msg;
+        assert!(text.contains("401 Unauthorized"), "{text}");
+        assert!(text.contains(&wrong.display().to_string()), "{text}");
+    });
+}
+
+#[test]
+fn a_server_whose_certificate_the_ca_did_not_sign_is_refused() {
+    let dir = TempDir::new("kube-api");
+    let api = ApiServer::start(dir.path(), &[]);
+    let other_dir = TempDir::new("kube-api-other");
+    let other = ApiServer::start(other_dir.path(), &[]);
+    rt().block_on(async {
+        let kube = Kube::connect(&Endpoint::Explicit {
+            server: api.url.clone(),
+            ca: other.ca.clone(),
+            token: api.token.clone(),
+        })
+        .await
+        .unwrap();
+        let e = kube.list_slices(&filter("n1")).await.unwrap_err();
+        assert_eq!(e.code, None, "no answer from a server we cannot trust: {e}");
+        assert!(
+            !api.requests().contains("GET /apis"),
+            "the request (and the token) never reached it: {}",
+            api.requests()
+        );
+    });
+}
+
+#[test]
+fn plain_http_is_refused_before_any_token_is_sent() {
+    let dir = TempDir::new("kube-api");
+    let api = ApiServer::start(dir.path(), &[]);
+    rt().block_on(async {
+        let e = Kube::connect(&Endpoint::Explicit {
+            server: api.url.replace("https://", "http://"),
+            ca: api.ca.clone(),
+            token: api.token.clone(),
+        })
+        .await
+        .unwrap_err();
+        assert!(e.message.contains("only https"), "{e}");
+    });
+}
+
+#[test]
+fn a_token_file_with_a_trailing_newline_is_refused_at_start_with_the_fix() {
+    let dir = TempDir::new("kube-api");
+    let api = ApiServer::start(dir.path(), &[]);
+    let token = dir.path().join("token-nl");
+    let t = std::fs::read_to_string(&api.token).unwrap();
+    std::fs::write(&token, format!("{t}\n")).unwrap();
+    rt().block_on(async {
+        let e = Kube::connect(&Endpoint::Explicit {
+            server: api.url.clone(),
+            ca: api.ca.clone(),
+            token: token.clone(),
+        })
+        .await
+        .unwrap_err();
+        assert!(e.message.contains("trailing newline"), "{e}");
+        assert!(e.message.contains(&token.display().to_string()), "{e}");
+    });
+}
