@@ -23,9 +23,9 @@
 #   CDI_SPEC     where to write the CDI spec of the node's RDMA devices (optional; the DaemonSet
 #                sets /var/run/cdi/rdma-host-device.json, a hostPath): `rdma-host-device-agent cdi`,
 #                with the node configuration's memlock, so a runtime that reads CDI resolves
-#                rdma-host-device.io/rdma=uverbsN and runs the memlock hook
-#   CDI_HOOK     the hook's path as the node's runtime sees it (default /opt/cni/bin/rdma-host-device:
-#                the installed plugin runs the hook, `rdma-host-device memlock-hook LIMIT`)
+#                rdma-host-device.io/rdma=uverbsN and runs the memlock hook: the node
+#                configuration's cdiHook (default /opt/cni/bin/rdma-host-device, the installed
+#                plugin), which must exist under HOST_ROOT, or the install fails
 #
 # It replaces the plugin atomically (copy to a temporary name in the same directory, then
 # rename), so a runtime executing the plugin during an upgrade runs the old or the new binary,
@@ -108,7 +108,7 @@ fi
 if [ -n "${CDI_SPEC:-}" ]; then
   cfg=${NODE_CONFIG_DIR:-${HOST_ROOT%/}/etc/rdma-host-device}/node.json
   [ -f "$cfg" ] && export RDMA_HOST_DEVICE_NODE_CONFIG="$cfg"
-  "$AGENT" cdi --out "$CDI_SPEC" --hook "${CDI_HOOK:-/opt/cni/bin/$NAME}" ||
+  "$AGENT" cdi --out "$CDI_SPEC" --host-root "${HOST_ROOT:-/}" ||
     fail "cannot write the CDI spec $CDI_SPEC"
 fi
 

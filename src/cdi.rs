@@ -194,7 +194,9 @@ pub fn refresh(
     Ok(Some(device_count(&spec)))
 }
 
-/// `cdi [--out FILE|-] [--memlock LIMIT] [--hook PATH] [--sysfs DIR] [--dev DIR]`.
+/// `cdi [--out FILE|-] [--memlock LIMIT] [--host-root DIR] [--sysfs DIR] [--dev DIR]`. The
+/// hook's path is the node configuration's `cdiHook`, the one place both writers of the spec
+/// (this and the device plugin's `--cdi-spec`) take it from.
 #[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct Options {
     /// Where the spec goes; `None` (`--out -`): printed on stdout.
@@ -205,9 +207,10 @@ pub struct Options {
     /// memlock]
     #[arg(long, value_name = "BYTES|unlimited", value_parser = crate::flags::memlock)]
     pub memlock: Option<Memlock>,
-    /// The memlock hook's path, as the node's runtime sees it (the CNI binary)
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_HOOK)]
-    pub hook: PathBuf,
+    /// Where the node's root file system is (the DaemonSet's install container: /host): the
+    /// node configuration's cdiHook must exist there before a spec naming it is written
+    #[arg(long, value_name = "DIR", default_value = "/", value_parser = crate::flags::absolute_path)]
+    pub host_root: PathBuf,
     #[arg(long, value_name = "DIR", default_value = "/sys", hide = true)]
     pub sysfs: PathBuf,
     #[arg(long, value_name = "DIR", default_value = "/dev", hide = true)]
@@ -219,17 +222,41 @@ fn out_arg(s: &str) -> std::result::Result<Option<PathBuf>, String> {
     Ok(Some(PathBuf::from(s)).filter(|p| p.as_os_str() != "-"))
 }
 
+/// Whether `hook` (a path as the node's runtime sees it) is an executable file under `host_root`
+/// (the node's root as this process sees it): a spec naming a missing hook makes the runtime
+/// fail every container given a CDI name ("error running hook #0: fork/exec ...: no such file
+/// or directory").
+pub fn check_hook(hook: &Path, host_root: &Path, source: &str) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let on_node = host_root.join(hook.strip_prefix("/").unwrap_or(hook));
+    match std::fs::metadata(&on_node) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
+        found => Err(invalid_config(format!(
+            "cdiHook {} {} on the node ({}): the runtime would fail every container given a CDI name (\"error running hook #0: fork/exec\"); set cdiHook in the node configuration ({source}) to where the CNI binary rdma-host-device is installed",
+            hook.display(),
+            match found {
+                Ok(_) => "is not an executable file",
+                Err(_) => "does not exist",
+            },
+            on_node.display(),
+        ))),
+    }
+}
+
+/// What the hook reaches, said wherever the spec is written.
+pub const HOOK_REACH: &str = "the hook raises each such container's first process only: processes started in it later (kubectl exec) keep the runtime's limit unless the runtime has NRI and `rdma-host-device-agent nri` runs (`inspect` says which)";
+
 /// `cdi`: the CDI spec of this node's RDMA devices, written to the file (a line on stderr says
-/// what it holds) or printed. The memlock limit defaults to the node configuration's.
+/// what it holds) or printed. The memlock limit defaults to the node configuration's; the
+/// hook is the node configuration's `cdiHook`, which must exist on the node to be written.
 pub fn run(o: &Options) -> Result<()> {
+    let node = crate::node::Node::load()?;
     let memlock = match o.memlock {
         Some(m) => m,
-        None => {
-            let node = crate::node::Node::load()?;
-            Memlock::parse(&node.memlock).map_err(|e| e.context(&node.source))?
-        }
+        None => Memlock::parse(&node.memlock).map_err(|e| e.context(&node.source))?,
     };
-    let (_, spec) = current(o.out.as_deref(), &o.sysfs, &o.dev, memlock, &o.hook);
+    let hook = &node.cdi_hook;
+    let (_, spec) = current(o.out.as_deref(), &o.sysfs, &o.dev, memlock, hook);
     let Some(out) = &o.out else {
         println!(
             "{}",
@@ -237,11 +264,14 @@ pub fn run(o: &Options) -> Result<()> {
         );
         return Ok(());
     };
+    check_hook(hook, &o.host_root, &node.source)?;
     write_spec(out, &spec)?;
     eprintln!(
-        "rdma-host-device: {} written: {} RDMA device(s) as {KIND}=uverbsN, memlock {memlock:?}",
+        "rdma-host-device: {} written: {} RDMA device(s) as {KIND}=uverbsN, memlock {} by the hook {}; {HOOK_REACH}",
         out.display(),
         device_count(&spec),
+        memlock.as_arg(),
+        hook.display(),
     );
     Ok(())
 }

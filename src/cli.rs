@@ -11,7 +11,7 @@
 //! answer on stdout, exit 1 with nothing on stderr.
 
 use crate::error::Error;
-use crate::{cdi, device_plugin, dra, inspect, metrics, node, uppers, validate};
+use crate::{cdi, device_plugin, dra, inspect, metrics, node, nri, uppers, validate};
 use clap::{CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
 use std::io::Write;
@@ -35,7 +35,7 @@ checks of node and network configurations, and the DRA driver.",
     after_long_help = "\
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG): \
 stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, ipamReadPaths, \
-ipamConfinement, ipamTimeoutSeconds, deviceInfoDir, memlock, takeRdmaDevicesInUse, uppersSocket, \
+ipamConfinement, ipamTimeoutSeconds, deviceInfoDir, memlock, cdiHook, takeRdmaDevicesInUse, uppersSocket, \
 devicePlugin, dra; see the README.
 
 Exit status: 0 done; 1 the run failed (the reason on stderr) or validate rejected a \
@@ -109,9 +109,18 @@ pub enum Command {
     /// For runtimes that read CDI (CRI-O, containerd 1.7+, podman): one device per RDMA device,
     /// rdma-host-device.io/rdma=uverbsN after its char device /dev/infiniband/uverbsN (a name no
     /// pod can change), with that char device, rdma_cm, and a
-    /// createRuntime hook (the CNI binary's `memlock-hook`) that raises the container's
-    /// RLIMIT_MEMLOCK.
+    /// createRuntime hook (the node configuration's cdiHook, the CNI binary's `memlock-hook`)
+    /// that raises the RLIMIT_MEMLOCK of the container's first process (exec'd ones: see nri).
     Cdi(cdi::Options),
+    /// An NRI plugin giving containers with an RDMA device the memlock limit (runs until killed)
+    ///
+    /// Connects to the runtime's NRI socket (containerd 1.7.7+ with NRI enabled, 2.0+ by
+    /// default; CRI-O 1.29+), registers, and for every container created with one of this
+    /// node's /dev/infiniband/uverbsN among its devices (by the device plugin, DRA or a CDI
+    /// name) sets RLIMIT_MEMLOCK in its OCI spec to the node configuration's memlock, so every
+    /// process of the container has it, kubectl exec included. Other containers are left
+    /// alone. Connects again whenever the runtime restarts.
+    Nri(nri::Options),
     /// Check network configurations as the plugin would on ADD
     ///
     /// A .conf, a .conflist (each rdma-host-device entry, with the list's name and cniVersion,
@@ -165,6 +174,7 @@ fn dispatch(args: Vec<OsString>, err: &mut dyn Write) -> i32 {
         Command::Dra(o) => subcommand(err, "dra", &o, dra::run),
         Command::NodeConfig(o) => subcommand(err, "node-config", &o, node::show::run),
         Command::Cdi(o) => subcommand(err, "cdi", &o, cdi::run),
+        Command::Nri(o) => subcommand(err, "nri", &o, nri::run),
         Command::Validate(o) => subcommand(err, "validate", &o, validate::run),
         Command::UppersWatch(o) => subcommand(err, "uppers-watch", &o, uppers::run),
         Command::Completions { shell } => {
@@ -340,6 +350,14 @@ mod tests {
                 "memlock \"0\" is less than one page",
             ),
             (&["cdi", "--bogus"], "unexpected argument '--bogus'"),
+            (
+                &["nri", "--index", "9"],
+                "an NRI plugin index is two digits",
+            ),
+            (
+                &["nri", "--socket", "rel"],
+                "\"rel\" must be an absolute path",
+            ),
             (&["node-config", "a", "b"], "unexpected argument 'b'"),
         ] {
             let (code, err) = call(a);
@@ -373,6 +391,7 @@ mod tests {
             "node-config",
             "validate",
             "cdi",
+            "nri",
             "metrics",
             "device-plugin",
         ] {
@@ -399,17 +418,39 @@ mod tests {
         assert!(!err.contains("Usage"), "no usage for a run error: {err}");
 
         let out = "/dev/null/cdi.json";
-        let (code, err) = call(&[
-            "cdi",
-            "--out",
-            out,
-            "--memlock",
-            "unlimited",
-            "--sysfs",
-            "/nonexistent-rhd",
-            "--dev",
-            "/nonexistent-rhd",
-        ]);
+        let cdi = |host_root: &str| {
+            call(&[
+                "cdi",
+                "--out",
+                out,
+                "--memlock",
+                "unlimited",
+                "--host-root",
+                host_root,
+                "--sysfs",
+                "/nonexistent-rhd",
+                "--dev",
+                "/nonexistent-rhd",
+            ])
+        };
+        // The node has no hook where the node configuration says: refused before writing.
+        let (code, err) = cdi("/nonexistent-rhd");
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.starts_with(&format!("{NAME} cdi: cdiHook ")) && err.contains("does not exist"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        // With the hook there, the write itself fails and says so.
+        let root = std::env::temp_dir().join(format!("rhd-cli-hook-{}", std::process::id()));
+        let hook = crate::node::Node::load().unwrap_or_default().cdi_hook;
+        let on_node = root.join(hook.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(on_node.parent().unwrap()).unwrap();
+        std::fs::write(&on_node, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&on_node, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (code, err) = cdi(root.to_str().unwrap());
+        let _ = std::fs::remove_dir_all(&root);
         assert_eq!(code, 1, "{err}");
         assert!(
             err.starts_with(&format!("{NAME} cdi: cannot write CDI spec {out}")),
@@ -434,7 +475,7 @@ mod tests {
             panic!("not cdi")
         };
         assert_eq!(o.out, None);
-        assert_eq!(o.hook, PathBuf::from(cdi::DEFAULT_HOOK));
+        assert_eq!(o.host_root, PathBuf::from("/"));
         let Command::Cdi(o) = Cli::try_parse_from([NAME, "cdi"]).unwrap().command else {
             panic!("not cdi")
         };

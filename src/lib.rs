@@ -30,6 +30,7 @@ pub mod netns;
 
 pub mod netlink_sync;
 pub mod node;
+pub mod nri;
 pub mod orphan;
 pub mod process;
 pub mod rdma;

@@ -126,11 +126,12 @@ By hand:
 
   rdma-host-device memlock-hook BYTES|unlimited
       The OCI createRuntime hook the CDI spec names: sets RLIMIT_MEMLOCK of the container
-      process whose OCI state is on stdin.
+      process whose OCI state is on stdin (its first; processes exec'd into the container
+      later do not get it: rdma-host-device-agent nri puts it in the container's spec).
   rdma-host-device --version   the version and the CNI versions it speaks
   rdma-host-device --help      this text
 
-The node tools (inspect, metrics, device-plugin, cdi, node-config, validate) are the node
+The node tools (inspect, metrics, device-plugin, cdi, nri, node-config, validate) are the node
 agent's, rdma-host-device-agent, in the same image: see rdma-host-device-agent --help.
 
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG); see the
@@ -141,11 +142,12 @@ Error codes (1-99 are the CNI spec's, 100+ this plugin's; the README says what t
 ";
 
 /// The agent's subcommands, which this binary once had: named, a person is sent there.
-const AGENT_COMMANDS: [&str; 6] = [
+const AGENT_COMMANDS: [&str; 7] = [
     "inspect",
     "metrics",
     "device-plugin",
     "cdi",
+    "nri",
     "node-config",
     "validate",
 ];

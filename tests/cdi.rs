@@ -69,17 +69,26 @@ impl World {
         format!("rdma-host-device.io/rdma={}", self.uverbs)
     }
 
-    fn cdi(&self, memlock: &str) -> Output {
+    /// `cdi` with the node configuration naming `hook` as cdiHook.
+    fn cdi_with_hook(&self, memlock: &str, hook: &str) -> Output {
         let d = self.dir();
-        let out = Command::new(AGENT)
+        let node = d.join("node.json");
+        fs::write(&node, serde_json::json!({ "cdiHook": hook }).to_string()).unwrap();
+        Command::new(AGENT)
             .args(["cdi", "--out"])
             .arg(&self.spec)
-            .args(["--memlock", memlock, "--hook", PLUGIN, "--sysfs"])
+            .args(["--memlock", memlock, "--sysfs"])
             .arg(d.join("sys"))
             .arg("--dev")
             .arg(d.join("dev"))
+            .env("RDMA_HOST_DEVICE_NODE_CONFIG", &node)
             .output()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// `cdi`, the hook being the plugin under test.
+    fn cdi(&self, memlock: &str) -> Output {
+        let out = self.cdi_with_hook(memlock, PLUGIN);
         assert!(
             out.status.success(),
             "cdi: {}",
@@ -180,6 +189,35 @@ fn unlimited_memlock_and_nothing_without_the_cdi_name() {
     assert!(
         !without.contains("memlock=unlimited"),
         "the runtime's default stays: {without}"
+    );
+}
+
+#[test]
+fn the_hook_is_the_node_configurations_and_one_missing_on_the_node_is_refused_before_writing() {
+    // The install container and the device plugin once took the hook from two flags; a node
+    // whose CNI binaries live elsewhere got a spec naming a path that does not exist, and every
+    // container given a CDI name failed to start. Now the node configuration's cdiHook is the
+    // one setting, checked on the node before a spec naming it is written.
+    let w = World::new("e");
+    let out = w.cdi_with_hook("4194304", "/nonexistent-rhd/bin/rdma-host-device");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("cdiHook /nonexistent-rhd/bin/rdma-host-device does not exist on the node"),
+        "{err}"
+    );
+    assert!(!w.spec.exists(), "no spec naming a missing hook is written");
+    let out = w.cdi("4194304");
+    let spec: Value = serde_json::from_slice(&fs::read(&w.spec).unwrap()).unwrap();
+    assert_eq!(
+        spec["containerEdits"]["hooks"][0]["path"], PLUGIN,
+        "{spec:#}"
+    );
+    // And it says what the hook does not reach.
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("first process only") && said.contains("kubectl exec"),
+        "{said}"
     );
 }
 

@@ -40,6 +40,7 @@ fn a_node_tool_named_to_the_plugin_is_sent_to_the_agent() {
         "metrics",
         "device-plugin",
         "cdi",
+        "nri",
         "node-config",
         "validate",
     ] {
@@ -67,6 +68,7 @@ fn every_agent_subcommand_answers_help_and_h_with_its_own_usage() {
         "metrics",
         "device-plugin",
         "cdi",
+        "nri",
         "node-config",
         "validate",
         "completions",

@@ -344,6 +344,75 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
     assert_eq!(spec["hostNetwork"], true, "it must see the host's NICs");
 }
 
+/// The NRI plugin runs unprivileged with the runtime's NRI socket directory (not the socket: a
+/// restarted runtime's new socket must be seen), the node's /dev/infiniband read-only (it
+/// stats the uverbs nodes) and the node configuration (memlock) read-only, and nothing more.
+#[test]
+fn daemonset_runs_the_nri_plugin_unprivileged_on_the_runtimes_nri_socket() {
+    let docs = documents();
+    let ds = docs
+        .iter()
+        .find(|(_, d)| d["kind"] == "DaemonSet")
+        .map(|(_, d)| d)
+        .expect("a DaemonSet in conf/");
+    let spec = &ds["spec"]["template"]["spec"];
+    let c = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["command"][1] == "nri")
+        .expect("a container running nri");
+    assert_eq!(
+        c["command"],
+        serde_json::json!([
+            "/usr/local/bin/rdma-host-device-agent",
+            "nri",
+            "--socket",
+            rdma_host_device::nri::DEFAULT_SOCKET
+        ])
+    );
+    assert_ne!(c["securityContext"]["privileged"], true);
+    assert_eq!(
+        c["securityContext"]["capabilities"]["drop"],
+        serde_json::json!(["ALL"])
+    );
+    let mounts: Vec<(String, Option<String>, bool)> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let host = spec["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == m["name"])
+                .and_then(|v| v["hostPath"]["path"].as_str())
+                .map(str::to_owned);
+            (
+                m["mountPath"].as_str().unwrap().to_owned(),
+                host,
+                m["readOnly"] == true,
+            )
+        })
+        .collect();
+    let socket_dir = Path::new(rdma_host_device::nri::DEFAULT_SOCKET)
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap();
+    for (path, ro) in [
+        (socket_dir, false),
+        ("/dev/infiniband", true),
+        ("/etc/rdma-host-device", true),
+    ] {
+        assert!(
+            mounts.contains(&(path.to_owned(), Some(path.to_owned()), ro)),
+            "{path} from the host (read-only: {ro}): {mounts:?}"
+        );
+    }
+    assert_eq!(mounts.len(), 3, "nothing more: {mounts:?}");
+}
+
 /// The uppers watcher runs where it sees what the scan it saves would see: the host's link
 /// notifications (hostNetwork), every process's namespace (hostPID) and /run/netns, and it
 /// listens where the CNI binary on the host looks by default.
@@ -662,6 +731,61 @@ fn install_script_installs_a_valid_node_configuration_and_refuses_a_broken_one()
         vec![installed],
         "temporary files left"
     );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The install container writes the CDI spec with the node configuration's cdiHook, the one
+/// place the hook's path comes from, and refuses (failing the install, the spec left as it
+/// was) a hook that does not exist under HOST_ROOT: a spec naming it would make the runtime
+/// fail every container given a CDI name.
+#[test]
+fn install_script_writes_the_cdi_spec_with_the_nodes_hook_and_refuses_one_not_on_the_node() {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("install-cdi-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("var/run/cdi/rdma-host-device.json");
+    let run = |hook: &str| {
+        let src = dir.join("node-src.json");
+        fs::write(&src, json!({ "cdiHook": hook }).to_string()).unwrap();
+        Command::new("sh")
+            .arg(Path::new(ROOT).join("deploy/install.sh"))
+            .env("SRC", release_binary())
+            .env("CNI_BIN_DIR", dir.join("opt/cni/bin"))
+            // Not a root file system (no bin/): the libc check is skipped, the hook's is not.
+            .env("HOST_ROOT", &dir)
+            .env("NODE_CONFIG", &src)
+            .env("NODE_CONFIG_DIR", dir.join("etc/rdma-host-device"))
+            .env("CDI_SPEC", &spec)
+            .env_remove("CNI_COMMAND")
+            .env_remove("RDMA_HOST_DEVICE_NODE_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let o = run("/opt/cni/bin/rdma-host-device");
+    assert!(o.status.success(), "{}", output_text(&o));
+    let written: Value = serde_json::from_slice(&fs::read(&spec).unwrap()).unwrap();
+    assert_eq!(
+        written["containerEdits"]["hooks"][0]["path"],
+        "/opt/cni/bin/rdma-host-device"
+    );
+    assert!(
+        output_text(&o).contains("first process only"),
+        "the install log says what the hook reaches: {}",
+        output_text(&o)
+    );
+    // A node whose CNI binaries live elsewhere, the configuration naming a path that is not
+    // there: the install fails, saying which key to change, and the spec stays as it was.
+    let before = fs::read(&spec).unwrap();
+    let o = run("/home/kubernetes/bin/rdma-host-device");
+    let text = output_text(&o);
+    assert!(!o.status.success(), "{text}");
+    assert!(
+        text.contains("cdiHook /home/kubernetes/bin/rdma-host-device does not exist on the node")
+            && text.contains("cannot write the CDI spec"),
+        "{text}"
+    );
+    assert_eq!(fs::read(&spec).unwrap(), before);
     let _ = fs::remove_dir_all(&dir);
 }
 

@@ -118,52 +118,168 @@ fn inspect_watch_shows_a_pods_traffic_per_second() {
         .ok();
 }
 
-/// Where the runtime reads no CDI (containerd 1.6), its own RLIMIT_MEMLOCK is what containers
-/// get: inspect names every runtime process with that limit and, when it is too small for RDMA,
-/// how to raise it. A real process named `containerd` (this test's copy of `sleep`, started
-/// with a 4 MiB limit by util-linux's prlimit) stands in for the daemon.
+/// A process named like a runtime (this test's copy of `sleep`, started by util-linux's
+/// prlimit with a 4 MiB memlock limit), standing in for the daemon: inspect reads its name, its
+/// limits and, through its /proc root, the NRI socket and the CDI spec.
+struct FakeRuntime {
+    child: std::process::Child,
+    pid: u32,
+}
+
+impl FakeRuntime {
+    fn start(rig: &Rig, name: &str) -> FakeRuntime {
+        let fake = rig.dir.path().join(name);
+        std::fs::copy("/bin/sleep", &fake).unwrap();
+        let child = Command::new("prlimit")
+            .args(["--memlock=4194304:4194304"])
+            .arg(&fake)
+            .arg("30")
+            .spawn()
+            .expect("prlimit (util-linux)");
+        let pid = child.id();
+        // prlimit execs the program in the same process: wait until it has the runtime's name.
+        let comm = format!("/proc/{pid}/comm");
+        for _ in 0..100 {
+            if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == name) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        FakeRuntime { child, pid }
+    }
+}
+
+impl Drop for FakeRuntime {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where containers get the node's memlock from, per runtime, and the exact setting where no
+/// path reaches every process: NRI socket there -> NRI, no advice; our CDI spec only -> the
+/// hook (first process only) and the runtime's settings; neither -> the same settings. Each
+/// runtime is named with its own (containerd: NRI, base_runtime_spec, LimitMEMLOCK; CRI-O:
+/// enable_nri, default_ulimits).
 #[test]
-fn inspect_names_the_runtimes_memlock_limit_and_how_to_raise_it() {
+fn inspect_names_each_runtimes_memlock_path_and_the_setting_to_change() {
     require_root();
     let rig = Rig::new();
-    let fake = rig.dir.path().join("containerd");
-    std::fs::copy("/bin/sleep", &fake).unwrap();
-    let mut child = Command::new("prlimit")
-        .args(["--memlock=4194304:4194304"])
-        .arg(&fake)
-        .arg("30")
-        .spawn()
-        .expect("prlimit (util-linux)");
-    let pid = child.id();
-    // prlimit execs the program in the same process: wait until it is named containerd.
-    let comm = format!("/proc/{pid}/comm");
-    for _ in 0..100 {
-        if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "containerd") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let report = rig.inspect_json(None);
-    let text = rig.inspect(None, &["--color", "never"]);
-    let _ = child.kill();
-    let _ = child.wait();
-    let ours = report["runtimes"]
-        .as_array()
-        .and_then(|rs| rs.iter().find(|r| r["pid"] == pid))
-        .unwrap_or_else(|| panic!("pid {pid} not among the runtimes: {report:#}"));
-    assert_eq!(ours["runtime"], "containerd");
-    assert_eq!(ours["memlockBytes"], 4194304);
-    assert!(
-        ours["advice"]
-            .as_str()
-            .unwrap_or("")
-            .contains("LimitMEMLOCK=infinity"),
-        "{ours}"
+    let containerd = FakeRuntime::start(&rig, "containerd");
+    let crio = FakeRuntime::start(&rig, "crio");
+    let nri = rig.dir.path().join("nri/nri.sock");
+    let cdi = rig.dir.path().join("cdi/rdma-host-device.json");
+    std::fs::create_dir_all(nri.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(cdi.parent().unwrap()).unwrap();
+    let paths = [
+        "--nri-socket",
+        nri.to_str().unwrap(),
+        "--cdi-spec",
+        cdi.to_str().unwrap(),
+    ];
+    let report = |rig: &Rig| -> (Value, String) {
+        let json: Value =
+            serde_json::from_str(&rig.inspect(None, &[&["--json"][..], &paths[..]].concat()))
+                .unwrap();
+        let text = rig.inspect(None, &[&["--color", "never"][..], &paths[..]].concat());
+        (json, text)
+    };
+    let of = |r: &Value, pid: u32| -> Value {
+        r["runtimes"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|x| x["pid"] == pid))
+            .cloned()
+            .unwrap_or_else(|| panic!("pid {pid} not among the runtimes: {r:#}"))
+    };
+
+    // Neither: containerd 1.6.
+    let (r, text) = report(&rig);
+    let c = of(&r, containerd.pid);
+    assert_eq!(
+        (
+            &c["runtime"],
+            &c["memlockBytes"],
+            &c["nri"],
+            &c["memlockPath"]
+        ),
+        (
+            &json!("containerd"),
+            &json!(4194304),
+            &json!(false),
+            &json!("neither")
+        ),
+        "{c}"
     );
+    let advice = c["advice"].as_str().unwrap_or("");
+    for setting in [
+        "[plugins.\"io.containerd.nri.v1.nri\"] disable = false",
+        "base_runtime_spec",
+        "\"type\": \"RLIMIT_MEMLOCK\"",
+        "LimitMEMLOCK=infinity",
+    ] {
+        assert!(advice.contains(setting), "{setting}: {advice}");
+    }
+    let o = of(&r, crio.pid);
+    let advice = o["advice"].as_str().unwrap_or("");
+    for setting in ["enable_nri = true", "default_ulimits = [\"memlock=-1:-1\"]"] {
+        assert!(advice.contains(setting), "{setting}: {advice}");
+    }
     assert!(
         text.contains(&format!(
-            "Runtime: containerd (pid {pid}), containers inherit memlock 4096 KiB"
+            "Runtime: containerd (pid {}), containers inherit memlock 4096 KiB; NRI socket {} absent; memlock path: neither",
+            containerd.pid,
+            nri.display()
         )),
         "{text}"
     );
+
+    // Our CDI spec, no NRI: the hook reaches only the first process; exec'd ones inherit.
+    std::fs::write(&cdi, "{}").unwrap();
+    let (r, _) = report(&rig);
+    let c = of(&r, containerd.pid);
+    assert_eq!(c["memlockPath"], "cdiHookOnly", "{c}");
+    let advice = c["advice"].as_str().unwrap_or("");
+    assert!(
+        advice.contains("only a container's first process") && advice.contains("base_runtime_spec"),
+        "{advice}"
+    );
+
+    // NRI's socket: the plugin puts the limit in the spec; nothing to change.
+    let _listener = std::os::unix::net::UnixListener::bind(&nri).unwrap();
+    let (r, text) = report(&rig);
+    let c = of(&r, containerd.pid);
+    assert_eq!(
+        (&c["nri"], &c["memlockPath"]),
+        (&json!(true), &json!("nri")),
+        "{c}"
+    );
+    assert!(c.get("advice").is_none(), "{c}");
+    assert!(
+        text.contains(&format!(
+            "NRI socket {} there; memlock path: NRI",
+            nri.display()
+        )),
+        "{text}"
+    );
+    // Without ptrace rights over the runtime (the DaemonSet's unprivileged install container),
+    // its files cannot be seen: the path is unknown, not "neither".
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(AGENT)
+        .args(["inspect", "--json", "--state-dir", "/nonexistent-rhd"])
+        .args(paths)
+        .output()
+        .expect("setpriv (util-linux)");
+    let r: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", output_text(&out)));
+    let c = of(&r, containerd.pid);
+    assert_eq!(c["memlockPath"], "unknown", "{c}");
+    assert!(
+        c["advice"]
+            .as_str()
+            .is_some_and(|a| a.contains("cannot see containerd's files")),
+        "{c}"
+    );
+    drop(containerd);
+    drop(crio);
 }

@@ -47,7 +47,7 @@ const DISCOVER_EVERY: u32 = 25;
 const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]
-/// [--cdi-spec FILE [--cdi-hook PATH]]`.
+/// [--cdi-spec FILE]`.
 #[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct Options {
     /// The kubelet's device-plugins directory, where kubelet.sock is
@@ -59,12 +59,10 @@ pub struct Options {
     /// The attachments' state directory [default: the node configuration's stateDir]
     #[arg(long, value_name = "DIR", value_parser = absolute_path)]
     pub state_dir: Option<PathBuf>,
-    /// Keep this CDI spec up to date (`cdi::refresh`) at every discovery.
+    /// Keep this CDI spec up to date (`cdi::refresh`) at every discovery, its memlock hook the
+    /// node configuration's cdiHook (as the install container's `cdi` writes it).
     #[arg(long, value_name = "FILE", value_parser = absolute_path)]
     pub cdi_spec: Option<PathBuf>,
-    /// The memlock hook's path in that spec, as the node's runtime sees it.
-    #[arg(long, value_name = "PATH", default_value = crate::cdi::DEFAULT_HOOK, value_parser = absolute_path)]
-    pub cdi_hook: PathBuf,
 }
 
 /// Run the device plugin until killed; returns only if it cannot start.
@@ -91,7 +89,7 @@ pub fn run(opts: &Options) -> Result<()> {
         None => None,
         Some(path) => Some(CdiKeeper {
             path: path.clone(),
-            hook: opts.cdi_hook.clone(),
+            hook: node.cdi_hook.clone(),
             memlock: crate::node::Memlock::parse(&node.memlock)
                 .map_err(|e| e.context(&node.source))?,
             last_error: String::new(),
@@ -163,9 +161,12 @@ impl CdiKeeper {
         match crate::cdi::refresh(&self.path, sys, dev, self.memlock, &self.hook) {
             Ok(Some(n)) => {
                 log::info!(
-                    "CDI spec {} written: {n} RDMA device(s) as {}=uverbsN",
+                    "CDI spec {} written: {n} RDMA device(s) as {}=uverbsN, memlock {} by the hook {}; {}",
                     self.path.display(),
-                    crate::cdi::KIND
+                    crate::cdi::KIND,
+                    self.memlock.as_arg(),
+                    self.hook.display(),
+                    crate::cdi::HOOK_REACH
                 );
                 self.last_error.clear();
             }
@@ -308,9 +309,10 @@ mod tests {
         assert_eq!(o.device_info_dir, PathBuf::from("/d"));
         assert_eq!(o.state_dir, None);
         assert_eq!(o.cdi_spec, None);
-        let o = options(&["--cdi-spec", "/c/s.json", "--cdi-hook=/h"]).unwrap();
+        let o = options(&["--cdi-spec", "/c/s.json"]).unwrap();
         assert_eq!(o.cdi_spec, Some(PathBuf::from("/c/s.json")));
-        assert_eq!(o.cdi_hook, PathBuf::from("/h"));
+        // The hook's path is the node configuration's cdiHook, never a flag of its own.
+        assert!(options(&["--cdi-spec", "/c/s.json", "--cdi-hook=/h"]).is_err());
         let o = options(&[]).unwrap();
         assert_eq!(o.socket_dir, PathBuf::from(DEFAULT_SOCKET_DIR));
         for bad in [

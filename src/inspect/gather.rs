@@ -201,7 +201,13 @@ pub(super) fn gather(opts: &Options) -> Result<Report> {
         state_error,
         hidden_links,
         counter_errors: BTreeMap::new(),
-        runtimes: super::runtime::runtimes(Path::new("/proc")),
+        runtimes: super::runtime::runtimes(
+            Path::new("/proc"),
+            super::runtime::Paths {
+                nri_socket: &opts.nri_socket,
+                cdi_spec: &opts.cdi_spec,
+            },
+        ),
         ipam_confinement: super::report::IpamConfinement::of(
             &crate::node::Node::load().unwrap_or_default(),
         ),

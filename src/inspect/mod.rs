@@ -56,6 +56,14 @@ pub struct Options {
     #[arg(long, short = 'w', value_name = "SECS", num_args = 0..=1, default_missing_value = "2",
           value_parser = watch_interval)]
     pub watch: Option<std::time::Duration>,
+    /// The runtime's NRI socket, as the runtime sees it
+    #[arg(long, value_name = "PATH", default_value = crate::nri::DEFAULT_SOCKET,
+          value_parser = crate::flags::absolute_path, hide = true)]
+    pub nri_socket: PathBuf,
+    /// Our CDI spec, as the runtime sees it
+    #[arg(long, value_name = "FILE", default_value = crate::cdi::DEFAULT_SPEC,
+          value_parser = crate::flags::absolute_path, hide = true)]
+    pub cdi_spec: PathBuf,
 }
 
 /// The node configuration's `stateDir` (the default when that cannot be read).

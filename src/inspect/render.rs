@@ -221,8 +221,12 @@ pub fn render_table(r: &Report, color: bool) -> String {
             format!("{} KiB", rt.memlock_bytes / 1024)
         };
         let line = format!(
-            "Runtime: {} (pid {}), containers inherit memlock {limit}\n",
-            rt.runtime, rt.pid
+            "Runtime: {} (pid {}), containers inherit memlock {limit}; NRI socket {} {}; memlock path: {}\n",
+            rt.runtime,
+            rt.pid,
+            rt.nri_socket,
+            if rt.nri { "there" } else { "absent" },
+            rt.memlock_path.describe()
         );
         paint(&mut out, &line, rt.advice.as_ref().map(|_| RED), color);
         if let Some(a) = &rt.advice {

@@ -78,9 +78,45 @@ pub struct RuntimeMemlock {
     pub pid: u32,
     /// Its soft RLIMIT_MEMLOCK in bytes (u64::MAX: unlimited).
     pub memlock_bytes: u64,
-    /// What to do when it is too small for RDMA.
+    /// The NRI socket looked for (as the runtime sees its file system).
+    pub nri_socket: String,
+    /// Whether that socket is there (NRI on).
+    pub nri: bool,
+    /// Which path gives containers with an RDMA device the node's memlock.
+    pub memlock_path: MemlockPath,
+    /// What to do when what its containers' processes get is too small for RDMA.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advice: Option<String>,
+}
+
+/// Which path gives a container with an RDMA device the node's `memlock` (src/inspect/runtime.rs).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum MemlockPath {
+    /// The NRI plugin: in the container's spec, every process, exec included.
+    Nri,
+    /// The CDI spec's createRuntime hook: the container's first process only.
+    CdiHookOnly,
+    /// Nothing: every process inherits the runtime's own limit.
+    Neither,
+    /// This process cannot see the runtime's files (no ptrace rights over it).
+    Unknown,
+}
+
+impl MemlockPath {
+    /// As a person reads it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            MemlockPath::Nri => {
+                "NRI (the nri container sets it in the spec: every process, kubectl exec included)"
+            }
+            MemlockPath::CdiHookOnly => {
+                "CDI hook only (a container's first process, not exec'd ones)"
+            }
+            MemlockPath::Neither => "neither NRI nor CDI (containers inherit the runtime's limit)",
+            MemlockPath::Unknown => "unknown (the runtime's files are not visible to this process)",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]

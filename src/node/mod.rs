@@ -138,10 +138,15 @@ pub struct Node {
     /// The only directory a `runtimeConfig.CNIDeviceInfoFile` may name a file in (Multus').
     #[serde(default = "default_device_info_dir")]
     pub device_info_dir: PathBuf,
-    /// RLIMIT_MEMLOCK the CDI spec's hook gives containers that get an RDMA device: bytes, or
-    /// "unlimited" (the default).
+    /// RLIMIT_MEMLOCK containers that get an RDMA device are given (by the NRI plugin in
+    /// their spec, by the CDI spec's hook to their first process): bytes, or "unlimited" (the
+    /// default).
     #[serde(default = "default_memlock")]
     pub memlock: String,
+    /// The CDI spec's memlock hook (the CNI binary) as the node's runtime sees it: the one
+    /// setting both writers of the spec (`cdi`, the device plugin's `--cdi-spec`) take it from.
+    #[serde(default = "default_cdi_hook")]
+    pub cdi_hook: PathBuf,
     /// The only plugins `ipam.type` may name (file names in CNI_PATH). The plugin runs as root
     /// and execs what `ipam.type` names with the tenant's config on stdin: the node decides.
     #[serde(default = "default_ipam_plugins")]
@@ -204,6 +209,10 @@ fn default_log_dir() -> PathBuf {
 
 fn default_uppers_socket() -> PathBuf {
     PathBuf::from(crate::uppers::DEFAULT_SOCKET)
+}
+
+fn default_cdi_hook() -> PathBuf {
+    PathBuf::from(crate::cdi::DEFAULT_HOOK)
 }
 
 fn default_memlock() -> String {
@@ -285,6 +294,7 @@ impl Default for Node {
             allowed_uplinks: Vec::new(),
             device_info_dir: default_device_info_dir(),
             memlock: default_memlock(),
+            cdi_hook: default_cdi_hook(),
             ipam_plugins: default_ipam_plugins(),
             ipam_paths: default_ipam_paths(),
             ipam_read_paths: default_ipam_read_paths(),
@@ -399,6 +409,7 @@ impl Node {
             "allowedUplinks": self.allowed_uplinks,
             "deviceInfoDir": self.device_info_dir,
             "memlock": self.memlock,
+            "cdiHook": self.cdi_hook,
             "ipamPlugins": self.ipam_plugins,
             "ipamPaths": self.ipam_paths,
             "ipamReadPaths": self.ipam_read_paths,
@@ -479,6 +490,12 @@ impl Node {
             )));
         }
         Memlock::parse(&node.memlock).map_err(|e| bad(e.msg))?;
+        if !node.cdi_hook.is_absolute() || has_dotdot(&node.cdi_hook) {
+            return Err(bad(format!(
+                "cdiHook {} must be an absolute path without '..' (the CNI binary as the runtime sees it)",
+                node.cdi_hook.display()
+            )));
+        }
         for p in &node.ipam_plugins {
             if p.is_empty() || p.contains('/') || p == "." || p == ".." {
                 return Err(bad(format!(

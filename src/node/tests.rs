@@ -78,6 +78,11 @@ fn node_config_edge_cases_are_errors_that_say_what_is_wrong() {
         (r#"{"memlock":"0"}"#, "less than one page"),
         (r#"{"memlock":"4095"}"#, "less than one page"),
         (r#"{"memlock":0}"#, "invalid type"),
+        (
+            r#"{"cdiHook":"opt/cni/bin/x"}"#,
+            "cdiHook opt/cni/bin/x must be an absolute path",
+        ),
+        (r#"{"cdiHook":"/opt/../x"}"#, "without '..'"),
     ] {
         let p = write(body);
         let e = Node::from_file(&p, true).unwrap_err();
@@ -405,7 +410,7 @@ fn ipam_paths_refuse_paths_outside_the_prefixes_naming_the_key() {
 fn node_config_output_read_back_is_the_same_node() {
     let p = write(
         r#"{"stateDir":"/srv/s","logDir":"/srv/l","allowedNics":{"names":["a"],"pciAddresses":["0000:3b:00.0"],"drivers":["irdma"],"rdmaDevices":["0002:c903:0033:1234"]},
-        "allowedUplinks":["b"],"deviceInfoDir":"/srv/d","memlock":"1048576","ipamPlugins":["host-local"],
+        "allowedUplinks":["b"],"deviceInfoDir":"/srv/d","memlock":"1048576","cdiHook":"/srv/bin/rdma-host-device","ipamPlugins":["host-local"],
         "ipamPaths":["/srv/ipam"],"ipamReadPaths":["/srv/ro"],"ipamConfinement":"bestEffort",
         "ipamTimeoutSeconds":7,"takeRdmaDevicesInUse":true,
         "devicePlugin":{"pools":[{"resourceName":"rdma-host-device.io/rail","selectors":{"names":["a"]}}],

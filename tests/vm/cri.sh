@@ -28,6 +28,11 @@
 #                 (1 GiB); a container given only rdma-host-device.io/rdma=uverbs0, as uid 1000,
 #                 has uverbs0 and rdma_cm, `ulimit -l` 1048576 (the hook ran) and ibv_devinfo
 #                 lists rxe0; without the name: no device, the runtime's memlock
+#   nri           the NRI plugin against tests/nri/runtime.py (a containerd 2.x stand-in; 1.6
+#                 has no NRI) with the guest's runc: a container given rxe0's real uverbs node
+#                 has ulimit -l at node.json's memlock (1 GiB) in its first process AND in one
+#                 started by runc exec from the spec's process (as kubectl exec), which also
+#                 opens rxe0; a container without it (only the env var) has neither
 #
 # Needs (prepared on the host by run.sh): target/vm/pause.tar (the sandbox image),
 # target/vm/rdma-tools.tar (busybox, ibv_devinfo, rping, ibv_rc_pingpong, the rxe and siw
@@ -57,7 +62,7 @@ cp /usr/lib/cni/loopback /usr/lib/cni/host-local "$D/bin/"
 ln -s "$BIN" "$D/bin/rdma-host-device"
 # ipamPaths: the defaults plus host-local's dataDir below ($D/ipam), never the stateDir or logDir.
 # devicePlugin: one pool holding the VM's NIC (for the allocated case's device plugin).
-echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"ipamPaths\":[\"/var/lib/cni/networks\",\"/run/cni\",\"/var/run/cni\",\"$D/ipam\"],\"memlock\":\"1073741824\",
+echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"ipamPaths\":[\"/var/lib/cni/networks\",\"/run/cni\",\"/var/run/cni\",\"$D/ipam\"],\"memlock\":\"1073741824\",\"cdiHook\":\"$BIN\",
  \"devicePlugin\":{\"pools\":[{\"resourceName\":\"rdma-host-device.io/rail\",\"selectors\":{\"pciAddresses\":[\"$PCI\"]}}]}}" >"$D/node.json"
 cat >"$D/config.toml" <<EOF
 version = 2
@@ -167,7 +172,7 @@ kub() {
 }
 mkdir -p "$D/cdi"
 RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json "$AGENT" device-plugin --socket-dir "$D/dp" \
-  --device-info-dir "$D/devinfo-dp" --cdi-spec "$D/cdi/rdma-host-device.json" --cdi-hook "$BIN" \
+  --device-info-dir "$D/devinfo-dp" --cdi-spec "$D/cdi/rdma-host-device.json" \
   >"$D/device-plugin.log" 2>&1 &
 DP_PID=$!
 R=rdma-host-device.io/rail
@@ -241,7 +246,7 @@ tar -xf "$REPO/target/vm/rdma-tools.tar" -C "$D/oci"
 for b in "$D"/oci/blobs/sha256/*; do tar -tzf "$b" >/dev/null 2>&1 && tar -xzf "$b" -C "$ROOTFS"; done
 mkdir -p /var/run/cdi
 check "rdma-host-device-agent cdi writes the spec with rxe0" bash -c \
-  "RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json $AGENT cdi --hook $BIN 2>&1 | grep -q '1 RDMA device'"
+  "RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json $AGENT cdi 2>&1 | grep -q '1 RDMA device'"
 # pod: podman run as uid 1000 in the host's netns (exclusive mode: rxe0 is there), CDI names.
 pod() {
   podman --root="$D/podman/storage" --runroot="$D/podman/run" --tmpdir="$D/podman/tmp" \
@@ -258,6 +263,40 @@ check "without it: no /dev/infiniband, no rxe0, the runtime's own memlock" has_a
   '/dev/infiniband: No such file' '^memlock=[0-9]' 'No IB devices found'
 check "without it: the memlock is not the policy's" bash -c "! grep -q '^memlock=1048576$'" <<<"$seen"
 rm -f /var/run/cdi/rdma-host-device.json
+
+case_ nri
+# The NRI plugin against tests/nri/runtime.py (containerd 1.6 here has no NRI): the stand-in
+# creates a container as containerd 2.x would, with rxe0's real uverbs node (its major:minor
+# from this kernel) and rdma_cm among its devices, applies the plugin's adjustment to the OCI
+# spec, runs it with the guest's runc in the host's netns (exclusive mode: rxe0 is there), and
+# starts a second process with runc exec built from the spec's process, as kubectl exec is.
+UV0=$(ls /dev/infiniband/uverbs* 2>/dev/null | head -1)
+MM=$(stat -c '%t %T' "$UV0" 2>/dev/null) || MM="0 0"
+MAJ=$((0x${MM% *})) MIN=$((0x${MM#* }))
+coproc NRIRT { RHD_NRI_STUBS=$D/nri-stubs exec "$PY" "$REPO/tests/nri/runtime.py" "$D/nri.sock" 2>"$D/nri-runtime.log"; }
+exec 5>&"${NRIRT[1]}" 6<&"${NRIRT[0]}"
+IFS= read -r -t 120 line <&6 || line=
+check "runtime.py listens on its NRI socket" grep -q listening <<<"$line"
+nrt() { local l=; printf '%s\n' "$1" >&5; IFS= read -r -t 180 l <&6 || l='{"error": "runtime.py did not answer"}'; printf '%s\n' "$l"; }
+RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json "$AGENT" nri --socket "$D/nri.sock" >"$D/nri.log" 2>&1 &
+NRI_PID=$!
+r=$(nrt '{"cmd": "registered", "count": 1, "timeout": 60}')
+check "the plugin registered, subscribed to CreateContainer" has '"events": 8' "$r"
+mkdir -p "$D/nri-work" "$ROOTFS/proc" "$ROOTFS/sys" "$ROOTFS/dev"
+DEVS="[{\"path\": \"$UV0\", \"type\": \"c\", \"major\": $MAJ, \"minor\": $MIN}, {\"path\": \"/dev/infiniband/rdma_cm\", \"type\": \"c\", \"major\": 10, \"minor\": 58}]"
+run_ctr() {
+  nrt "{\"cmd\": \"run\", \"pod\": {\"id\": \"p\", \"name\": \"nccl\", \"namespace\": \"t\"}, \"container\": $1, \"rootfs\": \"$ROOTFS\", \"work\": \"$D/nri-work\", \"host_network\": true, \"exec\": \"echo memlock=\$(ulimit -l); ibv_devinfo 2>&1 | grep hca_id; true\"}"
+}
+r=$(run_ctr "{\"id\": \"rdma$$\", \"name\": \"rdma\", \"linux\": {\"devices\": $DEVS}}")
+echo "    $r"
+check "given rxe0's $UV0 ($MAJ:$MIN): the first process has ulimit -l 1048576" has '"first": "1048576"' "$r"
+check "a process exec'd into it too, and it opens rxe0" has_all "$r" 'memlock=1048576' 'hca_id:.*rxe0'
+r=$(run_ctr "{\"id\": \"plain$$\", \"name\": \"plain\", \"env\": [\"RDMA_HOST_DEVICE_RAIL_RDMA=rxe0\"]}")
+echo "    $r"
+check "without the device (its env var named): neither process has the policy" bash -c "! grep -q 1048576" <<<"$r"
+kill "$NRI_PID" 2>/dev/null
+nrt '{"cmd": "quit"}' >/dev/null
+if ((FAIL)); then echo "--- nri plugin log"; tail -20 "$D/nri.log"; tail -20 "$D/nri-runtime.log"; fi
 
 if ((FAIL)); then
   echo "--- plugin log (last 30 lines)"; tail -30 "$D/log/cri.log"
