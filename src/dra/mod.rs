@@ -59,9 +59,6 @@ pub struct Options {
     /// Bring this CDI spec up to date (`cdi`'s) before answering a claim's CDI IDs
     #[arg(long, value_name = "FILE", value_parser = absolute_path)]
     pub cdi_spec: Option<PathBuf>,
-    /// The memlock hook's path in that spec, as the node's runtime sees it
-    #[arg(long, value_name = "PATH", default_value = crate::cdi::DEFAULT_HOOK, value_parser = absolute_path)]
-    pub cdi_hook: PathBuf,
 }
 
 /// A Node's name: a DNS subdomain (the slice's name and pool are made from it).
@@ -111,7 +108,7 @@ pub fn run(opts: &Options) -> Result<()> {
         None => None,
         Some(path) => Some(plugin::CdiSpec {
             path: path.clone(),
-            hook: opts.cdi_hook.clone(),
+            hook: node.cdi_hook.clone(),
             memlock: crate::node::Memlock::parse(&node.memlock)
                 .map_err(|e| e.context(&node.source))?,
         }),

@@ -37,7 +37,7 @@ js() { "$PY" -c "import json,sys; v=json.load(sys.stdin); print(eval(sys.argv[1]
 D=$(mktemp -d)
 mount -t tmpfs tmpfs "$D"
 mkdir -p "$D/log" "$D/kubelet" "$D/api" /var/run/cdi
-echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"memlock\":\"1073741824\"}" >"$D/node.json"
+echo "{\"stateDir\":\"$D/rhd-state\",\"logDir\":\"$D/log\",\"memlock\":\"1073741824\",\"cdiHook\":\"$BIN\"}" >"$D/node.json"
 export RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json
 modprobe rdma_rxe && modprobe rdma_ucm || { echo "modprobe rdma_rxe rdma_ucm failed"; exit 1; }
 rdma link add rxe0 type rxe netdev "$NIC" || { echo "rdma link add rxe0 failed"; exit 1; }
@@ -63,7 +63,7 @@ check "the claim is created and allocated through the API" rest PUT "$BASE/rail/
 
 driver() {
   "$AGENT" dra --node-name vm --kubelet-dir "$D/kubelet" --cdi-spec /var/run/cdi/rdma-host-device.json \
-    --cdi-hook "$BIN" --kube-server "$URL" --kube-ca "$D/api/ca.crt" --kube-token "$D/api/token" \
+    --kube-server "$URL" --kube-ca "$D/api/ca.crt" --kube-token "$D/api/token" \
     2>>"$D/dra.log" &
   DRA=$!
 }
