@@ -1080,3 +1080,103 @@ fn dra_claims_ask_our_class_and_each_nad_names_a_request_the_pod_claims() {
         }
     }
 }
+
+/// The DRA driver's DaemonSet (conf/k8s/dra.yaml) runs `dra` for its own node with the driver's
+/// ServiceAccount, whose token only its container mounts (the pod does not automount it), with
+/// no privilege or capability, the kubelet's plugin directories, the stateDir writable (the
+/// checkpoint the CNI's draRequest reads) and the node's configuration read-only.
+#[test]
+fn the_dra_daemonset_runs_the_driver_for_its_node_with_the_token_in_its_container_alone() {
+    let docs = documents();
+    let of = |kind: &str| {
+        docs.iter()
+            .find(|(f, d)| f.ends_with("k8s/dra.yaml") && d["kind"] == kind)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_else(|| panic!("conf/k8s/dra.yaml has no {kind}"))
+    };
+    let ds = of("DaemonSet");
+    let sa = of("ServiceAccount");
+    assert_eq!(ds["metadata"]["namespace"], sa["metadata"]["namespace"]);
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(spec["serviceAccountName"], sa["metadata"]["name"]);
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    assert_eq!(spec["hostNetwork"], true, "it publishes the host's NICs");
+    let containers = spec["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1, "the token's pod runs the driver alone");
+    let c = &containers[0];
+    assert_eq!(
+        c["command"],
+        json!([
+            "/usr/local/bin/rdma-host-device-agent",
+            "dra",
+            "--node-name",
+            "$(NODE_NAME)",
+            "--cdi-spec",
+            "/var/run/cdi/rdma-host-device.json"
+        ])
+    );
+    assert_eq!(c["env"][0]["name"], "NODE_NAME");
+    assert_eq!(
+        c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
+        "spec.nodeName"
+    );
+    assert_ne!(c["securityContext"]["privileged"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    let volume = |name: &str| {
+        spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let mut mounts: Vec<(String, String, bool)> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let v = volume(m["name"].as_str().unwrap());
+            let from = v["hostPath"]["path"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| "projected".to_owned());
+            (
+                m["mountPath"].as_str().unwrap().to_owned(),
+                from,
+                m["readOnly"] == true,
+            )
+        })
+        .collect();
+    mounts.sort();
+    let want = |p: &str, ro: bool| (p.to_owned(), p.to_owned(), ro);
+    let mut expected = vec![
+        want("/var/lib/kubelet/plugins_registry", false),
+        want("/var/lib/kubelet/plugins/rdma-host-device.io", false),
+        want("/var/lib/cni/rdma-host-device", false),
+        want("/var/run/cdi", false),
+        want("/dev/infiniband", true),
+        want("/etc/rdma-host-device", true),
+        want("/run/rdma-host-device", true),
+        (
+            "/var/run/secrets/kubernetes.io/serviceaccount".to_owned(),
+            "projected".to_owned(),
+            true,
+        ),
+    ];
+    expected.sort();
+    assert_eq!(mounts, expected);
+    let token = volume("token");
+    let sources = token["projected"]["sources"].as_array().unwrap();
+    assert!(
+        sources
+            .iter()
+            .any(|s| s["serviceAccountToken"]["path"] == "token")
+    );
+    assert!(
+        sources
+            .iter()
+            .any(|s| s["configMap"]["name"] == "kube-root-ca.crt")
+    );
+}
