@@ -15,57 +15,30 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const RESOURCE: &str = "rdma-host-device.io/rail";
 const ENDPOINT: &str = "rdma-host-device-rail.sock";
 
-/// The kubelet stand-in, one JSON command a line.
-struct Kubelet {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
+/// The kubelet stand-in (tests/device_plugin/kubelet.py).
+struct Kubelet(StandIn);
 
 impl Kubelet {
     fn start(dir: &Path) -> Kubelet {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/device_plugin/kubelet.py");
-        let mut child = Command::new(venv_python())
-            .arg(script)
-            .arg(dir)
-            // Generated once, atomically (kubelet.py renames them into place), shared by runs.
-            .env("RHD_DP_STUBS", Path::new(TARGET_TMP).join("dp-stubs"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start kubelet.py");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert!(line.contains("listening"), "kubelet.py: {line:?}");
-        Kubelet {
-            child,
-            stdin,
-            stdout,
-        }
+        // Its stubs are generated once, atomically (renamed into place), shared by runs.
+        let stubs = Path::new(TARGET_TMP).join("dp-stubs");
+        Kubelet(StandIn::start(
+            "device_plugin/kubelet.py",
+            &[dir.as_os_str()],
+            &[("RHD_DP_STUBS", stubs.as_os_str())],
+            "listening",
+        ))
     }
 
     fn ask(&mut self, cmd: Value) -> Value {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("kubelet.py said {line:?} ({e})"))
-    }
-}
-
-impl Drop for Kubelet {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.ask(cmd)
     }
 }
 

@@ -20,49 +20,33 @@ mod standin;
 use common::*;
 use serde_json::{Value, json};
 use standin::ApiServer;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 const DRIVER: &str = "rdma-host-device.io";
 const POOL: &str = "node-a";
 
-/// The kubelet stand-in, one JSON command a line.
-struct Kubelet {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
+/// The kubelet stand-in (tests/dra/kubelet.py).
+struct Kubelet(StandIn);
 
 impl Kubelet {
     fn start(root: &Path) -> Kubelet {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dra/kubelet.py");
-        let mut child = Command::new(venv_python())
-            .arg(script)
-            .arg(root)
-            .env("RHD_REG_STUBS", Path::new(TARGET_TMP).join("reg-stubs"))
-            .env("RHD_DRA_STUBS", Path::new(TARGET_TMP).join("dra-stubs"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start kubelet.py");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert!(line.contains("watching"), "kubelet.py: {line:?}");
-        Kubelet {
-            child,
-            stdin,
-            stdout,
-        }
+        let reg = Path::new(TARGET_TMP).join("reg-stubs");
+        let dra = Path::new(TARGET_TMP).join("dra-stubs");
+        Kubelet(StandIn::start(
+            "dra/kubelet.py",
+            &[root.as_os_str()],
+            &[
+                ("RHD_REG_STUBS", reg.as_os_str()),
+                ("RHD_DRA_STUBS", dra.as_os_str()),
+            ],
+            "watching",
+        ))
     }
 
     fn ask(&mut self, cmd: Value) -> Value {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("kubelet.py said {line:?} ({e})"))
+        self.0.ask(cmd)
     }
 
     /// NodePrepareResources for `claims` ((name, uid) in namespace `team`): the answer by UID.
@@ -76,13 +60,6 @@ impl Kubelet {
         let r = self.ask(json!({"cmd": "unprepare", "driver": DRIVER, "claims": refs(claims)}));
         assert!(r["error"].is_null(), "{r}");
         r["claims"].clone()
-    }
-}
-
-impl Drop for Kubelet {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

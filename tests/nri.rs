@@ -16,17 +16,12 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The runtime stand-in, one JSON command a line.
-struct Runtime {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
+/// The runtime stand-in (tests/nri/runtime.py).
+struct Runtime(StandIn);
 
 impl Runtime {
     fn start(socket: &Path) -> Runtime {
@@ -35,33 +30,22 @@ impl Runtime {
 
     /// A runtime stating another version (`RHD_NRI_RUNTIME_VERSION`, `RHD_NRI_VERSION`).
     fn start_as(socket: &Path, env: &[(&str, &str)]) -> Runtime {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nri/runtime.py");
-        let mut child = Command::new(venv_python())
-            .arg(script)
-            .arg(socket)
-            .envs(env.iter().copied())
-            .env("RHD_NRI_STUBS", Path::new(TARGET_TMP).join("nri-stubs"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start runtime.py");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert!(line.contains("listening"), "runtime.py: {line:?}");
-        Runtime {
-            child,
-            stdin,
-            stdout,
-        }
+        let stubs = Path::new(TARGET_TMP).join("nri-stubs");
+        let mut env: Vec<(&str, &std::ffi::OsStr)> = env
+            .iter()
+            .map(|(k, v)| (*k, std::ffi::OsStr::new(*v)))
+            .collect();
+        env.push(("RHD_NRI_STUBS", stubs.as_os_str()));
+        Runtime(StandIn::start(
+            "nri/runtime.py",
+            &[socket.as_os_str()],
+            &env,
+            "listening",
+        ))
     }
 
     fn ask(&mut self, cmd: Value) -> Value {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("runtime.py said {line:?} ({e})"))
+        self.0.ask(cmd)
     }
 
     /// Wait until `n` plugin connections have registered (and been configured and
@@ -80,13 +64,6 @@ impl Runtime {
 
     fn connections(&mut self) -> Value {
         self.ask(json!({"cmd": "connections"}))
-    }
-}
-
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

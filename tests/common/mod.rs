@@ -20,6 +20,7 @@ mod podman;
 mod process;
 mod rig;
 mod root;
+mod standin;
 mod world;
 
 pub use cleanup::*;
@@ -30,6 +31,7 @@ pub use podman::*;
 pub use process::*;
 pub use rig::*;
 pub use root::*;
+pub use standin::*;
 pub use world::*;
 
 use serde_json::{Value, json};
