@@ -122,7 +122,7 @@ impl Drop for Driver {
 
 /// The DRA device name of a veth, as our ResourceSlice names it (`net-NAME`).
 fn device(nic: &Veth) -> String {
-    rdma_host_device::dra::nics::device_name(None, &nic.name, &nic.name)
+    rdma_host_device::dra::slices::name_for(None, &nic.name, &nic.name)
 }
 
 /// One REST call to the stand-in API server: `method path` with `body`; the answer's JSON.

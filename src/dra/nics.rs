@@ -1,6 +1,6 @@
 //! Which NIC of this node a DRA device name is, for prepare: the host's links and the NICs
 //! attached to pods (their records in the state directory), each named as the ResourceSlice
-//! names it ([`device_name`] of its device ID: the PCI address, a sub-function's auxiliary
+//! names it (`slices::name_for` of its device ID: the PCI address, a sub-function's auxiliary
 //! device, or a virtual link's interface name), with its RDMA device's uverbs char device read
 //! by ADD's own pairing (device index, RDMA netlink), so a pod renaming an RDMA device in
 //! shared mode cannot point a claim at another device.
@@ -9,6 +9,7 @@
 //! uses (an uplink, unless `allowedUplinks` names it), is not one we prepare, whatever a claim
 //! says.
 
+use super::slices::name_for;
 use crate::link::{LinkInfo, Links};
 use crate::node::{DraConfig, NicFacts, Node};
 use crate::rdma::identity::Snapshot;
@@ -46,33 +47,6 @@ pub trait Nics: Send + Sync {
     fn find<'a>(&'a self, device: &'a str) -> BoxFuture<'a, Result<Option<NicRef>, String>>;
 }
 
-/// The DRA device name of a NIC, as our ResourceSlice names it (`slices::device_name`, the
-/// same rule): a DNS label from what a pod cannot change: `pci-0000-3b-00-1` from its PCI
-/// address, `aux-mlx5-core-sf-2` from its auxiliary-bus device (`id`, when it is not the
-/// name), `net-NAME` from a virtual link's host name.
-pub fn device_name(pci: Option<&str>, id: &str, name: &str) -> String {
-    let (prefix, base) = match pci {
-        Some(pci) => ("pci", pci),
-        None if id != name => ("aux", id),
-        None => ("net", name),
-    };
-    let mut s: String = format!("{prefix}-{base}")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    s.truncate(63);
-    while s.ends_with('-') {
-        s.pop();
-    }
-    s
-}
-
 /// The node's NICs, read at each call (prepare is rare; a NIC hot-plugged since is found).
 pub struct HostNics {
     pub node: Node,
@@ -102,7 +76,7 @@ impl HostNics {
                 .and_then(Tag::decode)
                 .map_or_else(|| l.name.clone(), |t| t.host_name);
             let id = sysfs::device_id(pci.as_deref(), aux.as_deref(), &name);
-            if device_name(pci.as_deref(), &id, &name) == device {
+            if name_for(pci.as_deref(), &id, &name) == device {
                 let backed = pci.is_some() || aux.is_some();
                 hits.push((l, id, pci, backed));
             }
@@ -117,7 +91,7 @@ impl HostNics {
                     .as_deref()
                     .and_then(|p| p.strip_prefix("auxiliary/"));
                 let id = sysfs::device_id(r.pci.as_deref(), aux, &r.host_name);
-                let name = device_name(r.pci.as_deref(), &id, &r.host_name);
+                let name = name_for(r.pci.as_deref(), &id, &r.host_name);
                 (id, name, format!("{}/{}", r.container_id, r.ifname))
             })
             .collect();
@@ -208,45 +182,16 @@ mod tests {
     #[test]
     fn device_names_are_the_slices_dns_labels() {
         assert_eq!(
-            device_name(Some("0000:3b:00.1"), "0000:3b:00.1", "ens1f1"),
+            name_for(Some("0000:3b:00.1"), "0000:3b:00.1", "ens1f1"),
             "pci-0000-3b-00-1"
         );
         assert_eq!(
-            device_name(None, "mlx5_core.sf.4", "enp3s0f0s4"),
+            name_for(None, "mlx5_core.sf.4", "enp3s0f0s4"),
             "aux-mlx5-core-sf-4"
         );
-        assert_eq!(device_name(None, "Veth_A.1", "Veth_A.1"), "net-veth-a-1");
+        assert_eq!(name_for(None, "Veth_A.1", "Veth_A.1"), "net-veth-a-1");
         let long = "n".repeat(80);
-        assert_eq!(device_name(None, &long, &long).len(), 63);
-    }
-
-    /// Prepare finds a NIC by the name the slice published: one rule on both sides.
-    #[test]
-    fn device_names_are_the_ones_the_slice_publishes() {
-        for (pci, id, name) in [
-            (Some("0000:3b:00.1"), "0000:3b:00.1", "ens1f1"),
-            (None, "mlx5_core.sf.2", "enp3s0f0s2"),
-            (None, "Veth_A.1", "Veth_A.1"),
-        ] {
-            let nic = crate::device_plugin::pool::Nic {
-                id: id.into(),
-                name: name.into(),
-                pci: pci.map(Into::into),
-                driver: None,
-                rdma_device: None,
-                rdma_guid: None,
-                rdma_name_is_the_nodes: true,
-                uverbs: None,
-                numa: None,
-                pci_root: None,
-                attached: false,
-                uplink: Vec::new(),
-            };
-            assert_eq!(
-                device_name(pci, id, name),
-                super::super::slices::device_name(&nic)
-            );
-        }
+        assert_eq!(name_for(None, &long, &long).len(), 63);
     }
 
     #[test]

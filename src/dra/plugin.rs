@@ -721,20 +721,42 @@ mod tests {
         json!({"request": "nic", "driver": "rdma-host-device.io", "pool": "node-a", "device": device})
     }
 
-    fn driver(tag: &str, claims: Vec<Value>) -> Driver {
+    /// A driver whose checkpoint lives in a directory of its own, removed with it.
+    struct TestDriver {
+        driver: Driver,
+        dir: std::path::PathBuf,
+    }
+
+    impl std::ops::Deref for TestDriver {
+        type Target = Driver;
+        fn deref(&self) -> &Driver {
+            &self.driver
+        }
+    }
+
+    impl Drop for TestDriver {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn driver(tag: &str, claims: Vec<Value>) -> TestDriver {
         driver_with(tag, Arc::new(Claims(Mutex::new(claims))))
     }
 
-    fn driver_with(tag: &str, claims: Arc<Claims>) -> Driver {
+    fn driver_with(tag: &str, claims: Arc<Claims>) -> TestDriver {
         let dir = std::env::temp_dir().join(format!("rhd-dra-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        Driver {
-            name: "rdma-host-device.io".into(),
-            claims,
-            nics: Arc::new(TwoNics),
-            checkpoint: super::super::checkpoint::path(&dir),
-            serial: tokio::sync::Mutex::new(()),
-            cdi: None,
+        TestDriver {
+            driver: Driver {
+                name: "rdma-host-device.io".into(),
+                claims,
+                nics: Arc::new(TwoNics),
+                checkpoint: super::super::checkpoint::path(&dir),
+                serial: tokio::sync::Mutex::new(()),
+                cdi: None,
+            },
+            dir,
         }
     }
 

@@ -86,10 +86,18 @@ pub struct Facts {
 
 /// The device name of `nic`: a DNS label from what a pod cannot change.
 pub fn device_name(nic: &Nic) -> String {
-    match &nic.pci {
+    name_for(nic.pci.as_deref(), &nic.id, &nic.name)
+}
+
+/// The device name of a NIC with PCI address `pci`, device ID `id` and host name `name`:
+/// `pci-0000-3b-00-1` from its PCI address, `aux-mlx5-core-sf-2` from its auxiliary-bus device
+/// (`id`, when it is not the name), `net-NAME` from a virtual link's host name. Prepare finds
+/// a claim's NIC by it (`nics.rs`).
+pub fn name_for(pci: Option<&str>, id: &str, name: &str) -> String {
+    match pci {
         Some(pci) => label("pci", pci),
-        None if nic.id != nic.name => label("aux", &nic.id),
-        None => device_name_of_link(&nic.name),
+        None if id != name => label("aux", id),
+        None => device_name_of_link(name),
     }
 }
 
