@@ -33,9 +33,10 @@ SET[vm]="qemu-system-x86 busybox-static kmod cpio xz-utils zstd gcc-12 binutils 
 SET[demo]="${SET[build]} ${SET[vm]} containernetworking-plugins"
 # libcni (Go source) for the test client; dnsmasq for tests/dhcp.rs; rping and perftest in the
 # VM; Prometheus + node_exporter for tests/vm/metrics.sh; strace for benches/; containerd, runc
-# and a venv (grpcio) for tests/cri.rs; podman for tests/image.rs.
+# and a venv (grpcio) for tests/cri.rs; podman for tests/image.rs; runc for tests/nri.rs; curl
+# and openssl for the DRA tests' REST calls and their stand-in API server's certificate.
 SET[test]="${SET[demo]} golang-go golang-github-appc-cni-dev dnsmasq-base perftest rdmacm-utils
-  prometheus prometheus-node-exporter strace containerd runc python3-venv podman"
+  prometheus prometheus-node-exporter strace containerd runc python3-venv podman curl openssl"
 SET[pictures]="chromium fonts-liberation"
 
 # Removals and downgrades setup understands: the package apt wants to remove -> the package we
@@ -203,7 +204,7 @@ fi
 
 for s in "${SETS[@]}"; do [[ $s == test ]] && NEED_VENV=1; done
 if [[ -n ${NEED_VENV:-} && -z $PLAN_FROM ]]; then
-  command -v cargo >/dev/null || die "cargo not found: install Rust (rustup.rs), 1.88 or newer"
+  command -v cargo >/dev/null || die "cargo not found: install Rust (rustup.rs), 1.89 or newer"
   # The CRI tests' gRPC client (tests/cri/cri.py): grpcio + grpcio-tools from PyPI, pinned, in
   # a venv of Debian's python3 (not whatever python3 is first on PATH).
   VENV=${RHD_VENV:-$HOME/.cache/rhd-venv}
@@ -219,5 +220,5 @@ if [[ -n ${NEED_VENV:-} && -z $PLAN_FROM ]]; then
     fi
   fi
 fi
-if ((!DRY)); then command -v cargo >/dev/null || die "cargo not found: install Rust (rustup.rs), 1.88 or newer"; fi
+if ((!DRY)); then command -v cargo >/dev/null || die "cargo not found: install Rust (rustup.rs), 1.89 or newer"; fi
 exit 0
