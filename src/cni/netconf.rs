@@ -29,7 +29,7 @@ pub const SELECTOR_KEYS: &[&str] = &[
 
 /// Top-level keys we understand besides the selectors; anything else is rejected with code 2
 /// so typos surface.
-const OTHER_KEYS: &[&str] = &[
+pub const OTHER_KEYS: &[&str] = &[
     "cniVersion",
     "cniVersions",
     "name",
