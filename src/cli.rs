@@ -36,7 +36,7 @@ checks of node and network configurations, and the DRA driver.",
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG): \
 stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, ipamReadPaths, \
 ipamConfinement, ipamTimeoutSeconds, deviceInfoDir, memlock, cdiHook, takeRdmaDevicesInUse, uppersSocket, \
-devicePlugin, dra; see the README.
+devicePlugin, dra; see docs/configuration.md.
 
 Exit status: 0 done; 1 the run failed (the reason on stderr) or validate rejected a \
 configuration; 2 a bad option or subcommand (the usage on stderr).",

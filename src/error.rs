@@ -4,8 +4,8 @@
 use serde::Serialize;
 use std::fmt;
 
-/// Error codes: the spec's (1-99) and ours (100+). See docs/DESIGN.md and the README.
-/// The whole table is public contract (README); not every code has a producer in every build.
+/// Error codes: the spec's (1-99) and ours (100+). See docs/DESIGN.md and docs/operations.md.
+/// The whole table is public contract (docs/operations.md); not every code has a producer in every build.
 #[allow(dead_code)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
@@ -38,8 +38,8 @@ pub enum Code {
     Internal = 999,
 }
 
-/// One row of the error-code table: the README's table, `--help` and the error type all come
-/// from [`TABLE`] (a test keeps the README's copy equal to it).
+/// One row of the error-code table: the table in docs/operations.md, `--help` and the error type all come
+/// from [`TABLE`] (a test keeps that copy equal to it).
 pub struct CodeInfo {
     pub code: Code,
     pub meaning: &'static str,
@@ -141,7 +141,7 @@ pub const TABLE: &[CodeInfo] = &[
     CodeInfo {
         code: Code::RdmaNetnsMode,
         meaning: "the RDMA netns mode does not allow what was asked (exclusive required, or `softDevice` in exclusive mode)",
-        action: "see [RDMA modes](#rdma-modes)",
+        action: "see [RDMA modes](devices.md#rdma-modes)",
     },
     CodeInfo {
         code: Code::RdmaMoveUnsupported,
@@ -160,7 +160,7 @@ pub const TABLE: &[CodeInfo] = &[
     },
 ];
 
-/// The table as the README prints it (markdown, one row per code).
+/// The table as docs/operations.md prints it (markdown, one row per code).
 pub fn markdown_table() -> String {
     let mut out = String::from("| code | meaning | what to do |\n|---|---|---|\n");
     for c in TABLE {
@@ -299,12 +299,13 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_prints_the_codes_table() {
+    fn the_operations_guide_prints_the_codes_table() {
         let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+                .unwrap();
         let start = readme
             .find("| code | meaning | what to do |")
-            .expect("README has the error-code table");
+            .expect("docs/operations.md has the error-code table");
         let table: String = readme[start..]
             .lines()
             .take_while(|l| l.starts_with('|'))
@@ -313,7 +314,7 @@ mod tests {
         assert_eq!(
             table,
             markdown_table(),
-            "README's error-code table differs from src/error.rs TABLE: copy markdown_table() over"
+            "docs/operations.md's error-code table differs from src/error.rs TABLE: copy markdown_table() over"
         );
         // Every code of the enum but 999 is in the table.
         for c in TABLE {

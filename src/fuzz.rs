@@ -26,7 +26,7 @@ fn show(input: &[u8]) -> String {
     format!("{:?}", String::from_utf8_lossy(input))
 }
 
-/// Codes a bad config may earn (README's table): version, unsupported field, decode, invalid
+/// Codes a bad config may earn (docs/operations.md): version, unsupported field, decode, invalid
 /// config, ambiguous selector.
 const CONFIG_CODES: &[Code] = &[
     Code::IncompatibleVersion,

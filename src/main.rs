@@ -134,11 +134,11 @@ By hand:
 The node tools (inspect, metrics, device-plugin, cdi, nri, node-config, validate) are the node
 agent's, rdma-host-device-agent, in the same image: see rdma-host-device-agent --help.
 
-Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG); see the
-README. Logs: one line per step with the container ID, on stderr and in \"logFile\" (a file
+Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG); see
+docs/configuration.md. Logs: one line per step with the container ID, on stderr and in \"logFile\" (a file
 name in the node's logDir) if set (rotated at 10 MiB).
 
-Error codes (1-99 are the CNI spec's, 100+ this plugin's; the README says what to do):
+Error codes (1-99 are the CNI spec's, 100+ this plugin's; docs/operations.md says what to do):
 ";
 
 /// The agent's subcommands, which this binary once had: named, a person is sent there.

@@ -74,7 +74,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let node = Node::load()?;
     let Some(dp) = node.device_plugin()? else {
         return Err(invalid_config(format!(
-            "the node configuration ({}) has no devicePlugin: no pool to offer (see the README, \"Device plugin\")",
+            "the node configuration ({}) has no devicePlugin: no pool to offer (see docs/devices.md, \"Device plugin\")",
             node.source
         )));
     };
