@@ -16,7 +16,7 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const RESOURCE: &str = "rdma-host-device.io/rail";
@@ -43,43 +43,15 @@ impl Kubelet {
 }
 
 /// The device plugin under test, its log in a file.
-struct DevicePlugin {
-    child: Child,
-    log: PathBuf,
-}
-
-impl DevicePlugin {
-    fn start(rig: &Rig, sockets: &Path, devinfo: &Path) -> DevicePlugin {
-        let log = rig.dir.path().join(format!("device-plugin-{}.log", rig.n));
-        let child = Command::new(AGENT)
-            .args(["device-plugin", "--socket-dir"])
-            .arg(sockets)
-            .arg("--device-info-dir")
-            .arg(devinfo)
-            .env(NODE_CONFIG_ENV, rig.node_config())
-            .env_remove("CNI_COMMAND")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start the device plugin");
-        DevicePlugin { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for DevicePlugin {
-    fn drop(&mut self) {
-        self.stop();
-    }
+fn start_device_plugin(rig: &Rig, sockets: &Path, devinfo: &Path) -> Logged {
+    let log = rig.dir.path().join(format!("device-plugin-{}.log", rig.n));
+    let mut cmd = Command::new(AGENT);
+    cmd.args(["device-plugin", "--socket-dir"])
+        .arg(sockets)
+        .arg("--device-info-dir")
+        .arg(devinfo)
+        .env(NODE_CONFIG_ENV, rig.node_config());
+    Logged::spawn(&mut cmd, log, "the device plugin")
 }
 
 /// A rig whose node configuration has one pool selecting `names`, with its sockets dir.
@@ -93,17 +65,12 @@ fn world(names: &[&str]) -> (Rig, TempDir, TempDir) {
 
 /// The kubelet and the device plugin for one pool of `nics` (by name): registered, and the
 /// kubelet watching until it lists every NIC Healthy.
-fn serving(
-    rig: &Rig,
-    sockets: &TempDir,
-    devinfo: &TempDir,
-    nics: &[&str],
-) -> (Kubelet, DevicePlugin) {
+fn serving(rig: &Rig, sockets: &TempDir, devinfo: &TempDir, nics: &[&str]) -> (Kubelet, Logged) {
     rig.set_node(json!({"devicePlugin": {"pools": [
         {"resourceName": RESOURCE, "selectors": {"names": nics}}
     ]}}));
     let mut k = Kubelet::start(sockets.path());
-    let plugin = DevicePlugin::start(rig, sockets.path(), devinfo.path());
+    let plugin = start_device_plugin(rig, sockets.path(), devinfo.path());
     registered(&mut k, 1, &plugin);
     k.ask(json!({"cmd": "watch", "resource": RESOURCE}));
     let healthy: serde_json::Map<String, Value> = nics
@@ -114,7 +81,7 @@ fn serving(
     (k, plugin)
 }
 
-fn registered(k: &mut Kubelet, count: u64, plugin: &DevicePlugin) -> Value {
+fn registered(k: &mut Kubelet, count: u64, plugin: &Logged) -> Value {
     let r = k.ask(json!({"cmd": "registered", "count": count, "timeout": 10}));
     assert!(
         r["error"].is_null(),
@@ -124,7 +91,7 @@ fn registered(k: &mut Kubelet, count: u64, plugin: &DevicePlugin) -> Value {
     r
 }
 
-fn devices(k: &mut Kubelet, want: Value, timeout: f64, plugin: &DevicePlugin) -> Value {
+fn devices(k: &mut Kubelet, want: Value, timeout: f64, plugin: &Logged) -> Value {
     let r =
         k.ask(json!({"cmd": "devices", "resource": RESOURCE, "want": want, "timeout": timeout}));
     assert!(
@@ -151,7 +118,7 @@ fn the_kubelet_gets_the_pools_nics_over_grpc_but_never_the_nodes_uplink() {
         {"resourceName": RESOURCE, "selectors": {"names": [a.name, b.name, up.name]}}
     ]}}));
     let mut k = Kubelet::start(sockets.path());
-    let plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
+    let plugin = start_device_plugin(&rig, sockets.path(), devinfo.path());
 
     let r = registered(&mut k, 1, &plugin);
     assert_eq!(r["version"], "v1beta1");
@@ -304,7 +271,7 @@ fn a_kubelet_restart_and_a_plugin_restart_each_end_in_a_new_registration() {
         {"resourceName": RESOURCE, "selectors": {"names": [a.name]}}
     ]}}));
     let mut k = Kubelet::start(sockets.path());
-    let mut plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
+    let mut plugin = start_device_plugin(&rig, sockets.path(), devinfo.path());
     registered(&mut k, 1, &plugin);
 
     // kubelet.sock recreated, our socket left alone: register again on the same socket.
@@ -330,7 +297,7 @@ fn a_kubelet_restart_and_a_plugin_restart_each_end_in_a_new_registration() {
 
     // The plugin itself restarts: it registers again, offering the same device.
     plugin.stop();
-    let mut plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
+    let mut plugin = start_device_plugin(&rig, sockets.path(), devinfo.path());
     registered(&mut k, 4, &plugin);
     k.ask(json!({"cmd": "watch", "resource": RESOURCE}));
     devices(&mut k, json!({&a.name: "Healthy"}), 5.0, &plugin);
@@ -352,7 +319,7 @@ fn two_pools_are_two_resources_on_two_sockets_each_with_its_own_nics_and_variabl
         {"resourceName": "rdma-host-device.io/storage", "selectors": {"names": [b.name]}}
     ]}}));
     let mut k = Kubelet::start(sockets.path());
-    let plugin = DevicePlugin::start(&rig, sockets.path(), devinfo.path());
+    let plugin = start_device_plugin(&rig, sockets.path(), devinfo.path());
     registered(&mut k, 2, &plugin);
     let mut regs: Vec<(String, String)> = k.ask(json!({"cmd": "registrations"}))["registrations"]
         .as_array()

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use standin::ApiServer;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 const DRIVER: &str = "rdma-host-device.io";
 const POOL: &str = "node-a";
@@ -71,53 +71,25 @@ fn refs(claims: &[(&str, &str)]) -> Value {
 }
 
 /// The driver under test, its log in a file.
-struct Driver {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Driver {
-    fn start(rig: &Rig, kubelet: &Path, api: &ApiServer) -> Driver {
-        let log = rig.dir.path().join(format!(
-            "dra-{}.log",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        let child = Command::new(AGENT)
-            .args(["dra", "--node-name", "node-a", "--kubelet-dir"])
-            .arg(kubelet)
-            .arg("--kube-server")
-            .arg(&api.url)
-            .arg("--kube-ca")
-            .arg(&api.ca)
-            .arg("--kube-token")
-            .arg(&api.token)
-            .env(NODE_CONFIG_ENV, rig.node_config())
-            .env_remove("CNI_COMMAND")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start the DRA driver");
-        Driver { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        self.stop();
-    }
+fn start_driver(rig: &Rig, kubelet: &Path, api: &ApiServer) -> Logged {
+    let log = rig.dir.path().join(format!(
+        "dra-{}.log",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let mut cmd = Command::new(AGENT);
+    cmd.args(["dra", "--node-name", "node-a", "--kubelet-dir"])
+        .arg(kubelet)
+        .arg("--kube-server")
+        .arg(&api.url)
+        .arg("--kube-ca")
+        .arg(&api.ca)
+        .arg("--kube-token")
+        .arg(&api.token)
+        .env(NODE_CONFIG_ENV, rig.node_config());
+    Logged::spawn(&mut cmd, log, "the DRA driver")
 }
 
 /// The DRA device name of a veth, as our ResourceSlice names it (`net-NAME`).
@@ -211,15 +183,15 @@ impl World {
     }
 
     /// The kubelet, and the driver once registered (registration number `count`).
-    fn serving(&self) -> (Kubelet, Driver) {
+    fn serving(&self) -> (Kubelet, Logged) {
         let mut k = Kubelet::start(self.kubelet_dir.path());
-        let d = Driver::start(&self.rig, self.kubelet_dir.path(), &self.api);
+        let d = start_driver(&self.rig, self.kubelet_dir.path(), &self.api);
         registered(&mut k, 1, &d);
         (k, d)
     }
 }
 
-fn registered(k: &mut Kubelet, count: u64, d: &Driver) -> Value {
+fn registered(k: &mut Kubelet, count: u64, d: &Logged) -> Value {
     let r = k.ask(json!({"cmd": "registered", "count": count, "timeout": 10}));
     assert!(
         r["error"].is_null(),
@@ -368,7 +340,7 @@ fn unprepare_works_from_the_checkpoint_after_a_driver_restart_and_for_unknown_cl
     let dir = w.rig.dir.path().join("api2");
     std::fs::create_dir_all(&dir).unwrap();
     let old = std::mem::replace(&mut w.api, ApiServer::start(&dir, &[]));
-    let d2 = Driver::start(&w.rig, w.kubelet_dir.path(), &old);
+    let d2 = start_driver(&w.rig, w.kubelet_dir.path(), &old);
     drop(old);
     registered(&mut k, 2, &d2);
     assert!(

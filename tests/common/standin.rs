@@ -61,3 +61,40 @@ impl Drop for StandIn {
         let _ = self.child.wait();
     }
 }
+
+/// A node-agent subcommand under test, run as the DaemonSet runs it (no CNI_COMMAND, no
+/// stdin), its stderr in a log file the test reads. Killed when dropped.
+pub struct Logged {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Logged {
+    /// Spawn `cmd` (`what` in the panic if it cannot start) logging to `log`.
+    pub fn spawn(cmd: &mut Command, log: std::path::PathBuf, what: &str) -> Logged {
+        let child = cmd
+            .env_remove("CNI_COMMAND")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {what}: {e}"));
+        Logged { child, log }
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
