@@ -153,10 +153,31 @@ impl tonic::server::NamedService for Service {
     const NAME: &'static str = "v1beta1.DevicePlugin";
 }
 
-/// A unary method: `f` answers the decoded request.
-async fn unary<B, Q, A>(
+/// A unary method answered by the async `f` (the DRA plugin's services use it too).
+pub(crate) async fn unary<B, Q, A, F>(
     req: http::Request<B>,
-    f: impl Fn(Q) -> Result<A, Status> + Send + Clone + 'static,
+    f: F,
+) -> http::Response<tonic::body::Body>
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+    Q: prost::Message + Default + Send + 'static,
+    A: prost::Message + Send + 'static,
+    F: Fn(Q) -> futures::future::BoxFuture<'static, Result<A, Status>> + Send + Clone + 'static,
+{
+    let svc = tower::service_fn(move |r: Request<Q>| {
+        let f = f.clone();
+        async move { f(r.into_inner()).await.map(Response::new) }
+    });
+    tonic::server::Grpc::new(ProstCodec::<A, Q>::default())
+        .unary(svc, req)
+        .await
+}
+
+/// [`unary`] for a method whose answer `f` computes at once.
+async fn unary_now<B, Q, A>(
+    req: http::Request<B>,
+    f: impl Fn(Q) -> Result<A, Status> + Send + Sync + Clone + 'static,
 ) -> http::Response<tonic::body::Body>
 where
     B: tonic::codegen::Body + Send + 'static,
@@ -164,13 +185,10 @@ where
     Q: prost::Message + Default + Send + 'static,
     A: prost::Message + Send + 'static,
 {
-    let svc = tower::service_fn(move |r: Request<Q>| {
-        let f = f.clone();
-        async move { f(r.into_inner()).map(Response::new) }
-    });
-    tonic::server::Grpc::new(ProstCodec::<A, Q>::default())
-        .unary(svc, req)
-        .await
+    unary(req, move |q| -> futures::future::BoxFuture<'static, _> {
+        Box::pin(std::future::ready(f(q)))
+    })
+    .await
 }
 
 impl<B> tonic::codegen::Service<http::Request<B>> for Service
@@ -190,14 +208,18 @@ where
         let p = self.0.clone();
         match req.uri().path() {
             path::GET_OPTIONS => {
-                Box::pin(async move { Ok(unary(req, |_: api::Empty| Ok(Plugin::options())).await) })
+                Box::pin(
+                    async move { Ok(unary_now(req, |_: api::Empty| Ok(Plugin::options())).await) },
+                )
             }
-            path::ALLOCATE => Box::pin(async move { Ok(unary(req, move |r| p.allocate(r)).await) }),
+            path::ALLOCATE => {
+                Box::pin(async move { Ok(unary_now(req, move |r| p.allocate(r)).await) })
+            }
             path::GET_PREFERRED => {
-                Box::pin(async move { Ok(unary(req, move |r| p.preferred(r)).await) })
+                Box::pin(async move { Ok(unary_now(req, move |r| p.preferred(r)).await) })
             }
             path::PRE_START => Box::pin(async move {
-                Ok(unary(req, |_: api::PreStartContainerRequest| {
+                Ok(unary_now(req, |_: api::PreStartContainerRequest| {
                     Ok(api::PreStartContainerResponse {})
                 })
                 .await)

@@ -26,6 +26,7 @@
 use super::api::{self, path};
 use super::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice};
 use super::nics::{NicRef, Nics};
+use crate::device_plugin::server::unary;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use std::os::unix::fs::MetadataExt;
@@ -33,9 +34,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tonic::Status;
 use tonic::codegen::{BoxFuture as TonicFuture, StdError, http};
-use tonic::{Request, Response, Status};
-use tonic_prost::ProstCodec;
 
 /// How often the sockets are checked (removed by someone: served anew).
 const WATCH_TICK: Duration = Duration::from_millis(500);
@@ -413,24 +413,6 @@ impl Sockets {
             dra,
         }
     }
-}
-
-/// A unary method answered by the async `f`.
-async fn unary<B, Q, A, F>(req: http::Request<B>, f: F) -> http::Response<tonic::body::Body>
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-    Q: prost::Message + Default + Send + 'static,
-    A: prost::Message + Send + 'static,
-    F: Fn(Q) -> BoxFuture<'static, Result<A, Status>> + Send + Clone + 'static,
-{
-    let svc = tower::service_fn(move |r: Request<Q>| {
-        let f = f.clone();
-        async move { f(r.into_inner()).await.map(Response::new) }
-    });
-    tonic::server::Grpc::new(ProstCodec::<A, Q>::default())
-        .unary(svc, req)
-        .await
 }
 
 /// The `Registration` service on the registration socket.
