@@ -1,4 +1,4 @@
-//! GID table queries through libibverbs (dlopened by rdma-mummy-sys), with a sysfs fallback.
+//! GID table queries through libibverbs (dlopened on first use, `ibv.rs`), with a sysfs fallback.
 //!
 //! Everything here answers for the network namespace of the CALLING THREAD: the flow setns()es a
 //! thread into the pod's netns and calls [`query_device`] / [`wait_for_gids`] on it.

@@ -1,12 +1,16 @@
-//! The libibverbs path, through rdma-mummy-sys.
+//! The libibverbs path: libibverbs.so.1 loaded by us, on first use, through dlopen.
 //!
-//! rdma-mummy-sys dlopens libibverbs.so.1 from a C constructor at program start; when that fails
-//! every wrapper returns NULL / EOPNOTSUPP and nothing says why. [`verbs_available`] asks the
-//! dynamic loader whether the library is mapped (RTLD_NOLOAD) to tell "no library" from
-//! "no devices".
+//! Only the query path needs the library, and loading it (with libnl-3 and libnl-route-3, its
+//! relocations and constructors) costs about 0.7 ms of CPU and 1.4 ms of wall time: a process
+//! that loads it at start-up pays that on every DEL, VERSION and non-RDMA ADD too. So nothing
+//! here is linked against it: [`lib`] opens it the first time a query asks, resolves the few
+//! functions below, and keeps them for the life of the process. rdma-mummy-sys is used for the
+//! ABI's types only; none of its functions is referenced, so its C wrappers (whose constructor
+//! would dlopen the library at start-up) are not linked in.
 
-use std::ffi::{CStr, c_int};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::net::Ipv6Addr;
+use std::sync::OnceLock;
 
 use rdma_mummy_sys as sys;
 
@@ -15,23 +19,108 @@ use super::{
     Verification,
 };
 
-/// Whether libibverbs.so.1 is loaded in this process (rdma-mummy-sys loads it at start-up if it
-/// can). Never loads anything itself.
-pub fn verbs_available() -> bool {
-    // SAFETY: with RTLD_NOLOAD, dlopen only looks up an object that is already mapped (no
-    // constructors run); a non-NULL handle just takes a reference, released right below.
+type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut sys::ibv_device;
+type FreeDeviceList = unsafe extern "C" fn(*mut *mut sys::ibv_device);
+type GetDeviceName = unsafe extern "C" fn(*mut sys::ibv_device) -> *const c_char;
+type OpenDevice = unsafe extern "C" fn(*mut sys::ibv_device) -> *mut sys::ibv_context;
+type CloseDevice = unsafe extern "C" fn(*mut sys::ibv_context) -> c_int;
+type QueryDevice = unsafe extern "C" fn(*mut sys::ibv_context, *mut sys::ibv_device_attr) -> c_int;
+type QueryPort = unsafe extern "C" fn(*mut sys::ibv_context, u8, *mut sys::ibv_port_attr) -> c_int;
+/// `_ibv_query_gid_table` (rdma-core 32+): context, entries, count, flags, entry size.
+type QueryGidTable = unsafe extern "C" fn(
+    *mut sys::ibv_context,
+    *mut sys::ibv_gid_entry,
+    usize,
+    u32,
+    usize,
+) -> isize;
+/// `_ibv_query_gid_ex` (rdma-core 32+): context, port, index, entry, flags, entry size.
+type QueryGidEx = unsafe extern "C" fn(
+    *mut sys::ibv_context,
+    u32,
+    u32,
+    *mut sys::ibv_gid_entry,
+    u32,
+    usize,
+) -> c_int;
+
+/// The functions of libibverbs.so.1 this module calls (their exported, versioned-default
+/// symbols; `ibv_query_port` is the 1.1 entry point that fills the port attributes' stable
+/// prefix, which holds every field read here).
+struct Lib {
+    get_device_list: GetDeviceList,
+    free_device_list: FreeDeviceList,
+    get_device_name: GetDeviceName,
+    open_device: OpenDevice,
+    close_device: CloseDevice,
+    query_device: QueryDevice,
+    query_port: QueryPort,
+    query_gid_table: Option<QueryGidTable>,
+    query_gid_ex: Option<QueryGidEx>,
+}
+
+/// libibverbs, loaded on the first call (None when the node has no usable libibverbs.so.1).
+fn lib() -> Option<&'static Lib> {
+    static LIB: OnceLock<Option<Lib>> = OnceLock::new();
+    LIB.get_or_init(load).as_ref()
+}
+
+fn load() -> Option<Lib> {
+    // SAFETY: dlopen with a constant, NUL-terminated name; the handle is never closed, so the
+    // function pointers taken from it stay valid for the life of the process.
     let handle = unsafe {
         libc::dlopen(
             c"libibverbs.so.1".as_ptr(),
-            libc::RTLD_NOLOAD | libc::RTLD_NOW,
+            libc::RTLD_LAZY | libc::RTLD_LOCAL,
         )
     };
     if handle.is_null() {
-        return false;
+        log::debug!("libibverbs.so.1 could not be loaded: the verbs path is unavailable");
+        return None;
     }
-    // SAFETY: `handle` came from a successful dlopen and is released exactly once.
-    unsafe { libc::dlclose(handle) };
-    true
+    let sym = |name: &CStr| -> Option<*mut c_void> {
+        // SAFETY: `handle` is a live handle and `name` NUL-terminated.
+        let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    };
+    // SAFETY (each transmute): the symbol is libibverbs' exported function of that name, whose
+    // C signature the field's type spells out (rdma-core's verbs.h and verbs.c).
+    unsafe {
+        Some(Lib {
+            get_device_list: std::mem::transmute::<*mut c_void, GetDeviceList>(sym(
+                c"ibv_get_device_list",
+            )?),
+            free_device_list: std::mem::transmute::<*mut c_void, FreeDeviceList>(sym(
+                c"ibv_free_device_list",
+            )?),
+            get_device_name: std::mem::transmute::<*mut c_void, GetDeviceName>(sym(
+                c"ibv_get_device_name",
+            )?),
+            open_device: std::mem::transmute::<*mut c_void, OpenDevice>(sym(c"ibv_open_device")?),
+            close_device: std::mem::transmute::<*mut c_void, CloseDevice>(sym(
+                c"ibv_close_device",
+            )?),
+            query_device: std::mem::transmute::<*mut c_void, QueryDevice>(sym(
+                c"ibv_query_device",
+            )?),
+            query_port: std::mem::transmute::<*mut c_void, QueryPort>(sym(c"ibv_query_port")?),
+            query_gid_table: sym(c"_ibv_query_gid_table")
+                .map(|p| std::mem::transmute::<*mut c_void, QueryGidTable>(p)),
+            query_gid_ex: sym(c"_ibv_query_gid_ex")
+                .map(|p| std::mem::transmute::<*mut c_void, QueryGidEx>(p)),
+        })
+    }
+}
+
+/// Whether libibverbs.so.1 can be used in this process: loads it on the first call (never at
+/// start-up; see the module's header).
+pub fn verbs_available() -> bool {
+    lib().is_some()
+}
+
+/// The loaded library, or the error every query returns without it.
+fn need() -> Result<&'static Lib, VerbsError> {
+    lib().ok_or(VerbsError::NoLibrary)
 }
 
 fn last_errno() -> i32 {
@@ -42,19 +131,21 @@ fn last_errno() -> i32 {
 
 /// The result of `ibv_get_device_list`, freed on drop.
 struct DeviceList {
+    lib: &'static Lib,
     list: *mut *mut sys::ibv_device,
     len: usize,
 }
 
 impl DeviceList {
-    fn get() -> Result<Self, VerbsError> {
+    fn get(lib: &'static Lib) -> Result<Self, VerbsError> {
         let mut n: c_int = 0;
         // SAFETY: `n` is a valid out-pointer; the list is owned by the returned guard.
-        let list = unsafe { sys::ibv_get_device_list(&mut n) };
+        let list = unsafe { (lib.get_device_list)(&mut n) };
         if list.is_null() {
             return Err(VerbsError::sys("ibv_get_device_list", last_errno()));
         }
         Ok(DeviceList {
+            lib,
             list,
             len: usize::try_from(n).unwrap_or(0),
         })
@@ -71,7 +162,7 @@ impl DeviceList {
     fn find(&self, name: &str) -> Option<*mut sys::ibv_device> {
         self.devices().find(|&dev| {
             // SAFETY: `dev` is a live device of this list; the returned string lives with it.
-            let p = unsafe { sys::ibv_get_device_name(dev) };
+            let p = unsafe { (self.lib.get_device_name)(dev) };
             // SAFETY: non-NULL names are NUL-terminated strings inside the device struct.
             !p.is_null() && unsafe { CStr::from_ptr(p) }.to_bytes() == name.as_bytes()
         })
@@ -81,29 +172,45 @@ impl DeviceList {
 impl Drop for DeviceList {
     fn drop(&mut self) {
         // SAFETY: `list` came from ibv_get_device_list and is freed exactly once.
-        unsafe { sys::ibv_free_device_list(self.list) };
+        unsafe { (self.lib.free_device_list)(self.list) };
     }
 }
 
 /// An open device context, closed on drop. (Raw pointers keep both guards !Send: verbs are used
 /// on the thread that sits in the pod netns.)
-struct Context(*mut sys::ibv_context);
+struct Context {
+    lib: &'static Lib,
+    ctx: *mut sys::ibv_context,
+}
 
 impl Context {
-    fn open(dev: *mut sys::ibv_device) -> Result<Self, VerbsError> {
+    fn open(lib: &'static Lib, dev: *mut sys::ibv_device) -> Result<Self, VerbsError> {
         // SAFETY: `dev` is a live entry of a device list that outlives this call.
-        let ctx = unsafe { sys::ibv_open_device(dev) };
+        let ctx = unsafe { (lib.open_device)(dev) };
         if ctx.is_null() {
             return Err(VerbsError::sys("ibv_open_device", last_errno()));
         }
-        Ok(Context(ctx))
+        Ok(Context { lib, ctx })
+    }
+
+    /// Port `port`'s attributes (`ibv_query_port`).
+    fn port(&self, port: u8) -> Result<sys::ibv_port_attr, VerbsError> {
+        // SAFETY: ibv_port_attr is plain old data; all-zero is a valid value.
+        let mut pa: sys::ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: an open context and a valid out-pointer at least as large as the attributes'
+        // stable prefix the 1.1 entry point fills.
+        let rc = unsafe { (self.lib.query_port)(self.ctx, port, &mut pa) };
+        if rc != 0 {
+            return Err(VerbsError::sys("ibv_query_port", rc));
+        }
+        Ok(pa)
     }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
         // SAFETY: the context came from ibv_open_device and is closed exactly once.
-        let rc = unsafe { sys::ibv_close_device(self.0) };
+        let rc = unsafe { (self.lib.close_device)(self.ctx) };
         if rc != 0 {
             log::debug!("ibv_close_device returned {rc}");
         }
@@ -112,10 +219,8 @@ impl Drop for Context {
 
 /// Query `dev_name` through libibverbs, from the calling thread's netns.
 pub fn query_device_verbs(dev_name: &str) -> Result<DeviceReport, VerbsError> {
-    if !verbs_available() {
-        return Err(VerbsError::NoLibrary);
-    }
-    let list = DeviceList::get()?;
+    let lib = need()?;
+    let list = DeviceList::get(lib)?;
     let Some(dev) = list.find(dev_name) else {
         return Err(VerbsError::DeviceNotVisible {
             device: dev_name.to_owned(),
@@ -125,12 +230,12 @@ pub fn query_device_verbs(dev_name: &str) -> Result<DeviceReport, VerbsError> {
     let node_type = unsafe { (*dev).node_type };
     let transport = Transport::from_node_type(i64::from(node_type));
     // Declared after `list`, so it is closed before the list is freed.
-    let ctx = Context::open(dev)?;
+    let ctx = Context::open(lib, dev)?;
 
     // SAFETY: ibv_device_attr is plain old data; all-zero is a valid value.
     let mut attr: sys::ibv_device_attr = unsafe { std::mem::zeroed() };
     // SAFETY: `ctx.0` is an open context and `attr` a valid out-pointer.
-    let rc = unsafe { sys::ibv_query_device(ctx.0, &mut attr) };
+    let rc = unsafe { (lib.query_device)(ctx.ctx, &mut attr) };
     if rc != 0 {
         return Err(VerbsError::sys("ibv_query_device", rc));
     }
@@ -138,14 +243,7 @@ pub fn query_device_verbs(dev_name: &str) -> Result<DeviceReport, VerbsError> {
     let mut ports = Vec::with_capacity(usize::from(attr.phys_port_cnt));
     let mut table_len = 0usize;
     for port in 1..=attr.phys_port_cnt {
-        // SAFETY: ibv_port_attr is plain old data; all-zero is a valid value.
-        let mut pa: sys::ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: `ctx.0` is an open context and `pa` a valid out-pointer of the size the
-        // wrapper passes along.
-        let rc = unsafe { sys::ibv_query_port(ctx.0, port, &mut pa) };
-        if rc != 0 {
-            return Err(VerbsError::sys("ibv_query_port", rc));
-        }
+        let pa = ctx.port(port)?;
         table_len += usize::try_from(pa.gid_tbl_len).unwrap_or(0);
         ports.push(PortInfo {
             port: u32::from(port),
@@ -204,9 +302,20 @@ fn query_gid_table(ctx: &Context, table_len: usize) -> Result<Vec<GidEntry>, Ver
     if table_len == 0 {
         return Ok(Vec::new());
     }
+    let Some(query) = ctx.lib.query_gid_table else {
+        return Err(VerbsError::sys("ibv_query_gid_table", libc::EOPNOTSUPP));
+    };
     let mut entries = vec![zeroed_entry(); table_len];
-    // SAFETY: `entries` holds `table_len` writable entries; the wrapper passes their size.
-    let n = unsafe { sys::ibv_query_gid_table(ctx.0, entries.as_mut_ptr(), table_len, 0) };
+    // SAFETY: `entries` holds `table_len` writable entries of the size passed.
+    let n = unsafe {
+        query(
+            ctx.ctx,
+            entries.as_mut_ptr(),
+            table_len,
+            0,
+            std::mem::size_of::<sys::ibv_gid_entry>(),
+        )
+    };
     if n < 0 {
         let errno = i32::try_from(-n).unwrap_or(libc::EIO);
         return Err(VerbsError::sys("ibv_query_gid_table", errno));
@@ -220,21 +329,26 @@ fn query_gids_one_by_one(
     ports: &[PortInfo],
     table_len: usize,
 ) -> Result<Vec<GidEntry>, VerbsError> {
+    let Some(query) = ctx.lib.query_gid_ex else {
+        return Err(VerbsError::sys("ibv_query_gid_ex", libc::EOPNOTSUPP));
+    };
     let mut gids = Vec::new();
     for p in ports {
-        // SAFETY: see `query_device_verbs`.
-        let mut pa: sys::ibv_port_attr = unsafe { std::mem::zeroed() };
-        let port_u8 = u8::try_from(p.port).unwrap_or(u8::MAX);
-        // SAFETY: open context, valid out-pointer.
-        let rc = unsafe { sys::ibv_query_port(ctx.0, port_u8, &mut pa) };
-        if rc != 0 {
-            return Err(VerbsError::sys("ibv_query_port", rc));
-        }
+        let pa = ctx.port(u8::try_from(p.port).unwrap_or(u8::MAX))?;
         let len = u32::try_from(pa.gid_tbl_len).unwrap_or(0);
         for index in 0..len.min(u32::try_from(table_len).unwrap_or(u32::MAX)) {
             let mut e = zeroed_entry();
-            // SAFETY: open context, valid out-pointer; the wrapper passes the entry size.
-            let rc = unsafe { sys::ibv_query_gid_ex(ctx.0, p.port, index, &mut e, 0) };
+            // SAFETY: open context, valid out-pointer of the size passed.
+            let rc = unsafe {
+                query(
+                    ctx.ctx,
+                    p.port,
+                    index,
+                    &mut e,
+                    0,
+                    std::mem::size_of::<sys::ibv_gid_entry>(),
+                )
+            };
             match rc {
                 0 => gids.extend(to_entry(&e)),
                 // Unused entries answer ENODATA (EINVAL on some kernels).

@@ -378,8 +378,8 @@ fn error_messages_are_actionable() {
 
 #[test]
 fn verbs_available_matches_the_loader() {
-    // On a machine without libibverbs this is false; with it, rdma-mummy-sys loaded it at
-    // start-up. Either way it must agree with a plain (loading) dlopen of the same name.
+    // On a machine without libibverbs this is false; with it, the first call loads it. Either
+    // way it must agree with whether the library is there.
     let present = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libibverbs.so.1").exists()
         || std::path::Path::new("/usr/lib64/libibverbs.so.1").exists();
     if present {
