@@ -78,9 +78,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             ),
         ));
     }
-    // A NIC lost to a dead pod under a name that is not UTF-8 is invisible until renamed.
-    lost::name_lost_unreadable(&host, &host_ns).await?;
-    let (resolved, nic_lock) = resolve_locked(selector, &host, &store).await?;
+    let (resolved, nic_lock) = resolve_locked(selector, &host, &host_ns, &store).await?;
     log::info!(
         "{selector} is {} (mac {}, mtu {}{})",
         resolved.link.name,
@@ -243,6 +241,7 @@ pub fn dra_selector(env: &Env, node: &Node, request: &str) -> Result<Selector> {
 async fn resolve_locked(
     sel: &Selector,
     host: &Links,
+    host_ns: &Netns,
     store: &Store,
 ) -> Result<(Resolved, lock::Guard)> {
     fn nic_name(r: &Resolved) -> &str {
@@ -252,11 +251,20 @@ async fn resolve_locked(
     // NIC's own (primary, original) name, never the selector's string, which may be an altname.
     // A NIC being moved by another call is briefly in no namespace at all, so "not found"
     // there is only believed when it lasts.
+    // A NIC lost to a dead pod under a name that is not UTF-8 is invisible to every lookup
+    // until renamed (its own selector then finds nothing, or only its record): looked for only
+    // when the selector fails, since a selector that finds a link has found its NIC, and the
+    // pass reads a line per link of the host (a veth per pod), which an ADD must not pay on
+    // every call.
     let guess = {
-        let mut tries = 0;
+        let (mut tries, mut named) = (0, false);
         loop {
             match select::resolve(sel, host, store).await {
                 Ok(r) => break nic_name(&r).to_string(),
+                Err(_) if !named => {
+                    lost::name_lost_unreadable(host, host_ns).await?;
+                    named = true;
+                }
                 Err(e) if e.code == Code::DeviceNotFound && tries < 3 => {
                     tries += 1;
                     std::thread::sleep(std::time::Duration::from_millis(20));
