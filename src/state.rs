@@ -361,6 +361,19 @@ impl Store {
     /// credentials): the file is 0600 and the state directory 0700, tightened here if an older
     /// version made it 0755 (its 0644 records are then out of other users' reach too).
     pub fn save(&self, r: &Record) -> Result<()> {
+        self.write(r, true)
+    }
+
+    /// [`save`](Self::save) without waiting for the disk: for a record saved before whose
+    /// change matters only while the pod's netns lives (ADD's second write, the NIC's index in
+    /// the pod). The write is as atomic for every process (rename); only a crash of the whole
+    /// node can lose it, and that takes every pod's netns with it, so the durable first record
+    /// (which holds what DEL and GC need after a reboot: the IPAM to release) is what stays.
+    pub fn update(&self, r: &Record) -> Result<()> {
+        self.write(r, false)
+    }
+
+    fn write(&self, r: &Record, durable: bool) -> Result<()> {
         crate::files::private_dir(&self.dir)
             .map_err(|e| io_error(format!("creating state dir {}", self.dir.display()), e))?;
         let p = self.path(&r.container_id, &r.ifname);
@@ -382,11 +395,16 @@ impl Store {
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&tmp)?;
             f.write_all(&body)?;
-            f.sync_all()?;
+            if durable {
+                f.sync_all()?;
+            }
             crate::fault::hit("state:before-rename")
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
             fs::rename(&tmp, &p)?;
-            fs::File::open(&self.dir)?.sync_all()
+            if durable {
+                fs::File::open(&self.dir)?.sync_all()?;
+            }
+            Ok(())
         };
         write().map_err(|e| io_error(format!("writing state file {}", p.display()), e))
     }

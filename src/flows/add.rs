@@ -118,7 +118,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
     })?;
     // From now on DEL knows the NIC by its index in the pod, which the pod cannot change.
     record.pod_index = Some(inside.index);
-    Store::new(&places.node.state_dir).save(&record)?;
+    Store::new(&places.node.state_dir).update(&record)?;
     undo.update_record(&record);
     log::info!(
         "moved {} into {} as {} (index {}, mtu {})",
