@@ -509,3 +509,76 @@ fn a_device_published_without_a_resource_name_is_skipped_by_multus() {
     add.err_code(7);
     a.assert_home(Some(&pod_ns), &add);
 }
+
+/// A tenant's NAD may write `deviceID` itself (Multus passes a NAD's config as it is): the NIC
+/// the driver prepared for another pod's claim is refused to it (102) and stays home, and so
+/// to a call naming no pod; the claim's pod then gets it through Multus.
+#[test]
+fn a_claimed_nic_is_refused_to_any_other_pod_that_names_its_device_id() {
+    let mut w = World::new(json!({"resourceName": RESOURCE_NAME}));
+    let a = w.rig.nic(0);
+    let (pod_ns, intruder_ns) = (w.rig.netns(0), w.rig.netns(1));
+    let (cid, intruder_cid) = (w.rig.cid(0), w.rig.cid(1));
+    let devices = w.published(1);
+    let name_a = rdma_host_device::dra::slices::name_for(None, &a.name, &a.name);
+    let id = attr(device_named(&devices, &name_a), "k8s.cni.cncf.io/deviceID")
+        .unwrap()
+        .to_owned();
+    let uid = w.pod_with_claim("trainer", &[("nic", DRIVER, &name_a)]);
+    let nad = example_nad(&w.rig);
+    let net = nad["metadata"]["name"].as_str().unwrap().to_owned();
+    w.create_nad(&nad);
+
+    // The tenant's delegate: the same config with the claimed NIC's deviceID written in.
+    let conf: Value = serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
+    let stolen = w
+        .rig
+        .write("stolen.conf", &multus_delegate(conf, Some(&id), None));
+    for args in [
+        multus_k8s_args(NS, "intruder", "uid-of-the-intruder", &intruder_cid),
+        format!("IgnoreUnknown=true;K8S_POD_INFRA_CONTAINER_ID={intruder_cid}"),
+    ] {
+        let add = w.rig.drive(
+            "add",
+            &stolen,
+            &intruder_ns.path(),
+            &intruder_cid,
+            IF,
+            &["-args", &args],
+        );
+        let e = add.err_code(102);
+        assert!(
+            e["msg"].as_str().unwrap_or("").contains(&format!(
+                "prepared for ResourceClaim {NS}/trainer-rail-x7k2p"
+            )),
+            "{e}\n{add}"
+        );
+        a.assert_home(Some(&intruder_ns), &add);
+        no_attachment(&w.rig, &add);
+        w.rig
+            .drive(
+                "del",
+                &stolen,
+                &intruder_ns.path(),
+                &intruder_cid,
+                IF,
+                &["-args", &args],
+            )
+            .ok();
+    }
+
+    let m = w.multus("trainer", &uid, &net);
+    let (file, extra) = w.delegate(&m["delegates"][0], "trainer", &uid, &cid);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let add = w.rig.drive("add", &file, &pod_ns.path(), &cid, IF, &extra);
+    add.ok();
+    assert_eq!(
+        link(Some(&pod_ns.name), IF).map(|l| l.mac),
+        Some(a.mac.clone()),
+        "{add}"
+    );
+    w.rig
+        .drive("del", &file, &pod_ns.path(), &cid, IF, &extra)
+        .ok();
+    a.assert_home(Some(&pod_ns), &"after DEL");
+}
