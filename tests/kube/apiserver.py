@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A kube-apiserver STAND-IN for the DRA driver's tests (tests/dra_slices.rs, tests/dra.rs,
 tests/multus_dra.rs): the part of the Kubernetes REST contract the driver uses, for
-`resource.k8s.io/v1` ResourceSlices (cluster-scoped) and ResourceClaims (namespaced, with the /status subresource), with the API's
-own JSON. It is written apart from the driver (nothing here is imported from src/), from the
+`resource.k8s.io/v1` ResourceSlices (cluster-scoped) and ResourceClaims (namespaced, with
+the /status subresource), with the API's own JSON. It is written apart from the driver (nothing here is imported from src/), from the
 contract as kubernetes/kubernetes and kubernetes/api define it:
 
 - HTTPS only, with a certificate signed by a CA made at start (the `openssl` CLI);
