@@ -1180,3 +1180,78 @@ fn the_dra_daemonset_runs_the_driver_for_its_node_with_the_token_in_its_containe
             .any(|s| s["configMap"]["name"] == "kube-root-ca.crt")
     );
 }
+
+/// conf/k8s/dra-multus.yaml, the NAD for Multus' DRA mode: it names no NIC and no `draRequest`
+/// (the deviceID comes from Multus), its `resourceName` annotation is one a node configuration
+/// accepts as `dra.resourceName` (what the driver publishes and Multus matches), and its pod
+/// claims a template of dra-claims.yaml asking our DeviceClass and attaches this NAD.
+#[test]
+fn dra_multus_nad_takes_its_nic_from_multus_by_a_resource_name_the_node_publishes() {
+    let docs = documents();
+    let driver = rdma_host_device::dra::DRIVER;
+    let of = |file: &str, kind: &str| -> Vec<Value> {
+        docs.iter()
+            .filter(|(f, d)| f.ends_with(file) && d["kind"] == kind)
+            .map(|(_, d)| d.clone())
+            .collect()
+    };
+    let nads = of("k8s/dra-multus.yaml", "NetworkAttachmentDefinition");
+    assert_eq!(nads.len(), 1, "{nads:?}");
+    let nad = &nads[0];
+    let rname = nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
+        .as_str()
+        .expect("the NAD's resourceName annotation");
+    let c: Value = serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
+    for k in rdma_host_device::cni::netconf::SELECTOR_KEYS
+        .iter()
+        .chain(&["draRequest"])
+        .filter(|k| **k != "runtimeConfig")
+    {
+        assert!(c.get(k).is_none(), "Multus picks the NIC; drop {k}");
+    }
+    // The node configuration the file's comment tells the operator to set.
+    let dir = std::env::temp_dir().join(format!("rhd-dra-multus-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let node = dir.join("node.json");
+    fs::write(&node, json!({"dra": {"resourceName": rname}}).to_string()).unwrap();
+    let loaded = rdma_host_device::node::Node::load_from(&node);
+    fs::remove_dir_all(&dir).ok();
+    let dra = loaded
+        .and_then(|n| n.dra())
+        .unwrap_or_else(|e| panic!("dra.resourceName {rname:?}: {e}"))
+        .expect("a dra section");
+    assert_eq!(dra.resource_name.as_deref(), Some(rname));
+
+    let templates = of("k8s/dra-claims.yaml", "ResourceClaimTemplate");
+    let pods = of("k8s/dra-multus.yaml", "Pod");
+    assert_eq!(pods.len(), 1);
+    let p = &pods[0];
+    let claims = p["spec"]["resourceClaims"].as_array().unwrap();
+    let template = claims[0]["resourceClaimTemplateName"]
+        .as_str()
+        .expect("a claim from a template: Multus sees only those (pod status)");
+    let t = templates
+        .iter()
+        .find(|t| t["metadata"]["name"] == template)
+        .unwrap_or_else(|| panic!("no template {template} in dra-claims.yaml"));
+    assert!(
+        t["spec"]["spec"]["devices"]["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["exactly"]["deviceClassName"] == driver),
+        "{template} asks nothing of ours"
+    );
+    let networks = p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        networks.split('@').next(),
+        nad["metadata"]["name"].as_str(),
+        "the pod attaches the NAD"
+    );
+    assert_eq!(
+        p["spec"]["containers"][0]["resources"]["claims"][0]["name"],
+        claims[0]["name"]
+    );
+}

@@ -1,7 +1,8 @@
 //! The plugin as Multus delegates to it, driven through libcni (tests/libcni-driver), one test
 //! per NetworkAttachmentDefinition in conf/multus/ plus the containerd conflist in
 //! conf/containerd/. What Multus does to a delegate is reproduced from its source
-//! (pkg/types/conf.go LoadDelegateNetConf, newCNIRuntimeConf; pkg/multus/multus.go):
+//! (pkg/types/conf.go LoadDelegateNetConf, newCNIRuntimeConf; pkg/multus/multus.go; the code
+//! is in tests/common/multus.rs, shared with tests/multus_dra.rs):
 //!
 //! - a device plugin's device: `deviceID` AND `pciBusID` (same value) put at the top level of
 //!   the config (of every plugin, for a list), and `deviceID` + `CNIDeviceInfoFile` offered as
@@ -26,8 +27,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 const IF: &str = "net1";
-/// Multus's default cniVersion (its daemon config) when a delegate list has none.
-const MULTUS_CNI_VERSION: &str = "0.3.1";
 const NO_SUCH_PCI: &str = "0000:ff:1f.7";
 
 /// The CNI config of the NAD in conf/multus/FILE.
@@ -87,61 +86,19 @@ fn localize(rig: &Rig, conf: &mut Value, nic: Option<&Veth>) -> PathBuf {
     log
 }
 
-/// What Multus's LoadDelegateNetConf does to a delegate's bytes.
-fn multus_delegate(mut conf: Value, device_id: Option<&str>, cni_args: Option<Value>) -> Value {
-    let targets: Vec<&mut Value> = if conf["plugins"].is_array() {
-        conf["plugins"].as_array_mut().unwrap().iter_mut().collect()
-    } else {
-        vec![&mut conf]
-    };
-    for p in targets {
-        if let Some(id) = device_id {
-            p["deviceID"] = json!(id);
-            p["pciBusID"] = json!(id);
-        }
-        if let Some(a) = &cni_args {
-            if !p["args"].is_object() {
-                p["args"] = json!({});
-            }
-            let merged = match p["args"]["cni"].take() {
-                Value::Object(mut m) => {
-                    m.extend(a.as_object().unwrap().clone());
-                    Value::Object(m)
-                }
-                _ => a.clone(),
-            };
-            p["args"]["cni"] = merged;
-        }
-    }
-    if conf["plugins"].is_array() && conf.get("cniVersion").is_none() {
-        conf["cniVersion"] = json!(MULTUS_CNI_VERSION);
-    }
-    conf
-}
-
-/// CNI_ARGS exactly as Multus builds them (createRuntimeConf's order).
+/// CNI_ARGS as Multus builds them, for this rig's pod `trainer-N`.
 fn multus_cni_args(rig: &Rig, cid: &str) -> String {
-    format!(
-        "IgnoreUnknown=true;K8S_POD_NAMESPACE=default;K8S_POD_NAME=trainer-{n};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID=5e1f-{n}",
-        n = rig.n
+    multus_k8s_args(
+        "default",
+        &format!("trainer-{}", rig.n),
+        &format!("5e1f-{}", rig.n),
+        cid,
     )
 }
 
-/// The capability args Multus offers for a device plugin's device (libcni keeps the ones the
-/// config declares in "capabilities").
+/// The capability args Multus offers for a device plugin's device.
 fn multus_caps(rig: &Rig, net: &str, cid: &str, device_id: &str) -> Vec<String> {
-    vec![
-        "-cap".into(),
-        format!("deviceID={device_id}"),
-        "-cap".into(),
-        format!(
-            "CNIDeviceInfoFile={}",
-            rig.dir
-                .path()
-                .join(format!("devinfo/{net}-{cid}_{IF}"))
-                .display()
-        ),
-    ]
+    multus_device_caps(&rig.dir.path().join("devinfo"), net, cid, IF, device_id)
 }
 
 fn log_lines(log: &Path) -> Vec<String> {

@@ -92,6 +92,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     );
     let records = &resolved.records;
     select::admit(node, &host, &resolved, records).await?;
+    refuse_another_pods_prepared_nic(env, node, &resolved)?;
     if pod.by_name(&env.ifname).await?.is_some() {
         return Err(Error::new(
             Code::IfnameExists,
@@ -162,6 +163,42 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         record,
         _locks: (attachment, nic_lock),
     })
+}
+
+/// A NIC our DRA driver prepared for a claim goes to that claim's pods only, whatever selected
+/// it: a `deviceID` Multus read from the claim (its DRA mode), or one a tenant's NAD wrote
+/// itself. The pod is the runtime's `K8S_POD_UID`, which no NAD sets; the claim's pods are
+/// those its `status.reservedFor` named when the driver prepared it (the checkpoint). No
+/// checkpoint, or a NIC no claim holds: nothing to say.
+fn refuse_another_pods_prepared_nic(env: &Env, node: &Node, r: &Resolved) -> Result<()> {
+    use crate::dra::checkpoint::{self, Checkpoint};
+    let path = checkpoint::path(&node.state_dir);
+    let cp = Checkpoint::read(&path).map_err(|e| Error::new(Code::Io, e.to_string()))?;
+    if cp.claims.is_empty() {
+        return Ok(());
+    }
+    let host_name = r.lost.as_ref().map_or(&r.link.name, |t| &t.host_name);
+    let aux = crate::sysfs::aux_of(&r.link.name);
+    let id = crate::sysfs::device_id(r.pci.as_deref(), aux.as_deref(), host_name);
+    let uid = env.pod().map(|p| p.uid).unwrap_or_default();
+    match cp.holder(&id, "") {
+        Some((claim_uid, c)) if uid.is_empty() || !c.pods.contains(&uid) => Err(Error::new(
+            Code::DeviceBusy,
+            format!(
+                "{host_name} (device {id}) is prepared for ResourceClaim {}/{} ({claim_uid}) of pod(s) {}; {} is not one of them ({})",
+                c.namespace,
+                c.name,
+                c.pods.join(", "),
+                if uid.is_empty() {
+                    "this call, which names no pod UID (K8S_POD_UID),".to_owned()
+                } else {
+                    format!("pod {uid}")
+                },
+                path.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// `draRequest`: the NIC our DRA driver prepared for this pod under `request`, as a `deviceID`

@@ -1,7 +1,7 @@
 //! Shared support for the integration tests, by concern: `process.rs` (commands, the plugin
 //! exec'd directly, `RunOut`), `net.rs` (netns, veth NICs, `ip -j` views), `client.rs` (the
 //! libcni client), `containerd.rs` (a private containerd CRI, the kubelet-side client),
-//! `podman.rs` (podman on a private storage root), `cleanup.rs` (mounts, processes and cgroups
+//! `podman.rs` (podman on a private storage root), `multus.rs` (what Multus does to a delegate), `cleanup.rs` (mounts, processes and cgroups
 //! a runtime left), `rig.rs` (one test's world), `root.rs` (root or a loud skip; in CI, a
 //! failure), `world.rs` (NICs, pods and the network's config the flow tests share). Everything
 //! is re-exported here.
@@ -15,6 +15,7 @@
 mod cleanup;
 mod client;
 mod containerd;
+mod multus;
 mod net;
 mod podman;
 mod process;
@@ -26,6 +27,7 @@ mod world;
 pub use cleanup::*;
 pub use client::*;
 pub use containerd::*;
+pub use multus::*;
 pub use net::*;
 pub use podman::*;
 pub use process::*;

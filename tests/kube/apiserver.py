@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""A kube-apiserver STAND-IN for the DRA driver's tests (tests/dra_slices.rs): the part of the
-Kubernetes REST contract the driver uses, for `resource.k8s.io/v1` ResourceSlices
-(cluster-scoped) and ResourceClaims (namespaced, with the /status subresource), with the API's
-own JSON. It is written apart from the driver (nothing here is imported from src/), from the
+"""A kube-apiserver STAND-IN for the DRA driver's tests (tests/dra_slices.rs, tests/dra.rs,
+tests/multus_dra.rs): the part of the Kubernetes REST contract the driver uses, for
+`resource.k8s.io/v1` ResourceSlices (cluster-scoped) and ResourceClaims (namespaced, with
+the /status subresource), with the API's own JSON. It is written apart from the driver (nothing here is imported from src/), from the
 contract as kubernetes/kubernetes and kubernetes/api define it:
 
 - HTTPS only, with a certificate signed by a CA made at start (the `openssl` CLI);
@@ -11,7 +11,9 @@ contract as kubernetes/kubernetes and kubernetes/api define it:
 - Paths: /apis/resource.k8s.io/v1/resourceslices[/NAME],
   /apis/resource.k8s.io/v1/namespaces/NS/resourceclaims[/NAME[/status]],
   /apis/resource.k8s.io/v1/resourceclaims (every namespace), and the group-version's discovery
-  document /apis/resource.k8s.io/v1.
+  document /apis/resource.k8s.io/v1. For what Multus reads (tests/multus/dra.py), also
+  /api/v1/namespaces/NS/pods[/NAME[/status]] and
+  /apis/k8s.cni.cncf.io/v1/namespaces/NS/network-attachment-definitions[/NAME], stored as given.
 - One resourceVersion counter for the store (etcd's revision); `metadata.generation` starts at
   1 and grows when the spec changes; uid and creationTimestamp set on create.
 - GET a collection: a `*List` whose items carry no kind/apiVersion, with `labelSelector`
@@ -58,7 +60,6 @@ from urllib.parse import parse_qs, unquote, urlsplit
 GROUP = "resource.k8s.io"
 VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
-PREFIX = f"/apis/{GROUP}/{VERSION}"
 
 # resource (plural) -> (Kind, namespaced, has a status subresource, field selectors)
 RESOURCES = {
@@ -74,7 +75,39 @@ RESOURCES = {
         True,
         {"metadata.name", "metadata.namespace", "status.allocation.nodeName"},
     ),
+    # What Multus reads besides (tests/multus/dra.py): the pod (core v1, whose status the
+    # kube-controller-manager fills with the claims it made from templates) and the
+    # NetworkAttachmentDefinition CRD (k8s.cni.cncf.io/v1). Stored as given, no validation.
+    "pods": (
+        "Pod",
+        True,
+        True,
+        {"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"},
+    ),
+    "network-attachment-definitions": (
+        "NetworkAttachmentDefinition",
+        True,
+        False,
+        {"metadata.name", "metadata.namespace"},
+    ),
 }
+
+# resource -> its group/version ("v1" is the core group, served under /api/v1)
+GROUP_VERSION = {
+    "resourceslices": API_VERSION,
+    "resourceclaims": API_VERSION,
+    "pods": "v1",
+    "network-attachment-definitions": "k8s.cni.cncf.io/v1",
+}
+
+
+def group_of(resource):
+    gv = GROUP_VERSION[resource]
+    return gv.rpartition("/")[0]
+
+
+def prefix_of(gv):
+    return "/api/v1" if gv == "v1" else f"/apis/{gv}"
 
 
 # ---------------------------------------------------------------- certificates
@@ -122,27 +155,28 @@ class ApiError(Exception):
 
 
 def qualified(resource):
-    return f"{resource}.{GROUP}"
+    group = group_of(resource)
+    return f"{resource}.{group}" if group else resource
 
 
 def not_found(resource, name):
     return ApiError(
         404, "NotFound", f'{qualified(resource)} "{name}" not found',
-        {"name": name, "group": GROUP, "kind": resource},
+        {"name": name, "group": group_of(resource), "kind": resource},
     )
 
 
 def already_exists(resource, name):
     return ApiError(
         409, "AlreadyExists", f'{qualified(resource)} "{name}" already exists',
-        {"name": name, "group": GROUP, "kind": resource},
+        {"name": name, "group": group_of(resource), "kind": resource},
     )
 
 
 def conflict(resource, name, why):
     return ApiError(
         409, "Conflict", f'Operation cannot be fulfilled on {qualified(resource)} "{name}": {why}',
-        {"name": name, "group": GROUP, "kind": resource},
+        {"name": name, "group": group_of(resource), "kind": resource},
     )
 
 
@@ -413,17 +447,20 @@ class Handler(BaseHTTPRequestHandler):
         u = urlsplit(self.path)
         q = {k: v[-1] for k, v in parse_qs(u.query, keep_blank_values=True).items()}
         parts = [unquote(p) for p in u.path.split("/") if p]
-        base = [p for p in PREFIX.split("/") if p]
-        if parts[: len(base)] != base:
+        gv = next((g for g in sorted(set(GROUP_VERSION.values()))
+                   if parts[: len(prefix_of(g).split("/")) - 1]
+                   == [p for p in prefix_of(g).split("/") if p]), None)
+        if gv is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        rest = parts[len(base):]
+        rest = parts[len(prefix_of(gv).split("/")) - 1:]
         if not rest:
-            return None, None, None, None, q
+            return None, None, None, None, dict(q, _gv=gv)
         ns = None
         if rest[0] == "namespaces" and len(rest) >= 3:
             ns, rest = rest[1], rest[2:]
         resource = rest[0]
-        if resource not in RESOURCES or (ns is not None and not RESOURCES[resource][1]):
+        if (resource not in RESOURCES or GROUP_VERSION[resource] != gv
+                or (ns is not None and not RESOURCES[resource][1])):
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
@@ -440,7 +477,7 @@ class Handler(BaseHTTPRequestHandler):
             if resource is None:
                 if method != "GET":
                     raise ApiError(405, "MethodNotAllowed", "method not allowed")
-                return self.send_json(200, self.discovery())
+                return self.send_json(200, self.discovery(q["_gv"]))
             if method == "GET" and name is None:
                 if q.get("watch") in ("true", "1"):
                     return self.watch(resource, ns, q)
@@ -479,9 +516,11 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- verbs
 
-    def discovery(self):
+    def discovery(self, gv):
         res = []
         for plural, (kind, namespaced, status, _) in RESOURCES.items():
+            if GROUP_VERSION[plural] != gv:
+                continue
             res.append({
                 "name": plural, "singularName": kind.lower(), "namespaced": namespaced,
                 "kind": kind,
@@ -492,7 +531,7 @@ class Handler(BaseHTTPRequestHandler):
                 res.append({"name": f"{plural}/status", "singularName": "",
                             "namespaced": namespaced, "kind": kind,
                             "verbs": ["get", "patch", "update"]})
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": API_VERSION,
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
                 "resources": res}
 
     def matcher(self, resource, ns, q):
@@ -519,7 +558,7 @@ class Handler(BaseHTTPRequestHandler):
             rv = st.rv
         return {
             "kind": RESOURCES[resource][0] + "List",
-            "apiVersion": API_VERSION,
+            "apiVersion": GROUP_VERSION[resource],
             "metadata": {"resourceVersion": str(rv)},
             "items": items,
         }
@@ -534,10 +573,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def create(self, resource, ns, body):
         kind, namespaced, has_status, _ = RESOURCES[resource]
-        if body.get("kind", kind) != kind or body.get("apiVersion", API_VERSION) != API_VERSION:
+        gv = GROUP_VERSION[resource]
+        if body.get("kind", kind) != kind or body.get("apiVersion", gv) != gv:
             raise bad_request(
                 f"the API version in the data ({body.get('apiVersion')}) does not match the "
-                f"expected API version ({API_VERSION})"
+                f"expected API version ({gv})"
             )
         meta = dict(body.get("metadata") or {})
         st = self.server.store
@@ -554,7 +594,7 @@ class Handler(BaseHTTPRequestHandler):
             if (resource, ns, name) in st.objects:
                 raise already_exists(resource, name)
             obj = dict(body)
-            obj["kind"], obj["apiVersion"] = kind, API_VERSION
+            obj["kind"], obj["apiVersion"] = kind, gv
             if has_status:
                 obj.pop("status", None)  # status is set only through /status
             if resource == "resourceslices":
