@@ -127,6 +127,24 @@ fn rest(api: &ApiServer, method: &str, path: &str, body: &Value) -> Value {
     v
 }
 
+/// [`rest`] for a call that may fail: whether it succeeded, and the answer's JSON.
+fn try_rest(api: &ApiServer, method: &str, path: &str, body: &Value) -> (bool, Value) {
+    let token = std::fs::read_to_string(&api.token).unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "--fail-with-body", "-X", method, "--cacert"])
+        .arg(&api.ca)
+        .args(["-H", &format!("Authorization: Bearer {}", token.trim())])
+        .args(["-H", "Content-Type: application/json", "--data-binary"])
+        .arg(body.to_string())
+        .arg(format!("{}{path}", api.url))
+        .output()
+        .expect("curl");
+    (
+        out.status.success(),
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+    )
+}
+
 /// What a user and the scheduler do for a claim: create it, then write its allocation
 /// (`results` as (request, driver, device)) and the pods it is reserved for on /status.
 /// Returns the UID the API server gave it.
@@ -802,4 +820,74 @@ fn an_api_server_that_drops_the_device_status_is_told_once_and_not_asked_again()
             )
             .ok();
     }
+}
+
+/// The stand-in API server refuses what the real one refuses in `status.devices[]` (422, one
+/// cause per field), so the driver's writes are held to the real rules: an entry for a device
+/// the claim was not allocated, an entry twice, an address without its prefix length or not
+/// in canonical form, an address twice, an interface name over 256 bytes.
+#[test]
+fn the_api_stand_in_refuses_device_status_entries_the_real_one_refuses() {
+    let w = World::new();
+    seed(&w.api, "v", &[("nic", DRIVER, "net-a")], &["pod-v"]);
+    let put = |devices: Value| {
+        let mut c = claim(&w.api, "v");
+        c["status"]["devices"] = devices;
+        try_rest(&w.api, "PUT", &format!("{CLAIMS}/v/status"), &c)
+    };
+    let entry = |device: &str, net: Value| json!({"driver": DRIVER, "pool": POOL, "device": device, "networkData": net});
+    let good = entry(
+        "net-a",
+        json!({"interfaceName": "net1", "ips": ["10.0.0.5/24", "fd00::5/64"],
+        "hardwareAddress": "02:00:00:00:00:01"}),
+    );
+    for (devices, field, why) in [
+        (
+            json!([entry("net-b", json!({}))]),
+            "status.devices[0]",
+            "must be an allocated device in the claim",
+        ),
+        (
+            json!([good, good]),
+            "status.devices[1].deviceID",
+            "Duplicate value",
+        ),
+        (
+            json!([entry("net-a", json!({"ips": ["10.0.0.5"]}))]),
+            "status.devices[0].networkData.ips[0]",
+            "must be a valid address in CIDR form",
+        ),
+        (
+            json!([entry("net-a", json!({"ips": ["fd00:0::5/64"]}))]),
+            "status.devices[0].networkData.ips[0]",
+            "must be in canonical form ('fd00::5/64')",
+        ),
+        (
+            json!([entry(
+                "net-a",
+                json!({"ips": ["10.0.0.5/24", "10.0.0.5/24"]})
+            )]),
+            "status.devices[0].networkData.ips[1]",
+            "Duplicate value",
+        ),
+        (
+            json!([entry("net-a", json!({"interfaceName": "n".repeat(257)}))]),
+            "status.devices[0].networkData.interfaceName",
+            "Too long",
+        ),
+    ] {
+        let (ok, answer) = put(devices.clone());
+        assert!(!ok, "{devices} was accepted");
+        assert_eq!(answer["code"], 422, "{answer}");
+        let causes = answer["details"]["causes"].as_array().unwrap();
+        assert!(
+            causes
+                .iter()
+                .any(|c| c["field"] == field && c["message"].as_str().unwrap().contains(why)),
+            "{devices}: {answer}"
+        );
+    }
+    let (ok, answer) = put(json!([good]));
+    assert!(ok, "{answer}");
+    assert_eq!(answer["status"]["devices"], json!([good]));
 }
