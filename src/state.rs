@@ -681,6 +681,39 @@ mod tests {
     }
 
     #[test]
+    fn a_dra_attachment_round_trips_and_older_records_have_none() {
+        let old = br#"{"containerId":"c1","ifname":"net1","network":"n","netns":"/x",
+            "hostName":"eth1","hostMtu":1500,"hostUp":true,"mac":"aa:bb:cc:dd:ee:ff"}"#;
+        let r: Record = serde_json::from_slice(old).unwrap();
+        assert_eq!(r.dra, None);
+        assert!(
+            !serde_json::to_string(&r).unwrap().contains("dra"),
+            "a record without one writes none"
+        );
+        let with = Record {
+            dra: Some(DraAttachment {
+                namespace: "team".into(),
+                name: "rail".into(),
+                uid: "u1".into(),
+                request: "nic".into(),
+                driver: "rdma-host-device.io".into(),
+                pool: "node-a".into(),
+                device: "pci-0000-3b-00-1".into(),
+                network: Some(NetworkData {
+                    interface_name: "net1".into(),
+                    ips: vec!["10.0.0.5/24".into()],
+                    hardware_address: "aa:bb:cc:dd:ee:ff".into(),
+                }),
+            }),
+            ..r
+        };
+        let v = serde_json::to_value(&with).unwrap();
+        assert_eq!(v["dra"]["network"]["interfaceName"], "net1");
+        assert_eq!(v["dra"]["network"]["hardwareAddress"], "aa:bb:cc:dd:ee:ff");
+        assert_eq!(serde_json::from_value::<Record>(v).unwrap(), with);
+    }
+
+    #[test]
     fn records_carry_their_format_and_a_newer_one_is_refused_untouched() {
         let dir = std::env::temp_dir().join(format!("rhd-state-format-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
