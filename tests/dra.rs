@@ -891,3 +891,56 @@ fn the_api_stand_in_refuses_device_status_entries_the_real_one_refuses() {
     assert!(ok, "{answer}");
     assert_eq!(answer["status"]["devices"], json!([good]));
 }
+
+/// Another writer changes the claim between the driver's read and its write (a GPU driver
+/// updating its entry): the 409 is met by reading the claim again and writing at once, not by
+/// the retry of a write that got no answer.
+#[test]
+fn a_claim_changed_under_the_write_is_read_again_and_written() {
+    let w = World::with_api(&["--race-device-status", "2"]);
+    let a = w.rig.nic(0);
+    let pod_a = w.rig.netns(0);
+    let ca = seed(&w.api, "a", &[("nic", DRIVER, &device(&a))], &["pod-a"]);
+    let (mut k, d) = w.serving();
+    assert_eq!(k.prepare(&[("a", &ca)])[&ca]["error"], "", "{}", d.log());
+    let ips = vec![format!("10.94.{}.5/24", w.rig.octet())];
+    let conf = with_static_ipam(&w.rig, &ips);
+    let args = cni_args("pod-a");
+    w.rig
+        .call(
+            "ADD",
+            &conf,
+            &pod_a.path(),
+            &w.rig.cid(0),
+            "net1",
+            &[("CNI_ARGS", &args)],
+        )
+        .ok();
+    until("claim a's entry", &d, || {
+        (status_devices(&w.api, "a") == [our_entry(&a, &ips)]).then_some(())
+    });
+    let log = std::fs::read_to_string(&w.api.log).unwrap();
+    let conflicts = log
+        .lines()
+        .filter(|l| l.contains(&format!("PUT {CLAIMS}/a/status")) && l.contains(" 409 "))
+        .count();
+    assert_eq!(conflicts, 2, "{log}");
+    assert!(
+        !d.log().contains("trying again every"),
+        "a conflict is not a failure to wait out\n{}",
+        d.log()
+    );
+    w.rig
+        .call(
+            "DEL",
+            &conf,
+            &pod_a.path(),
+            &w.rig.cid(0),
+            "net1",
+            &[("CNI_ARGS", &args)],
+        )
+        .ok();
+    until("claim a's entry to go", &d, || {
+        status_devices(&w.api, "a").is_empty().then_some(())
+    });
+}

@@ -254,6 +254,8 @@ pub struct Reporter {
     unknown_logged: BTreeSet<String>,
     /// The API server dropped `status.devices` once: said once.
     dropped_logged: bool,
+    /// Claims whose last write got no answer: their failure was logged, the next is not.
+    failing: BTreeSet<String>,
 }
 
 /// What became of one claim's write.
@@ -277,6 +279,7 @@ impl Reporter {
             dirty: BTreeSet::new(),
             unknown_logged: BTreeSet::new(),
             dropped_logged: false,
+            failing: BTreeSet::new(),
         }
     }
 
@@ -389,6 +392,12 @@ impl Reporter {
                 return;
             }
         };
+        // What no longer needs remembering: claims unprepared, records gone.
+        self.written.retain(|uid, _| cp.claims.contains_key(uid));
+        self.failing.retain(|uid| cp.claims.contains_key(uid));
+        let records = &self.records;
+        self.unknown_logged
+            .retain(|k| records.values().any(|a| k.starts_with(&a.uid)));
         let mut retry = BTreeSet::new();
         for uid in std::mem::take(&mut self.dirty) {
             let named: Vec<&DraAttachment> =
@@ -437,14 +446,27 @@ impl Reporter {
                 .await
             {
                 Outcome::Settled => {
+                    self.failing.remove(&uid);
                     self.written.insert(uid, attached);
                 }
                 Outcome::Retry => {
+                    self.failing.insert(uid.clone());
                     retry.insert(uid);
                 }
             }
         }
         self.dirty = retry;
+    }
+
+    /// A write of claim `uid` got no answer (or a 403: RBAC may be fixed meanwhile): said the
+    /// first time, retried quietly until it settles.
+    fn retry_log(&self, uid: &str, e: &crate::kube::ApiError) {
+        if !self.failing.contains(uid) {
+            log::warn!(
+                "claim status: {e}; trying again every {}s (said once)",
+                RETRY.as_secs()
+            );
+        }
     }
 
     /// One claim's entries written (read, merged, written back; again on a conflict).
@@ -461,7 +483,7 @@ impl Reporter {
                 Ok(c) => c,
                 Err(e) if e.is_not_found() => return Outcome::Settled,
                 Err(e) => {
-                    log::warn!("claim status: {e}; trying again in {}s", RETRY.as_secs());
+                    self.retry_log(uid, &e);
                     return Outcome::Retry;
                 }
             };
@@ -512,7 +534,7 @@ impl Reporter {
                     return Outcome::Settled;
                 }
                 Err(e) => {
-                    log::warn!("claim status: {e}; trying again in {}s", RETRY.as_secs());
+                    self.retry_log(uid, &e);
                     return Outcome::Retry;
                 }
             }

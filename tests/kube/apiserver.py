@@ -39,9 +39,12 @@ contract as kubernetes/kubernetes and kubernetes/api define it:
   128, at most 16 `ips`, each an address with its prefix length in canonical form, none twice.
   Entries of devices the update deallocates are dropped. With --no-device-status it behaves
   like an API server without the DRAResourceClaimDeviceStatus gate (off by default before
-  1.33): it silently drops `status.devices` unless the stored claim has some already.
+  1.33): it silently drops `status.devices` unless the stored claim has some already. With
+  --race-device-status N, the first N /status writes that change `status.devices` lose a race
+  to another writer: the claim gets a new resourceVersion and the write a 409 Conflict.
 
     apiserver.py DIR [--history N] [--no-device-taints] [--no-device-status]
+                 [--race-device-status N]
 
 writes DIR/ca.crt and DIR/token (the bearer token it accepts), listens on 127.0.0.1 (a free
 port), prints one line of JSON, {"url": ..., "ca": ..., "token": ...}, and serves until stdin
@@ -467,6 +470,7 @@ class Store:
         self.oldest = 1  # the oldest resourceVersion a watch may start after
         self.no_device_taints = False
         self.no_device_status = False
+        self.races_left = 0
 
     def bump(self):
         self.rv += 1
@@ -700,6 +704,18 @@ class Handler(BaseHTTPRequestHandler):
             if old is None:
                 raise not_found(resource, name)
             want_rv = meta.get("resourceVersion")
+            if (resource == "resourceclaims" and sub == "status" and st.races_left > 0
+                    and (body.get("status") or {}).get("devices")
+                    != (old.get("status") or {}).get("devices")):
+                # --race-device-status: another writer changed the claim just before this
+                # write (a new resourceVersion, as its update would give it), so this one is
+                # stale.
+                st.races_left -= 1
+                raced = json.loads(json.dumps(old))
+                raced["metadata"]["resourceVersion"] = str(st.bump())
+                st.objects[(resource, ns, name)] = raced
+                st.record(resource, "MODIFIED", old, raced)
+                raise conflict(resource, name, STALE)
             if want_rv and want_rv != old["metadata"]["resourceVersion"]:
                 raise conflict(resource, name, STALE)
             new = json.loads(json.dumps(old))
@@ -854,6 +870,8 @@ def main():
     srv.store = Store(history)
     srv.store.no_device_taints = no_taints
     srv.store.no_device_status = no_status
+    if "--race-device-status" in args:
+        srv.store.races_left = int(args[args.index("--race-device-status") + 1])
     srv.token_path = token_path
     srv.stopping = False
     threading.Thread(target=srv.serve_forever, daemon=True).start()
