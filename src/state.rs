@@ -160,6 +160,44 @@ pub struct Record {
     /// The device-info file ADD writes (the `CNIDeviceInfoFile` capability); DEL removes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_info: Option<std::path::PathBuf>,
+    /// A NIC taken through `draRequest`: the claim and allocation result it came from, and
+    /// (once ADD succeeded) what ADD applied. The DRA driver reports it in the claim's
+    /// `status.devices[]` (`dra::status`); DEL needs none of it, so an older binary that
+    /// ignores it still undoes the attachment right (no new format).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra: Option<DraAttachment>,
+}
+
+/// Which DRA claim's device an attachment is, and the network data ADD gave it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DraAttachment {
+    /// The claim, as the driver's checkpoint names it (its UID is the key there).
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// The claim's request (or `request/subrequest`) the NIC was allocated for.
+    pub request: String,
+    /// The allocation result: driver, pool and device (in the driver's ResourceSlice).
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    /// What ADD applied, recorded as its last step; `None` while ADD is under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkData>,
+}
+
+/// KEP-4817's `networkData` as ADD applied it: the interface name in the pod (CNI_IFNAME),
+/// the addresses in CIDR form (address/prefix, as IPAM gave them), the MAC the NIC had when
+/// it arrived. What the pod may change afterwards is not looked at again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkData {
+    pub interface_name: String,
+    #[serde(default)]
+    pub ips: Vec<String>,
+    #[serde(default)]
+    pub hardware_address: String,
 }
 
 /// `bus/device`, how a record keeps a link's parent device (`IFLA_PARENT_DEV_*`).
@@ -486,14 +524,38 @@ impl Store {
     /// records of a newer format than this binary's (a rollback's: a newer version undoes
     /// them), are skipped: nothing acts on what it cannot read.
     pub fn all(&self) -> Result<Vec<Record>> {
+        Ok(self.all_named()?.into_iter().map(|(_, r)| r).collect())
+    }
+
+    /// [`all`](Self::all), each record with its file name (for a watcher of the directory,
+    /// which hears of files by name).
+    pub fn all_named(&self) -> Result<Vec<(String, Record)>> {
         Ok(self
             .entries()?
             .into_iter()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-            .filter_map(|e| crate::files::read_regular_nofollow(&e.path(), MAX_RECORD).ok())
-            .filter_map(|b| serde_json::from_slice::<Record>(&b).ok())
-            .filter(|r| r.format <= FORMAT)
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                Some((name.clone(), self.load_file(&name)?))
+            })
             .collect())
+    }
+
+    /// The record in file `name` of the directory (a record's file name, as a watcher of the
+    /// directory hears it), read as [`all`](Self::all) reads: within the bound, no symlink,
+    /// nothing unreadable or of a newer format. `None` for anything else, or no such file.
+    pub fn load_file(&self, name: &str) -> Option<Record> {
+        if !Self::is_record_name(name) {
+            return None;
+        }
+        let b = crate::files::read_regular_nofollow(&self.dir.join(name), MAX_RECORD).ok()?;
+        serde_json::from_slice::<Record>(&b)
+            .ok()
+            .filter(|r| r.format <= FORMAT)
+    }
+
+    /// Whether `name` is a record's file name (not a temp file, nothing with a '/').
+    pub fn is_record_name(name: &str) -> bool {
+        name.ends_with(".json") && !name.contains('/') && !name.starts_with('.')
     }
 }
 
@@ -566,6 +628,7 @@ mod tests {
             soft_device: None,
             pod: None,
             device_info: None,
+            dra: None,
         };
         // A state dir an older version made 0755: tightened by the next save.
         fs::create_dir_all(&dir).unwrap();
@@ -633,6 +696,39 @@ mod tests {
             Some(Vec::new()),
             "no altnames: the NIC had none"
         );
+    }
+
+    #[test]
+    fn a_dra_attachment_round_trips_and_older_records_have_none() {
+        let old = br#"{"containerId":"c1","ifname":"net1","network":"n","netns":"/x",
+            "hostName":"eth1","hostMtu":1500,"hostUp":true,"mac":"aa:bb:cc:dd:ee:ff"}"#;
+        let r: Record = serde_json::from_slice(old).unwrap();
+        assert_eq!(r.dra, None);
+        assert!(
+            !serde_json::to_string(&r).unwrap().contains("dra"),
+            "a record without one writes none"
+        );
+        let with = Record {
+            dra: Some(DraAttachment {
+                namespace: "team".into(),
+                name: "rail".into(),
+                uid: "u1".into(),
+                request: "nic".into(),
+                driver: "rdma-host-device.io".into(),
+                pool: "node-a".into(),
+                device: "pci-0000-3b-00-1".into(),
+                network: Some(NetworkData {
+                    interface_name: "net1".into(),
+                    ips: vec!["10.0.0.5/24".into()],
+                    hardware_address: "aa:bb:cc:dd:ee:ff".into(),
+                }),
+            }),
+            ..r
+        };
+        let v = serde_json::to_value(&with).unwrap();
+        assert_eq!(v["dra"]["network"]["interfaceName"], "net1");
+        assert_eq!(v["dra"]["network"]["hardwareAddress"], "aa:bb:cc:dd:ee:ff");
+        assert_eq!(serde_json::from_value::<Record>(v).unwrap(), with);
     }
 
     #[test]

@@ -858,7 +858,8 @@ fn the_node_tools_refuse_what_is_not_a_regular_file_at_once_and_judge_size_as_ad
 }
 
 /// The DRA driver's RBAC grants what its client calls (src/kube/) and nothing more: its
-/// slices' CRUD, a claim's get and its status update, no other resource; the DeviceClass
+/// slices' CRUD, a claim's get and its status update (with 1.36's per-driver check on
+/// `resourceclaims/driver`, for our driver only), no other resource; the DeviceClass
 /// selects our driver; the admission policy holds the agent's ServiceAccount (the one the role
 /// is bound to) to slices of our driver on its own node.
 #[test]
@@ -911,6 +912,11 @@ fn dra_rbac_grants_only_what_the_driver_uses_and_the_policy_binds_it_to_its_node
             ),
             (
                 "resource.k8s.io".into(),
+                "resourceclaims/driver".into(),
+                v(&["associated-node:update"])
+            ),
+            (
+                "resource.k8s.io".into(),
                 "resourceclaims/status".into(),
                 v(&["update"])
             ),
@@ -921,6 +927,20 @@ fn dra_rbac_grants_only_what_the_driver_uses_and_the_policy_binds_it_to_its_node
             ),
         ]
     );
+    // The claims' status entries (1.36's per-driver check): our driver's, no other's.
+    let per_driver: Vec<&Value> = kind("ClusterRole")["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["resources"] == json!(["resourceclaims/driver"]))
+        .collect();
+    assert_eq!(per_driver.len(), 1);
+    assert_eq!(per_driver[0]["resourceNames"], json!([driver]));
+    for r in kind("ClusterRole")["rules"].as_array().unwrap() {
+        if r["resources"] != json!(["resourceclaims/driver"]) {
+            assert!(r["resourceNames"].is_null(), "{r}");
+        }
+    }
     let sa = kind("ServiceAccount");
     let who = format!(
         "system:serviceaccount:{}:{}",

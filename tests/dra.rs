@@ -127,6 +127,24 @@ fn rest(api: &ApiServer, method: &str, path: &str, body: &Value) -> Value {
     v
 }
 
+/// [`rest`] for a call that may fail: whether it succeeded, and the answer's JSON.
+fn try_rest(api: &ApiServer, method: &str, path: &str, body: &Value) -> (bool, Value) {
+    let token = std::fs::read_to_string(&api.token).unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "--fail-with-body", "-X", method, "--cacert"])
+        .arg(&api.ca)
+        .args(["-H", &format!("Authorization: Bearer {}", token.trim())])
+        .args(["-H", "Content-Type: application/json", "--data-binary"])
+        .arg(body.to_string())
+        .arg(format!("{}{path}", api.url))
+        .output()
+        .expect("curl");
+    (
+        out.status.success(),
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+    )
+}
+
 /// What a user and the scheduler do for a claim: create it, then write its allocation
 /// (`results` as (request, driver, device)) and the pods it is reserved for on /status.
 /// Returns the UID the API server gave it.
@@ -165,9 +183,14 @@ struct World {
 impl World {
     /// The node publishes (and so prepares) its NICs 0 and 1, veths named in `dra.nics`.
     fn new() -> World {
+        World::with_api(&[])
+    }
+
+    /// [`new`](Self::new), the API server started with `args`.
+    fn with_api(args: &[&str]) -> World {
         let rig = Rig::new();
         rig.set_node(json!({"dra": {"nics": {"names": [rig.nic_name(0), rig.nic_name(1)]}}}));
-        let api = ApiServer::start(rig.dir.path(), &[]);
+        let api = ApiServer::start(rig.dir.path(), args);
         World {
             rig,
             kubelet_dir: TempDir::new("dra-kubelet"),
@@ -544,4 +567,380 @@ fn the_cni_binary_links_the_checkpoint_reader_but_not_the_driver() {
     ] {
         assert_eq!(count(agent_only), 0, "{agent_only} reached the CNI binary");
     }
+}
+
+const CLAIMS: &str = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaims";
+
+/// The claim `name` (namespace team) as the API server has it.
+fn claim(api: &ApiServer, name: &str) -> Value {
+    rest(api, "GET", &format!("{CLAIMS}/{name}"), &Value::Null)
+}
+
+/// The claim's `status.devices[]` (empty when it has none).
+fn status_devices(api: &ApiServer, name: &str) -> Vec<Value> {
+    claim(api, name)["status"]["devices"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Wait up to 15 s for `f` to give something; panic with `what` (and the driver's log).
+fn until<T>(what: &str, d: &Logged, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting for {what}\n{}",
+            d.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Another driver's entry, as a GPU driver would write it in the same claim's status.
+fn gpu_entry() -> Value {
+    json!({"driver": "gpu.example.com", "pool": POOL, "device": "gpu-0",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared",
+            "message": "", "lastTransitionTime": "2026-11-01T00:00:00Z"}]})
+}
+
+/// Static IPAM (Debian's `static` plugin) with `addresses`.
+fn with_static_ipam(rig: &Rig, addresses: &[String]) -> Value {
+    let mut conf = rig.conf("1.0.0", json!({"draRequest": "nic"}));
+    conf["ipam"] = json!({"type": "static",
+        "addresses": addresses.iter().map(|a| json!({"address": a})).collect::<Vec<_>>()});
+    conf
+}
+
+/// Our entry for `nic` as the claim's status should show it after ADD.
+fn our_entry(nic: &Veth, ips: &[String]) -> Value {
+    json!({"driver": DRIVER, "pool": POOL, "device": device(nic),
+        "networkData": {"interfaceName": "net1", "ips": ips, "hardwareAddress": nic.mac}})
+}
+
+#[test]
+fn the_claims_status_carries_the_network_data_add_applied_until_del_even_across_a_driver_restart() {
+    let w = World::new();
+    let (a, b) = (w.rig.nic(0), w.rig.nic(1));
+    let (pod_a, pod_b) = (w.rig.netns(0), w.rig.netns(1));
+    let ca = seed(
+        &w.api,
+        "a",
+        &[
+            ("gpu", "gpu.example.com", "gpu-0"),
+            ("nic", DRIVER, &device(&a)),
+        ],
+        &["pod-a"],
+    );
+    let cb = seed(&w.api, "b", &[("nic", DRIVER, &device(&b))], &["pod-b"]);
+    // The GPU driver has written its entry in claim a already: ours goes beside it.
+    let mut c = claim(&w.api, "a");
+    c["status"]["devices"] = json!([gpu_entry()]);
+    rest(&w.api, "PUT", &format!("{CLAIMS}/a/status"), &c);
+    // A claim allocated our device but never prepared by this driver, and a state record
+    // naming it (root could write one; our CNI never would): nothing is written for it.
+    let stranger = seed(
+        &w.api,
+        "stranger",
+        &[("nic", DRIVER, "net-other")],
+        &["pod-x"],
+    );
+    let forged = w.rig.state_dir().join("forged:net1.json");
+    std::fs::create_dir_all(w.rig.state_dir()).unwrap();
+    std::fs::write(
+        &forged,
+        json!({"containerId": "forged", "ifname": "net1", "network": "n", "netns": "/x",
+            "hostName": "no-such-nic", "hostMtu": 1500, "hostUp": true, "mac": "02:00:00:00:00:09",
+            "dra": {"namespace": "team", "name": "stranger", "uid": stranger, "request": "nic",
+                "driver": DRIVER, "pool": POOL, "device": "net-other",
+                "network": {"interfaceName": "net1", "ips": ["10.99.0.1/24"],
+                    "hardwareAddress": "02:00:00:00:00:09"}}})
+        .to_string(),
+    )
+    .unwrap();
+
+    let (mut k, d) = w.serving();
+    let r = k.prepare(&[("a", &ca), ("b", &cb)]);
+    assert_eq!(r[&ca]["error"], "", "{r}\n{}", d.log());
+    assert_eq!(r[&cb]["error"], "", "{r}\n{}", d.log());
+
+    let o = w.rig.octet();
+    let ips_a = vec![format!("10.91.{o}.5/24"), format!("fd00:91:{o:x}::5/64")];
+    let ips_b = vec![format!("10.92.{o}.6/24")];
+    w.rig
+        .call(
+            "ADD",
+            &with_static_ipam(&w.rig, &ips_a),
+            &pod_a.path(),
+            &w.rig.cid(0),
+            "net1",
+            &[("CNI_ARGS", &cni_args("pod-a"))],
+        )
+        .ok();
+    w.rig
+        .call(
+            "ADD",
+            &with_static_ipam(&w.rig, &ips_b),
+            &pod_b.path(),
+            &w.rig.cid(1),
+            "net1",
+            &[("CNI_ARGS", &cni_args("pod-b"))],
+        )
+        .ok();
+    // What ADD applied, not what the pod shows later: the pod renames and re-addresses it.
+    let want_a = our_entry(&a, &ips_a);
+    until("claim a's entry", &d, || {
+        (status_devices(&w.api, "a") == [gpu_entry(), want_a.clone()]).then_some(())
+    });
+    until("claim b's entry", &d, || {
+        (status_devices(&w.api, "b") == [our_entry(&b, &ips_b)]).then_some(())
+    });
+    assert_eq!(
+        link(Some(&pod_a.name), "net1").map(|l| l.mac),
+        Some(a.mac.clone()),
+        "the entry's MAC is the NIC's"
+    );
+    assert!(
+        status_devices(&w.api, "stranger").is_empty(),
+        "a record naming a claim the driver did not prepare writes nothing"
+    );
+    assert!(
+        d.log().contains(&format!(
+            "claim team/stranger ({stranger}), which this driver did not prepare"
+        )),
+        "{}",
+        d.log()
+    );
+
+    // DEL of pod b while the driver runs: b's entry goes.
+    w.rig
+        .call(
+            "DEL",
+            &with_static_ipam(&w.rig, &ips_b),
+            &pod_b.path(),
+            &w.rig.cid(1),
+            "net1",
+            &[("CNI_ARGS", &cni_args("pod-b"))],
+        )
+        .ok();
+    until("claim b's entry to go", &d, || {
+        status_devices(&w.api, "b").is_empty().then_some(())
+    });
+    assert_eq!(status_devices(&w.api, "a"), [gpu_entry(), want_a.clone()]);
+
+    // DEL of pod a while no driver runs: the next one removes a's entry at start, and only it.
+    let mut d = d;
+    d.stop();
+    w.rig
+        .call(
+            "DEL",
+            &with_static_ipam(&w.rig, &ips_a),
+            &pod_a.path(),
+            &w.rig.cid(0),
+            "net1",
+            &[("CNI_ARGS", &cni_args("pod-a"))],
+        )
+        .ok();
+    assert_eq!(status_devices(&w.api, "a"), [gpu_entry(), want_a]);
+    let d2 = start_driver(&w.rig, w.kubelet_dir.path(), &w.api);
+    registered(&mut k, 2, &d2);
+    until("claim a's entry to go after the restart", &d2, || {
+        (status_devices(&w.api, "a") == [gpu_entry()]).then_some(())
+    });
+    a.assert_home(Some(&pod_a), &"after DEL");
+    b.assert_home(Some(&pod_b), &"after DEL");
+    std::fs::remove_file(&forged).unwrap();
+}
+
+/// An API server without the DRAResourceClaimDeviceStatus gate drops `status.devices` and
+/// answers 200: the driver says so once and does not write again and again.
+#[test]
+fn an_api_server_that_drops_the_device_status_is_told_once_and_not_asked_again() {
+    let w = World::with_api(&["--no-device-status"]);
+    let (a, b) = (w.rig.nic(0), w.rig.nic(1));
+    let (pod_a, pod_b) = (w.rig.netns(0), w.rig.netns(1));
+    let ca = seed(&w.api, "a", &[("nic", DRIVER, &device(&a))], &["pod-a"]);
+    let cb = seed(&w.api, "b", &[("nic", DRIVER, &device(&b))], &["pod-b"]);
+    let (mut k, d) = w.serving();
+    let r = k.prepare(&[("a", &ca), ("b", &cb)]);
+    assert_eq!(
+        (r[&ca]["error"].as_str(), r[&cb]["error"].as_str()),
+        (Some(""), Some(""))
+    );
+    let o = w.rig.octet();
+    for (i, (pod, uid)) in [(&pod_a, "pod-a"), (&pod_b, "pod-b")]
+        .into_iter()
+        .enumerate()
+    {
+        w.rig
+            .call(
+                "ADD",
+                &with_static_ipam(&w.rig, &[format!("10.93.{o}.{}/24", i + 1)]),
+                &pod.path(),
+                &w.rig.cid(i as u32),
+                "net1",
+                &[("CNI_ARGS", &cni_args(uid))],
+            )
+            .ok();
+    }
+    let dropped = "the API server dropped status.devices";
+    until("the driver to see the field dropped", &d, || {
+        d.log().contains(dropped).then_some(())
+    });
+    let puts = |name: &str| {
+        std::fs::read_to_string(&w.api.log)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&format!("PUT {CLAIMS}/{name}/status")))
+            .count()
+    };
+    // Both claims written once (after the seed's own PUT), then left alone past a retry period.
+    until("both claims written", &d, || {
+        (puts("a") == 2 && puts("b") == 2).then_some(())
+    });
+    std::thread::sleep(rdma_host_device::dra::status::RETRY + std::time::Duration::from_secs(1));
+    assert_eq!((puts("a"), puts("b")), (2, 2), "{}", d.log());
+    assert_eq!(d.log().matches(dropped).count(), 1, "{}", d.log());
+    assert!(status_devices(&w.api, "a").is_empty());
+    for (i, (pod, uid)) in [(&pod_a, "pod-a"), (&pod_b, "pod-b")]
+        .into_iter()
+        .enumerate()
+    {
+        w.rig
+            .call(
+                "DEL",
+                &with_static_ipam(&w.rig, &[format!("10.93.{o}.{}/24", i + 1)]),
+                &pod.path(),
+                &w.rig.cid(i as u32),
+                "net1",
+                &[("CNI_ARGS", &cni_args(uid))],
+            )
+            .ok();
+    }
+}
+
+/// The stand-in API server refuses what the real one refuses in `status.devices[]` (422, one
+/// cause per field), so the driver's writes are held to the real rules: an entry for a device
+/// the claim was not allocated, an entry twice, an address without its prefix length or not
+/// in canonical form, an address twice, an interface name over 256 bytes.
+#[test]
+fn the_api_stand_in_refuses_device_status_entries_the_real_one_refuses() {
+    let w = World::new();
+    seed(&w.api, "v", &[("nic", DRIVER, "net-a")], &["pod-v"]);
+    let put = |devices: Value| {
+        let mut c = claim(&w.api, "v");
+        c["status"]["devices"] = devices;
+        try_rest(&w.api, "PUT", &format!("{CLAIMS}/v/status"), &c)
+    };
+    let entry = |device: &str, net: Value| json!({"driver": DRIVER, "pool": POOL, "device": device, "networkData": net});
+    let good = entry(
+        "net-a",
+        json!({"interfaceName": "net1", "ips": ["10.0.0.5/24", "fd00::5/64"],
+        "hardwareAddress": "02:00:00:00:00:01"}),
+    );
+    for (devices, field, why) in [
+        (
+            json!([entry("net-b", json!({}))]),
+            "status.devices[0]",
+            "must be an allocated device in the claim",
+        ),
+        (
+            json!([good, good]),
+            "status.devices[1].deviceID",
+            "Duplicate value",
+        ),
+        (
+            json!([entry("net-a", json!({"ips": ["10.0.0.5"]}))]),
+            "status.devices[0].networkData.ips[0]",
+            "must be a valid address in CIDR form",
+        ),
+        (
+            json!([entry("net-a", json!({"ips": ["fd00:0::5/64"]}))]),
+            "status.devices[0].networkData.ips[0]",
+            "must be in canonical form ('fd00::5/64')",
+        ),
+        (
+            json!([entry(
+                "net-a",
+                json!({"ips": ["10.0.0.5/24", "10.0.0.5/24"]})
+            )]),
+            "status.devices[0].networkData.ips[1]",
+            "Duplicate value",
+        ),
+        (
+            json!([entry("net-a", json!({"interfaceName": "n".repeat(257)}))]),
+            "status.devices[0].networkData.interfaceName",
+            "Too long",
+        ),
+    ] {
+        let (ok, answer) = put(devices.clone());
+        assert!(!ok, "{devices} was accepted");
+        assert_eq!(answer["code"], 422, "{answer}");
+        let causes = answer["details"]["causes"].as_array().unwrap();
+        assert!(
+            causes
+                .iter()
+                .any(|c| c["field"] == field && c["message"].as_str().unwrap().contains(why)),
+            "{devices}: {answer}"
+        );
+    }
+    let (ok, answer) = put(json!([good]));
+    assert!(ok, "{answer}");
+    assert_eq!(answer["status"]["devices"], json!([good]));
+}
+
+/// Another writer changes the claim between the driver's read and its write (a GPU driver
+/// updating its entry): the 409 is met by reading the claim again and writing at once, not by
+/// the retry of a write that got no answer.
+#[test]
+fn a_claim_changed_under_the_write_is_read_again_and_written() {
+    let w = World::with_api(&["--race-device-status", "2"]);
+    let a = w.rig.nic(0);
+    let pod_a = w.rig.netns(0);
+    let ca = seed(&w.api, "a", &[("nic", DRIVER, &device(&a))], &["pod-a"]);
+    let (mut k, d) = w.serving();
+    assert_eq!(k.prepare(&[("a", &ca)])[&ca]["error"], "", "{}", d.log());
+    let ips = vec![format!("10.94.{}.5/24", w.rig.octet())];
+    let conf = with_static_ipam(&w.rig, &ips);
+    let args = cni_args("pod-a");
+    w.rig
+        .call(
+            "ADD",
+            &conf,
+            &pod_a.path(),
+            &w.rig.cid(0),
+            "net1",
+            &[("CNI_ARGS", &args)],
+        )
+        .ok();
+    until("claim a's entry", &d, || {
+        (status_devices(&w.api, "a") == [our_entry(&a, &ips)]).then_some(())
+    });
+    let log = std::fs::read_to_string(&w.api.log).unwrap();
+    let conflicts = log
+        .lines()
+        .filter(|l| l.contains(&format!("PUT {CLAIMS}/a/status")) && l.contains(" 409 "))
+        .count();
+    assert_eq!(conflicts, 2, "{log}");
+    assert!(
+        !d.log().contains("trying again every"),
+        "a conflict is not a failure to wait out\n{}",
+        d.log()
+    );
+    w.rig
+        .call(
+            "DEL",
+            &conf,
+            &pod_a.path(),
+            &w.rig.cid(0),
+            "net1",
+            &[("CNI_ARGS", &args)],
+        )
+        .ok();
+    until("claim a's entry to go", &d, || {
+        status_devices(&w.api, "a").is_empty().then_some(())
+    });
 }

@@ -167,14 +167,26 @@ impl Checkpoint {
     /// subrequests, `request/...`), in claim then device order. Entries of other pods are
     /// never returned, whatever the request is called.
     pub fn for_pod(&self, pod_uid: &str, request: &str) -> Vec<&PreparedDevice> {
+        self.claims_for_pod(pod_uid, request)
+            .into_iter()
+            .map(|(_, _, d)| d)
+            .collect()
+    }
+
+    /// [`for_pod`](Self::for_pod), each device with its claim (UID and record).
+    pub fn claims_for_pod(
+        &self,
+        pod_uid: &str,
+        request: &str,
+    ) -> Vec<(&str, &PreparedClaim, &PreparedDevice)> {
         if pod_uid.is_empty() {
             return Vec::new();
         }
         self.claims
-            .values()
-            .filter(|c| c.pods.iter().any(|p| p == pod_uid))
-            .flat_map(|c| c.devices.iter())
-            .filter(|d| {
+            .iter()
+            .filter(|(_, c)| c.pods.iter().any(|p| p == pod_uid))
+            .flat_map(|(uid, c)| c.devices.iter().map(move |d| (uid.as_str(), c, d)))
+            .filter(|(_, _, d)| {
                 d.request == request
                     || d.request
                         .strip_prefix(request)

@@ -6,7 +6,9 @@
 //! - `plugin.rs`: the kubelet side (plugin registration, DRA plugin API v1): prepare reads a
 //!   claim, maps our allocated devices to NICs (`nics.rs`), answers their RDMA devices' CDI IDs
 //!   and records the claim in `checkpoint.rs`; unprepare works from the checkpoint alone.
-//!   `api.rs` holds the kubelet's messages.
+//!   `api.rs` holds the kubelet's messages;
+//! - `status.rs`: the network data of NICs that ADD attached (`draRequest`), from the CNI's
+//!   state records into their claims' `status.devices[]` (KEP-4817).
 //!
 //! The NIC's move into the pod stays the CNI's: ADD finds the NIC prepared for its pod in the
 //! checkpoint (a NAD's `draRequest`). That is why `checkpoint` depends on nothing else here: it
@@ -21,6 +23,7 @@ pub mod checkpoint;
 pub mod nics;
 pub mod plugin;
 pub mod slices;
+pub mod status;
 
 use crate::error::{Result, invalid_config, io_error};
 use crate::flags::absolute_path;
@@ -152,6 +155,7 @@ pub fn run(opts: &Options) -> Result<()> {
         });
         // The kubelet side first: unprepare must work even while the API server is away.
         tokio::spawn(plugin::supervise(driver, sockets));
+        tokio::spawn(status::Reporter::new(kube.clone(), DRIVER, &settings.state_dir).run());
         slices::run(kube, settings).await
     })
 }

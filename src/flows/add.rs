@@ -17,7 +17,7 @@ use crate::fault;
 use crate::ipam::Ipam;
 use crate::link::Arrival;
 use crate::node::Node;
-use crate::state::Store;
+use crate::state::{NetworkData, Store};
 use futures::FutureExt;
 use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
@@ -215,6 +215,24 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
             device_info::write(path, &info)?;
             log::info!("device-info: {} written ({info:?})", path.display());
         }
+    }
+    // 9. A NIC of a DRA claim: what ADD applied (the pod's name for it, its addresses, its
+    //    MAC on arrival), for the driver to report in the claim's status. Written last, so a
+    //    record with it is an attachment that succeeded; the pod may change any of it later,
+    //    and what is reported stays what ADD did.
+    if let Some(dra) = &mut record.dra {
+        dra.network = Some(NetworkData {
+            interface_name: env.ifname.clone(),
+            ips: result
+                .ips
+                .iter()
+                .filter(|ip| ip.interface == Some(ours))
+                .map(|ip| ip.address.to_string())
+                .collect(),
+            hardware_address: inside.mac.clone(),
+        });
+        Store::new(&places.node.state_dir).save(&record)?;
+        undo.update_record(&record);
     }
     fault::hit("add:before-result")?;
     Ok(result)

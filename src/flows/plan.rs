@@ -17,7 +17,7 @@ use crate::lock;
 use crate::netns::Netns;
 use crate::node::Node;
 use crate::select::{self, Resolved};
-use crate::state::{Record, Store};
+use crate::state::{DraAttachment, Record, Store};
 use std::path::Path;
 
 /// Everything ADD will do, decided before it changes anything.
@@ -48,7 +48,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         None => None,
     };
     let selector = match &from_dra {
-        Some(s) => s,
+        Some((s, _)) => s,
         None => conf.require_selector()?,
     };
     // The node decides what this root process may exec for the tenant: checked first.
@@ -146,6 +146,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             }
             None => None,
         },
+        dra: from_dra.map(|(_, d)| d),
         ..Record::of_home(&home)
     };
     if let Some(p) = &rdma {
@@ -205,8 +206,10 @@ fn refuse_another_pods_prepared_nic(env: &Env, node: &Node, r: &Resolved) -> Res
 /// selector. The pod is the UID the runtime puts in CNI_ARGS (`K8S_POD_UID`), which the NAD
 /// cannot set; the driver's checkpoint lists each prepared claim's pods, and only the claims
 /// of this pod are looked at, so no request name reaches another pod's NIC. Of several NICs
-/// under one request, the first not already attached (one ADD per NIC).
-pub fn dra_selector(env: &Env, node: &Node, request: &str) -> Result<Selector> {
+/// under one request, the first not already attached (one ADD per NIC). With it, which claim
+/// and allocation result it is, for the record (the driver reports the NIC's network data in
+/// that claim's status).
+pub fn dra_selector(env: &Env, node: &Node, request: &str) -> Result<(Selector, DraAttachment)> {
     use crate::dra::checkpoint::{self, Checkpoint};
     let uid = env.pod().map(|p| p.uid).unwrap_or_default();
     if uid.is_empty() {
@@ -219,7 +222,7 @@ pub fn dra_selector(env: &Env, node: &Node, request: &str) -> Result<Selector> {
     }
     let path = checkpoint::path(&node.state_dir);
     let cp = Checkpoint::read(&path).map_err(|e| Error::new(Code::Io, e.to_string()))?;
-    let prepared = cp.for_pod(&uid, request);
+    let prepared = cp.claims_for_pod(&uid, request);
     if prepared.is_empty() {
         let has = cp.requests_of(&uid);
         return Err(Error::new(
@@ -247,15 +250,30 @@ pub fn dra_selector(env: &Env, node: &Node, request: &str) -> Result<Selector> {
             crate::sysfs::device_id(r.pci.as_deref(), aux, &r.host_name)
         })
         .collect();
-    match prepared.iter().find(|d| !attached.contains(&d.device_id)) {
-        Some(d) => {
+    match prepared
+        .iter()
+        .find(|(_, _, d)| !attached.contains(&d.device_id))
+    {
+        Some((claim_uid, claim, d)) => {
             log::info!(
-                "draRequest {request} of pod {uid}: device {} ({}), pool {}",
+                "draRequest {request} of pod {uid}: device {} ({}), pool {}, claim {}/{}",
                 d.device,
                 d.device_id,
-                d.pool
+                d.pool,
+                claim.namespace,
+                claim.name
             );
-            Ok(Selector::DeviceId(d.device_id.clone()))
+            let dra = DraAttachment {
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+                uid: (*claim_uid).to_owned(),
+                request: d.request.clone(),
+                driver: crate::dra::DRIVER.to_owned(),
+                pool: d.pool.clone(),
+                device: d.device.clone(),
+                network: None,
+            };
+            Ok((Selector::DeviceId(d.device_id.clone()), dra))
         }
         None => Err(Error::new(
             Code::DeviceBusy,
@@ -263,7 +281,7 @@ pub fn dra_selector(env: &Env, node: &Node, request: &str) -> Result<Selector> {
                 "draRequest {request}: every NIC prepared for pod {uid} under it is attached already ({})",
                 prepared
                     .iter()
-                    .map(|d| d.device_id.as_str())
+                    .map(|(_, _, d)| d.device_id.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
             ),

@@ -21,6 +21,8 @@
 //!     (`allocated_devices(&claim)` and `reserved_pod_uids(&claim)` read both)
 //! kube.update_claim_status(&claim) -> Result<ResourceClaim>   PUT .../status, with the claim's
 //!     resourceVersion: 409 (`ApiError::is_conflict`) when it changed meanwhile
+//! kube.get_claim_json(namespace, name) / replace_claim_status_json(&claim)   the same as the
+//!     API's JSON, every field kept (what `dra::status` edits `status.devices[]` in)
 //!
 //! kube.list_slices(&SliceFilter) -> Result<(Vec<ResourceSlice>, resourceVersion)>
 //! kube.watch_slices(&SliceFilter, resourceVersion) -> Result<stream of SliceEvent>
@@ -36,7 +38,8 @@
 
 use crate::error::{Code, Error};
 use ::kube::api::{
-    Api, DeleteParams, ListParams, PostParams, Preconditions, WatchEvent, WatchParams,
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, Preconditions,
+    WatchEvent, WatchParams,
 };
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::resource::v1 as resource;
@@ -294,6 +297,49 @@ impl Kube {
             .replace_status(name, &PostParams::default(), claim)
             .await
             .map_err(|e| self.err(format!("update resourceclaims/status {ns}/{name}"), e))
+    }
+
+    fn raw_claims(&self, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &ApiResource::erase::<ResourceClaim>(&()),
+        )
+    }
+
+    /// The claim `namespace/name` as the API server's JSON, every field kept (a status written
+    /// back from it loses none of a newer server's fields).
+    pub async fn get_claim_json(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<serde_json::Value, ApiError> {
+        let what = || format!("get resourceclaims {namespace}/{name}");
+        let claim = self
+            .raw_claims(namespace)
+            .get(name)
+            .await
+            .map_err(|e| self.err(what(), e))?;
+        serde_json::to_value(claim).map_err(|e| self.err(what(), ::kube::Error::SerdeError(e)))
+    }
+
+    /// Write the `.status` of `claim` (JSON as [`get_claim_json`](Self::get_claim_json) gave
+    /// it, with its resourceVersion: 409 when it changed meanwhile); the claim as stored.
+    pub async fn replace_claim_status_json(
+        &self,
+        claim: &serde_json::Value,
+    ) -> Result<serde_json::Value, ApiError> {
+        let ns = claim["metadata"]["namespace"].as_str().unwrap_or_default();
+        let name = claim["metadata"]["name"].as_str().unwrap_or_default();
+        let what = || format!("update resourceclaims/status {ns}/{name}");
+        let obj: DynamicObject = serde_json::from_value(claim.clone())
+            .map_err(|e| self.err(what(), ::kube::Error::SerdeError(e)))?;
+        let stored = self
+            .raw_claims(ns)
+            .replace_status(name, &PostParams::default(), &obj)
+            .await
+            .map_err(|e| self.err(what(), e))?;
+        serde_json::to_value(stored).map_err(|e| self.err(what(), ::kube::Error::SerdeError(e)))
     }
 
     /// Our slices now, and the collection's resourceVersion to watch from.

@@ -35,8 +35,18 @@ contract as kubernetes/kubernetes and kubernetes/api define it:
   per attribute, strings at most 64 characters, at most 32 attributes and capacities per
   device, at most 128 devices, taint effects. With --no-device-taints it behaves like a 1.34
   API server without the DRADeviceTaints gate: it silently drops `spec.devices[].taints`.
+- ResourceClaim /status validation of `status.devices[]` (KEP-4817, 422 Invalid): each entry
+  names a device of the claim's allocation (driver, pool, device, shareID), none twice, at
+  most 8 conditions; `networkData.interfaceName` at most 256 bytes, `hardwareAddress` at most
+  128, at most 16 `ips`, each an address with its prefix length in canonical form, none twice.
+  Entries of devices the update deallocates are dropped. With --no-device-status it behaves
+  like an API server without the DRAResourceClaimDeviceStatus gate (off by default before
+  1.33): it silently drops `status.devices` unless the stored claim has some already. With
+  --race-device-status N, the first N /status writes that change `status.devices` lose a race
+  to another writer: the claim gets a new resourceVersion and the write a 409 Conflict.
 
-    apiserver.py DIR [--history N] [--no-device-taints]
+    apiserver.py DIR [--history N] [--no-device-taints] [--no-device-status]
+                 [--race-device-status N]
 
 writes DIR/ca.crt and DIR/token (the bearer token it accepts), listens on 127.0.0.1 (a free
 port), prints one line of JSON, {"url": ..., "ca": ..., "token": ...}, and serves until stdin
@@ -369,6 +379,114 @@ def validate_slice(obj, server):
                 t.setdefault("timeAdded", stamp)
 
 
+# Limits of AllocatedDeviceStatus (k8s.io/api/resource/v1 types.go).
+DEVICE_STATUS_MAX_CONDITIONS = 8
+NETWORK_MAX_IPS = 16
+NETWORK_INTERFACE_NAME_MAX = 256
+NETWORK_HARDWARE_ADDRESS_MAX = 128
+
+
+def interface_address_error(value):
+    """validation.IsValidInterfaceAddress: an address with its prefix length ("10.9.8.7/24",
+    "2001:db8::1/64"), written in canonical form; None when it is one."""
+    import ipaddress
+    if not isinstance(value, str) or "/" not in value:
+        return "must be a valid address in CIDR form, (e.g. 10.9.8.7/24 or 2001:db8::1/64)"
+    try:
+        iface = ipaddress.ip_interface(value)
+        int(value.rsplit("/", 1)[1])  # a netmask ("/255.255.255.0") is no prefix length
+    except ValueError:
+        return "must be a valid address in CIDR form, (e.g. 10.9.8.7/24 or 2001:db8::1/64)"
+    canonical = f"{iface.ip}/{iface.network.prefixlen}"
+    if value != canonical:
+        return f"must be in canonical form ({canonical!r})"
+    return None
+
+
+def device_key(entry):
+    return (entry.get("driver", ""), entry.get("pool", ""), entry.get("device", ""),
+            entry.get("shareID") or "")
+
+
+def key_text(key):
+    return "/".join(k for k in key if k)
+
+
+def drop_claim_status_fields(new, old, server):
+    """The claim strategy's PrepareForUpdate of /status: without the
+    DRAResourceClaimDeviceStatus gate (--no-device-status) status.devices is dropped unless
+    the stored claim has it already; entries of devices no longer allocated are dropped."""
+    status = new.get("status") or {}
+    old_status = (old or {}).get("status") or {}
+    if server.no_device_status and not old_status.get("devices"):
+        status.pop("devices", None)
+        return
+    gone = {device_key(r) for r in
+            (((old_status.get("allocation") or {}).get("devices") or {}).get("results") or [])}
+    gone -= {device_key(r) for r in
+             (((status.get("allocation") or {}).get("devices") or {}).get("results") or [])}
+    if gone and status.get("devices"):
+        status["devices"] = [d for d in status["devices"] if device_key(d) not in gone]
+
+
+def validate_claim_status(obj):
+    """validateResourceClaimStatusUpdate's rules for status.devices (validateDeviceStatus,
+    validateNetworkDeviceData): each entry one of the allocation's devices, no entry twice,
+    at most 8 conditions, networkData's limits, IPs unique and in CIDR form."""
+    causes = []
+
+    def bad(field, message):
+        causes.append({"field": field, "message": message})
+
+    status = obj.get("status") or {}
+    allocated = {device_key(r) for r in
+                 (((status.get("allocation") or {}).get("devices") or {}).get("results") or [])}
+    seen = set()
+    for i, d in enumerate(status.get("devices") or []):
+        f = f"status.devices[{i}]"
+        if not isinstance(d, dict):
+            bad(f, "Invalid value: must be an object")
+            continue
+        for k in ("driver", "pool", "device"):
+            if not d.get(k):
+                bad(f"{f}.{k}", "Required value")
+        key = device_key(d)
+        if key not in allocated:
+            bad(f, f"Invalid value: {key_text(key)!r}: must be an allocated device in the claim")
+        if key in seen:
+            bad(f"{f}.deviceID", f"Duplicate value: {key_text(key)!r}")
+        seen.add(key)
+        conditions = d.get("conditions") or []
+        if len(conditions) > DEVICE_STATUS_MAX_CONDITIONS:
+            bad(f"{f}.conditions",
+                f"Too many: {len(conditions)}: must have at most {DEVICE_STATUS_MAX_CONDITIONS} items")
+        net = d.get("networkData")
+        if net is None:
+            continue
+        if not isinstance(net, dict):
+            bad(f"{f}.networkData", "Invalid value: must be an object")
+            continue
+        if len(net.get("interfaceName") or "") > NETWORK_INTERFACE_NAME_MAX:
+            bad(f"{f}.networkData.interfaceName",
+                f"Too long: may not be more than {NETWORK_INTERFACE_NAME_MAX} bytes")
+        if len(net.get("hardwareAddress") or "") > NETWORK_HARDWARE_ADDRESS_MAX:
+            bad(f"{f}.networkData.hardwareAddress",
+                f"Too long: may not be more than {NETWORK_HARDWARE_ADDRESS_MAX} bytes")
+        ips = net.get("ips") or []
+        if len(ips) > NETWORK_MAX_IPS:
+            bad(f"{f}.networkData.ips", f"Too many: {len(ips)}: must have at most {NETWORK_MAX_IPS} items")
+        seen_ips = set()
+        for j, ip in enumerate(ips):
+            why = interface_address_error(ip)
+            if why:
+                bad(f"{f}.networkData.ips[{j}]", f"Invalid value: {ip!r}: {why}")
+            if ip in seen_ips:
+                bad(f"{f}.networkData.ips[{j}]", f"Duplicate value: {ip!r}")
+            seen_ips.add(ip)
+    if causes:
+        raise invalid("ResourceClaim", obj["metadata"].get("name", ""), causes)
+
+
 def now_rfc3339():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -385,6 +503,8 @@ class Store:
         self.history = history
         self.oldest = 1  # the oldest resourceVersion a watch may start after
         self.no_device_taints = False
+        self.no_device_status = False
+        self.races_left = 0
 
     def bump(self):
         self.rv += 1
@@ -624,6 +744,18 @@ class Handler(BaseHTTPRequestHandler):
             if old is None:
                 raise not_found(resource, name)
             want_rv = meta.get("resourceVersion")
+            if (resource == "resourceclaims" and sub == "status" and st.races_left > 0
+                    and (body.get("status") or {}).get("devices")
+                    != (old.get("status") or {}).get("devices")):
+                # --race-device-status: another writer changed the claim just before this
+                # write (a new resourceVersion, as its update would give it), so this one is
+                # stale.
+                st.races_left -= 1
+                raced = json.loads(json.dumps(old))
+                raced["metadata"]["resourceVersion"] = str(st.bump())
+                st.objects[(resource, ns, name)] = raced
+                st.record(resource, "MODIFIED", old, raced)
+                raise conflict(resource, name, STALE)
             if want_rv and want_rv != old["metadata"]["resourceVersion"]:
                 raise conflict(resource, name, STALE)
             new = json.loads(json.dumps(old))
@@ -631,6 +763,9 @@ class Handler(BaseHTTPRequestHandler):
                 new["status"] = body.get("status")
                 if new["status"] is None:
                     new.pop("status")
+                if resource == "resourceclaims":
+                    drop_claim_status_fields(new, old, st)
+                    validate_claim_status(new)
             else:
                 for k, v in body.items():
                     if k not in ("metadata", "status", "kind", "apiVersion"):
@@ -758,6 +893,7 @@ def main():
     dir_ = args[0]
     history = 1000
     no_taints = "--no-device-taints" in args
+    no_status = "--no-device-status" in args
     if "--history" in args:
         history = int(args[args.index("--history") + 1])
     os.makedirs(dir_, exist_ok=True)
@@ -773,6 +909,9 @@ def main():
     srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     srv.store = Store(history)
     srv.store.no_device_taints = no_taints
+    srv.store.no_device_status = no_status
+    if "--race-device-status" in args:
+        srv.store.races_left = int(args[args.index("--race-device-status") + 1])
     srv.token_path = token_path
     srv.stopping = False
     threading.Thread(target=srv.serve_forever, daemon=True).start()

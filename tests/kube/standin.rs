@@ -16,7 +16,7 @@ pub struct ApiServer {
 
 impl ApiServer {
     /// A fresh stand-in with an empty store, its files (CA, token, log) in `dir`; `args` are
-    /// its options (`--no-device-taints`, `--history N`).
+    /// its options (`--no-device-taints`, `--no-device-status`, `--history N`).
     pub fn start(dir: &Path, args: &[&str]) -> ApiServer {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube/apiserver.py");
         let log = dir.join("apiserver.log");
