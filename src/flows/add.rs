@@ -231,7 +231,8 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
                 .collect(),
             hardware_address: inside.mac.clone(),
         });
-        Store::new(&places.node.state_dir).save(&record)?;
+        // Like the NIC's index, worth something only while the pod's netns lives: no fsync.
+        Store::new(&places.node.state_dir).update(&record)?;
         undo.update_record(&record);
     }
     fault::hit("add:before-result")?;
