@@ -100,14 +100,7 @@ def main():
                 if time.monotonic() - t0 > 30:
                     raise SystemExit("no uppers watcher socket: " + open(f"{work}/uppers.log").read())
                 time.sleep(0.05)
-        # The stand-in, unchanged, but with TCP_NODELAY on its connections as the Go
-        # kube-apiserver has (Go's net package sets it on every TCP connection). Python's
-        # http.server leaves Nagle on, and its two writes per answer (headers, body) then wait
-        # out the client's delayed ACK: +40 ms on some GETs, a stand-in artifact.
-        nodelay = ("import runpy, socketserver, sys; "
-                   "socketserver.StreamRequestHandler.disable_nagle_algorithm = True; "
-                   "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
-        api = subprocess.Popen([sys.executable, "-c", nodelay, f"{ROOT}/tests/kube/apiserver.py",
+        api = subprocess.Popen([sys.executable, f"{ROOT}/tests/kube/apiserver.py",
                                 f"{work}/kapi"],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=open(f"{work}/kapi.log", "w"), text=True,

@@ -528,6 +528,9 @@ def strip_for_list(obj):
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "stand-in-kube-apiserver"
+    # TCP_NODELAY, as Go's net package sets on every connection of the real server: with Nagle
+    # on, an answer's two writes (headers, body) wait out the client's delayed ACK (+40 ms).
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):
         sys.stderr.write("apiserver.py: " + (fmt % args) + "\n")
