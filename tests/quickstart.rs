@@ -41,7 +41,8 @@
 //!    DEL as Multus sends it, and the NIC is home.
 //!
 //! Needs root, podman, containerd, go (scripts/setup.sh --for test) and the release build;
-//! about a minute when the release build is current (docs/testing.md).
+//! 17 s when the release build is current (it runs `cargo build --release` first, as the
+//! README does).
 
 mod common;
 
@@ -699,7 +700,7 @@ fn the_quick_start_runs_in_order_on_this_machine() {
                     .map(|d| d["kind"].as_str().unwrap_or(""))
                     .collect();
                 if kinds.contains(&"DaemonSet") {
-                    assert_eq!(kinds, ["ConfigMap", "ConfigMap", "DaemonSet"], "{files:?}");
+                    assert_eq!(kinds, ["ConfigMap", "DaemonSet"], "{files:?}");
                     let n = apply_daemonset(
                         &podman,
                         &dir,
@@ -765,7 +766,9 @@ fn the_quick_start_runs_in_order_on_this_machine() {
                         .is_some_and(|m| m.eq_ignore_ascii_case(&nic.mac)),
                     "the NIC's MAC: {s}"
                 );
-                assert_eq!(s["mtu"], 9000, "the NAD's MTU: {s}");
+                // The NAD says cniVersion 1.0.0, whose interfaces carry no mtu (1.1.0's do):
+                // Multus then writes none; the pod's net1 has the NAD's 9000 (checked at ADD).
+                assert!(s.get("mtu").is_none(), "{s}");
                 let ip = s["ips"][0].as_str().unwrap_or("");
                 assert!(
                     ip.starts_with("192.168.120."),
