@@ -11,7 +11,6 @@
 //! Needs root, podman (scripts/setup.sh), and the Rust toolchain for the release build.
 
 mod common;
-mod conf_yaml;
 
 use common::*;
 use serde_json::{Value, json};

@@ -27,6 +27,7 @@ mod root;
 mod standin;
 mod world;
 /// The YAML reader of tests/conf_yaml, for the manifests the shared helpers read.
+#[allow(clippy::duplicate_mod)] // test files that read YAML themselves also declare it
 #[path = "../conf_yaml/mod.rs"]
 pub mod yaml;
 
