@@ -1,7 +1,9 @@
 //! Shared support for the integration tests, by concern: `process.rs` (commands, the plugin
 //! exec'd directly, `RunOut`), `net.rs` (netns, veth NICs, `ip -j` views), `client.rs` (the
 //! libcni client), `containerd.rs` (a private containerd CRI, the kubelet-side client),
-//! `podman.rs` (podman on a private storage root), `multus.rs` (what Multus does to a delegate), `cleanup.rs` (mounts, processes and cgroups
+//! `podman.rs` (podman on a private storage root), `daemonset.rs` (conf/k8s/daemonset.yaml's
+//! containers run by podman on a stand-in node), `multus.rs` (a delegate's config as Multus
+//! passes it), `cleanup.rs` (mounts, processes and cgroups
 //! a runtime left), `rig.rs` (one test's world), `root.rs` (root or a loud skip; in CI, a
 //! failure), `world.rs` (NICs, pods and the network's config the flow tests share). Everything
 //! is re-exported here.
@@ -15,6 +17,7 @@
 mod cleanup;
 mod client;
 mod containerd;
+mod daemonset;
 mod multus;
 mod net;
 mod podman;
@@ -23,10 +26,15 @@ mod rig;
 mod root;
 mod standin;
 mod world;
+/// The YAML reader of tests/conf_yaml, for the manifests the shared helpers read.
+#[allow(clippy::duplicate_mod)] // test files that read YAML themselves also declare it
+#[path = "../conf_yaml/mod.rs"]
+pub mod yaml;
 
 pub use cleanup::*;
 pub use client::*;
 pub use containerd::*;
+pub use daemonset::*;
 pub use multus::*;
 pub use net::*;
 pub use podman::*;

@@ -48,11 +48,19 @@ def stubs():
     return grpc_stubs.load(PROTO, "RHD_CRI_STUBS", "cri-stubs", "cri.py")
 
 
+def network_mode(pb):
+    """The pod's network namespace: the node's for a hostNetwork pod (RHD_CRI_HOST_NETWORK set,
+    as for a DaemonSet's pod), else its own."""
+    return pb.NODE if os.environ.get("RHD_CRI_HOST_NETWORK") else pb.POD
+
+
 def sandbox_config(pb, name, uid, namespace):
-    """What kubelet 1.2x sends for a pod with the default (POD) network namespace."""
+    """What kubelet 1.2x sends for a pod with the default (POD) network namespace, or with
+    hostNetwork (see network_mode)."""
     return pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace=namespace, attempt=0),
-        hostname=name,
+        # the kubelet names the hostname of a pod with its own network namespace only
+        hostname="" if network_mode(pb) == pb.NODE else name,
         log_directory=f"/var/log/pods/{namespace}_{name}_{uid}",
         dns_config=pb.DNSConfig(),
         labels={
@@ -64,7 +72,7 @@ def sandbox_config(pb, name, uid, namespace):
         linux=pb.LinuxPodSandboxConfig(
             cgroup_parent=os.environ.get("RHD_CRI_CGROUP_PARENT", "/rhd-cri-test"),
             security_context=pb.LinuxSandboxSecurityContext(
-                namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD)
+                namespace_options=pb.NamespaceOption(network=network_mode(pb), pid=pb.CONTAINER, ipc=pb.POD)
             ),
         ),
     )
@@ -260,7 +268,7 @@ def main(argv):
         elif cmd == "create":
             pod_id, pod_name, name, image_name, spec = args[0], args[1], args[2], args[3], json.loads(args[4])
             uid = hashlib.sha1(pod_name.encode()).hexdigest()[:16]
-            sc = pb.LinuxContainerSecurityContext(namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD))
+            sc = pb.LinuxContainerSecurityContext(namespace_options=pb.NamespaceOption(network=network_mode(pb), pid=pb.CONTAINER, ipc=pb.POD))
             if "uid" in spec:
                 sc.run_as_user.value = spec["uid"]
                 sc.run_as_group.value = spec["uid"]
