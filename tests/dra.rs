@@ -14,135 +14,23 @@
 //! grpcio that scripts/setup.sh makes, and curl.
 
 mod common;
+#[path = "dra/kubelet.rs"]
+mod kubelet;
 #[path = "kube/standin.rs"]
 mod standin;
 
 use common::*;
+use kubelet::*;
 use serde_json::{Value, json};
 use standin::ApiServer;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 
-const DRIVER: &str = "rdma-host-device.io";
 const POOL: &str = "node-a";
-
-/// The kubelet stand-in (tests/dra/kubelet.py).
-struct Kubelet(StandIn);
-
-impl Kubelet {
-    fn start(root: &Path) -> Kubelet {
-        let reg = Path::new(TARGET_TMP).join("reg-stubs");
-        let dra = Path::new(TARGET_TMP).join("dra-stubs");
-        Kubelet(StandIn::start(
-            "dra/kubelet.py",
-            &[root.as_os_str()],
-            &[
-                ("RHD_REG_STUBS", reg.as_os_str()),
-                ("RHD_DRA_STUBS", dra.as_os_str()),
-            ],
-            "watching",
-        ))
-    }
-
-    fn ask(&mut self, cmd: Value) -> Value {
-        self.0.ask(cmd)
-    }
-
-    /// NodePrepareResources for `claims` ((name, uid) in namespace `team`): the answer by UID.
-    fn prepare(&mut self, claims: &[(&str, &str)]) -> Value {
-        let r = self.ask(json!({"cmd": "prepare", "driver": DRIVER, "claims": refs(claims)}));
-        assert!(r["error"].is_null(), "{r}");
-        r["claims"].clone()
-    }
-
-    fn unprepare(&mut self, claims: &[(&str, &str)]) -> Value {
-        let r = self.ask(json!({"cmd": "unprepare", "driver": DRIVER, "claims": refs(claims)}));
-        assert!(r["error"].is_null(), "{r}");
-        r["claims"].clone()
-    }
-}
-
-fn refs(claims: &[(&str, &str)]) -> Value {
-    claims
-        .iter()
-        .map(|(name, uid)| json!({"namespace": "team", "name": name, "uid": uid}))
-        .collect()
-}
-
-/// The driver under test, its log in a file.
-fn start_driver(rig: &Rig, kubelet: &Path, api: &ApiServer) -> Logged {
-    let log = rig.dir.path().join(format!(
-        "dra-{}.log",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    let mut cmd = Command::new(AGENT);
-    cmd.args(["dra", "--node-name", "node-a", "--kubelet-dir"])
-        .arg(kubelet)
-        .arg("--kube-server")
-        .arg(&api.url)
-        .arg("--kube-ca")
-        .arg(&api.ca)
-        .arg("--kube-token")
-        .arg(&api.token)
-        .env(NODE_CONFIG_ENV, rig.node_config());
-    Logged::spawn(&mut cmd, log, "the DRA driver")
-}
 
 /// The DRA device name of a veth, as our ResourceSlice names it (`net-NAME`).
 fn device(nic: &Veth) -> String {
     rdma_host_device::dra::slices::name_for(None, &nic.name, &nic.name)
-}
-
-/// One REST call to the stand-in API server: `method path` with `body`; the answer's JSON.
-fn rest(api: &ApiServer, method: &str, path: &str, body: &Value) -> Value {
-    let token = std::fs::read_to_string(&api.token).unwrap();
-    let out = Command::new("curl")
-        .args(["-sS", "--fail-with-body", "-X", method, "--cacert"])
-        .arg(&api.ca)
-        .args(["-H", &format!("Authorization: Bearer {}", token.trim())])
-        .args([
-            "-H",
-            "Content-Type: application/json",
-            "--data-binary",
-            "@-",
-        ])
-        .arg(format!("{}{path}", api.url))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            c.stdin
-                .take()
-                .unwrap()
-                .write_all(body.to_string().as_bytes())?;
-            c.wait_with_output()
-        })
-        .expect("curl");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    assert!(out.status.success(), "{method} {path}: {v}");
-    v
-}
-
-/// [`rest`] for a call that may fail: whether it succeeded, and the answer's JSON.
-fn try_rest(api: &ApiServer, method: &str, path: &str, body: &Value) -> (bool, Value) {
-    let token = std::fs::read_to_string(&api.token).unwrap();
-    let out = Command::new("curl")
-        .args(["-sS", "--fail-with-body", "-X", method, "--cacert"])
-        .arg(&api.ca)
-        .args(["-H", &format!("Authorization: Bearer {}", token.trim())])
-        .args(["-H", "Content-Type: application/json", "--data-binary"])
-        .arg(body.to_string())
-        .arg(format!("{}{path}", api.url))
-        .output()
-        .expect("curl");
-    (
-        out.status.success(),
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
-    )
 }
 
 /// What a user and the scheduler do for a claim: create it, then write its allocation
@@ -150,17 +38,16 @@ fn try_rest(api: &ApiServer, method: &str, path: &str, body: &Value) -> (bool, V
 /// Returns the UID the API server gave it.
 fn seed(api: &ApiServer, name: &str, results: &[(&str, &str, &str)], pods: &[&str]) -> String {
     let base = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaims";
-    let created = rest(
-        api,
+    let created = api.call(
         "POST",
         base,
-        &json!({
+        Some(&json!({
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
             "metadata": {"namespace": "team", "name": name},
             "spec": {"devices": {"requests": results.iter().map(|(r, _, _)| json!({
                 "name": r, "exactly": {"deviceClassName": "rdma-nic"}})).collect::<Vec<_>>()}},
-        }),
+        })),
     );
     let mut c = created.clone();
     c["status"] = json!({
@@ -169,7 +56,7 @@ fn seed(api: &ApiServer, name: &str, results: &[(&str, &str, &str)], pods: &[&st
         "reservedFor": pods.iter().map(|p| json!({"resource": "pods", "name": format!("pod-{p}"), "uid": p}))
             .collect::<Vec<_>>(),
     });
-    rest(api, "PUT", &format!("{base}/{name}/status"), &c);
+    api.call("PUT", &format!("{base}/{name}/status"), Some(&c));
     created["metadata"]["uid"].as_str().unwrap().to_owned()
 }
 
@@ -573,7 +460,7 @@ const CLAIMS: &str = "/apis/resource.k8s.io/v1/namespaces/team/resourceclaims";
 
 /// The claim `name` (namespace team) as the API server has it.
 fn claim(api: &ApiServer, name: &str) -> Value {
-    rest(api, "GET", &format!("{CLAIMS}/{name}"), &Value::Null)
+    api.call("GET", &format!("{CLAIMS}/{name}"), None)
 }
 
 /// The claim's `status.devices[]` (empty when it has none).
@@ -639,7 +526,7 @@ fn the_claims_status_carries_the_network_data_add_applied_until_del_even_across_
     // The GPU driver has written its entry in claim a already: ours goes beside it.
     let mut c = claim(&w.api, "a");
     c["status"]["devices"] = json!([gpu_entry()]);
-    rest(&w.api, "PUT", &format!("{CLAIMS}/a/status"), &c);
+    w.api.call("PUT", &format!("{CLAIMS}/a/status"), Some(&c));
     // A claim allocated our device but never prepared by this driver, and a state record
     // naming it (root could write one; our CNI never would): nothing is written for it.
     let stranger = seed(
@@ -833,7 +720,8 @@ fn the_api_stand_in_refuses_device_status_entries_the_real_one_refuses() {
     let put = |devices: Value| {
         let mut c = claim(&w.api, "v");
         c["status"]["devices"] = devices;
-        try_rest(&w.api, "PUT", &format!("{CLAIMS}/v/status"), &c)
+        w.api
+            .try_call("PUT", &format!("{CLAIMS}/v/status"), Some(&c))
     };
     let entry = |device: &str, net: Value| json!({"driver": DRIVER, "pool": POOL, "device": device, "networkData": net});
     let good = entry(

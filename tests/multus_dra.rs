@@ -22,72 +22,24 @@
 
 mod common;
 mod conf_yaml;
+#[path = "dra/kubelet.rs"]
+mod kubelet;
 #[path = "kube/standin.rs"]
 mod standin;
 
 use common::*;
+use kubelet::*;
 use serde_json::{Value, json};
 use standin::ApiServer;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const DRIVER: &str = "rdma-host-device.io";
 const NODE: &str = "node-a";
 const NS: &str = "team";
 const IF: &str = "net1";
 /// The resourceName the node configuration gives every device, and the example NAD asks.
 const RESOURCE_NAME: &str = "rdma-host-device.io/rail";
-
-/// The kubelet stand-in (tests/dra/kubelet.py).
-struct Kubelet(StandIn);
-
-impl Kubelet {
-    fn start(root: &Path) -> Kubelet {
-        let reg = Path::new(TARGET_TMP).join("reg-stubs");
-        let dra = Path::new(TARGET_TMP).join("dra-stubs");
-        Kubelet(StandIn::start(
-            "dra/kubelet.py",
-            &[root.as_os_str()],
-            &[
-                ("RHD_REG_STUBS", reg.as_os_str()),
-                ("RHD_DRA_STUBS", dra.as_os_str()),
-            ],
-            "watching",
-        ))
-    }
-}
-
-/// One REST call to the stand-in API server; the answer's JSON.
-fn rest(api: &ApiServer, method: &str, path: &str, body: Option<&Value>) -> Value {
-    let token = std::fs::read_to_string(&api.token).unwrap();
-    let mut cmd = Command::new("curl");
-    cmd.args(["-sS", "--fail-with-body", "-X", method, "--cacert"])
-        .arg(&api.ca)
-        .args(["-H", &format!("Authorization: Bearer {}", token.trim())])
-        .args(["-H", "Content-Type: application/json"]);
-    if body.is_some() {
-        cmd.args(["--data-binary", "@-"]);
-    }
-    let out = cmd
-        .arg(format!("{}{path}", api.url))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            let mut stdin = c.stdin.take().unwrap();
-            if let Some(b) = body {
-                stdin.write_all(b.to_string().as_bytes())?;
-            }
-            drop(stdin);
-            c.wait_with_output()
-        })
-        .expect("curl");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    assert!(out.status.success(), "{method} {path}: {v}");
-    v
-}
 
 /// The example NAD for Multus' DRA mode (conf/k8s/dra-multus.yaml), its IPAM made local.
 fn example_nad(rig: &Rig) -> Value {
@@ -130,17 +82,7 @@ impl World {
         let api = ApiServer::start(rig.dir.path(), &[]);
         let kubelet_dir = TempDir::new("mdra-kubelet");
         let mut kubelet = Kubelet::start(kubelet_dir.path());
-        let mut cmd = Command::new(AGENT);
-        cmd.args(["dra", "--node-name", NODE, "--kubelet-dir"])
-            .arg(kubelet_dir.path())
-            .arg("--kube-server")
-            .arg(&api.url)
-            .arg("--kube-ca")
-            .arg(&api.ca)
-            .arg("--kube-token")
-            .arg(&api.token)
-            .env(NODE_CONFIG_ENV, rig.node_config());
-        let driver = Logged::spawn(&mut cmd, rig.dir.path().join("dra.log"), "the DRA driver");
+        let driver = start_driver(&rig, kubelet_dir.path(), &api);
         let r = kubelet
             .0
             .ask(json!({"cmd": "registered", "count": 1, "timeout": 10}));
@@ -159,14 +101,9 @@ impl World {
     fn published(&self, want: usize) -> Vec<Value> {
         let start = Instant::now();
         loop {
-            let l = rest(
-                &self.api,
-                "GET",
-                &format!(
+            let l = self.api.call("GET", &format!(
                     "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={NODE},spec.driver={DRIVER}"
-                ),
-                None,
-            );
+                ), None);
             let devices: Vec<Value> = l["items"]
                 .as_array()
                 .unwrap()
@@ -191,8 +128,7 @@ impl World {
     /// prepared by the kubelet. Returns the pod's UID.
     fn pod_with_claim(&mut self, name: &str, results: &[(&str, &str, &str)]) -> String {
         let pods = format!("/api/v1/namespaces/{NS}/pods");
-        let pod = rest(
-            &self.api,
+        let pod = self.api.call(
             "POST",
             &pods,
             Some(&json!({
@@ -209,8 +145,7 @@ impl World {
         let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
         let claims = format!("/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims");
         let claim_name = format!("{name}-rail-x7k2p");
-        let claim = rest(
-            &self.api,
+        let claim = self.api.call(
             "POST",
             &claims,
             Some(&json!({
@@ -229,19 +164,16 @@ impl World {
         let mut p = pod.clone();
         p["status"] = json!({"resourceClaimStatuses": [
             {"name": "rail", "resourceClaimName": claim_name}]});
-        rest(&self.api, "PUT", &format!("{pods}/{name}/status"), Some(&p));
+        self.api
+            .call("PUT", &format!("{pods}/{name}/status"), Some(&p));
         let mut c = claim.clone();
         c["status"] = json!({
             "allocation": {"devices": {"results": results.iter().map(|(r, d, dev)| json!({
                 "request": r, "driver": d, "pool": NODE, "device": dev})).collect::<Vec<_>>()}},
             "reservedFor": [{"resource": "pods", "name": name, "uid": uid}],
         });
-        rest(
-            &self.api,
-            "PUT",
-            &format!("{claims}/{claim_name}/status"),
-            Some(&c),
-        );
+        self.api
+            .call("PUT", &format!("{claims}/{claim_name}/status"), Some(&c));
         let claim_uid = claim["metadata"]["uid"].as_str().unwrap();
         let r = self
             .kubelet
@@ -258,8 +190,7 @@ impl World {
     }
 
     fn create_nad(&self, nad: &Value) {
-        rest(
-            &self.api,
+        self.api.call(
             "POST",
             &format!("/apis/k8s.cni.cncf.io/v1/namespaces/{NS}/network-attachment-definitions"),
             Some(nad),

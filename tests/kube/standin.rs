@@ -60,6 +60,57 @@ impl ApiServer {
     pub fn requests(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// One REST call as a user or the scheduler makes it (curl, with the stand-in's CA and
+    /// token): `method path`, `body` as JSON if any. Whether it succeeded, and the answer's
+    /// JSON (Null if it is none).
+    pub fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> (bool, serde_json::Value) {
+        use std::io::Write;
+        let token = std::fs::read_to_string(&self.token).unwrap();
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--fail-with-body", "-X", method, "--cacert"])
+            .arg(&self.ca)
+            .args(["-H", &format!("Authorization: Bearer {}", token.trim())])
+            .args(["-H", "Content-Type: application/json"]);
+        if body.is_some() {
+            cmd.args(["--data-binary", "@-"]);
+        }
+        let out = cmd
+            .arg(format!("{}{path}", self.url))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                let mut stdin = c.stdin.take().unwrap();
+                if let Some(b) = body {
+                    stdin.write_all(b.to_string().as_bytes())?;
+                }
+                drop(stdin);
+                c.wait_with_output()
+            })
+            .expect("curl");
+        (
+            out.status.success(),
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// [`try_call`](Self::try_call) for a call that must succeed: the answer's JSON.
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> serde_json::Value {
+        let (ok, v) = self.try_call(method, path, body);
+        assert!(ok, "{method} {path}: {v}");
+        v
+    }
 }
 
 impl Drop for ApiServer {

@@ -1,0 +1,77 @@
+//! The kubelet stand-in (tests/dra/kubelet.py) as the DRA tests drive it, and our driver
+//! started the way they start it. Shared by the test binaries that prepare claims
+//! (`#[path]`-included beside tests/kube/standin.rs).
+#![allow(dead_code)] // each test binary uses part of it
+
+use crate::common::*;
+use crate::standin::ApiServer;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Command;
+
+pub const DRIVER: &str = "rdma-host-device.io";
+
+/// The kubelet stand-in (tests/dra/kubelet.py).
+pub struct Kubelet(pub StandIn);
+
+impl Kubelet {
+    pub fn start(root: &Path) -> Kubelet {
+        let reg = Path::new(TARGET_TMP).join("reg-stubs");
+        let dra = Path::new(TARGET_TMP).join("dra-stubs");
+        Kubelet(StandIn::start(
+            "dra/kubelet.py",
+            &[root.as_os_str()],
+            &[
+                ("RHD_REG_STUBS", reg.as_os_str()),
+                ("RHD_DRA_STUBS", dra.as_os_str()),
+            ],
+            "watching",
+        ))
+    }
+
+    pub fn ask(&mut self, cmd: Value) -> Value {
+        self.0.ask(cmd)
+    }
+
+    /// NodePrepareResources for `claims` ((name, uid) in namespace `team`): the answer by UID.
+    pub fn prepare(&mut self, claims: &[(&str, &str)]) -> Value {
+        let r = self.ask(json!({"cmd": "prepare", "driver": DRIVER, "claims": refs(claims)}));
+        assert!(r["error"].is_null(), "{r}");
+        r["claims"].clone()
+    }
+
+    pub fn unprepare(&mut self, claims: &[(&str, &str)]) -> Value {
+        let r = self.ask(json!({"cmd": "unprepare", "driver": DRIVER, "claims": refs(claims)}));
+        assert!(r["error"].is_null(), "{r}");
+        r["claims"].clone()
+    }
+}
+
+pub fn refs(claims: &[(&str, &str)]) -> Value {
+    claims
+        .iter()
+        .map(|(name, uid)| json!({"namespace": "team", "name": name, "uid": uid}))
+        .collect()
+}
+
+/// The driver under test (node `node-a`), its log in a file of `rig`'s directory.
+pub fn start_driver(rig: &Rig, kubelet: &Path, api: &ApiServer) -> Logged {
+    let log = rig.dir.path().join(format!(
+        "dra-{}.log",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let mut cmd = Command::new(AGENT);
+    cmd.args(["dra", "--node-name", "node-a", "--kubelet-dir"])
+        .arg(kubelet)
+        .arg("--kube-server")
+        .arg(&api.url)
+        .arg("--kube-ca")
+        .arg(&api.ca)
+        .arg("--kube-token")
+        .arg(&api.token)
+        .env(NODE_CONFIG_ENV, rig.node_config());
+    Logged::spawn(&mut cmd, log, "the DRA driver")
+}
