@@ -27,6 +27,14 @@ fn rel(p: &Path) -> String {
     p.strip_prefix(ROOT).unwrap_or(p).display().to_string()
 }
 
+/// The documents of kind `kind` in the conf/ file whose path ends with `file`.
+fn of_kind(docs: &[(PathBuf, Value)], file: &str, kind: &str) -> Vec<Value> {
+    docs.iter()
+        .filter(|(f, d)| f.ends_with(file) && d["kind"] == kind)
+        .map(|(_, d)| d.clone())
+        .collect()
+}
+
 /// Every document of every example file, as JSON, with the file it came from.
 fn documents() -> Vec<(PathBuf, Value)> {
     let mut docs = Vec::new();
@@ -1010,12 +1018,7 @@ fn dra_rbac_grants_only_what_the_driver_uses_and_the_policy_binds_it_to_its_node
 fn dra_claims_ask_our_class_and_each_nad_names_a_request_the_pod_claims() {
     let docs = documents();
     let driver = rdma_host_device::dra::DRIVER;
-    let of = |file: &str, kind: &str| -> Vec<Value> {
-        docs.iter()
-            .filter(|(f, d)| f.ends_with(file) && d["kind"] == kind)
-            .map(|(_, d)| d.clone())
-            .collect()
-    };
+    let of = |file: &str, kind: &str| of_kind(&docs, file, kind);
     let classes = of("k8s/dra.yaml", "DeviceClass");
     assert!(
         classes.iter().any(|c| c["metadata"]["name"] == driver),
@@ -1209,12 +1212,7 @@ fn the_dra_daemonset_runs_the_driver_for_its_node_with_the_token_in_its_containe
 fn dra_multus_nad_takes_its_nic_from_multus_by_a_resource_name_the_node_publishes() {
     let docs = documents();
     let driver = rdma_host_device::dra::DRIVER;
-    let of = |file: &str, kind: &str| -> Vec<Value> {
-        docs.iter()
-            .filter(|(f, d)| f.ends_with(file) && d["kind"] == kind)
-            .map(|(_, d)| d.clone())
-            .collect()
-    };
+    let of = |file: &str, kind: &str| of_kind(&docs, file, kind);
     let nads = of("k8s/dra-multus.yaml", "NetworkAttachmentDefinition");
     assert_eq!(nads.len(), 1, "{nads:?}");
     let nad = &nads[0];
