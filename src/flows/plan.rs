@@ -43,8 +43,11 @@ pub struct Plan {
 /// Plan ADD of `env`'s attachment: resolve the selector under the NIC's lock, apply the node
 /// policy, pair RDMA, and check every value the kernel could refuse half-way.
 pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
+    // Our DRA driver's record of prepared claims, read once (absent: empty): `draRequest`
+    // selects from it, and every ADD checks the NIC it resolves against it.
+    let prepared = Prepared::read(node)?;
     let from_dra = match &conf.dra_request {
-        Some(request) => Some(dra_selector(env, node, request)?),
+        Some(request) => Some(dra_selector(env, node, &prepared, request)?),
         None => None,
     };
     let selector = match &from_dra {
@@ -92,7 +95,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     );
     let records = &resolved.records;
     select::admit(node, &host, &resolved, records).await?;
-    refuse_another_pods_prepared_nic(env, node, &resolved)?;
+    refuse_another_pods_prepared_nic(env, &prepared, &resolved)?;
     if pod.by_name(&env.ifname).await?.is_some() {
         return Err(Error::new(
             Code::IfnameExists,
@@ -166,15 +169,28 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     })
 }
 
+/// The DRA driver's checkpoint as ADD reads it, with where it was read from (for messages).
+struct Prepared {
+    cp: crate::dra::checkpoint::Checkpoint,
+    path: std::path::PathBuf,
+}
+
+impl Prepared {
+    fn read(node: &Node) -> Result<Prepared> {
+        let path = crate::dra::checkpoint::path(&node.state_dir);
+        let cp = crate::dra::checkpoint::Checkpoint::read(&path)
+            .map_err(|e| Error::new(Code::Io, e.to_string()))?;
+        Ok(Prepared { cp, path })
+    }
+}
+
 /// A NIC our DRA driver prepared for a claim goes to that claim's pods only, whatever selected
 /// it: a `deviceID` Multus read from the claim (its DRA mode), or one a tenant's NAD wrote
 /// itself. The pod is the runtime's `K8S_POD_UID`, which no NAD sets; the claim's pods are
 /// those its `status.reservedFor` named when the driver prepared it (the checkpoint). No
 /// checkpoint, or a NIC no claim holds: nothing to say.
-fn refuse_another_pods_prepared_nic(env: &Env, node: &Node, r: &Resolved) -> Result<()> {
-    use crate::dra::checkpoint::{self, Checkpoint};
-    let path = checkpoint::path(&node.state_dir);
-    let cp = Checkpoint::read(&path).map_err(|e| Error::new(Code::Io, e.to_string()))?;
+fn refuse_another_pods_prepared_nic(env: &Env, prepared: &Prepared, r: &Resolved) -> Result<()> {
+    let Prepared { cp, path } = prepared;
     if cp.claims.is_empty() {
         return Ok(());
     }
@@ -209,8 +225,13 @@ fn refuse_another_pods_prepared_nic(env: &Env, node: &Node, r: &Resolved) -> Res
 /// under one request, the first not already attached (one ADD per NIC). With it, which claim
 /// and allocation result it is, for the record (the driver reports the NIC's network data in
 /// that claim's status).
-pub fn dra_selector(env: &Env, node: &Node, request: &str) -> Result<(Selector, DraAttachment)> {
-    use crate::dra::checkpoint::{self, Checkpoint};
+fn dra_selector(
+    env: &Env,
+    node: &Node,
+    prepared: &Prepared,
+    request: &str,
+) -> Result<(Selector, DraAttachment)> {
+    let Prepared { cp, path } = prepared;
     let uid = env.pod().map(|p| p.uid).unwrap_or_default();
     if uid.is_empty() {
         return Err(Error::new(
@@ -220,8 +241,6 @@ pub fn dra_selector(env: &Env, node: &Node, request: &str) -> Result<(Selector, 
             ),
         ));
     }
-    let path = checkpoint::path(&node.state_dir);
-    let cp = Checkpoint::read(&path).map_err(|e| Error::new(Code::Io, e.to_string()))?;
     let prepared = cp.claims_for_pod(&uid, request);
     if prepared.is_empty() {
         let has = cp.requests_of(&uid);
