@@ -19,7 +19,10 @@ ADD right behind a DEL, which waits for that scan (or makes it).
 
 Also printed per level: the watcher's CPU per ADD+DEL pair of all three plugins (every DEL
 brings the NIC home and it scans again), its answer to a NIC it had certified, and to one
-whose certificate a notification just voided (a full scan of the node's namespaces).
+whose certificate a notification just voided (a full scan of the node's namespaces); each
+plugin's peak RSS for ADD and DEL (the spawn trampoline's ru_maxrss). At the end, one line holds
+issue 26's goals as this run measured them: ours on the fullest level against ours on an empty
+node, and, on the empty node, ours against host-device above the floor (CPU, wall) and in RSS.
 
 Plumbing (spawn trampoline, netns handling, plugin configs) is benches/harness.py's.
 """
@@ -148,6 +151,21 @@ def cycle(p, host_ns, pod_ns, device, cid):
     return cycle_direct(p, host_ns, pod_ns, device, cid, None)
 
 
+def goals(rows, floor):
+    """Issue 26's goals, from this one run: ours on a full node against ours on an empty one,
+    and ours against Debian's host-device on an empty node (above the ip floor)."""
+    empty, full = rows[0], [r for r in rows if isinstance(r["pods"], str) and r["pods"].isdigit()][-1]
+    m, c = empty["median"], empty["cpu_median"]
+    cpu_ratio = (c["ours"] - c[floor]) / (c["hostdev"] - c[floor])
+    rss = empty["rss_mib_median"]
+    print(f"goals: {full['pods']} pods / 0 pods, ours' ADD+DEL wall {full['ours_vs_empty']:.3f}x"
+          f" (<= 1.05x), CPU {full['ours_cpu_vs_empty']:.3f}x;"
+          f" 0 pods: CPU above the floor {cpu_ratio:.2f}x host-device's (<= 0.3x),"
+          f" wall above the floor {m['ours'] - m[floor]:.2f} ms (<= 1 ms; host-device"
+          f" {m['hostdev'] - m[floor]:.2f}), peak RSS ADD {rss['ours'][0] / rss['hostdev'][0]:.2f}x,"
+          f" DEL {rss['ours'][1] / rss['hostdev'][1]:.2f}x host-device's (<= 1.0x)", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--main", required=True, help="rdma-host-device built from main")
@@ -249,6 +267,7 @@ def main():
             res = {p.label: [] for p in plugins}
             adds = {p.label: [] for p in plugins}
             cpus = {p.label: [] for p in plugins}
+            rss = {p.label: ([], []) for p in plugins}
             log_at = os.path.getsize(wlog)
             c0 = cpu_ms(watcher.pid)
             for i in range(args.n):
@@ -259,6 +278,8 @@ def main():
                     adds[p.label].append(a.ms)
                     if a.cpu_ms is not None:
                         cpus[p.label].append(a.cpu_ms + d.cpu_ms)
+                    rss[p.label][0].append(a.rss_kb / 1024)
+                    rss[p.label][1].append(d.rss_kb / 1024)
                     time.sleep(args.settle)
             # Per plugin pair (the floor's moves bring the NIC home too).
             cpu = (cpu_ms(watcher.pid) - c0) / (args.n * len(plugins))
@@ -295,6 +316,10 @@ def main():
             print(f"  {'':>5} {'CPU':>6} " + " ".join(f"{c[p.label]:>21.2f}" for p in plugins)
                   + f" {c['ours'] / base_cpu['ours']:>6.3f}x   (ours' ADDs: {certified} answered from a"
                   f" certificate, {scanned} after a scan)", flush=True)
+            r = {k: (med(a), med(d)) for k, (a, d) in rss.items()}
+            print(f"  {'':>5} {'RSS':>6} " + " ".join(
+                f"{'':>9}{r[p.label][0]:>5.2f} /{r[p.label][1]:>5.2f}" for p in plugins if p is not F)
+                + "   (peak RSS MiB, ADD / DEL)", flush=True)
             rows.append(dict(pods=label, netns=seen, settle=args.settle, n=args.n,
                              median=m, p90={k: q(v, .9) for k, v in res.items()},
                              add_median={k: med(v) for k, v in adds.items()},
@@ -303,7 +328,9 @@ def main():
                              floor_vs_empty=m[F.label] / base[3], watcher_cpu_ms_per_pair=cpu,
                              watcher_warm_ms=med(warm), watcher_cold_ms=med(cold),
                              cpu_median=c, ours_cpu_vs_empty=c["ours"] / base_cpu["ours"],
+                             rss_mib_median={k: v for k, v in r.items() if k != F.label},
                              answered_certified=certified, answered_after_scan=scanned))
+        goals(rows, F.label)
     finally:
         if watcher:
             watcher.kill()
