@@ -300,3 +300,31 @@ fn add_killed_mid_state_write_then_failing_add_removes_temp() {
     w.rig.assert_state_empty(&add);
     w.assert_usable();
 }
+
+/// A node crash right after ADD put its first record in place: ADD syncs it to the disk in the
+/// background while it moves the NIC, so what the crash leaves may be an empty or zero-filled
+/// file (renamed before its data was written). Nothing of ADD's outlived the crash (it
+/// waits for the disk before IPAM), so DEL takes the file as no record and finishes, instead
+/// of refusing the attachment for ever as an unreadable record.
+#[test]
+fn a_record_torn_by_a_node_crash_does_not_stop_del() {
+    for torn in [Vec::new(), vec![0u8; 512]] {
+        let w = world();
+        let add = w.at("ADD", Some("add:after-state:kill"));
+        assert!(add.killed(), "{add}");
+        let record = w
+            .rig
+            .state_dir()
+            .join(format!("{}:{}.json", w.cid(0), w.ifname));
+        assert!(record.exists(), "no record in place\n{add}");
+        std::fs::write(&record, &torn).unwrap();
+        let del = w.at("DEL", None);
+        del.ok();
+        assert!(
+            del.stderr.contains("cut its write short"),
+            "DEL did not say why it had no record\n{del}"
+        );
+        w.assert_clean(&del);
+        w.assert_usable();
+    }
+}

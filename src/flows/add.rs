@@ -75,7 +75,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
         container_id: env.container_id.clone(),
         ifname: env.ifname.clone(),
     });
-    Store::new(&places.node.state_dir).save(&record)?;
+    let saving = Store::new(&places.node.state_dir).begin_save(&record)?;
     fault::hit("add:after-state")?;
 
     // 3. Exclusive mode: the RDMA device goes first (see flows/rdma.rs for why).
@@ -162,6 +162,8 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
         pci_id: plan.pci.clone().unwrap_or_default(),
         socket_path: String::new(),
     });
+    // The record on the disk before anything that outlives a node crash, and before answering.
+    saving.durable()?;
     if let Some(t) = &conf.ipam_type {
         let ipam = Ipam::new(t, env, places.node)?;
         // Registered first: a plugin may allocate and then fail.
