@@ -386,8 +386,6 @@ impl Store {
         let p = self.path(container_id, ifname);
         // A regular file within the bound, read without blocking (`files::read_regular`).
         match crate::files::read_regular_nofollow(&p, MAX_RECORD) {
-            // Writes are atomic, so an unreadable file is foreign or damaged: say so rather than
-            // guess (without the record DEL could not tell whether the NIC is still held).
             // Empty or zero-filled: a write renamed into place before its data reached the
             // disk (`begin_save`, `update`), cut short by a node crash. Writes are whole for
             // every process, so nothing else makes one. For ADD's first write nothing of ADD's
@@ -400,6 +398,9 @@ impl Store {
                 );
                 Ok(None)
             }
+            // Writes are atomic, so any other unreadable file is foreign or damaged: say so
+            // rather than guess (without the record DEL could not tell whether the NIC is
+            // still held).
             Ok(b) => {
                 let r: Record = serde_json::from_slice(&b).map_err(|e| {
                     crate::error::Error::new(
