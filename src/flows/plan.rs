@@ -241,8 +241,8 @@ fn dra_selector(
             ),
         ));
     }
-    let prepared = cp.claims_for_pod(&uid, request);
-    if prepared.is_empty() {
+    let devices = cp.claims_for_pod(&uid, request);
+    if devices.is_empty() {
         let has = cp.requests_of(&uid);
         return Err(Error::new(
             Code::DeviceNotFound,
@@ -269,7 +269,7 @@ fn dra_selector(
             crate::sysfs::device_id(r.pci.as_deref(), aux, &r.host_name)
         })
         .collect();
-    match prepared
+    match devices
         .iter()
         .find(|(_, _, d)| !attached.contains(&d.device_id))
     {
@@ -298,7 +298,7 @@ fn dra_selector(
             Code::DeviceBusy,
             format!(
                 "draRequest {request}: every NIC prepared for pod {uid} under it is attached already ({})",
-                prepared
+                devices
                     .iter()
                     .map(|(_, _, d)| d.device_id.as_str())
                     .collect::<Vec<_>>()
