@@ -247,11 +247,18 @@ fn add_killed_then_pod_force_deleted() {
 // ---------------------------------------------------------------- killed inside the state write
 
 impl World {
-    /// The temp file `Store::save` writes before its rename.
-    fn temp_file(&self) -> std::path::PathBuf {
+    /// The attachment's state record.
+    fn record_file(&self) -> std::path::PathBuf {
         self.rig
             .state_dir()
-            .join(format!("{}:{}.json.tmp", self.cid(0), self.ifname))
+            .join(format!("{}:{}.json", self.cid(0), self.ifname))
+    }
+
+    /// The temp file `Store::save` writes before its rename.
+    fn temp_file(&self) -> std::path::PathBuf {
+        let mut p = self.record_file().into_os_string();
+        p.push(".tmp");
+        p.into()
     }
 
     /// ADD killed between writing the state's temp file and renaming it: the temp file is
@@ -312,10 +319,7 @@ fn a_record_torn_by_a_node_crash_does_not_stop_del() {
         let w = world();
         let add = w.at("ADD", Some("add:after-state:kill"));
         assert!(add.killed(), "{add}");
-        let record = w
-            .rig
-            .state_dir()
-            .join(format!("{}:{}.json", w.cid(0), w.ifname));
+        let record = w.record_file();
         assert!(record.exists(), "no record in place\n{add}");
         std::fs::write(&record, &torn).unwrap();
         let del = w.at("DEL", None);
