@@ -750,11 +750,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rhd-state-bg-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let s = Store::new(&dir);
-        let r: Record = serde_json::from_slice(
-            br#"{"containerId":"c1","ifname":"net1","network":"n","netns":"/x",
-            "hostName":"eth1","hostMtu":1500,"hostUp":true,"mac":"aa:bb:cc:dd:ee:ff"}"#,
-        )
-        .unwrap();
+        let r = Record {
+            container_id: "c1".into(),
+            ifname: "net1".into(),
+            host_name: "eth1".into(),
+            ..Record::default()
+        };
         let saving = s.begin_save(&r).unwrap();
         // In place before it is durable: a plugin killed now leaves it for DEL.
         let loaded = s.load("c1", "net1").unwrap().expect("in place");
