@@ -10,6 +10,10 @@
 #   --for SET        build     compiling the plugin (rdma-mummy-sys needs cmake and libclang)
 #                    demo      build + the RDMA VM + Debian's IPAM plugins (scripts/demo.sh)
 #                    test      demo + everything scripts/test.sh runs (the default)
+#                    cluster   the real cluster of tests/cluster.rs: Kubernetes 1.37, containerd
+#                              2.4, the CNI plugins and Multus built from their Go modules
+#                              (scripts/cluster-parts.sh: cached, seconds when nothing changed;
+#                              needs Go 1.21+, 1.26 best) and what the harness runs beside them
 #                    pictures  headless Chromium, for scripts/pictures.sh only
 #   --dry-run        print the plan and change nothing (apt's package lists may be refreshed)
 #   --plan-from F    take apt's simulated plan from F instead of asking apt, print what setup
@@ -37,6 +41,9 @@ SET[demo]="${SET[build]} ${SET[vm]} containernetworking-plugins"
 # and openssl for the DRA tests' REST calls and their stand-in API server's certificate.
 SET[test]="${SET[demo]} golang-go golang-github-appc-cni-dev dnsmasq-base perftest rdmacm-utils
   prometheus prometheus-node-exporter strace containerd runc python3-venv podman curl openssl"
+# The real cluster (tests/cluster/cluster.sh): runc under containerd 2.4, openssl for its
+# certificates, nsenter/unshare, a static pause and busybox for its images, podman for ours.
+SET[cluster]="runc openssl iproute2 util-linux gcc libc6-dev busybox-static podman python3"
 SET[pictures]="chromium fonts-liberation"
 
 # Removals and downgrades setup understands: the package apt wants to remove -> the package we
@@ -52,7 +59,7 @@ while (($#)); do
     --for) [[ -n ${SET[${2:-}]:-} ]] || die "--for wants one of: ${!SET[*]}"; SETS+=("$2"); shift 2 ;;
     --dry-run) DRY=1; shift ;;
     --plan-from) PLAN_FROM=${2:?--plan-from wants a file}; DRY=1; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -219,6 +226,10 @@ if [[ -n ${NEED_VENV:-} && -z $PLAN_FROM ]]; then
       say "venv: $(du -sh "$VENV" | cut -f1)"
     fi
   fi
+fi
+for s in "${SETS[@]}"; do [[ $s == cluster ]] && NEED_PARTS=1; done
+if [[ -n ${NEED_PARTS:-} && -z $PLAN_FROM ]]; then
+  if ((DRY)); then "$REPO/scripts/cluster-parts.sh" --dry-run >/dev/null; else "$REPO/scripts/cluster-parts.sh" >/dev/null; fi
 fi
 if ((!DRY)); then command -v cargo >/dev/null || die "cargo not found: install Rust (rustup.rs), 1.89 or newer"; fi
 exit 0

@@ -21,7 +21,7 @@ step() { printf '\n=== %s\n' "$*"; }
 
 step "setup: the plan for each set, then the test set's packages"
 scripts/setup.sh --for demo --for pictures --dry-run
-scripts/setup.sh --for test
+scripts/setup.sh --for test --for cluster
 
 step "style: cargo fmt --check, cargo clippy -D warnings"
 cargo fmt --check

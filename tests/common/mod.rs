@@ -1,6 +1,7 @@
 //! Shared support for the integration tests, by concern: `process.rs` (commands, the plugin
 //! exec'd directly, `RunOut`), `net.rs` (netns, veth NICs, `ip -j` views), `client.rs` (the
-//! libcni client), `containerd.rs` (a private containerd CRI, the kubelet-side client),
+//! libcni client), `containerd.rs` (a private containerd CRI, the kubelet-side client), `cluster.rs` (the real
+//! one-node Kubernetes of tests/cluster/cluster.sh),
 //! `podman.rs` (podman on a private storage root), `daemonset.rs` (conf/k8s/daemonset.yaml's
 //! containers run by podman on a stand-in node), `multus.rs` (a delegate's config as Multus
 //! passes it), `cleanup.rs` (mounts, processes and cgroups
@@ -16,6 +17,7 @@
 
 mod cleanup;
 mod client;
+mod cluster;
 mod containerd;
 mod daemonset;
 mod multus;
@@ -33,6 +35,7 @@ pub mod yaml;
 
 pub use cleanup::*;
 pub use client::*;
+pub use cluster::*;
 pub use containerd::*;
 pub use daemonset::*;
 pub use multus::*;

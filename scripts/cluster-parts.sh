@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Builds the real cluster parts the cluster tests run (tests/cluster.rs) from their Go modules,
+# once per machine: Kubernetes 1.37 (kube-apiserver, kubelet, kube-scheduler,
+# kube-controller-manager, kubectl) and the etcd it is built against, containerd 2.4 (daemon,
+# runc shim, ctr), the CNI plugins 1.10.0 and Multus' thin plugin 4.3.0. Each module's go.mod
+# and go.sum (tests/cluster/build/*/) pin its version; its binaries go to
+# $RHD_CLUSTER_CACHE/<module>-<hash of go.mod+go.sum>/ (default ~/.cache/rhd-cluster), with
+# Go's module and build caches in their usual home directories, so a second run takes seconds
+# and a rebuild happens only when a pin changes. Prints what it builds and how long it took;
+# the last line is the directory holding every binary (bin/, symlinks).
+#
+#   scripts/cluster-parts.sh [--dry-run]
+#
+# Needs Go 1.26 or newer (the machines carry it in /usr/local/go); an older Go of 1.21 or newer
+# fetches the toolchain the go.mod names from the Go module proxy. Nothing of the modules'
+# source or binaries is kept in this repository.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+CACHE=${RHD_CLUSTER_CACHE:-$HOME/.cache/rhd-cluster}
+DRY=0
+[[ ${1:-} == --dry-run ]] && DRY=1
+say() { echo "cluster-parts: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+# module dir -> the packages to build (binary name = last path element, or NAME=PACKAGE)
+declare -A PARTS=(
+  [kubernetes]="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubelet
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager
+    k8s.io/kubernetes/cmd/kubectl etcd=go.etcd.io/etcd/server/v3"
+  [containerd]="github.com/containerd/containerd/v2/cmd/containerd
+    github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+    github.com/containerd/containerd/v2/cmd/ctr"
+  [cni-plugins]="github.com/containernetworking/plugins/plugins/main/bridge
+    github.com/containernetworking/plugins/plugins/ipam/host-local
+    github.com/containernetworking/plugins/plugins/main/host-device
+    github.com/containernetworking/plugins/plugins/main/loopback"
+  [multus]="gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus"
+)
+# Build tags: containerd without the snapshotters whose C headers a plain machine lacks.
+declare -A TAGS=([containerd]="no_btrfs no_devmapper no_zfs")
+# Version stamps a release build sets (the kubelet reports its version to the API server, which
+# a built-from-module binary would otherwise give as v0.0.0-master).
+declare -A STAMP=(
+  [kubernetes]="k8s.io/component-base/version.gitVersion=v{v} k8s.io/component-base/version.gitMajor={major}
+    k8s.io/component-base/version.gitMinor={minor} k8s.io/client-go/pkg/version.gitVersion=v{v}"
+  [containerd]="github.com/containerd/containerd/v2/version.Version=v{v}"
+)
+ORDER=(kubernetes containerd cni-plugins multus)
+# The module whose version each part is named by, in the build's message.
+declare -A PIN=([kubernetes]=^k8s.io/kubernetes [containerd]=^github.com/containerd/containerd/v2
+  [cni-plugins]=^github.com/containernetworking/plugins [multus]=multus-cni)
+
+# A Go that builds go 1.26 modules: $RHD_GO, the machine's /usr/local/go, then PATH's.
+GO=
+for g in "${RHD_GO:-}" /usr/local/go/bin/go "$(command -v go || true)"; do
+  [[ -n $g && -x $g ]] || continue
+  v=$("$g" env GOVERSION 2>/dev/null || true) # go1.26.8; empty for a Go too old to know it
+  minor=$(sed -n 's/^go1\.\([0-9]*\).*/\1/p' <<<"$v")
+  [[ -n $minor ]] && ((minor >= 21)) && { GO=$g; break; }
+done
+[[ -n $GO ]] || die "no Go 1.21 or newer (found: $(go version 2>/dev/null || echo none)); install Go 1.26 (/usr/local/go) or set RHD_GO"
+export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+say "Go: $GO ($("$GO" env GOVERSION)); caches: $("$GO" env GOMODCACHE), $("$GO" env GOCACHE)"
+
+mkdir -p "$CACHE/bin"
+total_start=$SECONDS
+for m in "${ORDER[@]}"; do
+  dir=$REPO/tests/cluster/build/$m
+  # The pins and how they are built: a change of either is a new directory.
+  key=$({ cat "$dir/go.mod" "$dir/go.sum"; echo "${TAGS[$m]:-} ${STAMP[$m]:-}"; } | sha256sum | cut -c1-12)
+  out=$CACHE/$m-$key
+  names=()
+  for p in ${PARTS[$m]}; do names+=("$(if [[ $p == *=* ]]; then echo "${p%%=*}"; else basename "$p"; fi)"); done
+  have=1
+  for n in "${names[@]}"; do [[ -x $out/$n ]] || have=0; done
+  if ((have)); then
+    say "$m: cached in $out (${names[*]})"
+  elif ((DRY)); then
+    say "plan: build $m (${names[*]}) into $out"
+    continue
+  else
+    say "$m: building ${names[*]} ($(cd "$dir" && "$GO" list -m -f '{{.Path}} {{.Version}}' all | grep -m1 -E "${PIN[$m]}"))"
+    start=$SECONDS
+    tmp=$out.tmp
+    rm -rf "$tmp" && mkdir -p "$tmp"
+    v=$(cd "$dir" && "$GO" list -m -f '{{.Path}} {{.Version}}' all | awk -v p="${PIN[$m]}" '$1 ~ p {print $2; exit}')
+    v=${v#v}
+    ldflags="-s -w"
+    for x in ${STAMP[$m]:-}; do
+      x=${x//\{v\}/$v} x=${x//\{major\}/${v%%.*}}
+      minor=${v#*.} x=${x//\{minor\}/${minor%%.*}}
+      ldflags+=" -X $x"
+    done
+    for p in ${PARTS[$m]}; do
+      n=$(if [[ $p == *=* ]]; then echo "${p%%=*}"; else basename "$p"; fi)
+      (cd "$dir" && "$GO" build -trimpath -tags "${TAGS[$m]:-}" -ldflags "$ldflags" -o "$tmp/$n" "${p#*=}") ||
+        die "$m: go build ${p#*=} failed (module $dir)"
+    done
+    rm -rf "$out" && mv "$tmp" "$out"
+    # Builds of earlier pins of this module: nothing links to them any more.
+    for old in "$CACHE/$m"-*; do [[ $old == "$out" ]] || rm -rf "$old"; done
+    say "$m: built in $((SECONDS - start)) s into $out"
+  fi
+  for n in "${names[@]}"; do ln -sfn "$out/$n" "$CACHE/bin/$n"; done
+done
+((DRY)) || say "all parts ready in $((SECONDS - total_start)) s"
+echo "$CACHE/bin"

@@ -1,0 +1,388 @@
+#!/usr/bin/env bash
+# A one-node Kubernetes 1.37 cluster for the tests, from the real parts scripts/cluster-parts.sh
+# builds: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, containerd 2.4 (CRI,
+# CDI and NRI on) and the kubelet, all in a network namespace of their own (the node's address
+# on a veth, not the loopback) and a private mount namespace in which the node's well-known
+# directories (/opt/cni/bin, /etc/cni/net.d, /var/lib/kubelet, /etc/cdi, /var/run/cdi, /run/nri,
+# /var/log/pods, /var/log/containers, /var/lib/cni, /run/rdma-host-device...) are directories of
+# the cluster's own. Nothing of the host is changed but what `down` undoes: the veth and the
+# named netns, the empty mount points it had to make, the sysctls the kubelet rewrites, and the
+# cgroups of the pods.
+#
+#   tests/cluster/cluster.sh up DIR      start it (DIR: a short, empty or missing directory)
+#   tests/cluster/cluster.sh down DIR    stop it and remove what it made (idempotent)
+#   tests/cluster/cluster.sh exec DIR CMD...  run CMD inside the node (its netns and mounts)
+#   tests/cluster/cluster.sh kubectl DIR ARGS...
+#
+# DIR/env has what a caller needs (KUBECONFIG, NODE, NODE_IP, the netns, the holder's pid);
+# DIR/logs/ every component's log. Needs root; the parts (RHD_CLUSTER_BIN or
+# scripts/cluster-parts.sh's output), runc, openssl, podman's or cri.py's images.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
+say() { echo "cluster: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+cmd=${1:?usage: cluster.sh up|down|exec|kubectl DIR ...}
+D=${2:?usage: cluster.sh $cmd DIR}
+shift 2
+D=$(mkdir -p "$D" && cd "$D" && pwd -P)
+
+NODE=rhd-node
+# TEST-NET-2: the documentation range, nobody's network; the machine's own address is elsewhere.
+HOST_IP=198.51.100.1 NODE_IP=198.51.100.2 SERVICE_CIDR=10.96.0.0/24 SERVICE_IP=10.96.0.1
+# The node's well-known paths, each backed by DIR/node/<path> inside the cluster's mount namespace.
+NODE_PATHS=(/opt/cni/bin /etc/cni/net.d /var/lib/kubelet /etc/cdi /var/run/cdi /run/nri
+  /var/log/pods /var/log/containers /var/lib/cni /run/rdma-host-device /var/lib/rdma-host-device
+  /var/log/rdma-host-device /etc/rdma-host-device /run/containerd /var/lib/containerd
+  /var/run/k8s.cni.cncf.io /dev/infiniband)
+SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
+  kernel.keys.root_maxbytes vm.panic_on_oom)
+
+holder() { cat "$D/holder.pid" 2>/dev/null; }
+inside() { nsenter -t "$(holder)" --net --mount -- "$@"; }
+
+case $cmd in
+exec) inside "$@"; exit ;;
+kubectl) exec "$D/bin/kubectl" --kubeconfig "$D/admin.kubeconfig" "$@" ;;
+down)
+  [[ -f $D/env ]] || exit 0
+  # shellcheck disable=SC1091
+  . "$D/env"
+  if [[ -n $(holder) ]] && kill -0 "$(holder)" 2>/dev/null; then
+    # Pods first, through the kubelet and CRI (their CNI DEL runs), then the daemons.
+    kc() { "$D/bin/kubectl" --kubeconfig "$D/admin.kubeconfig" --request-timeout 10s "$@"; }
+    kc delete daemonsets --all -A --wait=false >/dev/null 2>&1 || true
+    kc delete pods --all -A --grace-period=1 --wait=false >/dev/null 2>&1 || true
+    for _ in $(seq 120); do
+      [[ -z $(kc get pods -A -o name 2>/dev/null) ]] && break
+      sleep 0.5
+    done
+    for c in kubelet kube-controller-manager kube-scheduler; do
+      [[ -f $D/pids/$c ]] && kill "$(cat "$D/pids/$c")" 2>/dev/null || true
+    done
+    sleep 1
+    # Whatever sandboxes are left: stop and remove them through containerd's CRI, so the CNI
+    # DEL runs and the NICs come home, then containerd and the shims.
+    inside "$D/bin/ctr" --address "$D/run/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null |
+      while read -r t; do inside "$D/bin/ctr" --address "$D/run/containerd.sock" -n k8s.io tasks kill -s KILL "$t" >/dev/null 2>&1 || true; done
+    for c in containerd kube-apiserver etcd; do
+      [[ -f $D/pids/$c ]] && kill "$(cat "$D/pids/$c")" 2>/dev/null || true
+    done
+    sleep 1
+    for c in "$D"/pids/*; do [[ -f $c ]] && kill -9 "$(cat "$c")" 2>/dev/null || true; done
+    # Shims and containers: every process whose mount namespace is the holder's.
+    mnt=$(readlink "/proc/$(holder)/ns/mnt")
+    for p in /proc/[0-9]*; do
+      [[ ${p#/proc/} == "$(holder)" ]] && continue
+      [[ $(readlink "$p/ns/mnt" 2>/dev/null) == "$mnt" ]] && kill -9 "${p#/proc/}" 2>/dev/null || true
+    done
+    kill -9 "$(holder)" 2>/dev/null || true
+  fi
+  # The pods' cgroups (cgroupfs driver: kubepods under every v1 hierarchy).
+  for h in /sys/fs/cgroup/*/; do
+    [[ -d $h/kubepods ]] || continue
+    find "$h/kubepods" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+  ip link del "rhd-k8s-$(basename "$D" | tail -c 6)" 2>/dev/null || true
+  [[ -n ${NETNS:-} ]] && ip netns del "$NETNS" 2>/dev/null || true
+  # The sysctls the kubelet rewrote, as they were.
+  if [[ -f $D/sysctls ]]; then
+    while read -r k v; do sysctl -qw "$k=$v" 2>/dev/null || true; done <"$D/sysctls"
+  fi
+  # The mount points made on the host for the node's paths, if they were made here and are empty.
+  if [[ -f $D/made-dirs ]]; then
+    tac "$D/made-dirs" | while read -r p; do rmdir "$p" 2>/dev/null || true; done
+  fi
+  rm -f "$D/env"
+  say "down: $D"
+  exit 0
+  ;;
+up) ;;
+*) die "unknown command $cmd" ;;
+esac
+
+# ------------------------------------------------------------------------------------- up
+[[ $(id -u) == 0 ]] || die "run as root"
+[[ ! -f $D/env ]] || die "$D holds a cluster already (cluster.sh down $D first)"
+BIN=${RHD_CLUSTER_BIN:-$("$REPO/scripts/cluster-parts.sh")}
+mkdir -p "$D"/{bin,logs,pids,pki,run,etcd,node}
+for b in kube-apiserver kubelet kube-scheduler kube-controller-manager kubectl etcd containerd \
+  containerd-shim-runc-v2 ctr; do
+  [[ -x $BIN/$b ]] || die "$BIN/$b missing: scripts/cluster-parts.sh builds it"
+  ln -sfn "$(readlink -f "$BIN/$b")" "$D/bin/$b"
+done
+RUNC=$(command -v runc) || die "runc missing: scripts/setup.sh --for test installs it"
+start=$SECONDS
+
+# The sysctls the kubelet may rewrite, to be put back by `down`.
+for k in "${SYSCTLS[@]}"; do v=$(sysctl -n "$k" 2>/dev/null) && echo "$k $v"; done >"$D/sysctls"
+
+# ---- the network namespace, a veth to the host
+tag=$(basename "$D" | tail -c 6)
+NETNS=rhd-k8s-$tag
+ip netns add "$NETNS"
+ip link add "rhd-k8s-$tag" type veth peer name eth0 netns "$NETNS"
+ip addr add "$HOST_IP/24" dev "rhd-k8s-$tag"
+ip link set "rhd-k8s-$tag" up
+ip -n "$NETNS" addr add "$NODE_IP/24" dev eth0
+ip -n "$NETNS" link set eth0 up
+ip -n "$NETNS" link set lo up
+ip -n "$NETNS" route add default via "$HOST_IP"
+# The kubernetes Service's address is the node's own (no kube-proxy here): what in-cluster
+# clients dial reaches the API server, which listens on 443 on every address.
+ip -n "$NETNS" addr add "$SERVICE_IP/32" dev lo
+
+# ---- certificates: one CA; the API server's serving certificate names every address it is
+# dialled by; service-account keys
+cat >"$D/pki/openssl.cnf" <<EOF
+[req]
+distinguished_name = dn
+[dn]
+[v3]
+subjectAltName = IP:$NODE_IP,IP:$SERVICE_IP,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+EOF
+(
+  cd "$D/pki"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=rhd-test-ca 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj /CN=kube-apiserver 2>/dev/null
+  openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt \
+    -days 2 -extfile openssl.cnf -extensions v3 2>/dev/null
+  openssl genrsa -out sa.key 2048 2>/dev/null
+  openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+)
+# Static tokens: the test's admin, the node, the scheduler, the controller-manager.
+ADMIN_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+{
+  echo "$ADMIN_TOKEN,admin,admin,system:masters"
+  echo "node-$ADMIN_TOKEN,system:node:$NODE,node,system:nodes"
+  echo "sched-$ADMIN_TOKEN,system:kube-scheduler,sched,"
+  echo "cm-$ADMIN_TOKEN,system:kube-controller-manager,cm,"
+} >"$D/pki/tokens.csv"
+kubeconfig() { # FILE TOKEN
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: rhd
+  cluster: {server: "https://$NODE_IP:443", certificate-authority: "$D/pki/ca.crt"}
+users:
+- name: u
+  user: {token: "$2"}
+contexts:
+- name: rhd
+  context: {cluster: rhd, user: u}
+current-context: rhd
+EOF
+}
+kubeconfig "$D/admin.kubeconfig" "$ADMIN_TOKEN"
+kubeconfig "$D/node.kubeconfig" "node-$ADMIN_TOKEN"
+kubeconfig "$D/scheduler.kubeconfig" "sched-$ADMIN_TOKEN"
+kubeconfig "$D/cm.kubeconfig" "cm-$ADMIN_TOKEN"
+
+# ---- the holder: a process in the netns with a private mount namespace, in which /sys is the
+# netns' own (as the plugin reads /sys/class/net) with the cgroup hierarchies kept, and the
+# node's paths are the cluster's directories.
+: >"$D/made-dirs"
+for p in "${NODE_PATHS[@]}"; do
+  mkdir -p "$D/node$p"
+  # The mount point on the host, and each missing parent, noted for `down` to remove.
+  missing=()
+  q=$p
+  while [[ ! -e $q ]]; do missing=("$q" "${missing[@]}"); q=$(dirname "$q"); done
+  for m in "${missing[@]}"; do mkdir "$m" && echo "$m" >>"$D/made-dirs"; done
+done
+cat >"$D/holder.sh" <<EOF
+set -e
+mount --make-rprivate /
+mkdir -p "$D/cg"
+mount --rbind /sys/fs/cgroup "$D/cg"
+mount -t sysfs sysfs /sys
+mount --move "$D/cg" /sys/fs/cgroup
+for p in ${NODE_PATHS[*]}; do mount --bind "$D/node\$p" "\$p"; done
+mkdir -p /var/run/netns
+mount --bind "$D/node/run-netns" /var/run/netns 2>/dev/null || true
+# Shared, as on a node booted by systemd: the kubelet's HostToContainer volumes (the
+# DaemonSet's /run/netns) need a shared or slave source. New peer groups: none is the host's.
+mount --make-rshared /
+echo ready >"$D/holder.ready"
+exec sleep infinity
+EOF
+mkdir -p "$D/node/run-netns"
+setsid nsenter --net="/run/netns/$NETNS" unshare --mount --propagation private bash "$D/holder.sh" \
+  </dev/null >"$D/logs/holder.log" 2>&1 &
+echo $! >"$D/holder.pid"
+for _ in $(seq 100); do [[ -f $D/holder.ready ]] && break; sleep 0.05; done
+[[ -f $D/holder.ready ]] || die "the node's namespaces did not come up: $(cat "$D/logs/holder.log")"
+# setsid, nsenter, unshare and bash each exec the next: the pid is the holder's.
+hp=$(cat "$D/holder.pid")
+[[ $(readlink "/proc/$hp/ns/mnt") != "$(readlink /proc/self/ns/mnt)" ]] ||
+  die "the holder $hp is not in a mount namespace of its own"
+
+cat >"$D/env" <<EOF
+KUBECONFIG=$D/admin.kubeconfig
+NODE=$NODE
+NODE_IP=$NODE_IP
+HOST_IP=$HOST_IP
+NETNS=$NETNS
+HOLDER=$hp
+CONTAINERD_SOCK=$D/run/containerd.sock
+EOF
+
+daemon() { # NAME CMD...: started inside the node, its log in DIR/logs/NAME.log
+  local n=$1
+  shift
+  setsid nsenter -t "$(holder)" --net --mount -- "$@" </dev/null >"$D/logs/$n.log" 2>&1 &
+  echo $! >"$D/pids/$n"
+}
+wait_for() { # WHAT SECONDS CMD...
+  local what=$1 t=$2
+  shift 2
+  for _ in $(seq $((t * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  die "$what not up after ${t} s; logs in $D/logs"
+}
+
+# ---- etcd, the API server
+daemon etcd "$D/bin/etcd" --data-dir "$D/etcd" --listen-client-urls http://127.0.0.1:2379 \
+  --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \
+  --initial-advertise-peer-urls http://127.0.0.1:2380 --initial-cluster default=http://127.0.0.1:2380 \
+  --unsafe-no-fsync --quota-backend-bytes 1073741824
+daemon kube-apiserver "$D/bin/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
+  --bind-address 0.0.0.0 --secure-port 443 --advertise-address "$NODE_IP" \
+  --tls-cert-file "$D/pki/apiserver.crt" --tls-private-key-file "$D/pki/apiserver.key" \
+  --client-ca-file "$D/pki/ca.crt" --token-auth-file "$D/pki/tokens.csv" \
+  --authorization-mode Node,RBAC --service-cluster-ip-range "$SERVICE_CIDR" \
+  --service-account-key-file "$D/pki/sa.pub" --service-account-signing-key-file "$D/pki/sa.key" \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --kubelet-preferred-address-types InternalIP --allow-privileged \
+  --enable-admission-plugins NodeRestriction --profiling=false
+kc() { "$D/bin/kubectl" --kubeconfig "$D/admin.kubeconfig" "$@"; }
+wait_for "kube-apiserver" 120 kc get --raw /readyz
+say "API server ready after $((SECONDS - start)) s"
+
+# ---- the scheduler and the controller-manager (DaemonSets, ServiceAccounts, claim templates)
+daemon kube-scheduler "$D/bin/kube-scheduler" --kubeconfig "$D/scheduler.kubeconfig" \
+  --authentication-kubeconfig "$D/scheduler.kubeconfig" --authorization-kubeconfig "$D/scheduler.kubeconfig" \
+  --leader-elect=false --secure-port 10259 --bind-address 127.0.0.1
+daemon kube-controller-manager "$D/bin/kube-controller-manager" --kubeconfig "$D/cm.kubeconfig" \
+  --authentication-kubeconfig "$D/cm.kubeconfig" --authorization-kubeconfig "$D/cm.kubeconfig" \
+  --leader-elect=false --secure-port 10257 --bind-address 127.0.0.1 \
+  --service-account-private-key-file "$D/pki/sa.key" --root-ca-file "$D/pki/ca.crt" \
+  --use-service-account-credentials=true
+
+# ---- containerd 2.4: CRI with CDI, NRI on, runc from Debian, the images imported, no registry
+mkdir -p "$D/node/var/lib/containerd" "$D/node/run/containerd"
+cat >"$D/containerd.toml" <<EOF
+version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "$D/run/containerd.sock"
+[plugins."io.containerd.cri.v1.runtime"]
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "$RUNC"
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/opt/cni/bin"]
+    conf_dir = "/etc/cni/net.d"
+[plugins."io.containerd.cri.v1.images"]
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "localhost/rhd-pause:test"
+[plugins."io.containerd.grpc.v1.cri"]
+  disable_tcp_service = true
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  socket_path = "/run/nri/nri.sock"
+EOF
+daemon containerd env PATH="$D/bin:$PATH" "$D/bin/containerd" --config "$D/containerd.toml"
+wait_for containerd 60 inside "$D/bin/ctr" --address "$D/run/containerd.sock" version
+
+# The images: the sandbox's pause and a busybox for test pods, as single-layer OCI archives.
+PY=${RHD_VENV:-$HOME/.cache/rhd-venv}/bin/python
+[[ -x $PY ]] || PY=python3
+if [[ ! -f $D/pause.tar ]]; then
+  cc -static -Os -s -o "$D/pause" "$REPO/tests/cri/pause.c"
+  "$PY" "$REPO/tests/cri/cri.py" - image "$D/pause" localhost/rhd-pause:test "$D/pause.tar" >/dev/null
+  "$PY" "$REPO/tests/cri/cri.py" - files-image localhost/rhd-busybox:test "$D/busybox.tar" /bin/sh \
+    /bin/busybox "/bin/sh->busybox" "/bin/sleep->busybox" "/bin/cat->busybox" "/bin/ls->busybox" \
+    "/bin/ip->busybox" "/bin/grep->busybox" "/bin/env->busybox" >/dev/null 2>&1 ||
+    "$PY" "$REPO/tests/cri/cri.py" - files-image localhost/rhd-busybox:test "$D/busybox.tar" /bin/sh \
+      /bin/busybox "/bin/sleep->busybox" "/bin/cat->busybox" "/bin/ls->busybox" "/bin/ip->busybox" \
+      "/bin/grep->busybox" "/bin/env->busybox" >/dev/null
+fi
+for t in pause busybox; do
+  inside "$D/bin/ctr" --address "$D/run/containerd.sock" -n k8s.io images import --no-unpack=false "$D/$t.tar" >/dev/null
+done
+
+# ---- the pods' networks: Multus' thin plugin (4.3.0) as the node's CNI, delegating the
+# cluster network to bridge + host-local (1.10.0), reading NADs from the API server as the admin
+# (a test cluster; a real one gives Multus a ServiceAccount) and the kubelet's pod-resources
+# socket for device plugin allocations.
+for p in multus bridge host-local loopback host-device; do
+  [[ -x $BIN/$p ]] || die "$BIN/$p missing: scripts/cluster-parts.sh builds it"
+  cp "$(readlink -f "$BIN/$p")" "$D/node/opt/cni/bin/$p"
+done
+mkdir -p "$D/node/etc/cni/net.d/multus.d"
+cp "$D/admin.kubeconfig" "$D/node/etc/cni/net.d/multus.d/multus.kubeconfig"
+cat >"$D/node/etc/cni/net.d/00-multus.conf" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "multus-cni-network",
+  "type": "multus",
+  "kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig",
+  "delegates": [{
+    "cniVersion": "1.0.0",
+    "name": "cbr0",
+    "plugins": [{
+      "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+      "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}
+    }]
+  }]
+}
+EOF
+kc apply -f "$REPO/tests/cluster/nad-crd.yaml" >/dev/null
+
+# ---- the kubelet
+cat >"$D/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failCgroupV1: false
+containerRuntimeEndpoint: unix://$D/run/containerd.sock
+# The API server reaches the kubelet (logs, exec) without a client certificate; the kubelet
+# listens only on the node's veth, which only this machine reaches.
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+address: $NODE_IP
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+failSwapOn: false
+cgroupsPerQOS: true
+enforceNodeAllocatable: []
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+syncFrequency: 10s
+fileCheckFrequency: 5s
+nodeStatusUpdateFrequency: 5s
+protectKernelDefaults: false
+makeIPTablesUtilChains: false
+localStorageCapacityIsolation: false
+resolvConf: ""
+EOF
+daemon kubelet "$D/bin/kubelet" --config "$D/kubelet.yaml" --kubeconfig "$D/node.kubeconfig" \
+  --hostname-override "$NODE" --node-ip "$NODE_IP" --root-dir /var/lib/kubelet \
+  --cert-dir "$D/pki/kubelet" --v 2
+node_ready() { kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
+wait_for "the node $NODE (Ready)" 120 node_ready
+kc create serviceaccount default >/dev/null 2>&1 || true
+say "up in $((SECONDS - start)) s: node $NODE Ready at $NODE_IP; KUBECONFIG=$D/admin.kubeconfig"

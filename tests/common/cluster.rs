@@ -1,0 +1,230 @@
+//! The real one-node cluster of tests/cluster/cluster.sh (Kubernetes 1.37, containerd 2.4,
+//! built from their Go modules by scripts/cluster-parts.sh), started once per test binary and
+//! stopped when it exits; `kubectl` against it, commands inside the node (its network and mount
+//! namespaces), and the DaemonSet's image imported into its containerd.
+
+use super::*;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A running cluster: its directory (env, logs, kubeconfigs) and the node's names.
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub node: String,
+    pub netns: String,
+    /// A process inside the node's network and mount namespaces.
+    pub holder: u32,
+}
+
+fn script() -> PathBuf {
+    repo().join("tests/cluster/cluster.sh")
+}
+
+static SHARED: OnceLock<Cluster> = OnceLock::new();
+/// One test at a time uses the cluster: they share its node and its NICs.
+static TURN: Mutex<()> = Mutex::new(());
+
+impl Cluster {
+    /// The binary's cluster, started by the first caller (the parts are built by
+    /// scripts/setup.sh --for cluster, or here on first use), and the caller's turn on it.
+    pub fn shared() -> (&'static Cluster, std::sync::MutexGuard<'static, ()>) {
+        require_root();
+        let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let c = SHARED.get_or_init(|| {
+            extern "C" fn down() {
+                if let Some(c) = SHARED.get() {
+                    let _ = Command::new(script()).arg("down").arg(&c.dir).status();
+                }
+            }
+            let dir = short_tmp().join("k8s");
+            let t = Instant::now();
+            let out = Command::new(script())
+                .arg("up")
+                .arg(&dir)
+                .stdin(Stdio::null())
+                .stderr(Stdio::inherit())
+                .output()
+                .expect("run tests/cluster/cluster.sh");
+            // SAFETY: registers a plain function; the test harness exits through exit(3).
+            unsafe { libc::atexit(down) };
+            assert!(
+                out.status.success(),
+                "cluster.sh up failed; logs in {}/logs",
+                dir.display()
+            );
+            let env = fs::read_to_string(dir.join("env")).expect("cluster env");
+            let get = |k: &str| {
+                env.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{k}=")))
+                    .unwrap_or_else(|| panic!("{k} missing in the cluster's env"))
+                    .to_owned()
+            };
+            eprintln!("cluster up in {:.1} s", t.elapsed().as_secs_f64());
+            Cluster {
+                node: get("NODE"),
+                netns: get("NETNS"),
+                holder: get("HOLDER").parse().expect("holder pid"),
+                dir,
+            }
+        });
+        (c, turn)
+    }
+
+    pub fn bin(&self, name: &str) -> PathBuf {
+        self.dir.join("bin").join(name)
+    }
+
+    /// `kubectl ARGS` as the cluster's admin.
+    pub fn kubectl<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Output {
+        Command::new(self.bin("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.dir.join("admin.kubeconfig"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run kubectl")
+    }
+
+    /// `kubectl ARGS`, which must succeed; its stdout.
+    pub fn k<S: AsRef<std::ffi::OsStr> + fmt::Debug>(&self, args: &[S]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `kubectl get ARGS -o json`.
+    pub fn get(&self, args: &[&str]) -> Value {
+        let mut a = vec!["get"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", "json"]);
+        serde_json::from_str(&self.k(&a)).expect("kubectl get -o json")
+    }
+
+    /// `kubectl apply -f -` of this YAML or JSON text.
+    pub fn apply(&self, text: &str) -> String {
+        let mut child = Command::new(self.bin("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.dir.join("admin.kubeconfig"))
+            .args(["apply", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl apply");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("write to kubectl");
+        let out = child.wait_with_output().expect("kubectl apply");
+        assert!(
+            out.status.success(),
+            "kubectl apply: {}{}\n--- applied:\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A command run inside the node: its network and mount namespaces.
+    pub fn inside(&self, program: &str) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg("-t")
+            .arg(self.holder.to_string())
+            .args(["--net", "--mount", "--"])
+            .arg(program)
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `ip ARGS` in the node's network namespace, which must succeed.
+    pub fn ip(&self, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .arg("-n")
+            .arg(&self.netns)
+            .args(args)
+            .output()
+            .expect("run ip");
+        assert!(
+            out.status.success(),
+            "ip -n {} {args:?}: {}",
+            self.netns,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Poll `probe` every 250 ms until it returns Some, for at most `secs`; on time-out, fail
+    /// saying `what`, with the cluster's view of the pods and the kubelet's last lines.
+    pub fn wait<T>(&self, what: &str, secs: u64, mut probe: impl FnMut() -> Option<T>) -> T {
+        let end = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(v) = probe() {
+                return v;
+            }
+            if Instant::now() > end {
+                let pods = self.kubectl(&["get", "pods", "-A", "-o", "wide"]);
+                let events = self.kubectl(&["get", "events", "-A", "--sort-by=.lastTimestamp"]);
+                panic!(
+                    "{what}: not after {secs} s\n--- pods:\n{}\n--- events:\n{}\n--- kubelet log (last 40 lines):\n{}",
+                    String::from_utf8_lossy(&pods.stdout),
+                    String::from_utf8_lossy(&events.stdout),
+                    self.log_tail("kubelet", 40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// The last `n` lines of a component's log (etcd, kube-apiserver, kubelet, containerd, ...).
+    pub fn log_tail(&self, component: &str, n: usize) -> String {
+        let text = fs::read_to_string(self.dir.join("logs").join(format!("{component}.log")))
+            .unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// The whole log of a component.
+    pub fn log(&self, component: &str) -> String {
+        fs::read_to_string(self.dir.join("logs").join(format!("{component}.log")))
+            .unwrap_or_default()
+    }
+
+    /// The pod's phase and whether every container is ready.
+    pub fn pod_running(&self, ns: &str, name: &str) -> bool {
+        let out = self.kubectl(&["-n", ns, "get", "pod", name, "-o", "json"]);
+        if !out.status.success() {
+            return false;
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        v["status"]["phase"] == "Running"
+            && v["status"]["containerStatuses"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().all(|c| c["ready"] == true))
+    }
+
+    /// Imports an OCI archive into the node's containerd (namespace k8s.io, as the kubelet's).
+    pub fn import(&self, archive: &Path) {
+        let out = self
+            .inside(self.bin("ctr").to_str().expect("utf-8 path"))
+            .arg("--address")
+            .arg(self.dir.join("run/containerd.sock"))
+            .args(["-n", "k8s.io", "images", "import"])
+            .arg(archive)
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr images import {}: {}",
+            archive.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
