@@ -1,0 +1,366 @@
+//! Through a real cluster (tests/cluster/cluster.sh: Kubernetes 1.37's kube-apiserver,
+//! kube-scheduler, kube-controller-manager and kubelet, containerd 2.4 with CDI and NRI, Multus'
+//! thin plugin 4.3.0, the CNI plugins 1.10.0, all built from their Go modules by
+//! scripts/cluster-parts.sh), what a cluster operator does with conf/ as shipped:
+//! - conf/k8s/daemonset.yaml and conf/k8s/dra.yaml applied as they are (the ConfigMap's node.json
+//!   edited as an operator would: the pool, allowedNics and `dra.nics` name the test's NIC), the
+//!   image built by deploy/build-image.sh and imported into the node's containerd, the node
+//!   labelled as README says; the controller-manager runs the DaemonSets;
+//! - the DRA path: the kubelet registers our driver through its own plugin-registration client
+//!   (the call that failed with PROTOCOL_ERROR on a real kubelet), the real scheduler allocates
+//!   a claim from our ResourceSlice, the kubelet prepares it through our driver, Multus runs
+//!   conf/k8s/dra-claims.yaml's NAD rail-0 and our CNI takes the prepared NIC, the claim's status
+//!   carries the network data; a second claim for the only NIC waits; the pod deleted: the NIC
+//!   is home under its name and the claim unprepared;
+//! - the device plugin path: an unprivileged pod (uid 1000, every capability dropped) asking for
+//!   `rdma-host-device.io/rail: 1` and the network of conf/multus/rdma-rail-device-plugin.yaml
+//!   gets the NIC the kubelet allocated, Multus' network-status names it; a second pod is not
+//!   admitted while the first holds the NIC; on delete the NIC comes home.
+//!
+//! The node's NICs are veths in the node's network namespace: this machine has no RDMA, so the
+//! one-rail template's `rdma` condition is dropped, and whereabouts (not built here) becomes
+//! host-local on the NAD's own range; each change is made where it is used and says so. The
+//! RDMA checks in a pod (ibv_devinfo, memlock in exec'd processes) need the VM's kernel
+//! (docs/testing.md).
+//!
+//! Needs root, the cluster parts (scripts/setup.sh --for cluster), podman, and the release
+//! build (deploy/build-image.sh ships it).
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The node's NICs for pods: veths whose peers stay in the node's namespace.
+const NICS: [&str; 2] = ["rhdrail0", "rhdrail1"];
+const IMAGE_ARCHIVE: &str = "rdma-host-device-image.tar";
+
+/// The YAML documents of a file under conf/.
+fn docs(path: &str) -> Vec<Value> {
+    let text = fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    yaml::parse_all(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// Once per binary: the NICs, the image, the node's label, daemonset.yaml and dra.yaml
+/// applied, and every pod of both DaemonSets ready.
+fn installed(c: &Cluster) {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        for (i, n) in NICS.iter().enumerate() {
+            c.ip(&[
+                "link",
+                "add",
+                n,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &format!("rhdpeer{i}"),
+            ]);
+            c.ip(&["link", "set", n, "mtu", &ORIG_MTU.to_string()]);
+            c.ip(&["link", "set", n, "up"]);
+            c.ip(&["link", "set", &format!("rhdpeer{i}"), "up"]);
+        }
+        // The image, as README's step 1 makes and loads it (from the release build; a
+        // developer may name other binaries, e.g. target/debug's, with RHD_CLUSTER_PLUGIN).
+        let bin = std::env::var_os("RHD_CLUSTER_PLUGIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(release_binary);
+        let podman = Podman::new("cluster-image");
+        let report = build_image(&podman, &bin);
+        let image = report
+            .lines()
+            .find_map(|l| l.strip_prefix("image: "))
+            .expect("build-image.sh names its image")
+            .to_owned();
+        let archive = c.dir.join(IMAGE_ARCHIVE);
+        let out = podman.run(&[
+            "save",
+            "--format",
+            "oci-archive",
+            "-o",
+            archive.to_str().expect("utf-8"),
+            &image,
+        ]);
+        assert!(out.status.success(), "podman save: {}", output_text(&out));
+        c.import(&archive);
+        // README's step 2: the label, and node.json edited for this node's NICs.
+        c.k(&[
+            "label",
+            "node",
+            &c.node,
+            "feature.node.kubernetes.io/rdma.capable=true",
+        ]);
+        let mut ds = docs("conf/k8s/daemonset.yaml");
+        for d in ds.iter_mut().filter(|d| d["kind"] == "ConfigMap") {
+            let mut node: Value =
+                serde_json::from_str(d["data"]["node.json"].as_str().expect("node.json"))
+                    .expect("node.json parses");
+            node["allowedNics"] = json!({"names": NICS});
+            node["devicePlugin"]["pools"][0]["selectors"] = json!({"names": NICS});
+            node["dra"] = json!({"nics": {"names": NICS}});
+            d["data"]["node.json"] = json!(node.to_string());
+        }
+        for d in ds.iter().chain(docs("conf/k8s/dra.yaml").iter()) {
+            c.apply(&d.to_string());
+        }
+        for ds in ["rdma-host-device", "rdma-host-device-dra"] {
+            c.wait(&format!("DaemonSet {ds} ready on the node"), 240, || {
+                let v = c.get(&["-n", "kube-system", "daemonset", ds]);
+                (v["status"]["numberReady"] == 1).then_some(())
+            });
+        }
+    });
+}
+
+/// The NIC is in the node's namespace under its own name, with its MTU.
+fn assert_home(c: &Cluster, nic: &str) {
+    let out = c.ip(&["-j", "link", "show", "dev", nic]);
+    let v: Value = serde_json::from_str(&out).expect("ip -j");
+    assert_eq!(
+        v[0]["mtu"], ORIG_MTU,
+        "{nic} came home with another MTU: {v}"
+    );
+}
+
+fn nic_in_node(c: &Cluster, nic: &str) -> bool {
+    Command::new("ip")
+        .args(["-n", &c.netns, "link", "show", "dev", nic])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The network-status annotation Multus wrote on the pod.
+fn network_status(c: &Cluster, ns: &str, pod: &str) -> Vec<Value> {
+    let v = c.get(&["-n", ns, "pod", pod]);
+    let s = v["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+        .as_str()
+        .unwrap_or("[]");
+    serde_json::from_str(s).unwrap_or_default()
+}
+
+#[test]
+fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() {
+    let (c, _turn) = Cluster::shared();
+    installed(c);
+    // The kubelet's own registration client (grpc-go, the socket's path as :authority) reached
+    // GetInfo and registered the driver.
+    c.wait("the kubelet registers rdma-host-device.io", 60, || {
+        let log = c.log("kubelet");
+        (log.contains("rdma-host-device.io") && log.contains("Register new plugin")).then_some(())
+    });
+    // Its slice, as the scheduler sees it.
+    let slices = c.wait("our ResourceSlice with the node's NICs", 60, || {
+        let v = c.get(&["resourceslices"]);
+        let ours: Vec<Value> = v["items"]
+            .as_array()?
+            .iter()
+            .filter(|s| s["spec"]["driver"] == "rdma-host-device.io")
+            .cloned()
+            .collect();
+        let n = ours
+            .iter()
+            .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+            .count();
+        (n == NICS.len()).then_some(ours)
+    });
+    assert_eq!(slices[0]["spec"]["nodeName"], c.node);
+
+    // dra-claims.yaml's one-rail template, less its `rdma` condition (veths have no RDMA
+    // device here), and its NAD rail-0 as shipped.
+    let claims = docs("conf/k8s/dra-claims.yaml");
+    let mut tpl = of_kind(&claims, "ResourceClaimTemplate", "one-rail").clone();
+    tpl["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = json!([{"cel": {
+        "expression": "device.attributes[\"rdma-host-device.io\"].linkUp"}}]);
+    c.apply(&tpl.to_string());
+    c.apply(&of_kind(&claims, "NetworkAttachmentDefinition", "rail-0").to_string());
+    // The NICs are up on one side only without a peer up: both peers are up, so linkUp holds.
+    let pod = |name: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default",
+                "annotations": {"k8s.v1.cni.cncf.io/networks": "[{\"name\": \"rail-0\", \"interface\": \"net1\"}]"}},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "resourceClaims": [{"name": "rails", "resourceClaimTemplateName": "one-rail"}],
+                "containers": [{"name": "c", "image": "localhost/rhd-busybox:test",
+                    "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"],
+                    "resources": {"claims": [{"name": "rails"}]},
+                    "securityContext": {"runAsUser": 1000, "runAsNonRoot": true,
+                        "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
+            }
+        })
+        .to_string()
+    };
+    c.apply(&pod("dra-a"));
+    c.wait("pod dra-a running with its claim prepared", 180, || {
+        c.pod_running("default", "dra-a").then_some(())
+    });
+    let status = network_status(c, "default", "dra-a");
+    let net1 = status
+        .iter()
+        .find(|s| s["interface"] == "net1")
+        .unwrap_or_else(|| panic!("no net1 in network-status: {status:?}"));
+    assert_eq!(net1["name"], "default/rail-0", "{net1}");
+    // The NIC the driver prepared left the node: it is net1 in the pod.
+    let claim_name = c.get(&["-n", "default", "pod", "dra-a"])["status"]["resourceClaimStatuses"]
+        [0]["resourceClaimName"]
+        .as_str()
+        .expect("the pod's claim")
+        .to_owned();
+    let claim = c.get(&["-n", "default", "resourceclaim", &claim_name]);
+    let dev = claim["status"]["allocation"]["devices"]["results"][0]["device"]
+        .as_str()
+        .expect("allocated device")
+        .to_owned();
+    let nic = NICS
+        .iter()
+        .find(|n| dev.ends_with(*n))
+        .unwrap_or_else(|| panic!("allocated {dev} is none of {NICS:?}"));
+    assert!(
+        !nic_in_node(c, nic),
+        "{nic} is still in the node's namespace"
+    );
+    // KEP-4817: the claim's status carries the network data ADD applied.
+    let devices = c.wait("the claim's status.devices", 30, || {
+        let v = c.get(&["-n", "default", "resourceclaim", &claim_name]);
+        v["status"]["devices"]
+            .as_array()
+            .filter(|d| !d.is_empty())
+            .cloned()
+    });
+    assert_eq!(devices[0]["driver"], "rdma-host-device.io");
+    assert_eq!(devices[0]["device"], dev.as_str());
+    assert_eq!(
+        devices[0]["networkData"]["interfaceName"], "net1",
+        "{devices:?}"
+    );
+
+    // Delete: the NIC comes home, the claim is unprepared and deallocated.
+    c.k(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        "dra-a",
+        "--wait=true",
+        "--timeout=120s",
+    ]);
+    c.wait(&format!("{nic} home after the pod's deletion"), 60, || {
+        nic_in_node(c, nic).then_some(())
+    });
+    assert_home(c, nic);
+    c.wait("the claim of the deleted pod gone", 60, || {
+        (!c.kubectl(&["-n", "default", "get", "resourceclaim", &claim_name])
+            .status
+            .success())
+        .then_some(())
+    });
+}
+
+#[test]
+fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
+    let (c, _turn) = Cluster::shared();
+    installed(c);
+    // The kubelet lists the pool as the node's allocatable resource.
+    c.wait("the node offers rdma-host-device.io/rail", 90, || {
+        let v = c.get(&["node", &c.node]);
+        (v["status"]["allocatable"]["rdma-host-device.io/rail"] == NICS.len().to_string())
+            .then_some(())
+    });
+    // conf/multus/rdma-rail-device-plugin.yaml as shipped, but host-local for whereabouts (not
+    // built here) on the NAD's own range.
+    let mut nad = docs("conf/multus/rdma-rail-device-plugin.yaml")[0].clone();
+    let mut conf: Value =
+        serde_json::from_str(nad["spec"]["config"].as_str().expect("config")).expect("json");
+    let range = conf["ipam"]["range"].clone();
+    conf["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": range}]]});
+    nad["spec"]["config"] = json!(conf.to_string());
+    c.apply(&nad.to_string());
+    let pod = |name: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default",
+                "annotations": {"k8s.v1.cni.cncf.io/networks": "[{\"name\": \"rdma-rail\", \"interface\": \"net1\"}]"}},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": "localhost/rhd-busybox:test",
+                    "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"],
+                    "resources": {"limits": {"rdma-host-device.io/rail": "2"}},
+                    "securityContext": {"runAsUser": 1000, "runAsNonRoot": true,
+                        "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
+            }
+        })
+        .to_string()
+    };
+    // Both NICs to the first pod: the second cannot be admitted while it holds them.
+    c.apply(&pod("dp-a"));
+    c.wait("pod dp-a running", 180, || {
+        c.pod_running("default", "dp-a").then_some(())
+    });
+    let status = network_status(c, "default", "dp-a");
+    let net1 = status
+        .iter()
+        .find(|s| s["interface"] == "net1")
+        .unwrap_or_else(|| panic!("no net1 in network-status: {status:?}"));
+    assert_eq!(net1["name"], "default/rdma-rail", "{net1}");
+    let ip = net1["ips"][0].as_str().unwrap_or_default();
+    assert!(
+        ip.starts_with("192.168.120."),
+        "net1's address {ip}: {net1}"
+    );
+    // The container's environment names the NICs the kubelet allocated.
+    let env = c.k(&["-n", "default", "exec", "dp-a", "--", "env"]);
+    let ids = env
+        .lines()
+        .find_map(|l| l.strip_prefix("RDMA_HOST_DEVICE_RAIL_IDS="))
+        .unwrap_or_else(|| panic!("no RDMA_HOST_DEVICE_RAIL_IDS in {env}"));
+    let gone: Vec<&str> = NICS
+        .iter()
+        .copied()
+        .filter(|n| !nic_in_node(c, n))
+        .collect();
+    assert_eq!(gone.len(), 1, "one NIC moved into the pod (net1): {gone:?}");
+    assert!(
+        ids.split(',').any(|i| i == gone[0]),
+        "{ids} names {}",
+        gone[0]
+    );
+
+    c.apply(&pod("dp-b"));
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let b = c.get(&["-n", "default", "pod", "dp-b"]);
+    assert_eq!(
+        b["status"]["phase"], "Pending",
+        "dp-b got NICs held by dp-a: {b}"
+    );
+
+    c.k(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        "dp-a",
+        "dp-b",
+        "--wait=true",
+        "--timeout=120s",
+    ]);
+    c.wait("every NIC home", 60, || {
+        NICS.iter().all(|n| nic_in_node(c, n)).then_some(())
+    });
+    for n in NICS {
+        assert_home(c, n);
+    }
+}
