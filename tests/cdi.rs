@@ -268,3 +268,41 @@ fn a_device_a_pod_renames_to_a_name_cdi_refuses_leaves_the_spec_valid_for_every_
         "{inside}"
     );
 }
+
+/// Issue 36: the spec and the directories `cdi` makes have the modes the agent names (0644,
+/// 0755), not the umask's: under umask 000 the directories were 0777 (anyone could have put a
+/// spec of theirs beside ours), under 077 the spec was 0600 (a runtime not running as root
+/// could not read it). No podman: a fake node of the test's own.
+#[test]
+fn the_spec_and_its_directories_have_their_modes_whatever_the_umask() {
+    let dir = TempDir::new("cdi-modes");
+    let d = dir.path();
+    let verbs = d.join("sys/class/infiniband_verbs/uverbs0");
+    fs::create_dir_all(&verbs).unwrap();
+    fs::write(verbs.join("ibdev"), "rxe0\n").unwrap();
+    fs::create_dir_all(d.join("dev/infiniband")).unwrap();
+    fs::write(d.join("dev/infiniband/uverbs0"), "").unwrap();
+    let node = d.join("node.json");
+    fs::write(&node, serde_json::json!({ "cdiHook": PLUGIN }).to_string()).unwrap();
+    for mask in [0o000, 0o077] {
+        let top = d.join(format!("run-{mask:03o}"));
+        let spec = top.join("cdi/rdma-host-device.json");
+        let out = with_umask(&mut Command::new(AGENT), mask)
+            .args(["cdi", "--memlock", "unlimited", "--out"])
+            .arg(&spec)
+            .arg("--sysfs")
+            .arg(d.join("sys"))
+            .arg("--dev")
+            .arg(d.join("dev"))
+            .env("RDMA_HOST_DEVICE_NODE_CONFIG", &node)
+            .env_remove("CNI_COMMAND")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", output_text(&out));
+        assert_eq!(
+            [mode_of(&top), mode_of(&top.join("cdi")), mode_of(&spec)],
+            [Ok(0o755), Ok(0o755), Ok(0o644)],
+            "umask {mask:03o}: the directories `cdi` made, then the spec"
+        );
+    }
+}
