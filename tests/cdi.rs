@@ -301,7 +301,7 @@ fn the_spec_and_its_directories_have_their_modes_whatever_the_umask() {
         assert!(out.status.success(), "{}", output_text(&out));
         assert_eq!(
             [mode_of(&top), mode_of(&top.join("cdi")), mode_of(&spec)],
-            [Ok(0o755), Ok(0o755), Ok(0o644)],
+            [Ok(Mode(0o755)), Ok(Mode(0o755)), Ok(Mode(0o644))],
             "umask {mask:03o}: the directories `cdi` made, then the spec"
         );
     }

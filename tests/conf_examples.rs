@@ -769,7 +769,7 @@ fn install_script_makes_what_it_installs_with_its_modes_and_refuses_what_is_miss
     fs::set_permissions(&node, fs::Permissions::from_mode(0o666)).unwrap();
     let mode = |p: &Path| {
         fs::symlink_metadata(p)
-            .map(|m| m.permissions().mode() & 0o7777)
+            .map(|m| format!("{:04o}", m.permissions().mode() & 0o7777))
             .map_err(|e| format!("{}: {e}", p.display()))
     };
     let run = |mask: u32, top: &Path, env: &[(&str, &std::ffi::OsStr)]| {
@@ -801,10 +801,10 @@ fn install_script_makes_what_it_installs_with_its_modes_and_refuses_what_is_miss
                 vec![mode(&top.join("etc/rdma-host-device/node.json"))],
             ],
             [
-                vec![Ok(0o755); 3],
-                vec![Ok(0o755)],
-                vec![Ok(0o755); 2],
-                vec![Ok(0o644)]
+                vec![Ok("0755".to_owned()); 3],
+                vec![Ok("0755".to_owned())],
+                vec![Ok("0755".to_owned()); 2],
+                vec![Ok("0644".to_owned())]
             ],
             "umask {mask:03o}: the plugin's directories and the plugin, the node configuration's \
              directories and the node configuration\n{}",
@@ -852,10 +852,10 @@ fn install_script_makes_what_it_installs_with_its_modes_and_refuses_what_is_miss
 
 /// The modes of `rel`'s components under `top`, outermost first.
 fn mode_of_all(
-    mode: &dyn Fn(&Path) -> Result<u32, String>,
+    mode: &dyn Fn(&Path) -> Result<String, String>,
     top: &Path,
     rel: &str,
-) -> Vec<Result<u32, String>> {
+) -> Vec<Result<String, String>> {
     let mut at = top.to_path_buf();
     rel.split('/')
         .map(|c| {

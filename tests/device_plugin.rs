@@ -552,7 +552,12 @@ fn its_socket_and_files_have_their_modes_whatever_the_umask() {
                 mode_of(&spec_dir.join("here")),
                 mode_of(&spec),
             ],
-            [Ok(0o600), Ok(0o755), Ok(0o755), Ok(0o644)],
+            [
+                Ok(Mode(0o600)),
+                Ok(Mode(0o755)),
+                Ok(Mode(0o755)),
+                Ok(Mode(0o644))
+            ],
             "umask {mask:03o}: the socket, the CDI spec's directories and the spec\n{}",
             plugin.log()
         );

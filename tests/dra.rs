@@ -875,13 +875,13 @@ fn its_sockets_and_checkpoint_have_their_modes_whatever_the_umask() {
                 mode_of(&checkpoint),
             ],
             [
-                Ok(0o750),
-                Ok(0o750),
-                Ok(0o750),
-                Ok(0o600),
-                Ok(0o600),
-                Ok(0o700),
-                Ok(0o600)
+                Ok(Mode(0o750)),
+                Ok(Mode(0o750)),
+                Ok(Mode(0o750)),
+                Ok(Mode(0o600)),
+                Ok(Mode(0o600)),
+                Ok(Mode(0o700)),
+                Ok(Mode(0o600))
             ],
             "umask {mask:03o}: the socket directories, the DRA and registration sockets, the \
              checkpoint's directory and the checkpoint\n{}",

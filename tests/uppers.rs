@@ -358,7 +358,7 @@ fn the_watchers_socket_and_directory_have_their_modes_whatever_the_umask() {
         );
         assert_eq!(
             [mode_of(&sub), mode_of(&socket)],
-            [Ok(0o700), Ok(0o600)],
+            [Ok(Mode(0o700)), Ok(Mode(0o600))],
             "umask {mask:03o}: the socket's directory, then the socket"
         );
         w.stop();

@@ -275,12 +275,22 @@ pub fn with_umask(cmd: &mut Command, mask: u32) -> &mut Command {
     }
 }
 
+/// Permission bits, shown in octal in an assertion's message (`0o755`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Mode(pub u32);
+
+impl fmt::Debug for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0o{:o}", self.0)
+    }
+}
+
 /// The permission bits of what is at `p` (not followed if a symlink), for a mode assertion's
 /// message: `Err` says it is missing.
-pub fn mode_of(p: &std::path::Path) -> Result<u32, String> {
+pub fn mode_of(p: &std::path::Path) -> Result<Mode, String> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::symlink_metadata(p)
-        .map(|m| m.permissions().mode() & 0o7777)
+        .map(|m| Mode(m.permissions().mode() & 0o7777))
         .map_err(|e| format!("{}: {e}", p.display()))
 }
 
