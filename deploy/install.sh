@@ -17,8 +17,9 @@
 #                empty to skip): the installed plugin is then also run with the NODE's own
 #                libc (chroot), which proves the node's glibc is new enough (2.28 or later)
 #   SHA256       expected sha256 of SRC (optional; dist/rdma-host-device.sha256 has it)
-#   NODE_CONFIG  a node configuration to install (optional; the DaemonSet's ConfigMap has one):
-#                checked with `rdma-host-device-agent node-config`, then put atomically into
+#   NODE_CONFIG  a node configuration to install (optional; the DaemonSet's ConfigMap has one;
+#                set but missing, the install fails): checked with
+#                `rdma-host-device-agent node-config`, then put atomically into
 #   NODE_CONFIG_DIR  (default $HOST_ROOT/etc/rdma-host-device) as node.json
 #   CDI_SPEC     where to write the CDI spec of the node's RDMA devices (optional; the DaemonSet
 #                sets /var/run/cdi/rdma-host-device.json, a hostPath): `rdma-host-device-agent cdi`,
@@ -30,8 +31,15 @@
 # It replaces the plugin atomically (copy to a temporary name in the same directory, then
 # rename), so a runtime executing the plugin during an upgrade runs the old or the new binary,
 # never a half-written one; an identical binary is left alone. Exit status: 0 installed (or
-# already up to date), 1 anything failed (the old plugin, if any, is still in place).
+# already up to date), 1 anything failed (the old plugin, if any, is still in place), among it
+# anything it was told to install or run that is not there (SRC, NODE_CONFIG, AGENT).
+#
+# What it makes has the mode it names, whatever umask it was started with: the plugin 0755, the
+# node configuration 0644, directories it makes 0755 (the CDI spec's modes are the agent's).
+# Under its own umask 077, a file is created private and then given its mode: never, even for
+# a moment, writable by others (a umask of 000 made the copy world-writable until its chmod).
 set -eu
+umask 077
 
 SRC=${SRC:-/usr/local/bin/rdma-host-device}
 case $SRC in
@@ -45,8 +53,20 @@ DEST=$CNI_BIN_DIR/$NAME
 
 say() { echo "install.sh: $*"; }
 fail() { echo "install.sh: error: $*" >&2; exit 1; }
+# mkdirs DIR: DIR and its missing parents, each one made here 0755.
+mkdirs() {
+  [ -z "$1" ] || [ -d "$1" ] && return 0
+  case $1 in */*) mkdirs "${1%/*}" ;; esac
+  mkdir -m 0755 "$1" 2>/dev/null || [ -d "$1" ] || fail "cannot create the directory $1"
+}
 
-[ -f "$SRC" ] || fail "$SRC does not exist"
+[ -f "$SRC" ] || fail "SRC=$SRC does not exist or is not a file: nothing to install"
+if [ -n "${NODE_CONFIG:-}" ] && [ ! -f "$NODE_CONFIG" ]; then
+  fail "NODE_CONFIG=$NODE_CONFIG does not exist or is not a file (the DaemonSet's: the ConfigMap rdma-host-device-install lacks node.json?); unset NODE_CONFIG to keep the node's configuration as it is"
+fi
+if [ -n "${NODE_CONFIG:-}" ] || [ -n "${CDI_SPEC:-}" ]; then
+  [ -x "$AGENT" ] || fail "AGENT=$AGENT (the node agent, rdma-host-device-agent) is missing or not executable: it checks NODE_CONFIG and writes CDI_SPEC"
+fi
 if [ -n "${SHA256:-}" ]; then
   got=$(sha256sum "$SRC" | cut -d' ' -f1)
   [ "$got" = "$SHA256" ] || fail "$SRC has sha256 $got, expected $SHA256"
@@ -54,7 +74,7 @@ fi
 version=$("$SRC" --version) || fail "$SRC does not run here"
 say "installing $version into $CNI_BIN_DIR"
 
-mkdir -p "$CNI_BIN_DIR"
+mkdirs "$CNI_BIN_DIR"
 if [ -f "$DEST" ] && cmp -s "$SRC" "$DEST"; then
   say "$DEST is already this build; left alone"
 else
@@ -90,11 +110,10 @@ fi
 # The node configuration (which NICs pods may have, where state and logs go): checked by the
 # agent of the same build, then installed atomically where the plugin reads it. Without one,
 # the plugin's defaults apply (any NIC but the node's own uplinks).
-if [ -n "${NODE_CONFIG:-}" ] && [ -f "$NODE_CONFIG" ]; then
+if [ -n "${NODE_CONFIG:-}" ]; then
   NODE_CONFIG_DIR=${NODE_CONFIG_DIR:-${HOST_ROOT%/}/etc/rdma-host-device}
-  [ -x "$AGENT" ] || fail "$AGENT (the node agent) is missing: it checks $NODE_CONFIG"
   "$AGENT" node-config "$NODE_CONFIG" >/dev/null || fail "$NODE_CONFIG is not a valid node configuration"
-  mkdir -p "$NODE_CONFIG_DIR"
+  mkdirs "$NODE_CONFIG_DIR"
   ntmp=$NODE_CONFIG_DIR/.node.json.install.$$
   cp "$NODE_CONFIG" "$ntmp"
   chmod 0644 "$ntmp"
@@ -113,4 +132,8 @@ if [ -n "${CDI_SPEC:-}" ]; then
 fi
 
 # What the node offers: NICs, RDMA devices, the RDMA netns mode and what it means.
-"$AGENT" inspect --color=never || say "inspect failed (the plugin is installed nonetheless)"
+if [ -x "$AGENT" ]; then
+  "$AGENT" inspect --color=never || say "inspect failed (the plugin is installed nonetheless)"
+else
+  say "no node agent at $AGENT: no report on the node (the plugin is installed nonetheless)"
+fi

@@ -9,6 +9,13 @@
 //!
 //! And directories only root may read (the state directory, which holds every attachment's
 //! `ipam` object).
+//!
+//! And the modes of what the plugin and the agent create: the one the code names, whatever the
+//! umask (issue 36). The kernel applies the umask at creation (open, mkdir, a unix socket's
+//! bind), so each is created with its mode (the umask can only take bits away) and then set to
+//! exactly that mode on what was created (`fchmod`, or `chmod` of a directory or socket made
+//! here): at no moment is anything wider than its mode. The umask itself is never touched: it
+//! is the process's, shared by every thread.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -73,10 +80,7 @@ fn read_bounded(path: &Path, max: u64, flags: i32) -> std::io::Result<Vec<u8>> {
 /// directory: 0755) tightened to 0700. A symlink or a directory of another owner is left as it
 /// is (the node's choice).
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
+    create_dirs(dir, 0o700)?;
     let m = fs::symlink_metadata(dir)?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
@@ -89,10 +93,126 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Put `body` at `path` (mode 0644), making its directory if needed.
+/// `dir` and its missing parents, each one made here with exactly `mode` (see the module's
+/// header); a directory already there is left as it is (the node's).
+pub fn create_dirs(dir: &Path, mode: u32) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.as_os_str().is_empty() {
+        match fs::symlink_metadata(at) {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing.push(at),
+            Err(e) => return Err(e),
+        }
+        match at.parent() {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    for d in missing.into_iter().rev() {
+        match fs::DirBuilder::new().mode(mode).create(d) {
+            // Opened without following a symlink: the mode goes to the directory made here.
+            Ok(()) => fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+                .open(d)
+                .and_then(|f| set_mode(&f, mode))
+                .map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("setting the mode of {} to {mode:04o}: {e}", d.display()),
+                    )
+                })?,
+            // Made meanwhile by someone else: theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("creating the directory {}: {e}", d.display()),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Give the file `f` (one just created) exactly `mode` (`fchmod`).
+pub fn set_mode(f: &fs::File, mode: u32) -> std::io::Result<()> {
+    f.set_permissions(fs::Permissions::from_mode(mode))
+}
+
+/// A unix stream socket listening at `path`, whose file has exactly `mode` from the moment it
+/// exists: the socket's inode is given `mode` before `bind` (which creates the file with that
+/// mode less the umask), the file then set to `mode`, and only then does it listen, so no one
+/// connects before. `path` must be free (the caller removes a stale socket); its directory
+/// must exist.
+pub fn listen_unix(path: &Path, mode: u32) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let name = path.as_os_str().as_bytes();
+    // SAFETY: an all-zero sockaddr_un is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if name.is_empty() || name.len() >= addr.sun_path.len() || name.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "{} cannot be a unix socket's path (empty, a NUL byte, or {} bytes or more)",
+                path.display(),
+                addr.sun_path.len()
+            ),
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(name) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + name.len() + 1;
+    let os = |what: &str| {
+        let e = std::io::Error::last_os_error();
+        std::io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+    };
+    // SAFETY: socket(2) with constant arguments; the fd is owned at once.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(os("creating the socket for"));
+    }
+    // SAFETY: `fd` is a new descriptor no one else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fchmod(2) of the socket's inode, an fd we own.
+    if unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) } != 0 {
+        return Err(os("setting the mode of the socket for"));
+    }
+    // SAFETY: bind(2) with an initialized sockaddr_un and its length.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            std::ptr::addr_of!(addr).cast::<libc::sockaddr>(),
+            len as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(os("binding"));
+    }
+    if let Err(e) = fs::set_permissions(path, fs::Permissions::from_mode(mode)) {
+        let _ = fs::remove_file(path);
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("setting the mode of {} to {mode:04o}: {e}", path.display()),
+        ));
+    }
+    // SAFETY: listen(2) on a bound socket we own.
+    if unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0 {
+        let e = os("listening on");
+        let _ = fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(std::os::unix::net::UnixListener::from(fd))
+}
+
+/// Put `body` at `path` (mode 0644, whatever the umask), making its directory (0755) if needed.
 pub fn replace(path: &Path, body: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
+        create_dirs(dir, 0o755)?;
     }
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{}.tmp", std::process::id()));
@@ -104,7 +224,11 @@ pub fn replace(path: &Path, body: &[u8]) -> std::io::Result<()> {
         .mode(0o644)
         .custom_flags(libc::O_NOFOLLOW)
         .open(tmp)
-        .and_then(|mut f| f.write_all(body).and_then(|()| f.sync_all()))
+        .and_then(|mut f| {
+            set_mode(&f, 0o644)?;
+            f.write_all(body)?;
+            f.sync_all()
+        })
         .and_then(|()| fs::rename(tmp, path));
     if written.is_err() {
         let _ = fs::remove_file(tmp);
@@ -115,13 +239,57 @@ pub fn replace(path: &Path, body: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 
     fn tmp(tag: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("rhd-files-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// Modes with group-write bits, which the usual umask (022) takes away: what `files`
+    /// makes has them all the same (each umask's own test is the agent's, in a child process:
+    /// tests/{cdi,device_plugin,dra,uppers}.rs).
+    #[test]
+    fn what_files_creates_has_exactly_its_mode() {
+        let d = tmp("modes");
+        let mode = |p: &Path| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        let deep = d.join("a/b/c");
+        create_dirs(&deep, 0o775).unwrap();
+        assert_eq!(
+            [mode(&d.join("a")), mode(&d.join("a/b")), mode(&deep)],
+            [0o775; 3]
+        );
+        // One already there is the node's, left as it is.
+        fs::set_permissions(d.join("a"), fs::Permissions::from_mode(0o711)).unwrap();
+        create_dirs(&d.join("a/x"), 0o750).unwrap();
+        assert_eq!([mode(&d.join("a")), mode(&d.join("a/x"))], [0o711, 0o750]);
+        create_dirs(&deep, 0o700).unwrap();
+        assert_eq!(mode(&deep), 0o775);
+
+        let sock = deep.join("s.sock");
+        let l = listen_unix(&sock, 0o660).unwrap();
+        assert_eq!(mode(&sock), 0o660);
+        assert!(fs::symlink_metadata(&sock).unwrap().file_type().is_socket());
+        std::os::unix::net::UnixStream::connect(&sock).expect("it listens");
+        drop(l);
+        let e = listen_unix(&sock, 0o600).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+        assert!(e.to_string().contains("s.sock"), "{e}");
+        let long = d.join("x".repeat(120));
+        assert_eq!(
+            listen_unix(&long, 0o600).unwrap_err().kind(),
+            std::io::ErrorKind::InvalidInput
+        );
+
+        let f = deep.join("spec.json");
+        replace(&f, b"{}").unwrap();
+        assert_eq!(mode(&f), 0o644);
+        let fresh = d.join("new/dir/info.json");
+        replace(&fresh, b"{}").unwrap();
+        assert_eq!([mode(&d.join("new")), mode(&d.join("new/dir"))], [0o755; 2]);
+        let _ = fs::remove_dir_all(&d);
     }
 
     #[test]

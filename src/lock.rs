@@ -128,6 +128,8 @@ fn take(path: &Path, max: Duration, what: &str) -> Result<Option<Guard>> {
             .custom_flags(libc::O_CLOEXEC)
             .open(path)
             .map_err(io)?;
+        // 0600 whatever the umask (`files::set_mode`); a lock file is ours alone.
+        crate::files::set_mode(&file, 0o600).map_err(io)?;
         loop {
             // SAFETY: flock(2) on an fd we own.
             let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };

@@ -10,7 +10,7 @@
 use log::{LevelFilter, Log, Metadata, Record};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -202,10 +202,7 @@ fn rotated(path: &Path) -> PathBuf {
 /// past [`MAX_LOG_BYTES`], replacing only an old generation that is ours too.
 pub fn open_confined(path: &Path) -> Result<File, String> {
     if let Some(dir) = path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o750)
-            .create(dir)
+        crate::files::create_dirs(dir, 0o750)
             .map_err(|e| format!("cannot create the log directory {}: {e}", dir.display()))?;
     }
     if let Some(f) = open_ours(path)
@@ -224,6 +221,8 @@ pub fn open_confined(path: &Path) -> Result<File, String> {
         .open(path)
     {
         Ok(mut f) => {
+            crate::files::set_mode(&f, 0o640)
+                .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
             f.write_all(HEADER)
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             return Ok(f);

@@ -495,6 +495,7 @@ impl Store {
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&tmp)?;
+            crate::files::set_mode(&f, 0o600)?;
             f.write_all(&body)?;
             if sync == Sync::Now {
                 f.sync_all()?;

@@ -268,3 +268,185 @@ fn a_device_a_pod_renames_to_a_name_cdi_refuses_leaves_the_spec_valid_for_every_
         "{inside}"
     );
 }
+
+/// Issue 36: the spec and the directories `cdi` makes have the modes the agent names (0644,
+/// 0755), not the umask's: under umask 000 the directories were 0777 (anyone could have put a
+/// spec of theirs beside ours), under 077 the spec was 0600 (a runtime not running as root
+/// could not read it). No podman: a fake node of the test's own.
+#[test]
+fn the_spec_and_its_directories_have_their_modes_whatever_the_umask() {
+    let dir = TempDir::new("cdi-modes");
+    let d = dir.path();
+    let verbs = d.join("sys/class/infiniband_verbs/uverbs0");
+    fs::create_dir_all(&verbs).unwrap();
+    fs::write(verbs.join("ibdev"), "rxe0\n").unwrap();
+    fs::create_dir_all(d.join("dev/infiniband")).unwrap();
+    fs::write(d.join("dev/infiniband/uverbs0"), "").unwrap();
+    let node = d.join("node.json");
+    fs::write(&node, serde_json::json!({ "cdiHook": PLUGIN }).to_string()).unwrap();
+    for mask in [0o000, 0o077] {
+        let top = d.join(format!("run-{mask:03o}"));
+        let spec = top.join("cdi/rdma-host-device.json");
+        let out = with_umask(&mut Command::new(AGENT), mask)
+            .args(["cdi", "--memlock", "unlimited", "--out"])
+            .arg(&spec)
+            .arg("--sysfs")
+            .arg(d.join("sys"))
+            .arg("--dev")
+            .arg(d.join("dev"))
+            .env("RDMA_HOST_DEVICE_NODE_CONFIG", &node)
+            .env_remove("CNI_COMMAND")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", output_text(&out));
+        assert_eq!(
+            [mode_of(&top), mode_of(&top.join("cdi")), mode_of(&spec)],
+            [Ok(Mode(0o755)), Ok(Mode(0o755)), Ok(Mode(0o644))],
+            "umask {mask:03o}: the directories `cdi` made, then the spec"
+        );
+    }
+}
+
+/// The memlock of `pid`: /proc/PID/limits' soft "Max locked memory".
+fn memlock_of(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/limits"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Max locked memory"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or("?")
+        .to_owned()
+}
+
+/// A process killed and reaped on drop.
+struct Proc(std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A container's init as a runtime leaves it for a createRuntime hook: pid 1 of new mount and
+/// PID namespaces (`unshare --fork`'s child, whose host pid is returned), in the host's
+/// network namespace.
+fn contained() -> (Proc, u32) {
+    let p = Proc(
+        Command::new("unshare")
+            .args(["--mount", "--pid", "--fork", "--kill-child", "sleep", "60"])
+            .spawn()
+            .expect("unshare"),
+    );
+    let children = format!("/proc/{0}/task/{0}/children", p.0.id());
+    for _ in 0..500 {
+        let init = fs::read_to_string(&children)
+            .unwrap_or_default()
+            .split_whitespace()
+            .find_map(|c| c.parse::<u32>().ok());
+        if let Some(init) = init
+            && fs::read_to_string(format!("/proc/{init}/comm")).is_ok_and(|c| c.trim() == "sleep")
+        {
+            return (p, init);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("unshare made no container init in 5 s");
+}
+
+/// A bundle whose config.json gives the container `namespaces`.
+fn bundle(dir: &std::path::Path, name: &str, namespaces: Value) -> PathBuf {
+    let b = dir.join(name);
+    fs::create_dir_all(&b).unwrap();
+    fs::write(
+        b.join("config.json"),
+        serde_json::json!({"ociVersion": "1.0.2", "linux": {"namespaces": namespaces}}).to_string(),
+    )
+    .unwrap();
+    b
+}
+
+/// The hook as the CDI spec has the runtime run it, 4 MiB (below the 8 MiB default, so no
+/// CAP_SYS_RESOURCE is needed), `state` on stdin.
+fn hook(state: Value) -> Output {
+    output_with_stdin(
+        Command::new(PLUGIN)
+            .args(["memlock-hook", "4194304"])
+            .env_remove("CNI_COMMAND"),
+        state.to_string().as_bytes(),
+    )
+}
+
+/// Issue 36: the hook raises the limit of the container the runtime runs it for, and of no
+/// other process. The pid of the state must be a process in the namespaces the bundle's
+/// config.json gives the container (pid 1 of its new PID namespace); a host process, a
+/// process in another network namespace than the one named, a container no longer being
+/// created, a state without a bundle: refused, their limits untouched. Before, any positive
+/// pid got the limit.
+#[test]
+fn the_memlock_hook_acts_only_on_the_container_the_runtime_runs_it_for() {
+    require_root();
+    let dir = TempDir::new("hook");
+    let (_c, init) = contained();
+    let new_ns = serde_json::json!([{"type": "mount"}, {"type": "pid"}]);
+    let b = bundle(dir.path(), "c", new_ns.clone());
+    let state = |pid: u32, status: &str, bundle: &std::path::Path| {
+        serde_json::json!({"ociVersion": "1.0.2", "id": "ctr-1", "status": status,
+            "pid": pid, "bundle": bundle})
+    };
+
+    // Not the container: a process of the host, named by a state of the container's.
+    let host = Proc(Command::new("sleep").arg("60").spawn().unwrap());
+    let before = memlock_of(host.0.id());
+    let out = hook(state(host.0.id(), "creating", &b));
+    let said = output_text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "not setting RLIMIT_MEMLOCK of pid {}",
+            host.0.id()
+        )) && said.contains("mount namespace"),
+        "{said}"
+    );
+    assert_eq!(
+        memlock_of(host.0.id()),
+        before,
+        "the host's process was changed"
+    );
+
+    // The container's init, but the bundle names a network namespace it is not in.
+    let pod = Netns::new(&format!("hook{}", std::process::id()));
+    let mut other = new_ns.as_array().unwrap().clone();
+    other.push(serde_json::json!({"type": "network", "path": pod.path()}));
+    let out = hook(state(
+        init,
+        "creating",
+        &bundle(dir.path(), "n", other.into()),
+    ));
+    let said = output_text(&out);
+    assert!(
+        !out.status.success() && said.contains("network namespace"),
+        "{said}"
+    );
+    // A state not of a container being created, one without a bundle.
+    let out = hook(state(init, "running", &b));
+    assert!(
+        !out.status.success() && output_text(&out).contains("running"),
+        "{}",
+        output_text(&out)
+    );
+    let mut no_bundle = state(init, "creating", &b);
+    no_bundle.as_object_mut().unwrap().remove("bundle");
+    let out = hook(no_bundle);
+    assert!(
+        !out.status.success() && output_text(&out).contains("bundle"),
+        "{}",
+        output_text(&out)
+    );
+    assert_ne!(memlock_of(init), "4194304", "{}", memlock_of(init));
+
+    // The container's own: set.
+    let out = hook(state(init, "creating", &b));
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert_eq!(memlock_of(init), "4194304");
+}

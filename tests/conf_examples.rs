@@ -742,6 +742,129 @@ fn install_script_installs_a_valid_node_configuration_and_refuses_a_broken_one()
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// Issue 36: the installer makes what it installs with the modes it names whatever umask it is
+/// started with (the plugin 0755, the node configuration 0644, the directories it makes
+/// 0755), and refuses, loudly and without installing anything, when what it was told to
+/// install or run is not there: a NODE_CONFIG that does not exist (it was skipped in silence,
+/// the install "succeeding" with the node's old configuration or none), an AGENT that does not.
+#[test]
+fn install_script_makes_what_it_installs_with_its_modes_and_refuses_what_is_missing() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("install-modes-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let node = dir.join("node-src.json");
+    fs::write(&node, "{}\n").unwrap();
+    // A source as a careless build leaves it: writable by anyone.
+    let src = dir.join("src/rdma-host-device");
+    fs::create_dir_all(src.parent().unwrap()).unwrap();
+    fs::copy(release_binary(), &src).unwrap();
+    fs::copy(
+        release_binary().with_file_name("rdma-host-device-agent"),
+        src.with_file_name("rdma-host-device-agent"),
+    )
+    .unwrap();
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o777)).unwrap();
+    fs::set_permissions(&node, fs::Permissions::from_mode(0o666)).unwrap();
+    let mode = |p: &Path| {
+        fs::symlink_metadata(p)
+            .map(|m| format!("{:04o}", m.permissions().mode() & 0o7777))
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let run = |mask: u32, top: &Path, env: &[(&str, &std::ffi::OsStr)]| {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(format!("umask {mask:03o}; exec sh \"$0\""))
+            .arg(Path::new(ROOT).join("deploy/install.sh"))
+            .env("SRC", &src)
+            .env("CNI_BIN_DIR", top.join("opt/cni/bin"))
+            .env("HOST_ROOT", "")
+            .env("NODE_CONFIG", &node)
+            .env("NODE_CONFIG_DIR", top.join("etc/rdma-host-device"))
+            .env_remove("CNI_COMMAND")
+            .env_remove("RDMA_HOST_DEVICE_NODE_CONFIG");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    for mask in [0o000, 0o077] {
+        let top = dir.join(format!("node-{mask:03o}"));
+        let o = run(mask, &top, &[]);
+        assert!(o.status.success(), "{}", output_text(&o));
+        assert_eq!(
+            [
+                mode_of_all(&mode, &top, "opt/cni/bin"),
+                vec![mode(&top.join("opt/cni/bin/rdma-host-device"))],
+                mode_of_all(&mode, &top, "etc/rdma-host-device"),
+                vec![mode(&top.join("etc/rdma-host-device/node.json"))],
+            ],
+            [
+                vec![Ok("0755".to_owned()); 3],
+                vec![Ok("0755".to_owned())],
+                vec![Ok("0755".to_owned()); 2],
+                vec![Ok("0644".to_owned())]
+            ],
+            "umask {mask:03o}: the plugin's directories and the plugin, the node configuration's \
+             directories and the node configuration\n{}",
+            output_text(&o)
+        );
+    }
+    // Told to install a node configuration that is not there: refused, nothing installed.
+    let top = dir.join("node-missing-config");
+    let missing = dir.join("no-such-node.json");
+    let o = run(0o022, &top, &[("NODE_CONFIG", missing.as_os_str())]);
+    let text = output_text(&o);
+    assert!(!o.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("NODE_CONFIG={} does not exist", missing.display())),
+        "{text}"
+    );
+    assert!(!top.join("opt/cni/bin/rdma-host-device").exists(), "{text}");
+    // Told to run an agent that is not there: refused before anything is installed.
+    let top = dir.join("node-missing-agent");
+    let agent = dir.join("no-such-agent");
+    let o = run(0o022, &top, &[("AGENT", agent.as_os_str())]);
+    let text = output_text(&o);
+    assert!(!o.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("AGENT={} (the node agent", agent.display())),
+        "{text}"
+    );
+    assert!(!top.join("opt/cni/bin/rdma-host-device").exists(), "{text}");
+    // The source itself missing: refused, saying so.
+    let o = Command::new("sh")
+        .arg(Path::new(ROOT).join("deploy/install.sh"))
+        .env("SRC", dir.join("no-such-plugin"))
+        .env("CNI_BIN_DIR", dir.join("node-missing-src/opt/cni/bin"))
+        .env("HOST_ROOT", "")
+        .env_remove("CNI_COMMAND")
+        .output()
+        .unwrap();
+    let text = output_text(&o);
+    assert!(
+        !o.status.success() && text.contains("does not exist or is not a file: nothing to install"),
+        "{text}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The modes of `rel`'s components under `top`, outermost first.
+fn mode_of_all(
+    mode: &dyn Fn(&Path) -> Result<String, String>,
+    top: &Path,
+    rel: &str,
+) -> Vec<Result<String, String>> {
+    let mut at = top.to_path_buf();
+    rel.split('/')
+        .map(|c| {
+            at.push(c);
+            mode(&at)
+        })
+        .collect()
+}
+
 /// The install container writes the CDI spec with the node configuration's cdiHook, the one
 /// place the hook's path comes from, and refuses (failing the install, the spec left as it
 /// was) a hook that does not exist under HOST_ROOT: a spec naming it would make the runtime

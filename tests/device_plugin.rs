@@ -515,3 +515,51 @@ fn a_tenants_device_id_reaches_no_nic_the_node_policy_refuses_nor_a_hardware_nic
         .ok();
     a.assert_home(Some(&pod), &"after DEL");
 }
+
+/// Issue 36: what the device plugin makes has the mode it names whatever the umask it was
+/// started with: its socket 0600 (under umask 000 it was 0777: anyone on the node could call
+/// Allocate), the CDI spec 0644 and the directories it makes for it 0755. Under umask 000
+/// and 077, each. (Its device-info files are written by the same writer as the spec,
+/// `files::replace`; a veth has neither PCI address nor RDMA device, so it gets none here.)
+#[test]
+fn its_socket_and_files_have_their_modes_whatever_the_umask() {
+    for mask in [0o000, 0o077] {
+        let (rig, sockets, devinfo) = world(&[]);
+        let a = rig.nic(0);
+        rig.set_node(json!({"devicePlugin": {"pools": [
+            {"resourceName": RESOURCE, "selectors": {"names": [a.name]}}
+        ]}}));
+        let spec_dir = rig.dir.path().join("cdi-made");
+        let spec = spec_dir.join("here/rdma-host-device.json");
+        let mut k = Kubelet::start(sockets.path());
+        let mut cmd = Command::new(AGENT);
+        with_umask(&mut cmd, mask)
+            .args(["device-plugin", "--socket-dir"])
+            .arg(sockets.path())
+            .arg("--device-info-dir")
+            .arg(devinfo.path())
+            .arg("--cdi-spec")
+            .arg(&spec)
+            .env(NODE_CONFIG_ENV, rig.node_config());
+        let log = rig.dir.path().join(format!("device-plugin-{mask:03o}.log"));
+        let plugin = Logged::spawn(&mut cmd, log, "the device plugin");
+        registered(&mut k, 1, &plugin);
+        assert!(wait_for_path(&spec, 5), "no CDI spec\n{}", plugin.log());
+        assert_eq!(
+            [
+                mode_of(&sockets.path().join(ENDPOINT)),
+                mode_of(&spec_dir),
+                mode_of(&spec_dir.join("here")),
+                mode_of(&spec),
+            ],
+            [
+                Ok(Mode(0o600)),
+                Ok(Mode(0o755)),
+                Ok(Mode(0o755)),
+                Ok(Mode(0o644))
+            ],
+            "umask {mask:03o}: the socket, the CDI spec's directories and the spec\n{}",
+            plugin.log()
+        );
+    }
+}

@@ -832,3 +832,60 @@ fn a_claim_changed_under_the_write_is_read_again_and_written() {
         status_devices(&w.api, "a").is_empty().then_some(())
     });
 }
+
+/// Issue 36: what the driver makes has the mode it names whatever the umask it was started
+/// with: the directories it makes for its sockets 0750 (under umask 000 they were 0777), both
+/// sockets 0600 from the moment they exist (they were the umask's until a chmod), the
+/// checkpoint 0600 in a 0700 directory. Under umask 000 and 077, each.
+#[test]
+fn its_sockets_and_checkpoint_have_their_modes_whatever_the_umask() {
+    for mask in [0o000, 0o077] {
+        let w = World::new();
+        let a = w.rig.nic(0);
+        let rail = seed(&w.api, "rail", &[("nic", DRIVER, &device(&a))], &["pod-1"]);
+        let kubelet = w.kubelet_dir.path();
+        let mut k = Kubelet::start(kubelet);
+        let mut cmd = Command::new(AGENT);
+        with_umask(&mut cmd, mask)
+            .args(["dra", "--node-name", "node-a", "--kubelet-dir"])
+            .arg(kubelet)
+            .arg("--kube-server")
+            .arg(&w.api.url)
+            .arg("--kube-ca")
+            .arg(&w.api.ca)
+            .arg("--kube-token")
+            .arg(&w.api.token)
+            .env(NODE_CONFIG_ENV, w.rig.node_config());
+        let log = w.rig.dir.path().join(format!("dra-{mask:03o}.log"));
+        let d = Logged::spawn(&mut cmd, log, "the DRA driver");
+        registered(&mut k, 1, &d);
+        let r = k.prepare(&[("rail", &rail)]);
+        assert_eq!(r[&rail]["error"], "", "{r}\n{}", d.log());
+        let plugin_dir = kubelet.join("plugins").join(DRIVER);
+        let registry = kubelet.join("plugins_registry");
+        let checkpoint = w.rig.state_dir().join("dra/checkpoint.json");
+        assert_eq!(
+            [
+                mode_of(&kubelet.join("plugins")),
+                mode_of(&plugin_dir),
+                mode_of(&registry),
+                mode_of(&plugin_dir.join("dra.sock")),
+                mode_of(&registry.join(format!("{DRIVER}-reg.sock"))),
+                mode_of(checkpoint.parent().unwrap()),
+                mode_of(&checkpoint),
+            ],
+            [
+                Ok(Mode(0o750)),
+                Ok(Mode(0o750)),
+                Ok(Mode(0o750)),
+                Ok(Mode(0o600)),
+                Ok(Mode(0o600)),
+                Ok(Mode(0o700)),
+                Ok(Mode(0o600))
+            ],
+            "umask {mask:03o}: the socket directories, the DRA and registration sockets, the \
+             checkpoint's directory and the checkpoint\n{}",
+            d.log()
+        );
+    }
+}

@@ -235,7 +235,12 @@ fn the_metrics_container_enters_pods_at_the_netns_paths_runtimes_give() {
         rig.call("ADD", conf, path, &rig.cid(i as u32), "net1", &[])
             .ok();
     }
-    // The node's /run/netns, where the runtime mounts pods' netns, is the stand-in node's.
+    // The node's /run/netns, where the runtime mounts pods' netns, is the stand-in node's: an
+    // rbind, made a slave at once. The host's /run/netns is shared (`ip netns add` makes it
+    // so) and a bind of a shared mount joins its peer group, so unmounting the copy's netns
+    // (Podman's drop, `unmount_under`) unmounted every netns of the host's /run/netns, other
+    // tests' and the node's, leaving their files empty ("not a network namespace"). A slave
+    // still sees the host's new netns, and what happens to it stays its own.
     let netns_dir = node.host("/run/netns");
     fs::create_dir_all(&netns_dir).unwrap();
     let bound = run(
@@ -246,6 +251,13 @@ fn the_metrics_container_enters_pods_at_the_netns_paths_runtimes_give() {
         bound.status.success(),
         "mount --rbind /run/netns\n{}",
         output_text(&bound)
+    );
+    let slave = run("mount", &["--make-rslave", netns_dir.to_str().unwrap()]);
+    assert!(
+        slave.status.success(),
+        "mount --make-rslave {}\n{}",
+        netns_dir.display(),
+        output_text(&slave)
     );
     // The container as the YAML runs it, but printing one scrape instead of listening on the
     // node's port 9879 (which another test or a real exporter may hold).
@@ -293,4 +305,67 @@ fn the_metrics_container_enters_pods_at_the_netns_paths_runtimes_give() {
         rig.call("DEL", conf, path, &rig.cid(i as u32), "net1", &[])
             .ok();
     }
+}
+
+/// Issue 36 item 5: what a test's directory holds is unmounted without touching the mounts it
+/// was bound from. A shared mount (as `ip netns add` makes /run/netns) holding an nsfs mount,
+/// rbound into a test's directory as the metrics test above does with the host's /run/netns:
+/// `unmount_under` of the directory leaves the source's netns mounted. Before, it unmounted
+/// them through the peer group, which emptied every netns of the host's /run/netns at once.
+/// Run again as a process of its own in a private mount namespace (`unshare`), so nothing here
+/// touches the host's mounts and `unmount_under` sees the namespace it runs in.
+#[test]
+fn unmounting_a_tests_directory_leaves_the_mounts_it_was_bound_from() {
+    const NAME: &str = "unmounting_a_tests_directory_leaves_the_mounts_it_was_bound_from";
+    const INSIDE: &str = "RHD_TEST_IN_PRIVATE_MOUNT_NS";
+    require_root();
+    if std::env::var_os(INSIDE).is_none() {
+        let out = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--"])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(INSIDE, "1")
+            .output()
+            .expect("unshare");
+        let text = output_text(&out);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "in a mount namespace of its own:\n{text}"
+        );
+        return;
+    }
+    let dir = TempDir::new("unmount-peers");
+    let netns = dir.path().join("netns");
+    let copy = dir.path().join("test/node/run/netns");
+    fs::create_dir_all(&netns).unwrap();
+    fs::create_dir_all(&copy).unwrap();
+    let pod = netns.join("pod");
+    let sh = |script: &str| {
+        let out = run("sh", &["-ec", script]);
+        assert!(out.status.success(), "{script}\n{}", output_text(&out));
+    };
+    sh(&format!(
+        "mount -t tmpfs tmpfs {n}; mount --make-shared {n}; : > {p}; \
+         mount --bind /proc/self/ns/net {p}; mount --rbind {n} {c}",
+        n = netns.display(),
+        p = pod.display(),
+        c = copy.display()
+    ));
+    let nsfs_at = |p: &std::path::Path| {
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split(' ').nth(4) == p.to_str() && l.contains(" - nsfs "))
+    };
+    assert!(
+        nsfs_at(&copy.join("pod")),
+        "the rbind copied the nsfs mount"
+    );
+    unmount_under(&dir.path().join("test"));
+    assert!(!nsfs_at(&copy.join("pod")), "the copy's netns is unmounted");
+    assert!(
+        nsfs_at(&pod),
+        "unmount_under of a directory holding an rbind of a shared mount unmounted the \
+         source's netns"
+    );
 }

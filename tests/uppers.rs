@@ -330,3 +330,37 @@ fn a_watcher_that_stalls_or_talks_nonsense_leaves_add_to_scan_and_never_hangs_it
         );
     }
 }
+
+/// Issue 36: the watcher's socket is 0600 and the directory it makes for it 0700, whatever the
+/// umask it was started with: not 0777 for a moment after bind (it was, until a chmod), nor
+/// narrowed by the umask. Started under umask 000 and 077, each in a directory it must make.
+#[test]
+fn the_watchers_socket_and_directory_have_their_modes_whatever_the_umask() {
+    require_root();
+    let dir = TempDir::new("uppers-modes");
+    for mask in [0o000, 0o077] {
+        let sub = dir.path().join(format!("run-{mask:03o}"));
+        let socket = sub.join("uppers.sock");
+        let child = with_umask(&mut Command::new(AGENT), mask)
+            .args(["uppers-watch", "--socket"])
+            .arg(&socket)
+            .env_remove("CNI_COMMAND")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting uppers-watch");
+        let mut w = Watcher {
+            child,
+            socket: socket.clone(),
+        };
+        assert!(
+            wait_for_path(&socket, 5),
+            "uppers-watch made no socket in 5 s"
+        );
+        assert_eq!(
+            [mode_of(&sub), mode_of(&socket)],
+            [Ok(Mode(0o700)), Ok(Mode(0o600))],
+            "umask {mask:03o}: the socket's directory, then the socket"
+        );
+        w.stop();
+    }
+}

@@ -301,7 +301,11 @@ pub async fn supervise(plugin: Arc<Plugin>, dir: PathBuf) {
     let kubelet = dir.join(api::KUBELET_SOCKET);
     loop {
         let _ = std::fs::remove_file(&ours);
-        let listener = match tokio::net::UnixListener::bind(&ours) {
+        // Only root (the kubelet) connects: 0600 from the moment the socket exists.
+        let listener = match crate::files::listen_unix(&ours, 0o600).and_then(|l| {
+            l.set_nonblocking(true)?;
+            tokio::net::UnixListener::from_std(l)
+        }) {
             Ok(l) => l,
             Err(e) => {
                 log::error!(

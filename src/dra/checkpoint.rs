@@ -145,7 +145,11 @@ impl Checkpoint {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(tmp)
-            .and_then(|mut f| f.write_all(&body).and_then(|()| f.sync_all()))
+            .and_then(|mut f| {
+                crate::files::set_mode(&f, 0o600)?;
+                f.write_all(&body)?;
+                f.sync_all()
+            })
             .and_then(|()| fs::rename(tmp, path));
         if written.is_err() {
             let _ = fs::remove_file(tmp);

@@ -543,12 +543,14 @@ where
     S::Future: Send + 'static,
 {
     if let Some(dir) = at.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::files::create_dirs(dir, 0o750)?;
     }
     let _ = std::fs::remove_file(at);
-    let listener = tokio::net::UnixListener::bind(at)?;
-    // Only root (the kubelet) connects.
-    std::fs::set_permissions(at, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    // Only root (the kubelet) connects: 0600 from the moment the socket exists.
+    let listener = crate::files::listen_unix(at, 0o600).and_then(|l| {
+        l.set_nonblocking(true)?;
+        tokio::net::UnixListener::from_std(l)
+    })?;
     let id = identity(at);
     let incoming = futures::stream::unfold(listener, |l| async move {
         loop {

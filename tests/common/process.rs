@@ -261,3 +261,47 @@ impl RunOut {
         v
     }
 }
+
+/// `cmd`, its process started with umask `mask`: set in the child between fork and exec, so
+/// the test process's own umask, which every test thread shares, is left alone.
+pub fn with_umask(cmd: &mut Command, mask: u32) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: umask(2) is async-signal-safe and the closure allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::umask(mask as libc::mode_t);
+            Ok(())
+        })
+    }
+}
+
+/// Permission bits, shown in octal in an assertion's message (`0o755`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Mode(pub u32);
+
+impl fmt::Debug for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0o{:o}", self.0)
+    }
+}
+
+/// The permission bits of what is at `p` (not followed if a symlink), for a mode assertion's
+/// message: `Err` says it is missing.
+pub fn mode_of(p: &std::path::Path) -> Result<Mode, String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(p)
+        .map(|m| Mode(m.permissions().mode() & 0o7777))
+        .map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// Wait up to `secs` for `p` to exist.
+pub fn wait_for_path(p: &std::path::Path, secs: u64) -> bool {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(secs) {
+        if std::fs::symlink_metadata(p).is_ok() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
