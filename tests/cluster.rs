@@ -123,6 +123,26 @@ fn installed(c: &Cluster) {
     });
 }
 
+/// The DRA driver's pod (the DaemonSet of conf/k8s/dra.yaml).
+fn driver_pod(c: &Cluster) -> String {
+    let v = c.get(&[
+        "-n",
+        "kube-system",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=rdma-host-device-dra",
+    ]);
+    v["items"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|p| p["metadata"]["deletionTimestamp"].is_null())
+        })
+        .and_then(|p| p["metadata"]["name"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// The NIC is in the node's namespace under its own name, with its MTU.
 fn assert_home(c: &Cluster, nic: &str) {
     let out = c.ip(&["-j", "link", "show", "dev", nic]);
@@ -247,6 +267,60 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
         "{devices:?}"
     );
 
+    // A claim for two NICs while dra-a holds one of the two waits: the scheduler finds no
+    // allocation, the pod is not started.
+    let mut two = tpl.clone();
+    two["metadata"]["name"] = json!("two-rails");
+    two["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = json!(2);
+    two["spec"]["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] =
+        json!("ExactCount");
+    c.apply(&two.to_string());
+    c.apply(&pod("dra-b").replace("\"one-rail\"", "\"two-rails\""));
+    c.wait("dra-b reported unschedulable", 60, || {
+        let v = c.get(&["-n", "default", "pod", "dra-b"]);
+        let cond = v["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodScheduled")?
+            .clone();
+        (cond["status"] == "False").then_some(())
+    });
+    assert!(
+        !c.pod_running("default", "dra-b"),
+        "dra-b runs with a NIC dra-a holds"
+    );
+    c.k(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        "dra-b",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+
+    // The driver restarted while the pod runs (its DaemonSet's pod deleted, the controller
+    // starts another, the kubelet registers it again): the new one unprepares what the old one
+    // prepared.
+    let registered = c.log("kubelet").matches("Register new plugin").count();
+    let old_driver = driver_pod(c);
+    c.k(&[
+        "-n",
+        "kube-system",
+        "delete",
+        "pod",
+        &old_driver,
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    c.wait("a new DRA driver pod ready", 120, || {
+        let p = driver_pod(c);
+        (!p.is_empty() && p != old_driver && c.pod_running("kube-system", &p)).then_some(())
+    });
+    c.wait("the kubelet registers the new driver", 60, || {
+        (c.log("kubelet").matches("Register new plugin").count() > registered).then_some(())
+    });
+
     // Delete: the NIC comes home, the claim is unprepared and deallocated.
     c.k(&[
         "-n",
@@ -363,4 +437,72 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
     for n in NICS {
         assert_home(c, n);
     }
+}
+
+#[test]
+fn the_daemonset_installs_the_plugin_and_reports_the_node() {
+    let (c, _turn) = Cluster::shared();
+    installed(c);
+    // install: the plugin in the node's /opt/cni/bin, the node configuration beside it.
+    let log = c.k(&[
+        "-n",
+        "kube-system",
+        "logs",
+        "ds/rdma-host-device",
+        "-c",
+        "install",
+    ]);
+    assert!(
+        log.contains("installed /host/opt/cni/bin/rdma-host-device")
+            || log.contains("is already this build"),
+        "{log}"
+    );
+    let installed = c
+        .inside("/opt/cni/bin/rdma-host-device")
+        .arg("--version")
+        .output()
+        .expect("run the installed plugin");
+    assert!(
+        installed.status.success(),
+        "the installed plugin does not run on the node: {}",
+        output_text(&installed)
+    );
+    let node_json = c
+        .inside("cat")
+        .arg("/etc/rdma-host-device/node.json")
+        .output()
+        .expect("cat");
+    let node: Value = serde_json::from_slice(&node_json.stdout).expect("node.json installed");
+    assert_eq!(node["allowedNics"]["names"], json!(NICS));
+    // node-report: README's command, in the DaemonSet's container; it names the NICs (with
+    // --all: it hides virtual links such as these veths by default).
+    let report = c.k(&[
+        "-n",
+        "kube-system",
+        "exec",
+        "ds/rdma-host-device",
+        "-c",
+        "node-report",
+        "--",
+        "rdma-host-device-agent",
+        "inspect",
+        "--all",
+        "--color=never",
+    ]);
+    for n in NICS {
+        assert!(report.contains(n), "inspect does not name {n}:\n{report}");
+    }
+    // The exporter answers on the node's :9879 (hostNetwork), as Prometheus scrapes it.
+    let metrics = c
+        .inside("curl")
+        .args(["-sS", "--max-time", "10", "http://127.0.0.1:9879/metrics"])
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        metrics.status.success() && text.contains("rdma_host_device"),
+        "the exporter's /metrics: {}{}",
+        &text[..text.len().min(400)],
+        String::from_utf8_lossy(&metrics.stderr)
+    );
 }
