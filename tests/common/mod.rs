@@ -2,7 +2,8 @@
 //! exec'd directly, `RunOut`), `net.rs` (netns, veth NICs, `ip -j` views), `client.rs` (the
 //! libcni client), `containerd.rs` (a private containerd CRI, the kubelet-side client),
 //! `podman.rs` (podman on a private storage root), `daemonset.rs` (conf/k8s/daemonset.yaml's
-//! containers run by podman on a stand-in node), `multus.rs` (a delegate's config as Multus
+//! containers run by podman on a stand-in node), `grpc_wire.rs` (gRPC calls written byte for
+//! byte as the kubelet's grpc-go writes them), `multus.rs` (a delegate's config as Multus
 //! passes it), `cleanup.rs` (mounts, processes and cgroups
 //! a runtime left), `rig.rs` (one test's world), `root.rs` (root or a loud skip; in CI, a
 //! failure), `world.rs` (NICs, pods and the network's config the flow tests share). Everything
@@ -18,6 +19,7 @@ mod cleanup;
 mod client;
 mod containerd;
 mod daemonset;
+mod grpc_wire;
 mod multus;
 mod net;
 mod podman;
@@ -35,6 +37,7 @@ pub use cleanup::*;
 pub use client::*;
 pub use containerd::*;
 pub use daemonset::*;
+pub use grpc_wire::*;
 pub use multus::*;
 pub use net::*;
 pub use podman::*;
