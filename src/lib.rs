@@ -20,6 +20,7 @@ mod fuzz;
 pub mod inspect;
 pub mod ipam;
 pub mod kube;
+pub mod kubelet_grpc;
 pub mod link;
 pub mod lock;
 pub mod logging;

@@ -14,6 +14,9 @@
 mod common;
 
 use common::*;
+use prost::Message;
+use rdma_host_device::device_plugin::api::DevicePluginOptions;
+use rdma_host_device::device_plugin::api::path::GET_OPTIONS;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -100,6 +103,48 @@ fn devices(k: &mut Kubelet, want: Value, timeout: f64, plugin: &Logged) -> Value
         plugin.log()
     );
     r
+}
+
+#[test]
+fn a_kubelet_naming_the_socket_path_as_authority_is_served() {
+    // A kubelet whose device manager dials by the socket's path without grpc.WithAuthority (as
+    // older ones did) names the path as HTTP/2 :authority (today's name "localhost", as the
+    // stand-in does). Twice on one connection (the second from grpc-go's HPACK dynamic
+    // table), then Huffman-coded as grpc-go codes it.
+    let (rig, sockets, devinfo) = world(&[]);
+    let a = rig.nic(0);
+    rig.set_node(json!({"devicePlugin": {"pools": [
+        {"resourceName": RESOURCE, "selectors": {"names": [a.name]}}
+    ]}}));
+    let plugin = start_device_plugin(&rig, sockets.path(), devinfo.path());
+    let ours = sockets.path().join(ENDPOINT);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ours.exists() {
+        assert!(Instant::now() < deadline, "no socket\n{}", plugin.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let path = ours.display().to_string();
+    for (authority, coding) in [
+        (path.as_str(), Coding::Plain),
+        (
+            "/var/lib/kubelet/device-plugins/rdma-host-device-rail.sock",
+            Coding::Huffman,
+        ),
+    ] {
+        for answer in grpc_go_calls(&ours, authority, coding, GET_OPTIONS, &[], 2) {
+            assert!(
+                answer.ok(),
+                "GetDevicePluginOptions, :authority {authority:?} ({coding:?}): {answer:?}\n{}",
+                plugin.log()
+            );
+            let o = DevicePluginOptions::decode(&answer.message[..]).expect("options");
+            assert!(o.get_preferred_allocation_available, "{o:?}");
+        }
+    }
+    // And by grpc-go itself, dialling by the path as such a kubelet does.
+    let o = kubelet_dial(&ours, GET_OPTIONS).unwrap_or_else(|e| panic!("{e}\n{}", plugin.log()));
+    let o = DevicePluginOptions::decode(&o[..]).expect("options");
+    assert!(o.get_preferred_allocation_available, "{o:?}");
 }
 
 #[test]

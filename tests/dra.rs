@@ -21,6 +21,9 @@ mod standin;
 
 use common::*;
 use kubelet::*;
+use prost::Message;
+use rdma_host_device::dra::api::path::{GET_INFO, PREPARE};
+use rdma_host_device::dra::api::{NodePrepareResourcesResponse, PluginInfo};
 use serde_json::{Value, json};
 use standin::ApiServer;
 use std::path::PathBuf;
@@ -170,6 +173,60 @@ fn the_kubelet_registers_the_driver_and_gets_a_prepared_claim_once_however_often
     let again = k.prepare(&[("rail", &rail)]);
     assert_eq!(again[&rail], first[&rail]);
     assert_eq!(w.checkpoint(), cp);
+}
+
+/// The registration socket's path on a real node: what the kubelet's plugin watcher names as
+/// `:authority` there.
+const NODE_REG_SOCKET: &str = "/var/lib/kubelet/plugins_registry/rdma-host-device.io-reg.sock";
+
+#[test]
+fn a_kubelet_naming_the_socket_path_as_authority_registers_the_driver_and_is_served() {
+    // The kubelet's plugin watcher dials the registration socket by its path (grpc-go's
+    // passthrough resolver), so its requests name the path as HTTP/2 :authority: not a URI
+    // authority. Each call is made twice on one connection (the second from grpc-go's HPACK
+    // dynamic table), and once more with the path Huffman-coded, as grpc-go codes it.
+    let w = World::new();
+    let d = start_driver(&w.rig, w.kubelet_dir.path(), &w.api);
+    let root = w.kubelet_dir.path();
+    let reg = root
+        .join("plugins_registry")
+        .join(format!("{DRIVER}-reg.sock"));
+    let dra = root.join("plugins").join(DRIVER).join("dra.sock");
+    until("the driver's sockets", &d, || {
+        (reg.exists() && dra.exists()).then_some(())
+    });
+    let reg_path = reg.display().to_string();
+    for (authority, coding) in [
+        (reg_path.as_str(), Coding::Plain),
+        (NODE_REG_SOCKET, Coding::Huffman),
+    ] {
+        for a in grpc_go_calls(&reg, authority, coding, GET_INFO, &[], 2) {
+            assert!(
+                a.ok(),
+                "GetInfo, :authority {authority:?} ({coding:?}): {a:?}\n{}",
+                d.log()
+            );
+            let info = PluginInfo::decode(&a.message[..]).expect("a PluginInfo");
+            assert_eq!(info.name, DRIVER);
+            assert_eq!(info.r#type, "DRAPlugin");
+            assert_eq!(info.endpoint, dra.display().to_string());
+        }
+    }
+    // And by grpc-go itself, dialling as the plugin watcher does.
+    let info = kubelet_dial(&reg, GET_INFO).unwrap_or_else(|e| panic!("{e}\n{}", d.log()));
+    let info = PluginInfo::decode(&info[..]).expect("a PluginInfo");
+    assert_eq!(info.name, DRIVER);
+    assert_eq!(info.endpoint, dra.display().to_string());
+    // The DRA service the registration names, called the same way.
+    let dra_path = dra.display().to_string();
+    for a in grpc_go_calls(&dra, &dra_path, Coding::Plain, PREPARE, &[], 2) {
+        assert!(a.ok(), "NodePrepareResources: {a:?}\n{}", d.log());
+        let r = NodePrepareResourcesResponse::decode(&a.message[..]).expect("an answer");
+        assert!(r.claims.is_empty(), "{r:?}");
+    }
+    let r = kubelet_dial(&dra, PREPARE).unwrap_or_else(|e| panic!("{e}\n{}", d.log()));
+    let r = NodePrepareResourcesResponse::decode(&r[..]).expect("an answer");
+    assert!(r.claims.is_empty(), "{r:?}");
 }
 
 #[test]

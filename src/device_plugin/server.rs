@@ -11,6 +11,7 @@
 use super::allocate;
 use super::api::{self, path};
 use super::pool::Nic;
+use crate::kubelet_grpc;
 use crate::node::{CharDevices, Pool};
 use futures::Stream;
 use std::collections::BTreeMap;
@@ -317,26 +318,9 @@ pub async fn supervise(plugin: Arc<Plugin>, dir: PathBuf) {
             }
         };
         let mine = identity(&ours);
-        let incoming = futures::stream::unfold(listener, |l| async move {
-            loop {
-                match l.accept().await {
-                    Ok((s, _)) => return Some((Ok::<_, std::io::Error>(s), l)),
-                    Err(e) => {
-                        // EMFILE and friends: back off rather than spin.
-                        log::warn!("accept: {e}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            }
-        });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let svc = Service(plugin.clone());
-        let server = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .serve_with_incoming_shutdown(svc, incoming, async {
-                    let _ = stopped.await;
-                })
-                .await
+        let server = kubelet_grpc::serve(listener, Service(plugin.clone()), async {
+            let _ = stopped.await;
         });
         log::info!("{resource}: serving on {}", ours.display());
         let mut registered_with = None;

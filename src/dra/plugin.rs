@@ -27,6 +27,7 @@ use super::api::{self, path};
 use super::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice};
 use super::nics::{NicRef, Nics};
 use crate::device_plugin::server::unary;
+use crate::kubelet_grpc;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use std::os::unix::fs::MetadataExt;
@@ -552,24 +553,9 @@ where
         tokio::net::UnixListener::from_std(l)
     })?;
     let id = identity(at);
-    let incoming = futures::stream::unfold(listener, |l| async move {
-        loop {
-            match l.accept().await {
-                Ok((s, _)) => return Some((Ok::<_, std::io::Error>(s), l)),
-                Err(e) => {
-                    log::warn!("accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        }
-    });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .serve_with_incoming_shutdown(svc, incoming, async {
-                let _ = stopped.await;
-            })
-            .await
+    let task = kubelet_grpc::serve(listener, svc, async {
+        let _ = stopped.await;
     });
     Ok((id, Server { stop, task }))
 }

@@ -3,7 +3,8 @@
 //! libcni client), `containerd.rs` (a private containerd CRI, the kubelet-side client), `cluster.rs` (the real
 //! one-node Kubernetes of tests/cluster/cluster.sh),
 //! `podman.rs` (podman on a private storage root), `daemonset.rs` (conf/k8s/daemonset.yaml's
-//! containers run by podman on a stand-in node), `multus.rs` (a delegate's config as Multus
+//! containers run by podman on a stand-in node), `grpc_wire.rs` (gRPC calls written byte for
+//! byte as the kubelet's grpc-go writes them), `multus.rs` (a delegate's config as Multus
 //! passes it), `cleanup.rs` (mounts, processes and cgroups
 //! a runtime left), `rig.rs` (one test's world), `root.rs` (root or a loud skip; in CI, a
 //! failure), `world.rs` (NICs, pods and the network's config the flow tests share). Everything
@@ -20,6 +21,7 @@ mod client;
 mod cluster;
 mod containerd;
 mod daemonset;
+mod grpc_wire;
 mod multus;
 mod net;
 mod podman;
@@ -38,6 +40,7 @@ pub use client::*;
 pub use cluster::*;
 pub use containerd::*;
 pub use daemonset::*;
+pub use grpc_wire::*;
 pub use multus::*;
 pub use net::*;
 pub use podman::*;

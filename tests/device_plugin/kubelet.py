@@ -85,9 +85,9 @@ def serve():
 
 def stub(resource):
     """One channel per endpoint, as the kubelet keeps one per plugin (dropped on restart). The
-    kubelet dials with grpc.WithAuthority("localhost") (devicemanager/plugin/v1beta1/client.go);
-    grpcio's default for a unix target is the socket's path, which HTTP/2 servers that check
-    :authority (hyper's h2, hence tonic) refuse."""
+    kubelet of today dials with grpc.WithAuthority("localhost")
+    (devicemanager/plugin/v1beta1/client.go), as here; older ones named the socket's path, which
+    tests/device_plugin.rs sends on the wire itself (a_kubelet_naming_the_socket_path_...)."""
     ep = endpoints[resource]
     if ep not in stubs_by_endpoint:
         ch = grpc.insecure_channel(f"unix:{os.path.join(DIR, ep)}", options=[("grpc.default_authority", "localhost")])

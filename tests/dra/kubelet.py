@@ -52,9 +52,11 @@ channels = {}  # endpoint -> DRAPlugin stub
 
 
 def channel(path):
-    # The kubelet's gRPC client names "localhost" as :authority for a unix target; grpcio's
-    # default (the path) is refused by HTTP/2 servers that check it.
-    return grpc.insecure_channel(f"unix:{path}", options=[("grpc.default_authority", "localhost")])
+    # As the kubelet: its plugin watcher dials the registration socket by its path
+    # (grpc.DialContext(ctx, socketPath, ...) with a unix dialer, no WithAuthority), so grpc-go's
+    # passthrough resolver names the path as HTTP/2 :authority, which is no URI authority; the
+    # DRA service is dialled the same way here, the harder case for the server.
+    return grpc.insecure_channel(f"unix:{path}", options=[("grpc.default_authority", path)])
 
 
 def register(sock):

@@ -1,0 +1,431 @@
+//! The rewriter on byte streams built as grpc-go's HTTP/2 client writes them (its HPACK encoder
+//! indexes `:authority`, `:path`, `content-type` and `te` incrementally, then refers to them),
+//! read back as h2 reads them.
+
+use super::*;
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const SOCKET: &str = "/var/lib/kubelet/plugins_registry/rdma-host-device.io-reg.sock";
+const GET_INFO: &str = "/pluginregistration.Registration/GetInfo";
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A string literal, plain or Huffman-coded.
+fn string(out: &mut Vec<u8>, s: &[u8], huffman: bool) {
+    if huffman {
+        let h = huffman_code(s);
+        integer(out, 7, 0x80, h.len());
+        out.extend_from_slice(&h);
+    } else {
+        integer(out, 7, 0, s.len());
+        out.extend_from_slice(s);
+    }
+}
+
+/// RFC 7541's Huffman code of the characters socket paths here use (checked against the
+/// decoder's own table in `the_huffman_codes_here_are_the_rfcs`).
+fn huffman_code(s: &[u8]) -> Vec<u8> {
+    let (mut acc, mut bits, mut out) = (0u64, 0u32, Vec::new());
+    for &c in s {
+        let (code, n): (u64, u32) = match c {
+            b'-' => (0x16, 6),
+            b'.' => (0x17, 6),
+            b'/' => (0x18, 6),
+            b'a' => (0x3, 5),
+            b'b' => (0x23, 6),
+            b'c' => (0x4, 5),
+            b'd' => (0x24, 6),
+            b'e' => (0x5, 5),
+            b'g' => (0x26, 6),
+            b'h' => (0x27, 6),
+            b'i' => (0x6, 5),
+            b'k' => (0x75, 7),
+            b'l' => (0x28, 6),
+            b'm' => (0x29, 6),
+            b'n' => (0x2a, 6),
+            b'o' => (0x7, 5),
+            b'p' => (0x2b, 6),
+            b'r' => (0x2c, 6),
+            b's' => (0x8, 5),
+            b't' => (0x9, 5),
+            b'u' => (0x2d, 6),
+            b'v' => (0x77, 7),
+            b'y' => (0x7a, 7),
+            b'_' => (0x22, 6),
+            other => panic!("no code here for {other:?}"),
+        };
+        acc = (acc << n) | code;
+        bits += n;
+        while bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+        acc &= (1 << bits) - 1;
+    }
+    if bits > 0 {
+        // Padded with the most significant bits of EOS (all ones).
+        out.push(((acc << (8 - bits)) as u8) | ((1u8 << (8 - bits)) - 1));
+    }
+    out
+}
+
+/// Request headers as grpc-go's first request on a connection encodes them: `:method POST`
+/// and `:scheme http` from the static table, the rest literals with incremental indexing
+/// (names from the static table where it has them). Afterwards the dynamic table holds, newest
+/// first: te (62), content-type (63), :authority (64), :path (65).
+fn first_request(authority: &str, huffman: bool) -> Vec<u8> {
+    let mut b = vec![0x83, 0x86];
+    b.push(0x44); // :path, static name 4
+    string(&mut b, GET_INFO.as_bytes(), false);
+    b.push(0x41); // :authority, static name 1
+    string(&mut b, authority.as_bytes(), huffman);
+    b.push(0x5f); // content-type, static name 31
+    string(&mut b, b"application/grpc", false);
+    b.push(0x40); // te, a new name
+    string(&mut b, b"te", false);
+    string(&mut b, b"trailers", false);
+    b
+}
+
+/// The same request again on the connection: all from the dynamic table.
+const SECOND_REQUEST: &[u8] = &[0x83, 0x86, 0xc1, 0xc0, 0xbf, 0xbe];
+
+/// An empty gRPC message, the last of its stream.
+fn empty_message(stream: u32) -> Vec<u8> {
+    frame(0x0, END_STREAM, stream, &[0, 0, 0, 0, 0])
+}
+
+fn settings() -> Vec<u8> {
+    // SETTINGS_INITIAL_WINDOW_SIZE 4 MiB, as grpc-go says it.
+    frame(0x4, 0, 0, &[0, 4, 0, 0x40, 0, 0])
+}
+
+fn rewrite(input: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let used = Rewriter::new().feed(input, &mut out).expect("rewritten");
+    assert_eq!(used, input.len(), "all of the input taken");
+    out
+}
+
+/// A frame as the server reads it.
+#[derive(Debug, PartialEq)]
+struct Frame {
+    kind: u8,
+    flags: u8,
+    stream: u32,
+    payload: Vec<u8>,
+}
+
+fn frames(mut b: &[u8]) -> Vec<Frame> {
+    assert_eq!(&b[..PREFACE.len()], PREFACE, "the preface passed unchanged");
+    b = &b[PREFACE.len()..];
+    let mut all = Vec::new();
+    while !b.is_empty() {
+        let len = (usize::from(b[0]) << 16) | (usize::from(b[1]) << 8) | usize::from(b[2]);
+        all.push(Frame {
+            kind: b[3],
+            flags: b[4],
+            stream: u32::from_be_bytes([b[5], b[6], b[7], b[8]]),
+            payload: b[9..9 + len].to_vec(),
+        });
+        b = &b[9 + len..];
+    }
+    all
+}
+
+/// A header block of literals without indexing and with plain strings, the only form the
+/// rewriter sends (so h2's HPACK table stays empty): its fields; anything else panics.
+fn literals(mut b: &[u8]) -> Vec<(String, String)> {
+    let mut fields = Vec::new();
+    let take = |b: &mut &[u8]| {
+        assert_eq!(b[0] & 0x80, 0, "no Huffman coding");
+        let (len, used) = read_integer(b, 7);
+        let s = String::from_utf8(b[used..used + len].to_vec()).expect("UTF-8");
+        *b = &b[used + len..];
+        s
+    };
+    while !b.is_empty() {
+        assert_eq!(b[0], 0, "a literal without indexing, its name a literal");
+        b = &b[1..];
+        let name = take(&mut b);
+        let value = take(&mut b);
+        fields.push((name, value));
+    }
+    fields
+}
+
+fn read_integer(b: &[u8], n: u32) -> (usize, usize) {
+    let max = (1usize << n) - 1;
+    let mut v = usize::from(b[0]) & max;
+    if v < max {
+        return (v, 1);
+    }
+    let mut i = 1;
+    let mut shift = 0;
+    loop {
+        v += usize::from(b[i] & 0x7f) << shift;
+        shift += 7;
+        i += 1;
+        if b[i - 1] & 0x80 == 0 {
+            return (v, i);
+        }
+    }
+}
+
+fn request_fields(authority: &str) -> Vec<(String, String)> {
+    [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", GET_INFO),
+        (":authority", authority),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
+    .iter()
+    .map(|(n, v)| (n.to_string(), v.to_string()))
+    .collect()
+}
+
+#[test]
+fn the_huffman_codes_here_are_the_rfcs() {
+    let s = b"/var/lib/kubelet/plugins_registry/rdma-host-device.io-reg.sock";
+    let decoded = loona_hpack::huffman::HuffmanDecoder::new()
+        .decode(&huffman_code(s))
+        .expect("decodes");
+    assert_eq!(decoded, s);
+}
+
+#[test]
+fn grpc_gos_socket_path_authority_becomes_localhost_and_every_other_byte_passes() {
+    let mut input = PREFACE.to_vec();
+    input.extend(settings());
+    input.extend(frame(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &first_request(SOCKET, false),
+    ));
+    input.extend(empty_message(1));
+    input.extend(frame(0x8, 0, 0, &[0, 0, 0x10, 0])); // WINDOW_UPDATE
+    input.extend(frame(0x4, 0x1, 0, &[])); // SETTINGS ACK
+    input.extend(frame(HEADERS, END_HEADERS, 3, SECOND_REQUEST));
+    input.extend(empty_message(3));
+    input.extend(frame(0x6, 0, 0, &[1, 2, 3, 4, 5, 6, 7, 8])); // PING
+    let got = frames(&rewrite(&input));
+    let want = frames(&input);
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        if w.kind == HEADERS {
+            assert_eq!((g.kind, g.flags, g.stream), (w.kind, w.flags, w.stream));
+            assert_eq!(literals(&g.payload), request_fields("localhost"));
+        } else {
+            assert_eq!(g, w, "a frame other than HEADERS passes unchanged");
+        }
+    }
+}
+
+#[test]
+fn a_huffman_coded_authority_too() {
+    let mut input = PREFACE.to_vec();
+    input.extend(frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &first_request(SOCKET, true),
+    ));
+    input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 3, SECOND_REQUEST));
+    let got = frames(&rewrite(&input));
+    assert_eq!(got.len(), 2);
+    for g in &got {
+        assert_eq!(g.flags, END_HEADERS | END_STREAM);
+        assert_eq!(literals(&g.payload), request_fields("localhost"));
+    }
+}
+
+#[test]
+fn an_authority_h2_takes_is_kept_and_one_it_refuses_is_replaced() {
+    for (sent, seen) in [
+        ("localhost", "localhost"),
+        ("localhost:50051", "localhost:50051"),
+        ("rdma-host-device.io", "rdma-host-device.io"),
+        (SOCKET, "localhost"),
+        ("%2Fvar%2Flib%2Fkubelet%2Fx.sock", "localhost"),
+        ("", "localhost"),
+        ("a b", "localhost"),
+    ] {
+        // Whatever h2 would take stays, the rest is what h2's check refuses.
+        assert_eq!(acceptable(sent.as_bytes()), sent == seen, "{sent:?}");
+        let mut input = PREFACE.to_vec();
+        input.extend(frame(HEADERS, END_HEADERS, 1, &first_request(sent, false)));
+        let got = frames(&rewrite(&input));
+        assert_eq!(literals(&got[0].payload), request_fields(seen), "{sent:?}");
+    }
+}
+
+#[test]
+fn padding_is_dropped_priority_kept_and_continuations_joined() {
+    let block = first_request(SOCKET, true);
+    let (a, rest) = block.split_at(10);
+    let (b, c) = rest.split_at(20);
+    let mut headers = vec![3]; // pad length
+    headers.extend([0x80, 0, 0, 1, 200]); // exclusive, depends on stream 1, weight 201
+    headers.extend(a);
+    headers.extend([0, 0, 0]);
+    let mut input = PREFACE.to_vec();
+    input.extend(frame(HEADERS, END_STREAM | PADDED | PRIORITY, 3, &headers));
+    input.extend(frame(CONTINUATION, 0, 3, b));
+    input.extend(frame(CONTINUATION, END_HEADERS, 3, c));
+    input.extend(settings());
+    let got = frames(&rewrite(&input));
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].kind, HEADERS);
+    assert_eq!(got[0].flags, END_STREAM | PRIORITY | END_HEADERS);
+    assert_eq!(got[0].stream, 3);
+    assert_eq!(got[0].payload[..5], [0x80, 0, 0, 1, 200]);
+    assert_eq!(literals(&got[0].payload[5..]), request_fields("localhost"));
+    assert_eq!(got[1], frames(&[PREFACE, &settings()].concat())[0]);
+}
+
+#[test]
+fn a_header_block_larger_than_a_frame_goes_on_in_continuations_h2_takes() {
+    // Two 9000-byte values: the block takes a HEADERS frame and a CONTINUATION coming in, and
+    // so going out.
+    let mut block = first_request(SOCKET, false);
+    for name in ["x-a", "x-b"] {
+        block.push(0);
+        string(&mut block, name.as_bytes(), false);
+        string(&mut block, "v".repeat(9000).as_bytes(), false);
+    }
+    let mut input = PREFACE.to_vec();
+    input.extend(frame(HEADERS, 0, 1, &block[..MAX_FRAME]));
+    input.extend(frame(CONTINUATION, END_HEADERS, 1, &block[MAX_FRAME..]));
+    let got = frames(&rewrite(&input));
+    assert_eq!(got.len(), 2);
+    assert_eq!((got[0].kind, got[0].flags), (HEADERS, 0));
+    assert_eq!((got[1].kind, got[1].flags), (CONTINUATION, END_HEADERS));
+    assert!(
+        got.iter()
+            .all(|f| f.payload.len() <= MAX_FRAME && f.stream == 1)
+    );
+    assert_eq!(got[0].payload.len(), MAX_FRAME);
+    let mut want = request_fields("localhost");
+    for name in ["x-a", "x-b"] {
+        want.push((name.into(), "v".repeat(9000)));
+    }
+    let joined = [&got[0].payload[..], &got[1].payload[..]].concat();
+    let decoded = loona_hpack::Decoder::new()
+        .decode(&joined)
+        .expect("decodes");
+    let decoded: Vec<(String, String)> = decoded
+        .into_iter()
+        .map(|(n, v)| (String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap()))
+        .collect();
+    assert_eq!(decoded, want);
+}
+
+#[test]
+fn byte_by_byte_reads_rewrite_the_same() {
+    let mut input = PREFACE.to_vec();
+    input.extend(settings());
+    input.extend(frame(HEADERS, END_HEADERS, 1, &first_request(SOCKET, true)));
+    input.extend(empty_message(1));
+    input.extend(frame(HEADERS, END_HEADERS, 3, SECOND_REQUEST));
+    input.extend(empty_message(3));
+    let whole = rewrite(&input);
+    let mut r = Rewriter::new();
+    let (mut pending, mut out) = (Vec::new(), Vec::new());
+    for &b in &input {
+        pending.push(b);
+        let used = r.feed(&pending, &mut out).expect("rewritten");
+        pending.drain(..used);
+        assert!(pending.len() <= FRAME_HEAD_LEN + MAX_FRAME);
+    }
+    assert!(pending.is_empty());
+    assert_eq!(out, whole);
+}
+
+fn refused(input: &[u8]) -> String {
+    let mut out = Vec::new();
+    let e = Rewriter::new()
+        .feed(input, &mut out)
+        .expect_err("the connection is ended");
+    assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    e.to_string()
+}
+
+#[test]
+fn a_client_cannot_make_it_buffer_without_bound() {
+    // A header frame larger than the server's frame size: refused from its head alone.
+    let mut input = PREFACE.to_vec();
+    input.extend(&frame(HEADERS, 0, 1, &vec![0; MAX_FRAME + 1])[..FRAME_HEAD_LEN]);
+    assert!(refused(&input).contains("a header frame of 16385 bytes"));
+
+    // CONTINUATIONs without end.
+    let mut input = PREFACE.to_vec();
+    input.extend(frame(HEADERS, 0, 1, &[0x83]));
+    for _ in 0..(MAX_HEADER_BLOCK / MAX_FRAME + 1) {
+        input.extend(frame(CONTINUATION, 0, 1, &vec![0x83; MAX_FRAME]));
+    }
+    assert!(refused(&input).contains("a header block over 65536 bytes"));
+
+    // A small block that decodes into much: one 4000-byte entry, referred to again and again.
+    let mut block = vec![0x40];
+    string(&mut block, b"x-big", false);
+    string(&mut block, &[b'v'; 4000], false);
+    block.extend([0xbe; 16]);
+    let mut input = PREFACE.to_vec();
+    input.extend(frame(HEADERS, END_HEADERS, 1, &block));
+    assert!(refused(&input).contains("a header list over 65536 bytes"));
+
+    // A dynamic table larger than the server allows.
+    let mut block = Vec::new();
+    integer(&mut block, 5, 0x20, 1 << 20);
+    block.push(0x83);
+    let mut input = PREFACE.to_vec();
+    input.extend(frame(HEADERS, END_HEADERS, 1, &block));
+    assert!(refused(&input).contains("HPACK cannot decode"));
+}
+
+#[test]
+fn a_broken_header_block_ends_the_connection() {
+    for (what, input) in [
+        (
+            "a frame of type 0 inside a header block",
+            [frame(HEADERS, 0, 1, &[0x83]), empty_message(1)].concat(),
+        ),
+        (
+            "a CONTINUATION frame on another stream",
+            [
+                frame(HEADERS, 0, 1, &[0x83]),
+                frame(CONTINUATION, END_HEADERS, 3, &[0x86]),
+            ]
+            .concat(),
+        ),
+        (
+            "padding longer than it",
+            frame(HEADERS, END_HEADERS | PADDED, 1, &[5, 0x83]),
+        ),
+        (
+            "too short for its priority",
+            frame(HEADERS, END_HEADERS | PRIORITY, 1, &[0, 0]),
+        ),
+        (
+            "HPACK cannot decode",
+            frame(
+                HEADERS,
+                END_HEADERS,
+                1,
+                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+            ),
+        ),
+    ] {
+        let e = refused(&[PREFACE, &input].concat());
+        assert!(e.contains(what), "{e}");
+    }
+}
