@@ -143,6 +143,12 @@ fn driver_pod(c: &Cluster) -> String {
         .to_owned()
 }
 
+/// What the DRA driver's pod logged (empty if it cannot be read yet).
+fn driver_log(c: &Cluster, pod: &str) -> String {
+    let out = c.kubectl(&["-n", "kube-system", "logs", pod]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The NIC is in the node's namespace under its own name, with its MTU.
 fn assert_home(c: &Cluster, nic: &str) {
     let out = c.ip(&["-j", "link", "show", "dev", nic]);
@@ -174,10 +180,12 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
     let (c, _turn) = Cluster::shared();
     installed(c);
     // The kubelet's own registration client (grpc-go, the socket's path as :authority) reached
-    // GetInfo and registered the driver.
+    // GetInfo, accepted the driver and said so (NotifyRegistrationStatus, which our driver
+    // logs).
     c.wait("the kubelet registers rdma-host-device.io", 60, || {
-        let log = c.log("kubelet");
-        (log.contains("rdma-host-device.io") && log.contains("Register new plugin")).then_some(())
+        driver_log(c, &driver_pod(c))
+            .contains("the kubelet registered rdma-host-device.io")
+            .then_some(())
     });
     // Its slice, as the scheduler sees it.
     let slices = c.wait("our ResourceSlice with the node's NICs", 60, || {
@@ -302,7 +310,6 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
     // The driver restarted while the pod runs (its DaemonSet's pod deleted, the controller
     // starts another, the kubelet registers it again): the new one unprepares what the old one
     // prepared.
-    let registered = c.log("kubelet").matches("Register new plugin").count();
     let old_driver = driver_pod(c);
     c.k(&[
         "-n",
@@ -313,12 +320,14 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
         "--wait=true",
         "--timeout=60s",
     ]);
-    c.wait("a new DRA driver pod ready", 120, || {
+    let new_driver = c.wait("a new DRA driver pod ready", 120, || {
         let p = driver_pod(c);
-        (!p.is_empty() && p != old_driver && c.pod_running("kube-system", &p)).then_some(())
+        (!p.is_empty() && p != old_driver && c.pod_running("kube-system", &p)).then_some(p)
     });
     c.wait("the kubelet registers the new driver", 60, || {
-        (c.log("kubelet").matches("Register new plugin").count() > registered).then_some(())
+        driver_log(c, &new_driver)
+            .contains("the kubelet registered rdma-host-device.io")
+            .then_some(())
     });
 
     // Delete: the NIC comes home, the claim is unprepared and deallocated.

@@ -32,11 +32,20 @@ impl Cluster {
         let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         let c = SHARED.get_or_init(|| {
             extern "C" fn down() {
+                // RHD_CLUSTER_KEEP: leave it up to look at (cluster.sh down DIR stops it).
+                if std::env::var_os("RHD_CLUSTER_KEEP").is_some() {
+                    if let Some(c) = SHARED.get() {
+                        eprintln!("cluster kept: {}", c.dir.display());
+                    }
+                    return;
+                }
                 if let Some(c) = SHARED.get() {
                     let _ = Command::new(script()).arg("down").arg(&c.dir).status();
                 }
             }
-            let dir = short_tmp().join("k8s");
+            // Not under short_tmp(), which goes when the binary exits: the cluster's own
+            // teardown removes what it made, and RHD_CLUSTER_KEEP may keep it.
+            let dir = PathBuf::from(format!("/tmp/rhd-k8s-{}", std::process::id()));
             let t = Instant::now();
             let out = Command::new(script())
                 .arg("up")
