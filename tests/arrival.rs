@@ -9,11 +9,211 @@ mod common;
 use common::*;
 use serde_json::json;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 const IF: &str = "net1";
 
+fn code(out: &RunOut) -> u64 {
+    out.one_error()["code"].as_u64().unwrap_or(0)
+}
+
 fn msg(out: &RunOut) -> String {
     out.one_error()["msg"].as_str().unwrap_or("").to_owned()
+}
+
+/// The macvlans of namespace `ns`, as `ip -d -j link` shows them.
+fn macvlans(ns: &str) -> Vec<String> {
+    let out = ip_in(Some(ns), &["-d", "-j", "link", "show", "type", "macvlan"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["ifname"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The attacker: a loop that stacks a macvlan of the attacker's namespace on the free NIC
+/// (`ip link add link NIC ... netns ATTACKER`: a macvlan in the attacker's namespace whose
+/// lower is the host NIC, IFLA_LINK_NETNSID naming the host, as the attacker gets with
+/// `ip -n ATTACKER link add ... link-netnsid HOST`) and deletes it again while the NIC is
+/// still on the host, until stopped; once the NIC has left with it, it keeps it.
+struct Attacker {
+    stop: Arc<AtomicBool>,
+    made: Arc<AtomicU32>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Attacker {
+    fn start(nic: &str, ns: &str, mv: &str) -> Attacker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let made = Arc::new(AtomicU32::new(0));
+        let (s, m) = (stop.clone(), made.clone());
+        let (nic, ns, mv) = (nic.to_owned(), ns.to_owned(), mv.to_owned());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                let add = run(
+                    "ip",
+                    &[
+                        "link", "add", "link", &nic, "name", &mv, "netns", &ns, "type", "macvlan",
+                    ],
+                );
+                if add.status.success() {
+                    m.fetch_add(1, Ordering::SeqCst);
+                    if !run("ip", &["link", "show", "dev", &nic]).status.success() {
+                        // The NIC left the host with the macvlan riding it: keep it.
+                        break;
+                    }
+                    let _ = run("ip", &["-n", &ns, "link", "del", &mv]);
+                }
+            }
+        });
+        Attacker {
+            stop,
+            made,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop the loop and wait for it: nothing of it is in flight afterwards.
+    fn stop(&mut self) -> u32 {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.made.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Attacker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Hundreds of ADDs racing a pod that stacks a macvlan on the NIC through the host's netns
+/// id and deletes it again: the victim's pod never ends with the NIC and the attacker's
+/// macvlan riding it. Either ADD refuses (107, naming what rode it, or, seen by the policy
+/// check, what is stacked on it) with the NIC home, or the NIC arrived clean.
+#[test]
+fn a_macvlan_stacked_on_the_nic_while_add_hands_it_over_never_arrives_with_it() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    let mv = format!("rh{}a{}", tag(), rig.n);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let rounds = 200;
+    let (mut clean, mut refused_on_arrival, mut refused_by_policy, mut made) = (0, 0, 0, 0);
+    for round in 0..rounds {
+        let mut a = Attacker::start(&nic.name, &attacker.name, &mv);
+        // A few milliseconds between the policy check and the move, as a busy node has.
+        let add = rig.call(
+            "ADD",
+            &conf,
+            &victim.path(),
+            &rig.cid(0),
+            IF,
+            &[("RHD_FAULT", "add:after-state:sleep=15")],
+        );
+        made += a.stop();
+        let riding = macvlans(&attacker.name);
+        if add.success() {
+            assert!(
+                riding.is_empty(),
+                "round {round}: the victim's pod got the NIC with the attacker's {riding:?} riding it\n{add}"
+            );
+            clean += 1;
+            rig.call("DEL", &conf, &victim.path(), &rig.cid(0), IF, &[])
+                .ok();
+        } else {
+            assert_eq!(code(&add), 107, "round {round}\n{add}");
+            let m = msg(&add);
+            if m.contains("arrived in") && m.contains(&format!("macvlan {mv} in")) {
+                refused_on_arrival += 1;
+            } else {
+                assert!(m.contains("stacked on it"), "round {round}: {m}\n{add}");
+                refused_by_policy += 1;
+            }
+            rig.assert_state_empty(&add);
+        }
+        for l in macvlans(&attacker.name) {
+            ip(&["-n", &attacker.name, "link", "del", &l]);
+        }
+        nic.assert_home(Some(&victim), &format!("round {round}\n{add}"));
+    }
+    eprintln!(
+        "{rounds} rounds: {clean} clean, {refused_on_arrival} refused on arrival, {refused_by_policy} refused by the policy check; the attacker made {made} macvlans"
+    );
+    assert!(
+        made > 0,
+        "the attacker never made its macvlan: no race was run"
+    );
+    assert!(
+        refused_on_arrival > 0,
+        "no round had the macvlan made in the window: the race did not test the check on arrival"
+    );
+}
+
+/// The same made deterministic: the macvlan is stacked on the NIC while ADD sleeps between its
+/// check and the move. ADD fails naming it, and the NIC is home with nothing of ADD left.
+#[test]
+fn a_macvlan_stacked_on_the_nic_between_the_check_and_the_move_is_named_and_the_nic_goes_home() {
+    let rig = Arc::new(Rig::new());
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    let mv = format!("rh{}d{}", tag(), rig.n);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let (r, c, path, cid) = (rig.clone(), conf.clone(), victim.path(), rig.cid(0));
+    let add = std::thread::spawn(move || {
+        r.call(
+            "ADD",
+            &c,
+            &path,
+            &cid,
+            IF,
+            &[("RHD_FAULT", "add:after-state:sleep=1500")],
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    ip(&[
+        "link",
+        "add",
+        "link",
+        &nic.name,
+        "name",
+        &mv,
+        "netns",
+        &attacker.name,
+        "type",
+        "macvlan",
+    ]);
+    let add = add.join().expect("the ADD thread");
+    assert_eq!(code(&add), 107, "{add}");
+    let m = msg(&add);
+    assert!(
+        m.contains(&format!("macvlan {mv} in /run/netns/{}", attacker.name)),
+        "the error names what rode the NIC: {m}"
+    );
+    nic.assert_home(Some(&victim), &add);
+    rig.assert_state_empty(&add);
+    assert!(
+        add.stderr.contains("rolling back"),
+        "ADD rolled back\n{add}"
+    );
+    ip(&["-n", &attacker.name, "link", "del", &mv]);
+    // Nothing rides it now: the next ADD succeeds, and, nothing having touched the NIC
+    // while it was handed over, without scanning the node's namespaces.
+    ip(&["link", "set", &nic.name, "up"]);
+    let add = rig.call("ADD", &conf, &victim.path(), &rig.cid(0), IF, &[]);
+    add.ok();
+    assert!(
+        !add.stderr.contains("from anywhere on the node"),
+        "a clean ADD scanned\n{add}"
+    );
+    rig.call("DEL", &conf, &victim.path(), &rig.cid(0), IF, &[])
+        .ok();
+    nic.assert_home(Some(&victim), &"after the clean ADD and DEL");
 }
 
 /// The kernel moves a link before it renames it: a name taken in the pod at the moment of the

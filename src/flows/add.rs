@@ -137,6 +137,9 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
     record.pod_index = Some(inside.index);
     Store::new(&places.node.state_dir).update(&record)?;
     undo.update_record(&record);
+    // Nothing of another namespace came with it (stacked on it between the policy check and
+    // the move, through a namespace id): else it goes home and ADD fails naming what.
+    crate::uppers::arrival::check(&plan.sentry, pod_ns, inside.index, &env.ifname)?;
     log::info!(
         "moved {} into {} as {} (index {}, mtu {})",
         record.host_name,
