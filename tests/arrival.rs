@@ -216,6 +216,88 @@ fn a_macvlan_stacked_on_the_nic_between_the_check_and_the_move_is_named_and_the_
     nic.assert_home(Some(&victim), &"after the clean ADD and DEL");
 }
 
+/// A pod makes a host link with the name of another pod's NIC (a veth whose peer is its own,
+/// made from its namespace): that pod's DEL still succeeds, the NIC coming home under a name
+/// that says so, which the log and `inspect` explain; another tenant's ADD by that name is
+/// refused rather than handed the squatter's veth.
+#[test]
+fn a_host_link_squatting_a_pods_nic_name_neither_blocks_its_del_nor_goes_to_another_tenant() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    let tenant = rig.netns(2);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    rig.call("ADD", &conf, &victim.path(), &rig.cid(0), IF, &[])
+        .ok();
+    // Made from inside the attacker's namespace: the peer there, the squatter on the host
+    // (`netns 1`: pid 1's namespace, the host's).
+    let peer = format!("rh{}s{}", tag(), rig.n);
+    ip(&[
+        "-n",
+        &attacker.name,
+        "link",
+        "add",
+        &peer,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &nic.name,
+        "netns",
+        "1",
+    ]);
+    let squatter = link(None, &nic.name).expect("the squatter on the host");
+    assert_ne!(squatter.mac, nic.mac);
+
+    // Another tenant selects the name: refused, the squatter stays where it is.
+    let other = rig.conf("1.0.0", json!({"device": nic.name}));
+    let add = rig.call("ADD", &other, &tenant.path(), &rig.cid(2), IF, &[]);
+    assert_eq!(code(&add), 107, "{add}");
+    assert!(
+        msg(&add).contains("veth whose peer is in another network namespace"),
+        "{add}"
+    );
+    assert!(link(None, &nic.name).is_some_and(|l| l.mac == squatter.mac));
+    assert!(link(Some(&tenant.name), IF).is_none(), "{add}");
+
+    // The victim's DEL: done, the NIC home by its identity under a name that says so.
+    let del = rig.call("DEL", &conf, &victim.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    rig.assert_state_empty(&del);
+    let home = nic
+        .on_host()
+        .unwrap_or_else(|| panic!("the NIC is not on the host\n{del}"));
+    let stem: String = nic.name.chars().take(9).collect();
+    assert!(
+        home.name.starts_with(&format!("{stem}~")) && home.name.len() <= 15,
+        "came home as {}\n{del}",
+        home.name
+    );
+    assert_eq!(home.mtu, nic.mtu, "{del}");
+    assert!(
+        link_by_mac(Some(&victim.name), &nic.mac).is_none(),
+        "still in the pod\n{del}"
+    );
+    assert!(
+        del.stderr.contains(&format!(
+            "came home as {}: its name {} is taken",
+            home.name, nic.name
+        )),
+        "the log says where the NIC is and why\n{del}"
+    );
+    let report = rig.inspect(None, &[]);
+    assert!(
+        report.contains(&home.name)
+            && report.contains(&format!("its own, {}, was taken", nic.name)),
+        "inspect says what happened:\n{report}"
+    );
+    // Once the squatter is gone, the operator renames it back.
+    ip(&["-n", &attacker.name, "link", "del", &peer]);
+    ip(&["link", "set", &home.name, "name", &nic.name]);
+    nic.assert_home(Some(&victim), &"renamed back");
+}
+
 /// The kernel moves a link before it renames it: a name taken in the pod at the moment of the
 /// move leaves the NIC in the pod under its host name. ADD's error says where the NIC is (not
 /// that it "stays where it was") and its rollback brings it home.
