@@ -187,6 +187,25 @@ pub async fn admit(node: &Node, host: &Links, r: &Resolved, records: &[Record]) 
         rdma_guid: rdma.as_ref().and_then(|d| d.guid),
         rdma_name_is_the_nodes: rdma.as_ref().is_some_and(|d| d.name_is_the_nodes),
         uplink,
+        made_elsewhere: made_elsewhere(&r.link),
+    })
+}
+
+/// Why host link `l` may have been made from another network namespace, if it may: it names
+/// a link of another namespace as its peer or lower (IFLA_LINK_NETNSID), which is what a link
+/// made on the host from a pod (`ip link add ... netns <host's id>`, or with
+/// IFLA_TARGET_NETNSID) has when it is a veth or rides a link of the pod's. A link with
+/// neither (a dummy, a bridge) tells nothing of where it was made: see docs/trust.md.
+pub fn made_elsewhere(l: &LinkInfo) -> Option<String> {
+    let id = l.lower_netnsid?;
+    Some(match l.kind.as_deref() {
+        Some("veth") => {
+            format!("it is a veth whose peer is in another network namespace (netnsid {id} here)")
+        }
+        kind => format!(
+            "it is a {} whose lower device is in another network namespace (netnsid {id} here)",
+            kind.unwrap_or("link")
+        ),
     })
 }
 

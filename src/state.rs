@@ -57,6 +57,37 @@ impl Tag {
     }
 }
 
+/// What the name of a NIC that came home while its own name was taken on the host ends with,
+/// before the number the kernel gives it: `ens1f0np0~0`.
+pub const DISPLACED_MARK: char = '~';
+/// The alias such a NIC comes home with (when the node gave it none), its own name after it.
+const DISPLACED_PREFIX: &str = "rdma-host-device:displaced:";
+/// How much of its own name such a NIC keeps: with the mark and the kernel's number (up to
+/// five digits) within IFNAMSIZ's 15 characters.
+const DISPLACED_STEM: usize = 9;
+
+/// The name pattern (the kernel's `%d`: the first number free) a NIC called `name` comes home
+/// under when `name` is taken on the host.
+pub fn displaced_pattern(name: &str) -> String {
+    let mut cut = DISPLACED_STEM.min(name.len());
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{DISPLACED_MARK}%d", &name[..cut])
+}
+
+/// The alias note of a NIC called `name` that came home under another name.
+pub fn displaced_note(name: &str) -> String {
+    format!("{DISPLACED_PREFIX}{name}")
+}
+
+/// The name a displaced NIC's alias note says is its own, if the alias is such a note.
+pub fn displaced_from(alias: &str) -> Option<&str> {
+    alias
+        .strip_prefix(DISPLACED_PREFIX)
+        .filter(|n| crate::cni::env::validate_ifname(n).is_ok())
+}
+
 /// A short, stable name for one attachment (container + interface), fit for the alias.
 pub fn owner_key(container_id: &str, ifname: &str) -> String {
     // FNV-1a, 64 bit: stable across releases, unlike std's hasher.
@@ -633,6 +664,27 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_displaced_nics_name_keeps_its_own_and_fits_ifnamsiz_with_any_number() {
+        assert_eq!(displaced_pattern("eth1"), "eth1~%d");
+        assert_eq!(displaced_pattern("ens1f0np0"), "ens1f0np0~%d");
+        let p = displaced_pattern("enp175s0f1np1v1");
+        assert_eq!(p, "enp175s0f~%d");
+        // The kernel's largest number (32767) still fits 15 characters.
+        assert!(p.replace("%d", "32767").len() <= 15);
+        assert_eq!(
+            displaced_from(&displaced_note("ens1f0")),
+            Some("ens1f0"),
+            "the note names the NIC's own name"
+        );
+        assert_eq!(displaced_from("rdma-host-device:displaced:a/b"), None);
+        assert_eq!(displaced_from("an operator's alias"), None);
+        assert!(
+            Tag::decode(&displaced_note("ens1f0")).is_none(),
+            "never our tag"
+        );
+    }
 
     #[test]
     fn tag_round_trip() {

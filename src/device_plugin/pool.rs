@@ -76,6 +76,9 @@ impl Nic {
             rdma_guid: self.rdma_guid,
             rdma_name_is_the_nodes: self.rdma_name_is_the_nodes,
             uplink: self.uplink.clone(),
+            // Pools are judged by these facts; ADD judges the link it resolves, where a link
+            // made from another namespace is refused (`select::made_elsewhere`).
+            made_elsewhere: None,
         }
     }
 }

@@ -130,6 +130,7 @@ impl HostNics {
                     rdma_guid: rdma.as_ref().and_then(|r| r.guid),
                     rdma_name_is_the_nodes: rdma.as_ref().is_none_or(|r| r.name_is_the_nodes),
                     uplink,
+                    made_elsewhere: crate::select::made_elsewhere(l),
                 };
                 let published = match &self.dra.nics {
                     Some(p) => p.matches(&facts),

@@ -92,7 +92,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
     undo.push(Undo::ReturnNic {
         record: Box::new(record.clone()),
     });
-    places
+    let moved = places
         .host
         .move_to(
             nic.index,
@@ -105,7 +105,24 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
                 mac: None,
             },
         )
-        .await?;
+        .await;
+    if let Err(e) = moved {
+        // The kernel moves a link before it renames it: a failed rename (the name taken in
+        // the pod meanwhile) leaves the NIC in the pod under its host name. The rollback finds
+        // a virtual NIC there only by its pod index: note it first.
+        if let Ok(links) = pod.all().await
+            && let Some(l) = links
+                .iter()
+                .find(|l| record.is_its_device(l) || (l.mac == nic.mac && l.kind == nic.kind))
+        {
+            record.pod_index = Some(l.index);
+            undo.update_record(&record);
+            if let Err(u) = Store::new(&places.node.state_dir).update(&record) {
+                log::warn!("noting {}'s index in the pod: {u}", nic.name);
+            }
+        }
+        return Err(e);
+    }
     fault::hit("add:after-nic-move")?;
     let inside = pod.by_name(&env.ifname).await?.ok_or_else(|| {
         Error::new(
@@ -120,6 +137,9 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
     record.pod_index = Some(inside.index);
     Store::new(&places.node.state_dir).update(&record)?;
     undo.update_record(&record);
+    // Nothing of another namespace came with it (stacked on it between the policy check and
+    // the move, through a namespace id): else it goes home and ADD fails naming what.
+    crate::uppers::arrival::check(&plan.sentry, pod_ns, inside.index, &env.ifname)?;
     log::info!(
         "moved {} into {} as {} (index {}, mtu {})",
         record.host_name,

@@ -18,6 +18,7 @@ use crate::netns::Netns;
 use crate::node::Node;
 use crate::select::{self, Resolved};
 use crate::state::{DraAttachment, Record, Store};
+use crate::uppers::arrival::Sentry;
 use std::path::Path;
 
 /// Everything ADD will do, decided before it changes anything.
@@ -36,6 +37,9 @@ pub struct Plan {
     pub rdma: Option<RdmaPlan>,
     /// What DEL needs, written before the first change.
     pub record: Record,
+    /// The host's link notifications since before the policy check: what touched the NIC
+    /// until it left (checked on arrival, `uppers::arrival`).
+    pub sentry: Sentry,
     /// The attachment's and the NIC's locks, held until ADD ends.
     _locks: (lock::Guard, lock::Guard),
 }
@@ -94,6 +98,9 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             .unwrap_or_default()
     );
     let records = &resolved.records;
+    // Listening before the policy looks: whatever rides the NIC from now until it leaves the
+    // host is either seen by the policy or reported by the host's link notifications.
+    let sentry = Sentry::watch(resolved.link.index, &resolved.link.name)?;
     select::admit(node, &host, &resolved, records).await?;
     refuse_another_pods_prepared_nic(env, &prepared, &resolved)?;
     if pod.by_name(&env.ifname).await?.is_some() {
@@ -165,6 +172,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         pci: resolved.pci,
         rdma,
         record,
+        sentry,
         _locks: (attachment, nic_lock),
     })
 }

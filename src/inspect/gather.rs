@@ -48,7 +48,12 @@ pub(super) fn gather(opts: &Options) -> Result<Report> {
                 rdma_row(&dev, port, Some(how), rdma_view.as_ref(), &mut gid_cache)
             });
         let has_device = sysfs::has_device(&l.name);
-        if !(opts.all || has_device || rdma.is_some() || tag.is_some()) {
+        let displaced = l
+            .alias
+            .as_deref()
+            .and_then(crate::state::displaced_from)
+            .filter(|own| *own != l.name);
+        if !(opts.all || has_device || rdma.is_some() || tag.is_some() || displaced.is_some()) {
             hidden_links += 1;
             continue;
         }
@@ -64,6 +69,12 @@ pub(super) fn gather(opts: &Options) -> Result<Report> {
             notes.push(format!(
                 "came back from a pod deleted without DEL (originally {}, MTU {}); the next ADD that selects it restores it",
                 t.host_name, t.host_mtu
+            ));
+        }
+        if let Some(own) = displaced {
+            notes.push(format!(
+                "came home from a pod under this name because its own, {own}, was taken on the host (by a link another pod may have made there, through a network namespace id); once {own} is free: ip link set {} name {own}",
+                l.name
             ));
         }
         if let Some(r) = &rdma

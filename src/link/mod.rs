@@ -215,10 +215,37 @@ impl Links {
         let Err(e) = self.handle.link().set(b.build()).execute().await else {
             return Ok(());
         };
-        let (dev, now) = self.name_of(index).await;
-        let hint = match errno(&e) {
-            Some(libc::EEXIST) => format!(
-                "; the NIC stays where it was, as {now}, because {} is taken there",
+        // Where the link is now: the kernel moves it before it renames it, so a name taken in
+        // `target` leaves it there under the name it had (Linux 6.x), or, on kernels that
+        // check first, where it was. Never say one when it is the other.
+        let here = self.by_index(index).await.ok().flatten();
+        let there = match &here {
+            Some(_) => None,
+            None => match Links::open_in(target) {
+                Ok(t) => t.by_index(index).await.ok().flatten(),
+                Err(_) => None,
+            },
+        };
+        let dev = match (&here, &there) {
+            (Some(l), _) | (None, Some(l)) => format!("{} (index {index})", l.name),
+            (None, None) => format!("the link with index {index}"),
+        };
+        let place = if target.is_the_hosts() {
+            "the host".to_owned()
+        } else {
+            target.path().display().to_string()
+        };
+        let hint = match (errno(&e), &here, &there) {
+            (Some(libc::EEXIST), Some(l), _) => format!(
+                "; the NIC stays where it was, as {}, because {} is taken in {place}",
+                l.name, how.name
+            ),
+            (Some(libc::EEXIST), None, Some(l)) => format!(
+                "; the NIC did move to {place} but kept the name {} there, because {} is taken there",
+                l.name, how.name
+            ),
+            (Some(libc::EEXIST), None, None) => format!(
+                "; {} is taken in {place}, and the NIC is neither where it was nor at index {index} there",
                 how.name
             ),
             _ => String::new(),

@@ -147,6 +147,19 @@ pub fn notification(msg: &[u8]) -> Option<(bool, RawLink)> {
     Some((gone, link(msg.get(16..)?)?))
 }
 
+/// Whether a link notification (a whole message) says only that its link went down: the
+/// interface flags without IFF_UP and IFF_UP among the changed ones (`ifi_change`). The
+/// kernel closes a link before it moves it to another namespace, so the move itself sends
+/// this just before its RTM_DELLINK. An upper linked to or unlinked from the link
+/// (NETDEV_CHANGEUPPER) sends `ifi_change` 0: never this.
+pub fn went_down(msg: &[u8]) -> bool {
+    let up = libc::IFF_UP as u32;
+    match (u16_at(msg, 4), u32_at(msg, 24), u32_at(msg, 28)) {
+        (Some(RTM_NEWLINK), Some(flags), Some(change)) => flags & up == 0 && change & up != 0,
+        _ => false,
+    }
+}
+
 /// The messages of one datagram, each whole (header included); `None` when one is cut short.
 pub fn messages(buf: &[u8]) -> Option<Vec<&[u8]>> {
     let mut out = Vec::new();
@@ -342,6 +355,30 @@ mod tests {
         let refused =
             crate::netlink_sync::test_message(NLMSG_ERROR, 0, 0, &(-libc::EINVAL).to_ne_bytes());
         assert_eq!(parse(&refused, &mut out), Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn only_a_link_going_down_is_went_down_and_an_upper_change_never_is() {
+        let msg = |flags: u32, change: u32| {
+            let mut body = vec![0u8; IFINFOMSG_LEN];
+            body[4..8].copy_from_slice(&7u32.to_ne_bytes());
+            body[8..12].copy_from_slice(&flags.to_ne_bytes());
+            body[12..16].copy_from_slice(&change.to_ne_bytes());
+            crate::netlink_sync::test_message(RTM_NEWLINK, 0, 0, &body)
+        };
+        let up = libc::IFF_UP as u32;
+        let bcast = libc::IFF_BROADCAST as u32;
+        // The close before a move: IFF_UP cleared, and said to have changed.
+        assert!(went_down(&msg(bcast, up)));
+        // NETDEV_CHANGEUPPER: ifi_change 0, whatever the flags.
+        assert!(!went_down(&msg(bcast, 0)));
+        assert!(!went_down(&msg(bcast | up, 0)));
+        // Coming up.
+        assert!(!went_down(&msg(bcast | up, up)));
+        let mut del = msg(bcast, up);
+        del[4..6].copy_from_slice(&RTM_DELLINK.to_ne_bytes());
+        assert!(!went_down(&del));
+        assert!(!went_down(&[0u8; 10]));
     }
 
     #[test]

@@ -384,6 +384,11 @@ pub struct NicFacts<'a> {
     pub rdma_name_is_the_nodes: bool,
     /// Why the node itself needs this NIC (default route, global address, bond port), if it does.
     pub uplink: Vec<String>,
+    /// Why this link may have been made from another network namespace (a veth whose peer,
+    /// or a macvlan whose lower, is in another namespace: IFLA_LINK_NETNSID), if it may: a
+    /// pod with NET_ADMIN can make such a link on the host under any free name. Only
+    /// `allowedNics.names` naming it lets it through.
+    pub made_elsewhere: Option<String>,
 }
 
 impl Node {
@@ -728,6 +733,16 @@ impl Node {
                             .unwrap_or_default()
                     )
                 },
+            )));
+        }
+        if let Some(why) = &nic.made_elsewhere
+            && !self
+                .allowed_nics
+                .as_ref()
+                .is_some_and(|p| p.names.iter().any(|n| n == nic.name))
+        {
+            return Err(refuse(format!(
+                "{why}, so any pod with NET_ADMIN and no user namespace may have made it on the host (through a network namespace id), under any free name, another pod's NIC's included; list it in allowedNics.names to hand it over anyway"
             )));
         }
         if !nic.uplink.is_empty() {

@@ -488,3 +488,39 @@ fn a_bad_dra_section_is_an_error_naming_the_file_and_the_key() {
     }
     assert_eq!(Node::default().dra().unwrap(), None);
 }
+
+#[test]
+fn a_link_made_from_another_namespace_is_refused_unless_allowed_nics_names_it() {
+    let squatter = NicFacts {
+        name: "ens1f0",
+        made_elsewhere: Some("it is a veth whose peer is in another network namespace".into()),
+        ..Default::default()
+    };
+    // No allowedNics: every NIC but the uplinks, yet not this one.
+    let e = Node::default().admit(&squatter).unwrap_err();
+    assert_eq!(e.code, Code::NotAllowed);
+    assert!(
+        e.msg.contains("veth whose peer") && e.msg.contains("allowedNics.names"),
+        "{}",
+        e.msg
+    );
+    // A driver entry matches it (veth), but only a name entry lets it through.
+    let by = |p: NicPolicy| Node {
+        allowed_nics: Some(p),
+        ..Node::default()
+    };
+    let drivers = by(NicPolicy {
+        drivers: vec!["veth".into()],
+        ..Default::default()
+    });
+    let veth = NicFacts {
+        driver: Some("veth"),
+        ..squatter
+    };
+    assert!(drivers.admit(&veth).is_err());
+    let names = by(NicPolicy {
+        names: vec!["ens1f0".into()],
+        ..Default::default()
+    });
+    assert!(names.admit(&veth).is_ok());
+}

@@ -16,6 +16,7 @@
 //! and, when it cannot answer, scans in-process: correctness never depends on the watcher, only
 //! the cost does.
 
+pub mod arrival;
 mod client;
 mod scan;
 mod watch;

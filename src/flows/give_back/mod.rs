@@ -8,7 +8,7 @@ use crate::cni::netconf::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::{LinkInfo, Links};
+use crate::link::{Arrival, LinkInfo, Links};
 use crate::lock;
 use crate::netns::Netns;
 use crate::node::Node;
@@ -286,18 +286,24 @@ pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<
                 .await
                 .map_err(keep)?;
             free_home_name(places, r, &owner).await.map_err(keep)?;
-            let how = restored(r, original_alias, &link);
+            let home = HomeName::find(places.host, r, None).await.map_err(keep)?;
+            let how = Arrival {
+                name: &home.name,
+                alias: home.alias(original_alias),
+                ..restored(r, original_alias, &link)
+            };
             log::info!(
                 "returning {} (index {} in the pod) to the host as {} (mtu {})",
                 link.name,
                 link.index,
-                r.host_name,
+                home.name,
                 r.host_mtu
             );
             pod.move_to(link.index, places.host_ns, &how).await?;
             if let Some(still) = find_ours(&pod.all().await?, r, &owner, Where::Pod) {
                 return Err(still_in_pod(r, &still));
             }
+            home.report(places.host, r, link.index).await;
             return Ok(true);
         }
     }
@@ -335,10 +341,14 @@ pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<
             .host
             .restore_settings(link.index, &r.settings())
             .await?;
-        places
-            .host
-            .restore_in_place(link.index, &restored(r, original_alias, &link))
-            .await?;
+        let home = HomeName::find(places.host, r, Some(link.index)).await?;
+        let how = Arrival {
+            name: &home.name,
+            alias: home.alias(original_alias),
+            ..restored(r, original_alias, &link)
+        };
+        places.host.restore_in_place(link.index, &how).await?;
+        home.report(places.host, r, link.index).await;
         return Ok(true);
     }
     // Not in the pod, not lost on the host: at home already, or gone. A hardware NIC whose
@@ -407,4 +417,79 @@ fn still_in_pod(r: &Record, l: &LinkInfo) -> Error {
             r.host_name, r.netns, l.name, l.index
         ),
     )
+}
+
+/// The name a NIC comes home under: its own, or, when a host link holds that name (any pod
+/// with NET_ADMIN and no user namespace can make one on the host, through a namespace id), a
+/// name that says so (`DISPLACED_MARK`): DEL brings the NIC home by its identity and succeeds,
+/// never failing on every retry for a name someone else took.
+struct HomeName {
+    name: String,
+    /// Who holds the NIC's own name, when someone does.
+    taken_by: Option<String>,
+    alias_note: String,
+}
+
+impl HomeName {
+    /// For `r`'s NIC (on the host at `here`, when it is there already).
+    async fn find(host: &Links, r: &Record, here: Option<u32>) -> Result<HomeName> {
+        let holder = host
+            .by_name(&r.host_name)
+            .await?
+            .filter(|l| Some(l.index) != here);
+        let Some(l) = holder else {
+            return Ok(HomeName {
+                name: r.host_name.clone(),
+                taken_by: None,
+                alias_note: String::new(),
+            });
+        };
+        let what = match crate::select::made_elsewhere(&l) {
+            Some(why) => format!("{} (index {}; {why})", l.name, l.index),
+            None => format!(
+                "{} (index {}, {})",
+                l.name,
+                l.index,
+                l.kind.as_deref().unwrap_or("hardware")
+            ),
+        };
+        let taken_by = if l.name == r.host_name {
+            what
+        } else {
+            format!("{what}, as an altname")
+        };
+        Ok(HomeName {
+            name: crate::state::displaced_pattern(&r.host_name),
+            taken_by: Some(taken_by),
+            alias_note: crate::state::displaced_note(&r.host_name),
+        })
+    }
+
+    /// The alias the NIC comes home with: the node's, or, displaced and without one, a note
+    /// of its own name (for `inspect` and whoever reads `ip link`).
+    fn alias<'a>(&'a self, original: Option<&'a str>) -> Option<&'a str> {
+        match original {
+            Some(a) if !a.is_empty() => Some(a),
+            _ if self.taken_by.is_some() => Some(&self.alias_note),
+            _ => Some(""),
+        }
+    }
+
+    /// Log where the NIC came home, if not under its own name.
+    async fn report(&self, host: &Links, r: &Record, index: u32) {
+        let Some(by) = &self.taken_by else {
+            return;
+        };
+        // Its index, unless that was taken on the host: then another link may have it.
+        let now = match host.by_index(index).await {
+            Ok(Some(l)) if r.is_its_device(&l) || (!r.mac.is_empty() && l.mac == r.mac) => l.name,
+            _ => self.name.replace("%d", "N"),
+        };
+        log::warn!(
+            "{} came home as {now}: its name {} is taken on the host by {by}; rename it back (ip link set {now} name {}) once that link is gone",
+            r.host_name,
+            r.host_name,
+            r.host_name
+        );
+    }
 }

@@ -1,0 +1,269 @@
+//! Checked on arrival: nothing of another namespace rides the NIC when it reaches the pod.
+//!
+//! ADD's policy check (`select::admit`: sysfs, the watcher or the full scan) sees the NIC as it
+//! is at that moment, and the move comes later. A pod with NET_ADMIN in the node's user
+//! namespace reaches the host's links through its namespace id (IFLA_LINK_NETNSID,
+//! IFLA_TARGET_NETNSID): between the check and the move it can stack a macvlan, ipvlan or VLAN
+//! of its own on the free NIC, which then arrives in the victim's pod with the attacker's
+//! device riding it. No lock keeps it out, so ADD watches the window instead:
+//!
+//! - [`Sentry::watch`], before the policy check, subscribes to the host's link notifications
+//!   (RTNLGRP_LINK). The kernel reports every upper linked to or unlinked from a link, in any
+//!   namespace, as an RTM_NEWLINK for that link in the link's own namespace (see `watch.rs`),
+//!   queued before the change returns to whoever made it;
+//! - after the move, [`Sentry::touched`] reads what was queued up to the RTM_DELLINK the move
+//!   sent: nothing about the NIC (but the "went down" the move itself sends), and the window was
+//!   clean; anything else (or notifications lost) and ADD asks [`riding_in`] where the NIC is
+//!   now, the pod, through the full scan (every namespace of the node: the cost of the scan
+//!   only when something touched the NIC during the window, never on a clean ADD).
+//!
+//! Residual: an upper linked after the NIC arrived needs an id for the pod's namespace in the
+//! attacker's (RTM_NEWNSID, which needs a process or a file of that namespace): not watched.
+
+use crate::error::{Code, Error, Result};
+use crate::link::raw::{self, RawLink};
+use crate::netlink_sync;
+use crate::netns::{self, Netns};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// RTNLGRP_LINK: link notifications.
+const RTNLGRP_LINK: u32 = 1;
+/// The receive buffer asked for: the link notifications of a busy node during one ADD.
+const RCVBUF: libc::c_int = 4 << 20;
+/// One notification datagram at most.
+const DATAGRAM: usize = 64 << 10;
+
+/// Link notifications of the calling thread's namespace (the host's) since [`Sentry::watch`],
+/// about one host link.
+pub struct Sentry {
+    nl: Socket,
+    index: u32,
+    name: String,
+}
+
+impl Sentry {
+    /// Start listening, in the calling thread's namespace (the host's), for anything that
+    /// touches host link `index` (`name` in messages). Before the policy check.
+    pub fn watch(index: u32, name: &str) -> Result<Sentry> {
+        let open = || -> io::Result<Socket> {
+            let mut nl = Socket::new(NETLINK_ROUTE)?;
+            nl.bind(&SocketAddr::new(0, 0))?;
+            nl.add_membership(RTNLGRP_LINK)?;
+            // SAFETY: a valid socket fd and a pointer to an int that outlives the call.
+            let forced = unsafe {
+                libc::setsockopt(
+                    nl.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    (&RCVBUF as *const libc::c_int).cast(),
+                    size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if forced < 0 {
+                nl.set_rx_buf_sz(RCVBUF as usize)?;
+            }
+            nl.set_non_blocking(true)?;
+            Ok(nl)
+        };
+        let nl = open().map_err(|e| {
+            Error::new(
+                Code::Netlink,
+                format!("cannot listen for the host's link notifications while {name} is handed over: {e}"),
+            )
+        })?;
+        Ok(Sentry {
+            nl,
+            index,
+            name: name.to_owned(),
+        })
+    }
+
+    /// After the move: why the NIC may have been touched between [`Sentry::watch`] and the
+    /// move (a notification about it, or about a host link riding it; notifications lost; no
+    /// sign of the move), `None` when nothing did.
+    pub fn touched(&self) -> Option<String> {
+        let mut buf: Vec<u8> = Vec::with_capacity(DATAGRAM);
+        let mut why = None;
+        loop {
+            buf.clear();
+            match self.nl.recv(&mut buf, libc::MSG_TRUNC) {
+                Ok(n) if n > buf.len() => {
+                    why.get_or_insert_with(|| "a link notification was cut short".to_owned());
+                }
+                Ok(_) => {
+                    let Some(msgs) = raw::messages(&buf) else {
+                        why.get_or_insert_with(|| "a link notification does not parse".to_owned());
+                        continue;
+                    };
+                    for m in msgs {
+                        let Some((gone, l)) = raw::notification(m) else {
+                            continue;
+                        };
+                        match self.judge(gone, &l, m) {
+                            Seen::Moved => return why,
+                            Seen::Touched(w) => {
+                                why.get_or_insert(w);
+                            }
+                            Seen::Nothing => {}
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    why.get_or_insert_with(|| "link notifications were lost (ENOBUFS)".to_owned());
+                }
+                Err(e) => {
+                    return Some(format!("reading the host's link notifications: {e}"));
+                }
+            }
+        }
+        Some(why.unwrap_or_else(|| {
+            format!(
+                "no notification of {}'s move was read: what happened to it meanwhile is not known",
+                self.name
+            )
+        }))
+    }
+
+    /// One notification, `msg`, about link `l` (`gone`: RTM_DELLINK).
+    fn judge(&self, gone: bool, l: &RawLink, msg: &[u8]) -> Seen {
+        if l.index == self.index {
+            if gone {
+                return Seen::Moved;
+            }
+            if raw::went_down(msg) {
+                return Seen::Nothing;
+            }
+            return Seen::Touched(format!(
+                "the host reported a change of {} (an upper linked to or unlinked from it, or another change) while it was handed over",
+                self.name
+            ));
+        }
+        // A veth's IFLA_LINK is its peer, not a lower: a peer's carrier follows the NIC's.
+        if l.lower == Some(self.index)
+            && l.lower_netnsid.is_none()
+            && l.kind.as_deref() != Some("veth")
+        {
+            return Seen::Touched(format!(
+                "the host reported a change of {} {}, which rides {}, while it was handed over",
+                l.kind.as_deref().unwrap_or("link"),
+                l.shown(),
+                self.name
+            ));
+        }
+        Seen::Nothing
+    }
+}
+
+enum Seen {
+    /// The RTM_DELLINK of the move: what comes after is not the window's.
+    Moved,
+    Touched(String),
+    Nothing,
+}
+
+/// What rides link `index` of namespace `ns` (`name` there, for messages) from anywhere on
+/// the node, in words: links of `ns` stacked on it, and links of every other namespace (the
+/// host's among them) whose lower is that index in the namespace they number as `ns`'s. Run
+/// in the host's namespace. The full scan: one setns and a raw link dump per namespace.
+pub fn riding_in(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
+    let failed = |label: &str, e: io::Error| {
+        Error::new(
+            Code::Netlink,
+            format!("looking for devices riding {name} in {label}: {e}"),
+        )
+    };
+    let mut why = Vec::new();
+    // Its own namespace: whatever rides it there (a device made there from outside).
+    let label = ns.path().display().to_string();
+    let own = ns.within(raw::dump)?.map_err(|e| failed(&label, e))?;
+    for upper in own.into_iter().flatten() {
+        if upper.lower == Some(index)
+            && upper.lower_netnsid.is_none()
+            && upper.index != index
+            && upper.kind.as_deref() != Some("veth")
+        {
+            why.push(format!(
+                "{} {} in {label} rides it",
+                upper.kind.as_deref().unwrap_or("link"),
+                upper.shown()
+            ));
+        }
+    }
+    let mut others = vec![(Netns::current()?, "the host".to_owned())];
+    for (path, label) in netns::others_on_node() {
+        // Gone since it was listed: nothing rides the NIC from there any more.
+        if let Ok(other) = Netns::open(&path) {
+            others.push((other, label));
+        }
+    }
+    for (other, label) in others {
+        if other.same_as(ns) {
+            continue;
+        }
+        let seen: io::Result<Vec<RawLink>> = other.within(|| {
+            let mut sock = netlink_sync::route_socket()?;
+            // The dump first: filling in a link whose lower is in another namespace gives
+            // that namespace an id here if it had none, which the question then reads.
+            let Some(links) = raw::dump_on(&mut sock)? else {
+                log::warn!(
+                    "{label} holds more than {} MiB of links; not searched for devices riding {name}",
+                    raw::MAX_BYTES >> 20
+                );
+                return Ok(Vec::new());
+            };
+            let candidates: Vec<RawLink> = links
+                .into_iter()
+                .filter(|u| {
+                    u.lower == Some(index)
+                        && u.lower_netnsid.is_some()
+                        && u.kind.as_deref() != Some("veth")
+                })
+                .collect();
+            if candidates.is_empty() {
+                return Ok(candidates);
+            }
+            let Some(id) = raw::nsid_of(&mut sock, ns.raw_fd())? else {
+                return Ok(Vec::new());
+            };
+            Ok(candidates
+                .into_iter()
+                .filter(|u| u.lower_netnsid == Some(id))
+                .collect())
+        })?;
+        for upper in seen.map_err(|e| failed(&label, e))? {
+            why.push(format!(
+                "{} {} in {label} rides it",
+                upper.kind.as_deref().unwrap_or("link"),
+                upper.shown()
+            ));
+        }
+    }
+    Ok(why)
+}
+
+/// ADD, right after the NIC arrived in the pod (`pod_ns`) at `index` as `name`: refuse (107)
+/// if anything of another namespace rides it, naming what, so that ADD rolls back and brings
+/// it home. Scans only when `sentry` saw the NIC touched during the window.
+pub fn check(sentry: &Sentry, pod_ns: &Netns, index: u32, name: &str) -> Result<()> {
+    let Some(why) = sentry.touched() else {
+        return Ok(());
+    };
+    log::info!("{why}; looking for devices riding {name} from anywhere on the node");
+    let riding = riding_in(pod_ns, index, name)?;
+    if riding.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        Code::NotAllowed,
+        format!(
+            "{} arrived in {} with devices of other namespaces riding it ({}): something with NET_ADMIN on this node (a pod without a user namespace, through a network namespace id) stacked them on it while it was handed over; giving it back",
+            sentry.name,
+            pod_ns.path().display(),
+            riding.join("; ")
+        ),
+    ))
+}

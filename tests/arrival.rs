@@ -1,0 +1,338 @@
+//! A pod with NET_ADMIN and no user namespace reaches the host's links through its network
+//! namespace id (issue 36, items 3 and 6). What it must not get: a device of its own riding a
+//! NIC that another pod's ADD hands over (stacked between ADD's check and the move), another
+//! pod's DEL failing for ever because it made a host link with that pod's NIC's name, or the
+//! link it made handed to another tenant that selects that name. Needs root.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+const IF: &str = "net1";
+
+fn code(out: &RunOut) -> u64 {
+    out.one_error()["code"].as_u64().unwrap_or(0)
+}
+
+fn msg(out: &RunOut) -> String {
+    out.one_error()["msg"].as_str().unwrap_or("").to_owned()
+}
+
+/// The macvlans of namespace `ns`, as `ip -d -j link` shows them.
+fn macvlans(ns: &str) -> Vec<String> {
+    let out = ip_in(Some(ns), &["-d", "-j", "link", "show", "type", "macvlan"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["ifname"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The attacker: a loop that stacks a macvlan of the attacker's namespace on the free NIC
+/// (`ip link add link NIC ... netns ATTACKER`: a macvlan in the attacker's namespace whose
+/// lower is the host NIC, IFLA_LINK_NETNSID naming the host, as the attacker gets with
+/// `ip -n ATTACKER link add ... link-netnsid HOST`) and deletes it again while the NIC is
+/// still on the host, until stopped; once the NIC has left with it, it keeps it.
+struct Attacker {
+    stop: Arc<AtomicBool>,
+    made: Arc<AtomicU32>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Attacker {
+    fn start(nic: &str, ns: &str, mv: &str) -> Attacker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let made = Arc::new(AtomicU32::new(0));
+        let (s, m) = (stop.clone(), made.clone());
+        let (nic, ns, mv) = (nic.to_owned(), ns.to_owned(), mv.to_owned());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                let add = run(
+                    "ip",
+                    &[
+                        "link", "add", "link", &nic, "name", &mv, "netns", &ns, "type", "macvlan",
+                    ],
+                );
+                if add.status.success() {
+                    m.fetch_add(1, Ordering::SeqCst);
+                    if !run("ip", &["link", "show", "dev", &nic]).status.success() {
+                        // The NIC left the host with the macvlan riding it: keep it.
+                        break;
+                    }
+                    let _ = run("ip", &["-n", &ns, "link", "del", &mv]);
+                }
+            }
+        });
+        Attacker {
+            stop,
+            made,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop the loop and wait for it: nothing of it is in flight afterwards.
+    fn stop(&mut self) -> u32 {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.made.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Attacker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Hundreds of ADDs racing a pod that stacks a macvlan on the NIC through the host's netns
+/// id and deletes it again: the victim's pod never ends with the NIC and the attacker's
+/// macvlan riding it. Either ADD refuses (107, naming what rode it, or, seen by the policy
+/// check, what is stacked on it) with the NIC home, or the NIC arrived clean.
+#[test]
+fn a_macvlan_stacked_on_the_nic_while_add_hands_it_over_never_arrives_with_it() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    let mv = format!("rh{}a{}", tag(), rig.n);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let rounds = 200;
+    let (mut clean, mut refused_on_arrival, mut refused_by_policy, mut made) = (0, 0, 0, 0);
+    for round in 0..rounds {
+        let mut a = Attacker::start(&nic.name, &attacker.name, &mv);
+        // A few milliseconds between the policy check and the move, as a busy node has.
+        let add = rig.call(
+            "ADD",
+            &conf,
+            &victim.path(),
+            &rig.cid(0),
+            IF,
+            &[("RHD_FAULT", "add:after-state:sleep=15")],
+        );
+        made += a.stop();
+        let riding = macvlans(&attacker.name);
+        if add.success() {
+            assert!(
+                riding.is_empty(),
+                "round {round}: the victim's pod got the NIC with the attacker's {riding:?} riding it\n{add}"
+            );
+            clean += 1;
+            rig.call("DEL", &conf, &victim.path(), &rig.cid(0), IF, &[])
+                .ok();
+        } else {
+            assert_eq!(code(&add), 107, "round {round}\n{add}");
+            let m = msg(&add);
+            if m.contains("arrived in") && m.contains(&format!("macvlan {mv} in")) {
+                refused_on_arrival += 1;
+            } else {
+                assert!(m.contains("stacked on it"), "round {round}: {m}\n{add}");
+                refused_by_policy += 1;
+            }
+            rig.assert_state_empty(&add);
+        }
+        for l in macvlans(&attacker.name) {
+            ip(&["-n", &attacker.name, "link", "del", &l]);
+        }
+        nic.assert_home(Some(&victim), &format!("round {round}\n{add}"));
+    }
+    eprintln!(
+        "{rounds} rounds: {clean} clean, {refused_on_arrival} refused on arrival, {refused_by_policy} refused by the policy check; the attacker made {made} macvlans"
+    );
+    assert!(
+        made > 0,
+        "the attacker never made its macvlan: no race was run"
+    );
+    assert!(
+        refused_on_arrival > 0,
+        "no round had the macvlan made in the window: the race did not test the check on arrival"
+    );
+}
+
+/// The same made deterministic: the macvlan is stacked on the NIC while ADD sleeps between its
+/// check and the move. ADD fails naming it, and the NIC is home with nothing of ADD left.
+#[test]
+fn a_macvlan_stacked_on_the_nic_between_the_check_and_the_move_is_named_and_the_nic_goes_home() {
+    let rig = Arc::new(Rig::new());
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    let mv = format!("rh{}d{}", tag(), rig.n);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let (r, c, path, cid) = (rig.clone(), conf.clone(), victim.path(), rig.cid(0));
+    let add = std::thread::spawn(move || {
+        r.call(
+            "ADD",
+            &c,
+            &path,
+            &cid,
+            IF,
+            &[("RHD_FAULT", "add:after-state:sleep=1500")],
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    ip(&[
+        "link",
+        "add",
+        "link",
+        &nic.name,
+        "name",
+        &mv,
+        "netns",
+        &attacker.name,
+        "type",
+        "macvlan",
+    ]);
+    let add = add.join().expect("the ADD thread");
+    assert_eq!(code(&add), 107, "{add}");
+    let m = msg(&add);
+    assert!(
+        m.contains(&format!("macvlan {mv} in /run/netns/{}", attacker.name)),
+        "the error names what rode the NIC: {m}"
+    );
+    nic.assert_home(Some(&victim), &add);
+    rig.assert_state_empty(&add);
+    assert!(
+        add.stderr.contains("rolling back"),
+        "ADD rolled back\n{add}"
+    );
+    ip(&["-n", &attacker.name, "link", "del", &mv]);
+    // Nothing rides it now: the next ADD succeeds, and, nothing having touched the NIC
+    // while it was handed over, without scanning the node's namespaces.
+    ip(&["link", "set", &nic.name, "up"]);
+    let add = rig.call("ADD", &conf, &victim.path(), &rig.cid(0), IF, &[]);
+    add.ok();
+    assert!(
+        !add.stderr.contains("from anywhere on the node"),
+        "a clean ADD scanned\n{add}"
+    );
+    rig.call("DEL", &conf, &victim.path(), &rig.cid(0), IF, &[])
+        .ok();
+    nic.assert_home(Some(&victim), &"after the clean ADD and DEL");
+}
+
+/// A pod makes a host link with the name of another pod's NIC (a veth whose peer is its own,
+/// made from its namespace): that pod's DEL still succeeds, the NIC coming home under a name
+/// that says so, which the log and `inspect` explain; another tenant's ADD by that name is
+/// refused rather than handed the squatter's veth.
+#[test]
+fn a_host_link_squatting_a_pods_nic_name_neither_blocks_its_del_nor_goes_to_another_tenant() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    let tenant = rig.netns(2);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    rig.call("ADD", &conf, &victim.path(), &rig.cid(0), IF, &[])
+        .ok();
+    // Made from inside the attacker's namespace: the peer there, the squatter on the host
+    // (`netns 1`: pid 1's namespace, the host's).
+    let peer = format!("rh{}s{}", tag(), rig.n);
+    ip(&[
+        "-n",
+        &attacker.name,
+        "link",
+        "add",
+        &peer,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &nic.name,
+        "netns",
+        "1",
+    ]);
+    let squatter = link(None, &nic.name).expect("the squatter on the host");
+    assert_ne!(squatter.mac, nic.mac);
+
+    // Another tenant selects the name: refused, the squatter stays where it is.
+    let other = rig.conf("1.0.0", json!({"device": nic.name}));
+    let add = rig.call("ADD", &other, &tenant.path(), &rig.cid(2), IF, &[]);
+    assert_eq!(code(&add), 107, "{add}");
+    assert!(
+        msg(&add).contains("veth whose peer is in another network namespace"),
+        "{add}"
+    );
+    assert!(link(None, &nic.name).is_some_and(|l| l.mac == squatter.mac));
+    assert!(link(Some(&tenant.name), IF).is_none(), "{add}");
+
+    // The victim's DEL: done, the NIC home by its identity under a name that says so.
+    let del = rig.call("DEL", &conf, &victim.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    rig.assert_state_empty(&del);
+    let home = nic
+        .on_host()
+        .unwrap_or_else(|| panic!("the NIC is not on the host\n{del}"));
+    let stem: String = nic.name.chars().take(9).collect();
+    assert!(
+        home.name.starts_with(&format!("{stem}~")) && home.name.len() <= 15,
+        "came home as {}\n{del}",
+        home.name
+    );
+    assert_eq!(home.mtu, nic.mtu, "{del}");
+    assert!(
+        link_by_mac(Some(&victim.name), &nic.mac).is_none(),
+        "still in the pod\n{del}"
+    );
+    assert!(
+        del.stderr.contains(&format!(
+            "came home as {}: its name {} is taken",
+            home.name, nic.name
+        )),
+        "the log says where the NIC is and why\n{del}"
+    );
+    let report = rig.inspect(None, &[]);
+    assert!(
+        report.contains(&home.name)
+            && report.contains(&format!("its own, {}, was taken", nic.name)),
+        "inspect says what happened:\n{report}"
+    );
+    // Once the squatter is gone, the operator renames it back.
+    ip(&["-n", &attacker.name, "link", "del", &peer]);
+    ip(&["link", "set", &home.name, "name", &nic.name]);
+    nic.assert_home(Some(&victim), &"renamed back");
+}
+
+/// The kernel moves a link before it renames it: a name taken in the pod at the moment of the
+/// move leaves the NIC in the pod under its host name. ADD's error says where the NIC is (not
+/// that it "stays where it was") and its rollback brings it home.
+#[test]
+fn an_ifname_taken_in_the_pod_during_the_move_is_reported_truly_and_the_nic_comes_home() {
+    let rig = Arc::new(Rig::new());
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let (r, c, path, cid) = (rig.clone(), conf.clone(), pod.path(), rig.cid(0));
+    let add = std::thread::spawn(move || {
+        r.call(
+            "ADD",
+            &c,
+            &path,
+            &cid,
+            IF,
+            &[("RHD_FAULT", "add:after-state:sleep=1500")],
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let taker = format!("rh{}t{}", tag(), rig.n);
+    ip(&[
+        "-n", &pod.name, "link", "add", IF, "type", "veth", "peer", "name", &taker,
+    ]);
+    let add = add.join().expect("the ADD thread");
+    assert!(!add.success(), "{add}");
+    let m = msg(&add);
+    // This kernel moves first (Linux 6.x); one that checks the name first would leave the NIC
+    // on the host: either way the message names it where it is.
+    assert!(
+        m.contains(&format!("kept the name {}", nic.name))
+            || m.contains(&format!("stays where it was, as {}", nic.name)),
+        "the error says where the NIC is: {m}"
+    );
+    nic.assert_home(Some(&pod), &add);
+    rig.assert_state_empty(&add);
+}
