@@ -146,6 +146,19 @@ pub fn run(
     };
     let cwd = empty_dir().map_err(|e| Failure::Start(format!("its working directory: {e}")))?;
     let filter = seccomp::filter();
+    if filter.is_none() {
+        let why = format!(
+            "no seccomp allow-list for this architecture ({}; only x86_64 has one)",
+            std::env::consts::ARCH
+        );
+        if policy.required {
+            return Err(Failure::Unconfinable(why));
+        }
+        log::warn!(
+            "running {} without a seccomp filter ({why}; ipamConfinement: bestEffort): it may use every system call root without capabilities can",
+            exe.display()
+        );
+    }
     let prog = filter.as_ref().map(seccomp::Filter::prog);
     let last_cap = last_capability();
     let mut cmd = Command::new(exe);
@@ -313,6 +326,16 @@ fn in_child(
         if libc::getppid() != parent {
             // We died before the line above: our death signal is lost; stop here.
             libc::_exit(1);
+        }
+        // Namespaces of its own for what root shares with the host beyond files: System V
+        // IPC (root's shared memory, semaphores, queues), the host name, the cgroup view.
+        if libc::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWCGROUP) != 0 {
+            let e = io::Error::last_os_error();
+            if required {
+                say(b"rdma-host-device: cannot make IPC, UTS and cgroup namespaces for the IPAM plugin (ipamConfinement: required)\n");
+                return Err(e);
+            }
+            say(b"rdma-host-device: warning: no IPC, UTS or cgroup namespace for the IPAM plugin (ipamConfinement: bestEffort)\n");
         }
         if libc::unshare(libc::CLONE_NEWPID) != 0 {
             if required {
