@@ -10,9 +10,15 @@
 //!   the kernel, whatever path string the plugin builds (relative, `..`, symlinks).
 //! - **Privilege**: no capabilities at all (bounding, inheritable, ambient sets emptied before
 //!   exec: a root program without them still owns root's files, and nothing else), no new
-//!   privileges, a seccomp filter against set-user-ID and set-group-ID modes (`seccomp.rs`),
-//!   no TCP listening (Landlock ABI 4+), no signals to or abstract sockets of anything outside
-//!   (ABI 6+), no file descriptor of ours but its three pipes.
+//!   privileges, a seccomp **allow-list** (`seccomp.rs`: the system calls IPAM plugins make,
+//!   traced; everything else EPERM, so no extended attributes, modes, owners, times, System V
+//!   IPC, keys, inotify/fanotify, namespaces, and no call a newer kernel adds), no TCP
+//!   listening (Landlock ABI 4+), no signals to or abstract sockets of anything outside (ABI
+//!   6+), no file descriptor of ours but its three pipes.
+//! - **Namespaces**: IPC, UTS and cgroup namespaces of its own (root's System V objects, the
+//!   host name and the cgroup tree are not shared), besides the PID namespace below. Not a
+//!   mount namespace: its teardown waits for an RCU grace period, milliseconds per exec
+//!   (docs/bench.md), and Landlock already decides what files it opens.
 //! - **Processes**: the plugin is pid 2 of a new PID namespace whose pid 1 is our own code
 //!   (a reaper the plugin cannot ptrace, signal or outlive), under a waiter in our namespace.
 //!   When the plugin exits the reaper exits and the kernel kills everything left in the
@@ -25,8 +31,9 @@
 //! - **Surroundings**: an empty working directory of root's, an environment of the CNI
 //!   variables and a fixed PATH only.
 //!
-//! Where the kernel cannot confine (no Landlock, or no PID namespace), the node decides
-//! (`ipamConfinement`): refuse (the default) or run without that part, with a warning.
+//! Where the kernel cannot confine (no Landlock, no namespaces, or an architecture without a
+//! seccomp allow-list: anything but x86_64), the node decides (`ipamConfinement`): refuse (the
+//! default) or run without that part, with a warning.
 
 mod landlock;
 mod seccomp;
