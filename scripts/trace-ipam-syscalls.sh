@@ -65,7 +65,7 @@ run() { # label exe verb stdin ifname
 }
 mkdir -p "$work/data"
 hl=$(conf host-local '{"type":"host-local","dataDir":"'"$work"'/data","ranges":[[{"subnet":"10.230.0.0/24"}]],"routes":[{"dst":"0.0.0.0/0"}]}' '{"cniVersion":"1.0.0","interfaces":[{"name":"net1","sandbox":"/x"}],"ips":[{"address":"10.230.0.2/24","interface":0}]}')
-st=$(conf static '{"type":"static","addresses":[{"address":"10.230.1.2/24","gateway":"10.230.1.1"}],"routes":[{"dst":"0.0.0.0/0"}]}' '{"cniVersion":"1.0.0","interfaces":[{"name":"net1","sandbox":"/x"}],"ips":[{"address":"10.230.1.2/24","interface":0}]}')
+st=$(conf static '{"type":"static","addresses":[{"address":"10.230.1.2/24","gateway":"10.230.1.1"}],"routes":[{"dst":"0.0.0.0/0"}]}' '{"cniVersion":"1.0.0","interfaces":[{"name":"net1","sandbox":"/x"}],"ips":[{"address":"10.230.1.2/24","gateway":"10.230.1.1","interface":0}]}')
 dh=$(conf dhcp '{"type":"dhcp","daemonSocketPath":"'"$sock"'"}' '{"cniVersion":"1.0.0","interfaces":[{"name":"rhdt0","sandbox":"/x"}],"ips":[{"address":"10.231.0.10/24","interface":0}]}')
 sc=$(conf script-ipam '{"type":"script-ipam"}' '{}')
 for verb in VERSION ADD CHECK GC STATUS DEL; do
