@@ -122,8 +122,8 @@ mod list {
         values: PRCTLS,
     };
 
-    /// Every system call a confined program may make, the most frequent first (the filter
-    /// compares in this order). Unmarked: seen in the traces (see the module's header);
+    /// Every system call a confined program may make (in any order: the filter is a search
+    /// tree by number). Unmarked: seen in the traces (see the module's header);
     /// `(family)`: not seen, the same call under another name or by another runtime.
     pub const ALLOWED: &[Named] = &[
         ("read", SYS_read, A),
@@ -322,6 +322,33 @@ fn body(rule: Rule) -> Vec<libc::sock_filter> {
     }
 }
 
+/// A search tree over `sorted` (by number): a few compares per call whatever the list's
+/// length. That matters beyond the call itself: on installing a filter the kernel runs it for
+/// every system call number of each architecture to fill its cache of calls always allowed,
+/// and JITs it; with a linear list of 136 that cost about 0.35 ms of system time per exec
+/// (docs/bench.md, issue 36).
+fn tree(sorted: &[(u32, Rule)]) -> Vec<libc::sock_filter> {
+    const JA: u16 = 0x05; // BPF_JMP | BPF_JA
+    let eperm = st(RET_K, RET_ERRNO | libc::EPERM as u32);
+    if sorted.len() <= 4 {
+        let mut c = Vec::new();
+        for (nr, rule) in sorted {
+            let b = body(*rule);
+            c.push(jmp(JEQ_K, *nr, 0, b.len() as u8));
+            c.extend(b);
+        }
+        c.push(eperm);
+        return c;
+    }
+    let (left, right) = sorted.split_at(sorted.len() / 2);
+    let (l, r) = (tree(left), tree(right));
+    // nr >= the right half's first: on to the long jump over the left half; else into it.
+    let mut c = vec![jmp(JGE_K, right[0].0, 0, 1), st(JA, l.len() as u32)];
+    c.extend(l);
+    c.extend(r);
+    c
+}
+
 /// The filter for `allowed` on an architecture `audit_arch` (AUDIT_ARCH_*): anything else,
 /// and any call through another convention, refused.
 fn build(audit_arch: u32, allowed: &[Named]) -> Filter {
@@ -336,12 +363,9 @@ fn build(audit_arch: u32, allowed: &[Named]) -> Filter {
         jmp(JGE_K, X32_BIT, 0, 1),
         enosys,
     ];
-    for (_, nr, rule) in allowed {
-        let b = body(*rule);
-        c.push(jmp(JEQ_K, *nr as u32, 0, b.len() as u8));
-        c.extend(b);
-    }
-    c.push(st(RET_K, RET_ERRNO | libc::EPERM as u32));
+    let mut sorted: Vec<(u32, Rule)> = allowed.iter().map(|(_, n, r)| (*n as u32, *r)).collect();
+    sorted.sort_by_key(|(n, _)| *n);
+    c.extend(tree(&sorted));
     Filter { code: c }
 }
 
@@ -378,6 +402,36 @@ pub fn install(prog: &libc::sock_fprog) -> std::io::Result<()> {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
+
+    /// Runs `f` on a call `nr` of architecture `arch` whose every argument is `a` (the classic
+    /// BPF subset the filter uses).
+    fn run(f: &Filter, arch: u32, nr: u32, a: u32) -> u32 {
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let i = f.code[pc];
+            pc += 1;
+            match i.code {
+                LD_W_ABS => {
+                    acc = match i.k {
+                        0 => nr,
+                        4 => arch,
+                        _ => a,
+                    }
+                }
+                RET_K => return i.k,
+                0x05 => pc += i.k as usize,
+                JEQ_K | JGE_K | JSET_K => {
+                    let hit = match i.code {
+                        JEQ_K => acc == i.k,
+                        JGE_K => acc >= i.k,
+                        _ => acc & i.k != 0,
+                    };
+                    pc += if hit { i.jt } else { i.jf } as usize;
+                }
+                c => panic!("unexpected BPF code {c:#x}"),
+            }
+        }
+    }
 
     #[test]
     fn the_list_names_each_call_once_and_leaves_out_what_the_attack_pass_reached() {
@@ -427,6 +481,27 @@ mod tests {
                 "{name} was traced (testdata/confine/traced-syscalls.txt) but is not in ALLOWED"
             );
         }
+        // The tree decides every number as the list says (args zero: a narrowed call's
+        // argument rules are the probe's and the plugins' tests).
+        let f = filter().expect("x86_64 has a filter");
+        for nr in 0..600u32 {
+            let want = match ALLOWED.iter().find(|(_, n, _)| *n as u32 == nr) {
+                None => RET_ERRNO | libc::EPERM as u32,
+                Some((_, _, Rule::Errno(e))) => RET_ERRNO | *e as u32,
+                Some((_, _, Rule::OneOf { .. })) => RET_ERRNO | libc::EPERM as u32,
+                Some(_) => RET_ALLOW,
+            };
+            assert_eq!(run(&f, 0xc000_003e, nr, 0), want, "nr {nr}");
+        }
+        // An argument rule, both ways: socket(AF_UNIX) yes, socket(AF_NETLINK) no.
+        assert_eq!(run(&f, 0xc000_003e, libc::SYS_socket as u32, 1), RET_ALLOW);
+        assert_ne!(run(&f, 0xc000_003e, libc::SYS_socket as u32, 16), RET_ALLOW);
+        // clone with CLONE_NEWUSER no; another architecture's convention no.
+        assert_ne!(
+            run(&f, 0xc000_003e, libc::SYS_clone as u32, 0x1000_0000),
+            RET_ALLOW
+        );
+        assert_ne!(run(&f, 0x4000_0003, libc::SYS_read as u32, 0), RET_ALLOW);
         // Jumps are 8 bits: every body fits.
         let f = filter().expect("x86_64 has a filter");
         assert!(f.code.len() < u16::MAX as usize);

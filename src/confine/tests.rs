@@ -586,3 +586,51 @@ fn debian_ipam_plugins_do_under_the_allow_list_what_they_do_without_it() {
         }
     }
 }
+
+/// What one ADD+DEL pays for the confinement of its two IPAM execs, without the rest of the
+/// plugin: Debian's static through ADD and DEL under [`run`], `RHD_COST_ROUNDS` pairs (default
+/// 200), median and quartiles printed. Ignored: a measurement, run by hand against another
+/// commit's build of the same test (docs/bench.md, issue 36).
+#[test]
+#[ignore]
+fn cost_of_the_confinement_per_add_and_del() {
+    if !can_confine() {
+        return;
+    }
+    let rounds: usize = std::env::var("RHD_COST_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(200);
+    let exe = Path::new("/usr/lib/cni/static");
+    let conf = br#"{"cniVersion":"1.0.0","name":"rhd-cost","type":"rdma-host-device","ipam":{"type":"static","addresses":[{"address":"10.230.1.2/24"}]}}"#;
+    let mut took = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        for verb in ["ADD", "DEL"] {
+            let env = [
+                ("CNI_COMMAND", verb),
+                ("CNI_CONTAINERID", "rhd-cost"),
+                ("CNI_IFNAME", "net1"),
+                ("CNI_NETNS", "/var/run/netns/rhd-cost"),
+                ("CNI_ARGS", ""),
+                ("CNI_PATH", "/usr/lib/cni"),
+            ];
+            let out = run(exe, &env, conf, &policy(&[], &[], 10)).unwrap();
+            assert_eq!(
+                out.code,
+                0,
+                "{verb}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        took.push(start.elapsed());
+    }
+    took.sort();
+    let q = |f: f64| took[((took.len() - 1) as f64 * f) as usize].as_secs_f64() * 1e3;
+    println!(
+        "confined static ADD+DEL, {rounds} rounds: median {:.3} ms (q1 {:.3}, q3 {:.3})",
+        q(0.5),
+        q(0.25),
+        q(0.75)
+    );
+}
