@@ -98,7 +98,11 @@ impl<'a> Ipam<'a> {
         })
     }
 
+    /// DEL obeys the node as ADD does, whatever it releases with (the record of any version,
+    /// or, without one, the config the runtime sends now): paths outside the node's are
+    /// refused with 107 and nothing runs. Its callers log that and let DEL succeed.
     pub fn del(&self, conf: &[u8]) -> Result<()> {
+        self.admit_paths(conf)?;
         self.call("DEL", conf).map(drop)
     }
 
@@ -107,10 +111,12 @@ impl<'a> Ipam<'a> {
         self.call("CHECK", conf).map(drop)
     }
 
-    /// Every verb but DEL runs the plugin with the config the runtime has now: the paths in its
-    /// `ipam` must be where the node allows (ADD checks them before any change; CHECK, STATUS
-    /// and GC would otherwise exec host-local on a tenant's `dataDir` anywhere, and its GC
-    /// removes what it finds there). DEL releases with what ADD recorded, which passed.
+    /// Every verb runs the plugin only on paths where the node allows: the paths in its `ipam`
+    /// must be under `ipamPaths`/`ipamReadPaths` (ADD checks them before any change; CHECK,
+    /// STATUS and GC would otherwise exec host-local on a tenant's `dataDir` anywhere, and its
+    /// GC removes what it finds there; a DEL without a record, of a config ADD refused, would
+    /// run it there as root, and one whose record an older version wrote, or whose node has
+    /// since narrowed its lists, likewise).
     pub fn admit_paths(&self, conf: &[u8]) -> Result<()> {
         self.node.admit_ipam_paths(&ipam_object(conf))
     }

@@ -735,7 +735,7 @@ fn an_ipam_type_the_node_does_not_allow_is_refused_before_any_change() {
     // DEL without a record releases with the config's IPAM: not a forbidden one.
     let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
     del.ok();
-    assert!(del.stderr.contains("not releasing IPAM"), "{del}");
+    assert!(del.stderr.contains("not running IPAM"), "{del}");
     for t in ["bridge", "host-device", "ptp", "rdma-host-device"] {
         conf["ipam"] = json!({"type": t});
         let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
@@ -899,6 +899,87 @@ fn status_and_gc_never_run_ipam_on_a_path_outside_the_nodes_ipam_paths() {
     assert_eq!(code(&gc), 107, "{gc}");
     assert!(msg(&gc).contains("ipam.dataDir"), "{gc}");
     assert!(!target.exists(), "IPAM ran on {}", target.display());
+}
+
+/// Issue 36: DEL obeys the node as ADD does. The runtime's clean-up DEL after a refused ADD
+/// has no record and the config ADD refused: it ran that config's IPAM as root (host-local on a
+/// `dataDir` outside the node's, refused by the kernel: DEL failed on every retry). Now DEL
+/// runs nothing, says why and succeeds; CHECK, GC and STATUS run nothing either. And a DEL
+/// whose record names paths the node no longer lists does not run IPAM on them.
+#[test]
+fn del_check_gc_and_status_of_a_config_add_refused_run_nothing_and_del_succeeds() {
+    use std::os::unix::fs::PermissionsExt;
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let pod = rig.netns(0);
+    let outside = TempDir::new("ipam-outside-del");
+    let target = outside.path().join("deep");
+    // A stand-in IPAM that leaves a mark in a directory the node allows whenever it runs.
+    let marks = rig.data_dir().join("marks");
+    fs::create_dir_all(&marks).unwrap();
+    let name = "rhd-marking-ipam";
+    let script = rig.bin_dir().join(name);
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncat >/dev/null\n: >\"{}/$CNI_COMMAND\"\n",
+            marks.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    rig.allow_ipam(name);
+    for ipam in [
+        json!({"type": "host-local", "dataDir": target, "ranges": [[{"subnet": "10.77.250.0/24"}]]}),
+        json!({"type": name, "dataDir": target}),
+    ] {
+        let mut conf = rig.conf("1.1.0", json!({"device": nic.name}));
+        conf["ipam"] = ipam.clone();
+        let add = rig.call("ADD", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+        assert_eq!(code(&add), 107, "{add}");
+        let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+        del.ok();
+        assert!(
+            del.stderr.contains("not running IPAM") && del.stderr.contains("ipam.dataDir"),
+            "DEL says why it ran nothing: {del}"
+        );
+        let mut check = conf.clone();
+        check["prevResult"] = json!({"cniVersion": "1.1.0",
+            "interfaces": [{"name": IF, "sandbox": pod.path()}], "ips": []});
+        let check = rig.call("CHECK", &check, &pod.path(), &rig.cid(0), IF, &[]);
+        assert_ne!(code(&check), 0, "{check}");
+        let mut gc = conf.clone();
+        gc["cni.dev/valid-attachments"] = json!([]);
+        let gc = rig.call("GC", &gc, "", "", "", &[]);
+        assert_eq!(code(&gc), 107, "{gc}");
+        let status = rig.call("STATUS", &conf, "", "", "", &[]);
+        assert_eq!(code(&status), 50, "{status}");
+        assert!(!target.exists(), "IPAM ran on {}", target.display());
+        let ran: Vec<_> = fs::read_dir(&marks)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(ran.is_empty(), "{ipam}: IPAM ran for {ran:?}\n{del}");
+        rig.assert_detached(&nic, Some(&pod), &del);
+    }
+    // With a record: ADD ran host-local in the rig's dataDir; the node then narrows its
+    // ipamPaths. DEL does not run it there, brings the NIC home and succeeds.
+    let conf = attach(&rig, &nic, &pod);
+    assert_eq!(rig.allocations_of(&rig.net_name(), &rig.cid(0)).len(), 1);
+    rig.set_node(json!({"ipamPaths": ["/var/lib/cni/networks"]}));
+    let del = rig.call("DEL", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    assert!(
+        del.stderr.contains("not releasing IPAM") && del.stderr.contains("ipam.dataDir"),
+        "{del}"
+    );
+    assert_eq!(
+        rig.allocations_of(&rig.net_name(), &rig.cid(0)).len(),
+        1,
+        "host-local ran\n{del}"
+    );
+    rig.assert_detached(&nic, Some(&pod), &del);
 }
 
 #[test]

@@ -10,9 +10,15 @@
 //!   the kernel, whatever path string the plugin builds (relative, `..`, symlinks).
 //! - **Privilege**: no capabilities at all (bounding, inheritable, ambient sets emptied before
 //!   exec: a root program without them still owns root's files, and nothing else), no new
-//!   privileges, a seccomp filter against set-user-ID and set-group-ID modes (`seccomp.rs`),
-//!   no TCP listening (Landlock ABI 4+), no signals to or abstract sockets of anything outside
-//!   (ABI 6+), no file descriptor of ours but its three pipes.
+//!   privileges, a seccomp **allow-list** (`seccomp.rs`: the system calls IPAM plugins make,
+//!   traced; everything else EPERM, so no extended attributes, modes, owners, times, System V
+//!   IPC, keys, inotify/fanotify, namespaces, and no call a newer kernel adds), no TCP
+//!   listening (Landlock ABI 4+), no signals to or abstract sockets of anything outside (ABI
+//!   6+), no file descriptor of ours but its three pipes.
+//! - **Namespaces**: IPC, UTS and cgroup namespaces of its own (root's System V objects, the
+//!   host name and the cgroup tree are not shared), besides the PID namespace below. Not a
+//!   mount namespace: its teardown waits for an RCU grace period, milliseconds per exec
+//!   (docs/bench.md), and Landlock already decides what files it opens.
 //! - **Processes**: the plugin is pid 2 of a new PID namespace whose pid 1 is our own code
 //!   (a reaper the plugin cannot ptrace, signal or outlive), under a waiter in our namespace.
 //!   When the plugin exits the reaper exits and the kernel kills everything left in the
@@ -25,8 +31,9 @@
 //! - **Surroundings**: an empty working directory of root's, an environment of the CNI
 //!   variables and a fixed PATH only.
 //!
-//! Where the kernel cannot confine (no Landlock, or no PID namespace), the node decides
-//! (`ipamConfinement`): refuse (the default) or run without that part, with a warning.
+//! Where the kernel cannot confine (no Landlock, no namespaces, or an architecture without a
+//! seccomp allow-list: anything but x86_64), the node decides (`ipamConfinement`): refuse (the
+//! default) or run without that part, with a warning.
 
 mod landlock;
 mod seccomp;
@@ -146,6 +153,19 @@ pub fn run(
     };
     let cwd = empty_dir().map_err(|e| Failure::Start(format!("its working directory: {e}")))?;
     let filter = seccomp::filter();
+    if filter.is_none() {
+        let why = format!(
+            "no seccomp allow-list for this architecture ({}; only x86_64 has one)",
+            std::env::consts::ARCH
+        );
+        if policy.required {
+            return Err(Failure::Unconfinable(why));
+        }
+        log::warn!(
+            "running {} without a seccomp filter ({why}; ipamConfinement: bestEffort): it may use every system call root without capabilities can",
+            exe.display()
+        );
+    }
     let prog = filter.as_ref().map(seccomp::Filter::prog);
     let last_cap = last_capability();
     let mut cmd = Command::new(exe);
@@ -313,6 +333,16 @@ fn in_child(
         if libc::getppid() != parent {
             // We died before the line above: our death signal is lost; stop here.
             libc::_exit(1);
+        }
+        // Namespaces of its own for what root shares with the host beyond files: System V
+        // IPC (root's shared memory, semaphores, queues), the host name, the cgroup view.
+        if libc::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWCGROUP) != 0 {
+            let e = io::Error::last_os_error();
+            if required {
+                say(b"rdma-host-device: cannot make IPC, UTS and cgroup namespaces for the IPAM plugin (ipamConfinement: required)\n");
+                return Err(e);
+            }
+            say(b"rdma-host-device: warning: no IPC, UTS or cgroup namespace for the IPAM plugin (ipamConfinement: bestEffort)\n");
         }
         if libc::unshare(libc::CLONE_NEWPID) != 0 {
             if required {

@@ -282,3 +282,355 @@ fn stderr_is_kept_up_to_its_bound() {
     );
     assert_eq!(out.stderr.len(), MAX_STDERR);
 }
+
+/// Builds testdata/confine/probe.c into `d` with the node's C compiler; `None` (and why, or a
+/// failure under RHD_TESTS_MUST_RUN) when there is none.
+fn build_probe(d: &Path) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/confine/probe.c");
+    let exe = d.join("probe");
+    match std::process::Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+    {
+        Ok(o) if o.status.success() => Some(exe),
+        other => {
+            assert!(
+                std::env::var_os("RHD_TESTS_MUST_RUN").is_none(),
+                "cannot build {}: {other:?}",
+                src.display()
+            );
+            eprintln!("skipped: no C compiler to build the probe ({other:?})");
+            None
+        }
+    }
+}
+
+/// What root made on the host for the probe to reach: a System V shared memory segment,
+/// semaphore set and message queue, and a key in its session keyring that uid 0 may read
+/// without possessing it. Removed on drop.
+struct HostObjects {
+    shmid: i32,
+    shmkey: i32,
+    semid: i32,
+    semkey: i32,
+    msgid: i32,
+    msgkey: i32,
+    key: i64,
+    desc: String,
+}
+
+impl HostObjects {
+    fn new() -> HostObjects {
+        let base = 0x5248_0000 | (std::process::id() as i32 & 0xfff0);
+        let desc = format!("rhd-probe-key-{}", std::process::id());
+        // SAFETY: System V and keyring calls on integers and buffers that outlive them.
+        unsafe {
+            let shmkey = base;
+            let shmid = libc::shmget(shmkey, 4096, libc::IPC_CREAT | 0o600);
+            assert!(shmid >= 0, "shmget: {}", io::Error::last_os_error());
+            let at = libc::shmat(shmid, std::ptr::null(), 0);
+            assert_ne!(at as isize, -1, "shmat: {}", io::Error::last_os_error());
+            std::ptr::copy_nonoverlapping(b"rhd-shm-secret".as_ptr(), at.cast(), 14);
+            libc::shmdt(at);
+            let semkey = base + 1;
+            let semid = libc::semget(semkey, 1, libc::IPC_CREAT | 0o600);
+            assert!(semid >= 0, "semget: {}", io::Error::last_os_error());
+            let msgkey = base + 2;
+            let msgid = libc::msgget(msgkey, libc::IPC_CREAT | 0o600);
+            assert!(msgid >= 0, "msgget: {}", io::Error::last_os_error());
+            let cdesc = std::ffi::CString::new(desc.clone()).unwrap();
+            let payload = b"rhd-key-secret";
+            let key = libc::syscall(
+                libc::SYS_add_key,
+                c"user".as_ptr(),
+                cdesc.as_ptr(),
+                payload.as_ptr(),
+                payload.len(),
+                -3i32, // KEY_SPEC_SESSION_KEYRING
+            );
+            assert!(key > 0, "add_key: {}", io::Error::last_os_error());
+            // KEYCTL_SETPERM: possessor and user (uid 0) may view, read, search.
+            libc::syscall(libc::SYS_keyctl, 5, key, 0x3f0b_0000u32);
+            HostObjects {
+                shmid,
+                shmkey,
+                semid,
+                semkey,
+                msgid,
+                msgkey,
+                key,
+                desc,
+            }
+        }
+    }
+}
+
+impl Drop for HostObjects {
+    fn drop(&mut self) {
+        // SAFETY: removing what new() made.
+        unsafe {
+            libc::shmctl(self.shmid, libc::IPC_RMID, std::ptr::null_mut());
+            libc::semctl(self.semid, 0, libc::IPC_RMID);
+            libc::msgctl(self.msgid, libc::IPC_RMID, std::ptr::null_mut());
+            libc::syscall(libc::SYS_keyctl, 21, self.key); // KEYCTL_INVALIDATE
+        }
+    }
+}
+
+/// Issue 36: from inside the confinement an attack pass reached root's data through kernel
+/// interfaces the deny-list did not name (setxattrat, System V IPC, keys, inotify). A probe
+/// tries each against what root made on the host; each must be refused, and root's objects
+/// must be as they were.
+#[test]
+fn a_confined_program_reaches_no_kernel_interface_outside_its_grants() {
+    if !can_confine() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir("probe");
+    let Some(exe) = build_probe(&d.0) else {
+        return;
+    };
+    let allowed = d.0.join("allowed");
+    let outside = d.0.join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("name-of-a-secret"), "").unwrap();
+    let victim = outside.join("victim");
+    fs::write(&victim, "x").unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    let cvictim = std::ffi::CString::new(victim.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: setxattr on a path and buffers that outlive the call.
+    let has_user_xattrs = unsafe {
+        libc::setxattr(
+            cvictim.as_ptr(),
+            c"user.rhd-root".as_ptr(),
+            b"root".as_ptr().cast(),
+            4,
+            0,
+        ) == 0
+    };
+    let host = HostObjects::new();
+    let stdin = format!(
+        "{} {} {} {} {} {} {} {} {}\n",
+        victim.display(),
+        outside.display(),
+        allowed.display(),
+        host.shmid,
+        host.shmkey,
+        host.semkey,
+        host.msgkey,
+        host.key,
+        host.desc
+    );
+    let write = [allowed.clone()];
+    let out = run(&exe, &[], stdin.as_bytes(), &policy(&[], &write, 10)).unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let why = format!(
+        "{said}(exit {}, stderr {})",
+        out.code,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("control-write ok"), "{why}");
+    assert!(said.contains("done"), "{why}");
+    for what in [
+        "setxattr",
+        "lsetxattr",
+        "fsetxattr",
+        "setxattrat",
+        "getxattrat",
+        "listxattrat",
+        "removexattrat",
+        "getxattr",
+        "listxattr",
+        "shmget",
+        "shmat",
+        "shmctl-rmid",
+        "semget",
+        "msgget",
+        "keyctl-read",
+        "add_key",
+        "request_key",
+        "keyctl-join",
+        "open-denied-dir",
+        "getdents64",
+        "inotify_init1",
+        "inotify_add_watch",
+        "fanotify_init",
+        "unshare-user",
+        "socket-netlink",
+        "io_uring_setup",
+        "fchmodat2",
+    ] {
+        assert!(
+            said.lines()
+                .any(|l| l.starts_with(&format!("{what} refused"))),
+            "{what} was not refused: {why}"
+        );
+    }
+    // Root's things are as they were.
+    let m = fs::metadata(&victim).unwrap();
+    assert_eq!(m.permissions().mode() & 0o777, 0o600);
+    if has_user_xattrs {
+        let mut buf = [0u8; 64];
+        // SAFETY: getxattr into a stack buffer.
+        let n = unsafe {
+            libc::getxattr(
+                cvictim.as_ptr(),
+                c"user.rhd-probe".as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        assert!(n < 0, "the probe set an extended attribute on root's file");
+    }
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    // SAFETY: IPC_STAT into a zeroed struct.
+    let r = unsafe { libc::shmctl(host.shmid, libc::IPC_STAT, &mut ds) };
+    assert_eq!(r, 0, "root's shared memory segment is gone");
+    assert_eq!(ds.shm_nattch, 0, "the probe attached root's segment");
+}
+
+/// The Debian IPAM plugins the allow-list was traced from (scripts/trace-ipam-syscalls.sh)
+/// do under the real confinement, verb by verb, exactly what they do without it: the same
+/// exit code and the same answer. A system call they need outside the list would show here.
+#[test]
+fn debian_ipam_plugins_do_under_the_allow_list_what_they_do_without_it() {
+    if !can_confine() {
+        return;
+    }
+    let cni = Path::new("/usr/lib/cni");
+    if !cni.join("host-local").exists() {
+        assert!(
+            std::env::var_os("RHD_TESTS_MUST_RUN").is_none(),
+            "Debian's containernetworking-plugins are not installed"
+        );
+        eprintln!("skipped: no /usr/lib/cni/host-local");
+        return;
+    }
+    let d = dir("debian-plugins");
+    let prev = |addr: &str, gw: &str| {
+        serde_json::json!({"cniVersion": "1.0.0",
+            "interfaces": [{"name": "net1", "sandbox": "/x"}],
+            "ips": [{"address": addr, "gateway": gw, "interface": 0}]})
+    };
+    for plugin in ["host-local", "static", "dhcp"] {
+        let mut outcomes = Vec::new();
+        for confined in [false, true] {
+            let data = d.0.join(format!("{plugin}-{confined}"));
+            fs::create_dir_all(&data).unwrap();
+            let ipam = match plugin {
+                "host-local" => serde_json::json!({"type": plugin, "dataDir": data,
+                    "ranges": [[{"subnet": "10.230.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}),
+                "static" => serde_json::json!({"type": plugin,
+                    "addresses": [{"address": "10.230.1.2/24", "gateway": "10.230.1.1"}]}),
+                // No daemon at this socket: every verb but VERSION fails, alike both ways
+                // (tests/dhcp.rs runs it against a daemon and dnsmasq through the plugin).
+                _ => serde_json::json!({"type": plugin,
+                    "daemonSocketPath": data.join("dhcp.sock")}),
+            };
+            let conf = serde_json::json!({"cniVersion": "1.0.0", "name": "rhd-trace",
+            "type": "rdma-host-device", "ipam": ipam,
+            "cni.dev/valid-attachments": [],
+            "prevResult": if plugin == "static" {
+                prev("10.230.1.2/24", "10.230.1.1")
+            } else {
+                prev("10.230.0.2/24", "10.230.0.1")
+            }});
+            let stdin = conf.to_string();
+            for verb in ["VERSION", "ADD", "CHECK", "GC", "STATUS", "DEL"] {
+                let env = [
+                    ("CNI_COMMAND", verb),
+                    ("CNI_CONTAINERID", "rhd-trace-1"),
+                    ("CNI_IFNAME", "net1"),
+                    ("CNI_NETNS", "/var/run/netns/rhd-trace"),
+                    ("CNI_ARGS", ""),
+                    ("CNI_PATH", "/usr/lib/cni"),
+                ];
+                let exe = cni.join(plugin);
+                let (code, stdout) = if confined {
+                    let write = [data.clone()];
+                    let o = run(&exe, &env, stdin.as_bytes(), &policy(&[], &write, 20))
+                        .unwrap_or_else(|e| panic!("{plugin} {verb}: {e}"));
+                    (o.code, o.stdout)
+                } else {
+                    use std::io::Write as _;
+                    let mut c = std::process::Command::new(&exe)
+                        .env_clear()
+                        .envs(env)
+                        .stdin(std::process::Stdio::piped())
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::null())
+                        .spawn()
+                        .unwrap();
+                    c.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+                    let o = c.wait_with_output().unwrap();
+                    (o.status.code().unwrap_or(128), o.stdout)
+                };
+                // The paths differ only by the directory each run got.
+                let stdout =
+                    String::from_utf8_lossy(&stdout).replace(&data.display().to_string(), "DATA");
+                outcomes.push(format!("{verb}: exit {code}: {stdout}"));
+            }
+        }
+        let (plain, confined) = outcomes.split_at(outcomes.len() / 2);
+        assert_eq!(
+            plain, confined,
+            "{plugin}: without (left) and with (right) confinement"
+        );
+        if plugin != "dhcp" {
+            assert!(plain[1].starts_with("ADD: exit 0"), "{plugin}: {plain:?}");
+            assert!(plain[5].starts_with("DEL: exit 0"), "{plugin}: {plain:?}");
+        }
+    }
+}
+
+/// What one ADD+DEL pays for the confinement of its two IPAM execs, without the rest of the
+/// plugin: Debian's static through ADD and DEL under [`run`], `RHD_COST_ROUNDS` pairs (default
+/// 200), median and quartiles printed. Ignored: a measurement, run by hand against another
+/// commit's build of the same test (docs/bench.md, issue 36).
+#[test]
+#[ignore]
+fn cost_of_the_confinement_per_add_and_del() {
+    if !can_confine() {
+        return;
+    }
+    let rounds: usize = std::env::var("RHD_COST_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(200);
+    let exe = Path::new("/usr/lib/cni/static");
+    let conf = br#"{"cniVersion":"1.0.0","name":"rhd-cost","type":"rdma-host-device","ipam":{"type":"static","addresses":[{"address":"10.230.1.2/24"}]}}"#;
+    let mut took = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        for verb in ["ADD", "DEL"] {
+            let env = [
+                ("CNI_COMMAND", verb),
+                ("CNI_CONTAINERID", "rhd-cost"),
+                ("CNI_IFNAME", "net1"),
+                ("CNI_NETNS", "/var/run/netns/rhd-cost"),
+                ("CNI_ARGS", ""),
+                ("CNI_PATH", "/usr/lib/cni"),
+            ];
+            let out = run(exe, &env, conf, &policy(&[], &[], 10)).unwrap();
+            assert_eq!(
+                out.code,
+                0,
+                "{verb}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        took.push(start.elapsed());
+    }
+    took.sort();
+    let q = |f: f64| took[((took.len() - 1) as f64 * f) as usize].as_secs_f64() * 1e3;
+    println!(
+        "confined static ADD+DEL, {rounds} rounds: median {:.3} ms (q1 {:.3}, q3 {:.3})",
+        q(0.5),
+        q(0.25),
+        q(0.75)
+    );
+}

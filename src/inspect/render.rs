@@ -209,7 +209,7 @@ pub fn render_table(r: &Report, color: bool) -> String {
     match (&ic.warning, ic.landlock_abi) {
         (Some(w), _) => paint(&mut out, &format!("IPAM plugins: {w}\n"), Some(RED), color),
         (None, Some(abi)) => out.push_str(&format!(
-            "IPAM plugins: confined by the kernel (Landlock ABI {abi}, own PID namespace, {} s deadline)\n",
+            "IPAM plugins: confined by the kernel (Landlock ABI {abi}, seccomp allow-list, own PID, IPC, UTS and cgroup namespaces, {} s deadline)\n",
             ic.timeout_seconds
         )),
         (None, None) => {}

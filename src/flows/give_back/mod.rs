@@ -98,8 +98,10 @@ pub async fn release_attachment(
     // IPAM first, while the interface is still in the pod: a plugin may need it to give its
     // address back (the dhcp daemon sends DHCPRELEASE from it; once the NIC has left, the
     // lease would leak). Whatever IPAM says, the NIC is still returned. A plugin the node does
-    // not allow (now) is not run: ADD only ever recorded an allowed one, so this is an operator
-    // who has since removed it, or an older record or config naming what the node forbids.
+    // not allow (now), or paths in its `ipam` outside the node's `ipamPaths`/`ipamReadPaths`,
+    // are not run: ADD only ever recorded what passed, so this is an operator who has since
+    // narrowed the node, an older record, or no record and a config ADD refused (the runtime's
+    // clean-up DEL after that ADD failed).
     // DEL still succeeds, loudly: failing would keep the pod from ever being deleted for the
     // sake of an allocation in a plugin the node has decided not to run.
     if let Some((t, raw)) = ipam_of(conf, record) {
@@ -108,6 +110,12 @@ pub async fn release_attachment(
                 log::info!("IPAM {t} released");
                 fault::hit("del:after-ipam-release")?;
             }
+            Err(e) if e.code == Code::NotAllowed && record.is_none() => log::warn!(
+                "not running IPAM {t:?} for DEL: {}; there is no record of {}/{}, so no ADD of this config got that far (ADD refuses what the node does not allow), and nothing is released",
+                e.msg,
+                env.container_id,
+                env.ifname
+            ),
             Err(e) if e.code == Code::NotAllowed => log::error!(
                 "not releasing IPAM: {}; whatever {t:?} allocated for {}/{} stays allocated (the NIC still comes home)",
                 e.msg,
