@@ -143,6 +143,29 @@ fn driver_pod(c: &Cluster) -> String {
         .to_owned()
 }
 
+/// A pod in `default` whose one container runs as uid 1000 with every capability dropped,
+/// attached to the NAD `network` as net1, with these container `resources` and pod
+/// `resourceClaims`.
+fn unprivileged_pod(name: &str, network: &str, resources: Value, claims: Value) -> String {
+    let networks = json!([{"name": network, "interface": "net1"}]).to_string();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default",
+            "annotations": {"k8s.v1.cni.cncf.io/networks": networks}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "resourceClaims": claims,
+            "containers": [{"name": "c", "image": "localhost/rhd-busybox:test",
+                "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"],
+                "resources": resources,
+                "securityContext": {"runAsUser": 1000, "runAsNonRoot": true,
+                    "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
+        }
+    })
+    .to_string()
+}
+
 /// What the DRA driver's pod logged (empty if it cannot be read yet).
 fn driver_log(c: &Cluster, pod: &str) -> String {
     let out = c.kubectl(&["-n", "kube-system", "logs", pod]);
@@ -214,22 +237,12 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
     c.apply(&of_kind(&claims, "NetworkAttachmentDefinition", "rail-0").to_string());
     // The NICs are up on one side only without a peer up: both peers are up, so linkUp holds.
     let pod = |name: &str| {
-        json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default",
-                "annotations": {"k8s.v1.cni.cncf.io/networks": "[{\"name\": \"rail-0\", \"interface\": \"net1\"}]"}},
-            "spec": {
-                "restartPolicy": "Never",
-                "terminationGracePeriodSeconds": 1,
-                "resourceClaims": [{"name": "rails", "resourceClaimTemplateName": "one-rail"}],
-                "containers": [{"name": "c", "image": "localhost/rhd-busybox:test",
-                    "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"],
-                    "resources": {"claims": [{"name": "rails"}]},
-                    "securityContext": {"runAsUser": 1000, "runAsNonRoot": true,
-                        "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
-            }
-        })
-        .to_string()
+        unprivileged_pod(
+            name,
+            "rail-0",
+            json!({"claims": [{"name": "rails"}]}),
+            json!([{"name": "rails", "resourceClaimTemplateName": "one-rail"}]),
+        )
     };
     c.apply(&pod("dra-a"));
     c.wait("pod dra-a running with its claim prepared", 180, || {
@@ -375,21 +388,12 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
     nad["spec"]["config"] = json!(conf.to_string());
     c.apply(&nad.to_string());
     let pod = |name: &str| {
-        json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default",
-                "annotations": {"k8s.v1.cni.cncf.io/networks": "[{\"name\": \"rdma-rail\", \"interface\": \"net1\"}]"}},
-            "spec": {
-                "restartPolicy": "Never",
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "c", "image": "localhost/rhd-busybox:test",
-                    "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"],
-                    "resources": {"limits": {"rdma-host-device.io/rail": "2"}},
-                    "securityContext": {"runAsUser": 1000, "runAsNonRoot": true,
-                        "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
-            }
-        })
-        .to_string()
+        unprivileged_pod(
+            name,
+            "rdma-rail",
+            json!({"limits": {"rdma-host-device.io/rail": "2"}}),
+            json!([]),
+        )
     };
     // Both NICs to the first pod: the second cannot be admitted while it holds them.
     c.apply(&pod("dp-a"));
