@@ -94,7 +94,9 @@ down)
     tac "$D/made-dirs" | while read -r p; do rmdir "$p" 2>/dev/null || true; done
   fi
   rm -f "$D/env"
-  say "down: $D"
+  # Everything but the logs (the images and containers' layers are hundreds of MB a cluster).
+  find "$D" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} + 2>/dev/null || true
+  say "down: $D (its logs kept in $D/logs)"
   exit 0
   ;;
 up) ;;
