@@ -30,20 +30,12 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use std::fs;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 /// The node's NICs for pods: veths whose peers stay in the node's namespace.
 const NICS: [&str; 2] = ["rhdrail0", "rhdrail1"];
 const IMAGE_ARCHIVE: &str = "rdma-host-device-image.tar";
-
-/// The YAML documents of a file under conf/.
-fn docs(path: &str) -> Vec<Value> {
-    let text = fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
-    yaml::parse_all(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
 
 fn of_kind<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     docs.iter()
@@ -56,21 +48,7 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 fn installed(c: &Cluster) {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
-        for (i, n) in NICS.iter().enumerate() {
-            c.ip(&[
-                "link",
-                "add",
-                n,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &format!("rhdpeer{i}"),
-            ]);
-            c.ip(&["link", "set", n, "mtu", &ORIG_MTU.to_string()]);
-            c.ip(&["link", "set", n, "up"]);
-            c.ip(&["link", "set", &format!("rhdpeer{i}"), "up"]);
-        }
+        c.add_nics(&NICS);
         // The image, as README's step 1 makes and loads it (from the release build; a
         // developer may name other binaries, e.g. target/debug's, with RHD_CLUSTER_PLUGIN).
         let bin = std::env::var_os("RHD_CLUSTER_PLUGIN")
@@ -83,17 +61,7 @@ fn installed(c: &Cluster) {
             .find_map(|l| l.strip_prefix("image: "))
             .expect("build-image.sh names its image")
             .to_owned();
-        let archive = c.dir.join(IMAGE_ARCHIVE);
-        let out = podman.run(&[
-            "save",
-            "--format",
-            "oci-archive",
-            "-o",
-            archive.to_str().expect("utf-8"),
-            &image,
-        ]);
-        assert!(out.status.success(), "podman save: {}", output_text(&out));
-        c.import(&archive);
+        c.import_image(&podman, &image, IMAGE_ARCHIVE);
         // README's step 2: the label, and node.json edited for this node's NICs.
         c.k(&[
             "label",
@@ -101,7 +69,7 @@ fn installed(c: &Cluster) {
             &c.node,
             "feature.node.kubernetes.io/rdma.capable=true",
         ]);
-        let mut ds = docs("conf/k8s/daemonset.yaml");
+        let mut ds = conf_docs("conf/k8s/daemonset.yaml");
         for d in ds.iter_mut().filter(|d| d["kind"] == "ConfigMap") {
             let mut node: Value =
                 serde_json::from_str(d["data"]["node.json"].as_str().expect("node.json"))
@@ -111,7 +79,7 @@ fn installed(c: &Cluster) {
             node["dra"] = json!({"nics": {"names": NICS}});
             d["data"]["node.json"] = json!(node.to_string());
         }
-        for d in ds.iter().chain(docs("conf/k8s/dra.yaml").iter()) {
+        for d in ds.iter().chain(conf_docs("conf/k8s/dra.yaml").iter()) {
             c.apply(&d.to_string());
         }
         for ds in ["rdma-host-device", "rdma-host-device-dra"] {
@@ -172,32 +140,6 @@ fn driver_log(c: &Cluster, pod: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The NIC is in the node's namespace under its own name, with its MTU.
-fn assert_home(c: &Cluster, nic: &str) {
-    let out = c.ip(&["-j", "link", "show", "dev", nic]);
-    let v: Value = serde_json::from_str(&out).expect("ip -j");
-    assert_eq!(
-        v[0]["mtu"], ORIG_MTU,
-        "{nic} came home with another MTU: {v}"
-    );
-}
-
-fn nic_in_node(c: &Cluster, nic: &str) -> bool {
-    Command::new("ip")
-        .args(["-n", &c.netns, "link", "show", "dev", nic])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// The network-status annotation Multus wrote on the pod.
-fn network_status(c: &Cluster, ns: &str, pod: &str) -> Vec<Value> {
-    let v = c.get(&["-n", ns, "pod", pod]);
-    let s = v["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
-        .as_str()
-        .unwrap_or("[]");
-    serde_json::from_str(s).unwrap_or_default()
-}
-
 #[test]
 fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() {
     let (c, _turn) = Cluster::shared();
@@ -229,7 +171,7 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
 
     // dra-claims.yaml's one-rail template, less its `rdma` condition (veths have no RDMA
     // device here), and its NAD rail-0 as shipped.
-    let claims = docs("conf/k8s/dra-claims.yaml");
+    let claims = conf_docs("conf/k8s/dra-claims.yaml");
     let mut tpl = of_kind(&claims, "ResourceClaimTemplate", "one-rail").clone();
     tpl["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = json!([{"cel": {
         "expression": "device.attributes[\"rdma-host-device.io\"].linkUp"}}]);
@@ -248,7 +190,7 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
     c.wait("pod dra-a running with its claim prepared", 180, || {
         c.pod_running("default", "dra-a").then_some(())
     });
-    let status = network_status(c, "default", "dra-a");
+    let status = c.network_status("default", "dra-a");
     let net1 = status
         .iter()
         .find(|s| s["interface"] == "net1")
@@ -270,7 +212,7 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
         .find(|n| dev.ends_with(*n))
         .unwrap_or_else(|| panic!("allocated {dev} is none of {NICS:?}"));
     assert!(
-        !nic_in_node(c, nic),
+        !c.nic_in_node(nic),
         "{nic} is still in the node's namespace"
     );
     // KEP-4817: the claim's status carries the network data ADD applied.
@@ -354,9 +296,9 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
         "--timeout=120s",
     ]);
     c.wait(&format!("{nic} home after the pod's deletion"), 60, || {
-        nic_in_node(c, nic).then_some(())
+        c.nic_in_node(nic).then_some(())
     });
-    assert_home(c, nic);
+    c.assert_home(nic);
     c.wait("the claim of the deleted pod gone", 60, || {
         (!c.kubectl(&["-n", "default", "get", "resourceclaim", &claim_name])
             .status
@@ -380,7 +322,7 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
     });
     // conf/multus/rdma-rail-device-plugin.yaml as shipped, but host-local for whereabouts (not
     // built here) on the NAD's own range.
-    let mut nad = docs("conf/multus/rdma-rail-device-plugin.yaml")[0].clone();
+    let mut nad = conf_docs("conf/multus/rdma-rail-device-plugin.yaml")[0].clone();
     let mut conf: Value =
         serde_json::from_str(nad["spec"]["config"].as_str().expect("config")).expect("json");
     let range = conf["ipam"]["range"].clone();
@@ -400,7 +342,7 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
     c.wait("pod dp-a running", 180, || {
         c.pod_running("default", "dp-a").then_some(())
     });
-    let status = network_status(c, "default", "dp-a");
+    let status = c.network_status("default", "dp-a");
     let net1 = status
         .iter()
         .find(|s| s["interface"] == "net1")
@@ -417,11 +359,7 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
         .lines()
         .find_map(|l| l.strip_prefix("RDMA_HOST_DEVICE_RAIL_IDS="))
         .unwrap_or_else(|| panic!("no RDMA_HOST_DEVICE_RAIL_IDS in {env}"));
-    let gone: Vec<&str> = NICS
-        .iter()
-        .copied()
-        .filter(|n| !nic_in_node(c, n))
-        .collect();
+    let gone: Vec<&str> = NICS.iter().copied().filter(|n| !c.nic_in_node(n)).collect();
     assert_eq!(gone.len(), 1, "one NIC moved into the pod (net1): {gone:?}");
     assert!(
         ids.split(',').any(|i| i == gone[0]),
@@ -448,10 +386,10 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
         "--timeout=120s",
     ]);
     c.wait("every NIC home", 60, || {
-        NICS.iter().all(|n| nic_in_node(c, n)).then_some(())
+        NICS.iter().all(|n| c.nic_in_node(n)).then_some(())
     });
     for n in NICS {
-        assert_home(c, n);
+        c.assert_home(n);
     }
 }
 

@@ -39,7 +39,7 @@ SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops kernel.keys.root
   kernel.keys.root_maxbytes vm.panic_on_oom)
 
 holder() { cat "$D/holder.pid" 2>/dev/null; }
-inside() { nsenter -t "$(holder)" --net --mount -- "$@"; }
+inside() { nsenter -t "$(holder)" --net --mount -- "$@" 9>&-; }
 
 case $cmd in
 exec) inside "$@"; exit ;;
@@ -106,6 +106,16 @@ esac
 # ------------------------------------------------------------------------------------- up
 [[ $(id -u) == 0 ]] || die "run as root"
 [[ ! -f $D/env ]] || die "$D holds a cluster already (cluster.sh down $D first)"
+# One cluster on a machine at a time: they would share the node's address, its route and the
+# kubepods cgroups. The lock is taken here and kept by the holder process (below) until `down`
+# ends it; the daemons do not inherit it.
+LOCK=/run/lock/rhd-cluster.lock
+[[ -d /run/lock ]] || LOCK=/tmp/rhd-cluster.lock
+exec 9>"$LOCK"
+if ! flock -n 9; then
+  say "another cluster is up on this machine ($(ip netns list | grep -o 'rhd-k8s-[^ ]*' | xargs)); waiting up to 15 min for it to go down"
+  flock -w 900 9 || die "another cluster held $LOCK for 15 min: tests/cluster/cluster.sh down its DIR"
+fi
 BIN=${RHD_CLUSTER_BIN:-$("$REPO/scripts/cluster-parts.sh")}
 mkdir -p "$D"/{bin,logs,pids,pki,run,etcd,node}
 for b in kube-apiserver kubelet kube-scheduler kube-controller-manager kubectl etcd containerd \
@@ -233,7 +243,7 @@ EOF
 daemon() { # NAME CMD...: started inside the node, its log in DIR/logs/NAME.log
   local n=$1
   shift
-  setsid nsenter -t "$(holder)" --net --mount -- "$@" </dev/null >"$D/logs/$n.log" 2>&1 &
+  setsid nsenter -t "$(holder)" --net --mount -- "$@" </dev/null >"$D/logs/$n.log" 2>&1 9>&- &
   echo $! >"$D/pids/$n"
 }
 wait_for() { # WHAT SECONDS CMD...

@@ -56,11 +56,12 @@ impl Cluster {
                 .expect("run tests/cluster/cluster.sh");
             // SAFETY: registers a plain function; the test harness exits through exit(3).
             unsafe { libc::atexit(down) };
-            assert!(
-                out.status.success(),
-                "cluster.sh up failed; logs in {}/logs",
-                dir.display()
-            );
+            if !out.status.success() {
+                // What did start is stopped now: the atexit hook knows only a cluster that
+                // came up.
+                let _ = Command::new(script()).arg("down").arg(&dir).status();
+                panic!("cluster.sh up failed; logs in {}/logs", dir.display());
+            }
             let env = fs::read_to_string(dir.join("env")).expect("cluster env");
             let get = |k: &str| {
                 env.lines()
@@ -236,4 +237,73 @@ impl Cluster {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+
+    /// Veth NICs for pods in the node's network namespace, each with ORIG_MTU and up, its peer
+    /// (`rhdpeerN`) up beside it in the node.
+    pub fn add_nics(&self, nics: &[&str]) {
+        for (i, n) in nics.iter().enumerate() {
+            self.ip(&[
+                "link",
+                "add",
+                n,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &format!("rhdpeer{i}"),
+            ]);
+            self.ip(&["link", "set", n, "mtu", &ORIG_MTU.to_string()]);
+            self.ip(&["link", "set", n, "up"]);
+            self.ip(&["link", "set", &format!("rhdpeer{i}"), "up"]);
+        }
+    }
+
+    /// `podman save` of `image` from `podman`'s storage as an OCI archive in the cluster's
+    /// directory (`archive`), imported into the node's containerd.
+    pub fn import_image(&self, podman: &Podman, image: &str, archive: &str) {
+        let archive = self.dir.join(archive);
+        let out = podman.run(&[
+            "save",
+            "--format",
+            "oci-archive",
+            "-o",
+            archive.to_str().expect("utf-8"),
+            image,
+        ]);
+        assert!(out.status.success(), "podman save: {}", output_text(&out));
+        self.import(&archive);
+    }
+
+    /// Is the NIC in the node's network namespace (under this name)?
+    pub fn nic_in_node(&self, nic: &str) -> bool {
+        Command::new("ip")
+            .args(["-n", &self.netns, "link", "show", "dev", nic])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    /// The NIC is in the node's namespace under its own name, with its MTU.
+    pub fn assert_home(&self, nic: &str) {
+        let out = self.ip(&["-j", "link", "show", "dev", nic]);
+        let v: Value = serde_json::from_str(&out).expect("ip -j");
+        assert_eq!(
+            v[0]["mtu"], ORIG_MTU,
+            "{nic} came home with another MTU: {v}"
+        );
+    }
+
+    /// The network-status annotation Multus wrote on the pod.
+    pub fn network_status(&self, ns: &str, pod: &str) -> Vec<Value> {
+        let v = self.get(&["-n", ns, "pod", pod]);
+        let s = v["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+            .as_str()
+            .unwrap_or("[]");
+        serde_json::from_str(s).unwrap_or_default()
+    }
+}
+
+/// The YAML documents of a file under conf/.
+pub fn conf_docs(path: &str) -> Vec<Value> {
+    let text = fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    yaml::parse_all(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }

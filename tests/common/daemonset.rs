@@ -200,3 +200,27 @@ pub fn build_image(podman: &Podman, bin: &Path) -> String {
     eprintln!("{report}built in {:.1} s", t0.elapsed().as_secs_f64());
     report
 }
+
+/// deploy/build-image.sh with this plugin and this agent, tagged `image` (its IMAGE), into
+/// `podman`'s storage: its report. An image of two builds (say the previous release's plugin
+/// with this build's agent) gets a tag of its own so both can be on a node at once.
+pub fn build_image_tagged(podman: &Podman, bin: &Path, agent: &Path, image: &str) -> String {
+    let t0 = Instant::now();
+    let out = Command::new(repo().join("deploy/build-image.sh"))
+        .arg(bin)
+        .arg(agent)
+        .env("IMAGE", image)
+        .env("PODMAN_OPTS", podman.opts().join(" "))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "deploy/build-image.sh {} {} (IMAGE={image})\n{}",
+        bin.display(),
+        agent.display(),
+        output_text(&out)
+    );
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{report}built in {:.1} s", t0.elapsed().as_secs_f64());
+    report
+}
