@@ -106,6 +106,7 @@ esac
 # ------------------------------------------------------------------------------------- up
 [[ $(id -u) == 0 ]] || die "run as root"
 [[ ! -f $D/env ]] || die "$D holds a cluster already (cluster.sh down $D first)"
+trap 'say "up failed; what it started is stopped by: tests/cluster/cluster.sh down $D"' ERR
 # One cluster on a machine at a time: they would share the node's address, its route and the
 # kubepods cgroups. The lock is taken here and kept by the holder process (below) until `down`
 # ends it; the daemons do not inherit it.
@@ -133,6 +134,7 @@ for k in "${SYSCTLS[@]}"; do v=$(sysctl -n "$k" 2>/dev/null) && echo "$k $v"; do
 tag=$(basename "$D" | tail -c 6)
 NETNS=rhd-k8s-$tag
 ip netns add "$NETNS"
+echo "NETNS=$NETNS" >"$D/env" # what `down` needs from here on; the rest is added when up
 ip link add "rhd-k8s-$tag" type veth peer name eth0 netns "$NETNS"
 ip addr add "$HOST_IP/24" dev "rhd-k8s-$tag"
 ip link set "rhd-k8s-$tag" up
