@@ -23,7 +23,8 @@
 //! namespace would hand the program every capability inside it), `clone3` answers ENOSYS (its
 //! flags are behind a pointer; glibc then falls back to `clone`), `socket` for unix, IPv4 and
 //! IPv6 only (no netlink, packet or other families' kernel code), `ioctl` for the terminal and
-//! descriptor queries libc makes only, `prctl` for a handful of harmless options, and `open`,
+//! descriptor queries libc makes only, `prctl` for a handful of harmless options, `fcntl`
+//! without leases, dnotify or signals on a descriptor's events, and `open`,
 //! `openat` and `creat` without S_ISUID or S_ISGID in their mode (a root-owned set-id file in
 //! `ipamPaths` would be root for whoever runs it later). `openat2` and io_uring answer ENOSYS
 //! (a mode behind a pointer; requests that bypass seccomp), which programs take for an old

@@ -649,6 +649,7 @@ fn a_hostile_ipam_program_finds_no_call_the_allow_list_forgot() {
         return;
     }
     use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::fs::PermissionsExt;
     let d = dir("attack36");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/confine/attack36.c");
     let exe = d.0.join("attack36");
@@ -676,6 +677,8 @@ fn a_hostile_ipam_program_finds_no_call_the_allow_list_forgot() {
     let _abstract = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
     let sock = d.0.join("root.sock");
     let _pathname = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    // As the agent's own sockets are (files::listen_unix): root's, 0600.
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o600)).unwrap();
     let ro = d.0.join("ro");
     fs::create_dir_all(&ro).unwrap();
     let readfile = ro.join("roots-file");
