@@ -23,7 +23,8 @@
 //! namespace would hand the program every capability inside it), `clone3` answers ENOSYS (its
 //! flags are behind a pointer; glibc then falls back to `clone`), `socket` for unix, IPv4 and
 //! IPv6 only (no netlink, packet or other families' kernel code), `ioctl` for the terminal and
-//! descriptor queries libc makes only, `prctl` for a handful of harmless options, and `open`,
+//! descriptor queries libc makes only, `prctl` for a handful of harmless options, `fcntl`
+//! without leases, dnotify or signals on a descriptor's events, and `open`,
 //! `openat` and `creat` without S_ISUID or S_ISGID in their mode (a root-owned set-id file in
 //! `ipamPaths` would be root for whoever runs it later). `openat2` and io_uring answer ENOSYS
 //! (a mode behind a pointer; requests that bypass seccomp), which programs take for an old
@@ -61,6 +62,11 @@ pub enum Rule {
     },
     /// Allowed only when the low 32 bits of argument `arg` are one of `values` (EPERM).
     OneOf {
+        arg: u32,
+        values: &'static [u32],
+    },
+    /// Allowed unless the low 32 bits of argument `arg` are one of `values` (EPERM).
+    NoneOf {
         arg: u32,
         values: &'static [u32],
     },
@@ -121,6 +127,16 @@ mod list {
         arg: 0,
         values: PRCTLS,
     };
+    /// F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY: signals on a descriptor's
+    /// events and leases, none of which an IPAM plugin uses. A lease needs only ownership of
+    /// the file, which uid 0 has of root's files it may read (the loader's, `ipamReadPaths`,
+    /// the pools beneath `ipamPaths`): a read lease made every writer of such a file on the
+    /// node wait up to the deadline (issue 36's attack pass); F_NOTIFY is dnotify, the
+    /// inotify the list leaves out.
+    const FCNTL: Rule = Rule::NoneOf {
+        arg: 1,
+        values: &[8, 10, 15, 1024, 1026],
+    };
 
     /// Every system call a confined program may make (in any order: the filter is a search
     /// tree by number). Unmarked: seen in the traces (see the module's header);
@@ -141,7 +157,7 @@ mod list {
         ("madvise", SYS_madvise, A),
         ("brk", SYS_brk, A),
         ("close", SYS_close, A),
-        ("fcntl", SYS_fcntl, A),
+        ("fcntl", SYS_fcntl, FCNTL),
         ("openat", SYS_openat, OPEN_MODE_3),
         ("newfstatat", SYS_newfstatat, A),
         ("fstat", SYS_fstat, A),
@@ -317,6 +333,17 @@ fn body(rule: Rule) -> Vec<libc::sock_filter> {
             }
             c.push(eperm);
             c.push(st(RET_K, RET_ALLOW));
+            c
+        }
+        Rule::NoneOf { arg: a, values } => {
+            let n = values.len();
+            let mut c = vec![st(LD_W_ABS, arg(a))];
+            for (i, v) in values.iter().enumerate() {
+                // To the EPERM after the RET_ALLOW (n - i instructions on).
+                c.push(jmp(JEQ_K, *v, (n - i) as u8, 0));
+            }
+            c.push(st(RET_K, RET_ALLOW));
+            c.push(eperm);
             c
         }
     }
@@ -496,6 +523,11 @@ mod tests {
         // An argument rule, both ways: socket(AF_UNIX) yes, socket(AF_NETLINK) no.
         assert_eq!(run(&f, 0xc000_003e, libc::SYS_socket as u32, 1), RET_ALLOW);
         assert_ne!(run(&f, 0xc000_003e, libc::SYS_socket as u32, 16), RET_ALLOW);
+        // fcntl: F_GETFL yes, F_SETLEASE and F_NOTIFY no.
+        assert_eq!(run(&f, 0xc000_003e, libc::SYS_fcntl as u32, 3), RET_ALLOW);
+        for cmd in [8, 10, 15, 1024, 1026] {
+            assert_ne!(run(&f, 0xc000_003e, libc::SYS_fcntl as u32, cmd), RET_ALLOW);
+        }
         // clone with CLONE_NEWUSER no; another architecture's convention no.
         assert_ne!(
             run(&f, 0xc000_003e, libc::SYS_clone as u32, 0x1000_0000),

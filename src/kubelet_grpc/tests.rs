@@ -429,3 +429,231 @@ fn a_broken_header_block_ends_the_connection() {
         assert!(e.contains(what), "{e}");
     }
 }
+
+// Issue 36's outside attack pass on the rewriter: what a hostile local root client of the
+// kubelet's sockets can send.
+
+/// A small deterministic generator (xorshift64*), so a failure names its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// One hostile frame: a header frame with a valid, mutated or random block (any flags,
+/// streams, padding lengths, priority fields), or another frame, or a frame head whose length
+/// lies.
+fn hostile_frame(rng: &mut Rng) -> Vec<u8> {
+    let stream = [0, 1, 3, 0x7fff_ffff, 0xffff_ffff][rng.below(5) as usize];
+    let flags = rng.next() as u8;
+    let mut block = match rng.below(4) {
+        0 => first_request(SOCKET, rng.below(2) == 0),
+        1 => SECOND_REQUEST.to_vec(),
+        2 => {
+            // HPACK's hard cases: big integers, table size updates, huge string lengths.
+            let mut b = Vec::new();
+            for _ in 0..rng.below(6) {
+                match rng.below(5) {
+                    0 => integer(&mut b, 5, 0x20, rng.below(1 << 20) as usize),
+                    1 => integer(&mut b, 7, 0x80, rng.below(1 << 40) as usize),
+                    2 => {
+                        b.push(0x40);
+                        integer(
+                            &mut b,
+                            7,
+                            0x80 * rng.below(2) as u8,
+                            rng.below(1 << 30) as usize,
+                        );
+                    }
+                    3 => b.extend([0xff; 12]),
+                    _ => {
+                        let n = rng.below(40) as usize;
+                        b.extend(rng.bytes(n))
+                    }
+                }
+            }
+            b
+        }
+        _ => {
+            let n = rng.below(200) as usize;
+            rng.bytes(n)
+        }
+    };
+    if rng.below(3) == 0 && !block.is_empty() {
+        let at = rng.below(block.len() as u64) as usize;
+        block[at] ^= 1 << rng.below(8);
+    }
+    let kind = [
+        HEADERS,
+        HEADERS,
+        CONTINUATION,
+        CONTINUATION,
+        0x0,
+        0x4,
+        0x5,
+        0x8,
+        0x2a,
+    ][rng.below(9) as usize];
+    let mut f = frame(kind, flags, stream, &block);
+    if rng.below(10) == 0 {
+        // A length that says more (or much more) than follows.
+        let len = rng.below(1 << 24) as usize;
+        f[..3].copy_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8]);
+    }
+    f
+}
+
+/// Random streams of hostile frames, fed whole and in random pieces as [`KubeletStream`]
+/// feeds them: no panic, the same outcome either way, the unread rest never more than a frame,
+/// and the output never more than the input plus one decoded block's bound per block.
+#[test]
+fn hostile_frame_streams_never_panic_and_stay_bounded() {
+    for seed in 1..3000u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut input = PREFACE.to_vec();
+        let mut blocks = 0;
+        for _ in 0..1 + rng.below(12) {
+            let f = hostile_frame(&mut rng);
+            blocks += usize::from(f[3] == HEADERS || f[3] == CONTINUATION);
+            input.extend(f);
+        }
+        let bound = input.len() + blocks * (MAX_HEADER_BLOCK + MAX_HEADER_BLOCK / 2);
+        let whole = std::panic::catch_unwind(|| {
+            let mut out = Vec::new();
+            let r = Rewriter::new().feed(&input, &mut out);
+            (r.map_err(|e| e.to_string()), out)
+        })
+        .unwrap_or_else(|_| panic!("seed {seed}: the rewriter panicked"));
+        assert!(
+            whole.1.len() <= bound,
+            "seed {seed}: {} > {bound}",
+            whole.1.len()
+        );
+        // In pieces.
+        let mut r = Rewriter::new();
+        let (mut pending, mut out, mut at) = (Vec::new(), Vec::new(), 0);
+        let mut failed = None;
+        while at < input.len() {
+            let n = (1 + rng.below(READ_CHUNK as u64) as usize).min(input.len() - at);
+            pending.extend_from_slice(&input[at..at + n]);
+            at += n;
+            match r.feed(&pending, &mut out) {
+                Ok(used) => {
+                    pending.drain(..used);
+                    assert!(
+                        pending.len() <= FRAME_HEAD_LEN + MAX_FRAME,
+                        "seed {seed}: {} bytes held",
+                        pending.len()
+                    );
+                }
+                Err(e) => {
+                    failed = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        match (&whole.0, failed) {
+            (Ok(used), None) => {
+                assert_eq!(*used, input.len() - pending.len(), "seed {seed}");
+                assert_eq!(out, whole.1, "seed {seed}");
+            }
+            (Err(a), Some(b)) => assert_eq!(*a, b, "seed {seed}"),
+            (a, b) => panic!("seed {seed}: whole {a:?}, in pieces {b:?}"),
+        }
+    }
+}
+
+/// A client that opens a header block and never ends it (the CONTINUATION flood of 2024, with
+/// empty frames): every byte is taken, nothing reaches the server, nothing is kept but the
+/// 9-byte frame heads' worth of nothing; interleaving another stream or frame ends it.
+#[test]
+fn a_header_block_that_never_ends_costs_nothing_kept() {
+    let mut r = Rewriter::new();
+    let mut out = Vec::new();
+    let mut input = PREFACE.to_vec();
+    input.extend(frame(HEADERS, 0, 1, &[0x83]));
+    assert_eq!(r.feed(&input, &mut out).unwrap(), input.len());
+    let empty = frame(CONTINUATION, 0, 1, &[]);
+    let flood: Vec<u8> = empty.repeat(100_000);
+    assert_eq!(r.feed(&flood, &mut out).unwrap(), flood.len());
+    assert_eq!(out, PREFACE, "nothing of the block went on");
+    assert_eq!(r.block.as_ref().map(|b| b.encoded.len()), Some(1));
+    for (what, next) in [
+        (
+            "a HEADERS frame inside a header block",
+            frame(HEADERS, END_HEADERS, 3, &[0x83]),
+        ),
+        (
+            "a CONTINUATION frame on another stream",
+            frame(CONTINUATION, END_HEADERS, 3, &[]),
+        ),
+        ("a frame of type 4 inside a header block", settings()),
+        (
+            "a frame of type 8 inside a header block",
+            frame(0x8, 0, 0, &[0, 0, 0, 1]),
+        ),
+    ] {
+        let mut r2 = Rewriter::new();
+        let mut input = PREFACE.to_vec();
+        input.extend(frame(HEADERS, 0, 1, &[0x83]));
+        input.extend(next);
+        let e = r2.feed(&input, &mut Vec::new()).unwrap_err().to_string();
+        assert!(e.contains(what), "{e}");
+    }
+}
+
+/// The same client on a real socket through [`KubeletStream`]: the server's read waits (no
+/// spinning: the thread's CPU time stays small while it waits) and ends when the client goes.
+#[test]
+fn a_client_that_never_ends_its_header_block_leaves_the_server_waiting_not_spinning() {
+    use tokio::io::AsyncReadExt;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (server, mut client) = UnixStream::pair().unwrap();
+        let mut s = KubeletStream::new(server);
+        let mut hello = PREFACE.to_vec();
+        hello.extend(frame(HEADERS, 0, 1, &[0x83]));
+        hello.extend(frame(CONTINUATION, 0, 1, &[]).repeat(1000));
+        tokio::io::AsyncWriteExt::write_all(&mut client, &hello)
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = s.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], PREFACE);
+        let cpu = || {
+            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: getrusage into a zeroed struct.
+            unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+            Duration::new(u.ru_utime.tv_sec as u64, u.ru_utime.tv_usec as u32 * 1000)
+                + Duration::new(u.ru_stime.tv_sec as u64, u.ru_stime.tv_usec as u32 * 1000)
+        };
+        let before = cpu();
+        let waited = tokio::time::timeout(Duration::from_millis(500), s.read(&mut buf)).await;
+        assert!(waited.is_err(), "the read returned {waited:?}");
+        let spent = cpu() - before;
+        assert!(
+            spent < Duration::from_millis(100),
+            "{spent:?} of CPU while waiting"
+        );
+        drop(client);
+        let n = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf))
+            .await
+            .expect("the read ends when the client goes")
+            .unwrap();
+        assert_eq!(n, 0, "end of stream, the unfinished block dropped");
+    });
+}

@@ -88,9 +88,20 @@ impl Sentry {
         let mut why = None;
         loop {
             buf.clear();
-            match self.nl.recv(&mut buf, libc::MSG_TRUNC) {
-                Ok(n) if n > buf.len() => {
+            match self.nl.recv_from(&mut buf, libc::MSG_TRUNC) {
+                Ok((n, _)) if n > buf.len() => {
                     why.get_or_insert_with(|| "a link notification was cut short".to_owned());
+                }
+                // Not the kernel's (a process with CAP_NET_ADMIN in the host's namespace may
+                // send to this socket): never read as the move, which would end the window
+                // early; the full scan decides instead.
+                Ok((_, from)) if from.port_number() != 0 => {
+                    why.get_or_insert_with(|| {
+                        format!(
+                            "a message not from the kernel (netlink port {}) reached the link notification socket",
+                            from.port_number()
+                        )
+                    });
                 }
                 Ok(_) => {
                     let Some(msgs) = raw::messages(&buf) else {
@@ -266,4 +277,44 @@ pub fn check(sentry: &Sentry, pod_ns: &Netns, index: u32, name: &str) -> Result<
             riding.join("; ")
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 36's attack pass: a forged RTM_DELLINK for the NIC's index, sent to the sentry's
+    /// socket by a process (root here; CAP_NET_ADMIN in the host's namespace) before the real
+    /// move, was read as the move: the window ended there, "clean", and whatever came after
+    /// (an upper stacked meanwhile) was never looked at. Only the kernel's messages count now.
+    #[test]
+    fn a_forged_dellink_is_not_taken_for_the_move() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(
+                std::env::var_os("RHD_TESTS_MUST_RUN").is_none(),
+                "needs root (CAP_NET_ADMIN to send to a netlink socket)"
+            );
+            eprintln!("skipped: not root");
+            return;
+        }
+        // Index 1 (lo): no link is touched, the message is only sent.
+        let sentry = Sentry::watch(1, "lo").unwrap();
+        let mut at = SocketAddr::new(0, 0);
+        sentry.nl.get_address(&mut at).unwrap();
+        let mut msg = Vec::new();
+        msg.extend_from_slice(&32u32.to_ne_bytes()); // nlmsg_len
+        msg.extend_from_slice(&libc::RTM_DELLINK.to_ne_bytes()); // nlmsg_type
+        msg.extend_from_slice(&[0; 10]); // flags, seq, pid
+        msg.extend_from_slice(&[0; 4]); // ifi_family, pad, ifi_type
+        msg.extend_from_slice(&1i32.to_ne_bytes()); // ifi_index
+        msg.extend_from_slice(&[0; 8]); // ifi_flags, ifi_change
+        let mut forger = Socket::new(NETLINK_ROUTE).unwrap();
+        forger.bind_auto().unwrap();
+        let sent = forger.send_to(&msg, &SocketAddr::new(at.port_number(), 0), 0);
+        sent.unwrap();
+        let why = sentry.touched();
+        let why = why.expect("the forged move is not taken for a clean window");
+        assert!(why.contains("not from the kernel"), "{why}");
+    }
 }

@@ -209,8 +209,13 @@ impl Watcher {
     fn drain(&mut self) -> io::Result<()> {
         loop {
             self.buf.clear();
-            match self.nl.recv(&mut self.buf, libc::MSG_TRUNC) {
-                Ok(n) if n > self.buf.len() => self.forget_all("a notification was cut short"),
+            match self.nl.recv_from(&mut self.buf, libc::MSG_TRUNC) {
+                Ok((n, _)) if n > self.buf.len() => self.forget_all("a notification was cut short"),
+                // Not the kernel's (CAP_NET_ADMIN in the host's namespace may send here): its
+                // "gone" or "home again" is not believed (issue 36's attack pass).
+                Ok((_, from)) if from.port_number() != 0 => {
+                    self.forget_all("a message not from the kernel reached the notification socket")
+                }
                 Ok(_) => {
                     let buf = std::mem::take(&mut self.buf);
                     match raw::messages(&buf) {
