@@ -359,8 +359,9 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
     // The kubelet lists the pool as the node's allocatable resource.
     c.wait("the node offers rdma-host-device.io/rail", 90, || {
         let v = c.get(&["node", &c.node]);
-        (v["status"]["allocatable"]["rdma-host-device.io/rail"] == NICS.len().to_string())
-            .then_some(())
+        (v["status"]["allocatable"]["rdma-host-device.io/rail"].as_str()
+            == Some(NICS.len().to_string().as_str()))
+        .then_some(())
     });
     // conf/multus/rdma-rail-device-plugin.yaml as shipped, but host-local for whereabouts (not
     // built here) on the NAD's own range.
