@@ -1,57 +1,64 @@
-//! README.md's "Quick start on a cluster", run in order (issue 28, item 3). The commands are
-//! READ from the README's code blocks, so the README cannot drift from this test: a command the
-//! test does not know how to run fails it (`every_quick_start_command_is_one_this_test_runs`,
-//! no root), it is not skipped. Each command is then run as written, on this machine, standing
-//! in only for what no registry ships, each stand-in named where it is used:
+//! README.md's "Quick start on a cluster", run in order against a real one-node Kubernetes
+//! (issue 35; issue 28, item 3, before it). The commands are READ from the README's code blocks,
+//! so the README cannot drift from this test: a command the test does not know how to run fails
+//! it (`every_quick_start_command_is_one_this_test_runs`, no root), it is not skipped.
 //!
-//! 1. the image: `scripts/setup.sh --for build` as written; the `apt-get install` as apt's own
-//!    simulation (`-s`: a test installs no packages; scripts/setup.sh --for test did); `cargo
-//!    build --release`; `deploy/build-image.sh` (podman on a private storage root); `podman save
-//!    --format oci-archive ... | ctr -n k8s.io images import -` into a real containerd (Debian's,
-//!    started by the test as tests/cri.rs does), whose CRI then runs a container from the image
-//!    by the DaemonSet's image name, as a kubelet with `imagePullPolicy: IfNotPresent` does;
-//! 2. the label: no kube-apiserver here, so the command is checked against the DaemonSet's
-//!    nodeSelector (the label it sets is the one the DaemonSet selects); the node
-//!    configuration: the ConfigMap's node.json edited as an operator would (the pool and
-//!    allowedNics select a test veth instead of mlx5_core NICs, which this machine has none of);
-//! 3. the DaemonSet: each container of conf/k8s/daemonset.yaml run by podman from the built
-//!    image with the YAML's command, env, mounts and security context, on a stand-in node
-//!    root (hostPath volumes are its directories): install (which checks node.json with the
-//!    agent and installs the plugin into the node's /opt/cni/bin), uppers-watch,
-//!    device-plugin (registering with the kubelet stand-in tests/device_plugin/kubelet.py) and
-//!    node-report. Not run here: metrics (tests/image.rs runs it from the same image) and nri
-//!    (needs a runtime with NRI, containerd 2.x: tests/nri.rs drives it through the NRI
-//!    stand-in, the VM's cri-exclusive group through a real runtime);
-//! 4. the NAD and the pod: the kubelet stand-in allocates the pod's `rdma-host-device.io/rail`
-//!    (GetPreferredAllocation, Allocate); Multus is reproduced as tests/multus.rs does (the
-//!    delegate's config with the allocated `deviceID`, CNI_ARGS, capability args, through
-//!    libcni: tests/libcni-driver) into a network namespace standing for the pod's sandbox;
-//!    whereabouts (which needs a Kubernetes API) becomes host-local on the NAD's range. The
-//!    node's side (the installed plugin in /opt/cni/bin, node.json, stateDir, logDir, IPAM data,
-//!    device-info dir) is the stand-in root's, bind-mounted at the node's paths in a private
-//!    mount namespace, so the plugin reads and writes exactly where the DaemonSet's containers
-//!    look;
-//! 5. "see it worked": the `network-status` annotation built from the plugin's CNI result as
-//!    Multus builds it; `inspect` in the node-report container shows the NIC in the pod.
-//!    `ibv_devinfo` and `ulimit -l` in the pod need an RDMA device and a runtime: not faked
-//!    here; the VM's group cri-exclusive proves them (tests/vm/cri.sh, case `allocated`:
-//!    ibv_devinfo in a container given the device plugin's allocation; case `nri`: node.json's
-//!    memlock in a container's processes, a `runc exec`'d one too), and a veth has no
-//!    device-info (tests/vm/plugin.sh, case `device-info`, checks it with an RDMA NIC). Then
-//!    DEL as Multus sends it, and the NIC is home.
+//! The cluster is tests/cluster/cluster.sh's (through tests/common/cluster.rs): Kubernetes
+//! 1.37's kube-apiserver, scheduler, controller-manager and kubelet, containerd 2.4 with CDI and
+//! NRI, Multus' thin plugin 4.3.0 as the node's CNI, in a network namespace and a private mount
+//! namespace in which the node's /opt/cni/bin, /etc/cni/net.d, /var/lib/kubelet, ... are the
+//! cluster's own. What is real, step by step:
 //!
-//! Needs root, podman, containerd, go (scripts/setup.sh --for test) and the release build;
-//! 17 s when the release build is current (it runs `cargo build --release` first, as the
-//! README does).
+//! 1. `scripts/setup.sh --for build` as written; `cargo build --release` (or, for a developer's
+//!    loop, RHD_CLUSTER_PLUGIN naming the plugin binary to ship, the agent beside it, as
+//!    tests/cluster.rs takes it; then build-image.sh is given that binary); `deploy/build-image.sh`
+//!    (podman on a private storage root through PODMAN_OPTS); `podman save --format oci-archive
+//!    IMAGE | ctr -n k8s.io images import -` with the cluster's ctr run inside the node against
+//!    the cluster's containerd (`--address`: its socket is in the cluster's directory);
+//! 2. `kubectl label node` for real, with this cluster's node name for the README's
+//!    gpu-node-1; node.json edited in the ConfigMap as an operator would: the device plugin's
+//!    pool and allowedNics select the node's NIC, a veth in the node's network namespace;
+//! 3. `kubectl apply -f conf/k8s/daemonset.yaml` (the ConfigMap so edited, the DaemonSet as
+//!    shipped): the controller-manager runs it on the labelled node, every container ready
+//!    (install, uppers-watch, device-plugin, nri, metrics, node-report), the plugin in the
+//!    node's /opt/cni/bin, node.json beside it, the kubelet offering rdma-host-device.io/rail;
+//! 4. `kubectl apply` of conf/multus/rdma-rail-device-plugin.yaml and conf/k8s/pod-nccl.yaml,
+//!    each changed for what this machine lacks, each change said where it is made: the NAD's
+//!    whereabouts becomes host-local on its range (whereabouts is not built for the cluster);
+//!    the pod runs busybox (localhost/rhd-busybox:test, imported by cluster.sh) instead of
+//!    NVIDIA's PyTorch image, sleeps instead of torchrun, and asks for no nvidia.com/gpu (no
+//!    GPU here); its networks annotation and `rdma-host-device.io/rail: 1` are as shipped. The
+//!    real scheduler, the kubelet's allocation through our device plugin, Multus' delegation
+//!    to our plugin with the allocated deviceID;
+//! 5. "See it worked": the README's `kubectl get pod ... network-status` as written (net1 from
+//!    default/rdma-rail, the NIC's MAC, a host-local address of the NAD's range; no
+//!    device-info: a veth has no PCI function); `kubectl -n kube-system exec ds/rdma-host-device
+//!    -c node-report -- rdma-host-device-agent inspect` as written, showing the NIC in the pod
+//!    as net1 of rdma-rail (with no false "netns path ... is gone": node-report mounts the
+//!    node's /run/netns). Were the NIC not listed (inspect hides virtual links without RDMA,
+//!    and a veth whose pod netns it cannot open is one), it is run again with `--all`, having
+//!    said so. Then the pod is deleted: the NIC is home with its name, MAC and MTU, no state,
+//!    no lease, and offered again.
+//!
+//! Still not real, and why: the `apt-get install` is apt's simulation (`-s`: a test installs
+//! no packages; scripts/setup.sh --for test did); the node's NIC is a veth (no RDMA NIC here),
+//! so `kubectl exec ... ibv_devinfo` and `ulimit -l` (the nri container raises memlock only for
+//! containers given an RDMA device) are named as not run: the VM's group cri-exclusive proves
+//! them (tests/vm/cri.sh, cases `allocated` and `nri`), and device-info with an RDMA NIC is
+//! tests/vm/plugin.sh's case `device-info`; whereabouts and the pod's image, as above.
+//!
+//! Needs root, the cluster parts (scripts/setup.sh --for cluster), podman, busybox-static and
+//! the release build (or RHD_CLUSTER_PLUGIN). RHD_CLUSTER_KEEP=1 keeps the cluster to look at.
+//! 27 s with the release build current: the cluster up in 11 s, the quick start in 16 s.
 
 mod common;
 
 use common::*;
 use serde_json::{Value, json};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const README_SECTION: &str = "## Quick start on a cluster";
 
@@ -151,13 +158,13 @@ enum Step {
     BuildImage,
     /// `podman save --format oci-archive IMAGE | ctr -n k8s.io images import -`: the two sides.
     LoadImage(Vec<String>, Vec<String>),
-    /// `kubectl label node NODE KEY=VALUE`
-    Label(String, String),
+    /// `kubectl label node NODE KEY=VALUE`: the README's node, the key, the value.
+    Label(String, String, String),
     Apply(Vec<String>),
     /// `kubectl exec POD -- CMD...`
     PodExec(String, Vec<String>),
-    /// `kubectl get pod POD -o jsonpath=...network-status...`
-    NetworkStatus(String),
+    /// `kubectl get pod POD -o jsonpath=...network-status...`: the pod, the `-o` argument.
+    NetworkStatus(String, String),
     /// `kubectl -n NS exec ds/NAME -c CONTAINER -- CMD...`
     DaemonSetExec(String, Vec<String>),
 }
@@ -177,11 +184,11 @@ fn step(cmd: &str) -> Result<Step, String> {
         }
         ["cargo", "build", "--release"] => Step::ReleaseBuild,
         ["deploy/build-image.sh"] => Step::BuildImage,
-        ["kubectl", "label", "node", _node, label] => {
+        ["kubectl", "label", "node", node, label] => {
             let (k, v) = label
                 .split_once('=')
                 .ok_or(format!("{cmd:?}: no KEY=VALUE"))?;
-            Step::Label(k.to_owned(), v.to_owned())
+            Step::Label(node.to_string(), k.to_owned(), v.to_owned())
         }
         ["kubectl", "apply", rest @ ..] => {
             let mut files = Vec::new();
@@ -202,7 +209,7 @@ fn step(cmd: &str) -> Result<Step, String> {
             if jsonpath.starts_with("jsonpath=")
                 && jsonpath.contains(r"k8s\.v1\.cni\.cncf\.io/network-status") =>
         {
-            Step::NetworkStatus(pod.to_string())
+            Step::NetworkStatus(pod.to_string(), jsonpath.to_string())
         }
         [
             "kubectl",
@@ -267,7 +274,7 @@ fn every_quick_start_command_is_one_this_test_runs() {
             "applies a NAD",
         ),
         pos(
-            &|s| matches!(s, Step::NetworkStatus(_)),
+            &|s| matches!(s, Step::NetworkStatus(..)),
             "shows the network-status",
         ),
     ];
@@ -285,237 +292,136 @@ fn every_quick_start_command_is_one_this_test_runs() {
     );
 }
 
-// ------------------------------------------------------------------ the node's paths
+// ------------------------------------------------------------------ the cluster's side
 
-/// The node's paths the plugin, run by Multus, reads and writes: each is bind-mounted from the
-/// stand-in node root in a private mount namespace around libcni's client.
-const NODE_PATHS: [&str; 7] = [
-    "/opt/cni/bin",
-    "/etc/rdma-host-device",
-    "/var/lib/cni/rdma-host-device",
-    "/var/lib/cni/networks",
-    "/var/log/rdma-host-device",
-    "/var/run/k8s.cni.cncf.io/devinfo",
-    "/run/rdma-host-device",
-];
-
-/// Mount points this test had to create on this machine (an empty directory where the node
-/// would have one), removed again when it ends.
-struct MountPoints(Vec<PathBuf>);
-
-impl MountPoints {
-    fn make() -> MountPoints {
-        let mut made = Vec::new();
-        for p in NODE_PATHS {
-            // The first missing ancestor and everything below it are ours to remove.
-            let mut first_missing = None;
-            for a in Path::new(p).ancestors() {
-                if !a.exists() {
-                    first_missing = Some(a.to_path_buf());
-                }
-            }
-            fs::create_dir_all(p).unwrap_or_else(|e| panic!("mkdir {p}: {e}"));
-            if let Some(m) = first_missing {
-                made.push(m);
-            }
-        }
-        MountPoints(made)
-    }
-}
-
-impl Drop for MountPoints {
-    fn drop(&mut self) {
-        for p in self.0.iter().rev() {
-            // Only empty directories: nothing was ever written here, only mounted over.
-            let _ = rmdir_empty(p);
-        }
-    }
-}
-
-fn rmdir_empty(p: &Path) -> std::io::Result<()> {
-    if let Ok(rd) = fs::read_dir(p) {
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                rmdir_empty(&e.path())?;
-            }
-        }
-    }
-    fs::remove_dir(p)
-}
-
-/// Multus's call of the delegate through libcni, on the node: `cmd` with `conf`, from a
-/// private mount namespace in which the node's paths are the stand-in root's. CNI_PATH is
-/// Multus's binDir (/opt/cni/bin, where the install container put the plugin), then Debian's
-/// plugins standing for the node's IPAM plugins.
-#[allow(clippy::too_many_arguments)]
-fn multus_calls(
-    node: &Node,
-    dir: &Path,
-    cmd: &str,
-    conf: &Path,
-    netns: &str,
-    cid: &str,
-    ifname: &str,
-    extra: &[String],
-) -> RunOut {
-    let trace = dir.join(format!("trace-{cmd}.jsonl"));
-    let mut script = String::from("set -e\n");
-    for p in NODE_PATHS {
-        let src = node.host(p);
-        fs::create_dir_all(&src).unwrap();
-        script.push_str(&format!("mount --bind '{}' '{p}'\n", src.display()));
-    }
-    script.push_str("exec \"$@\"\n");
-    let mut args: Vec<String> = [
-        "-cmd",
-        cmd,
-        "-conf",
-        &conf.display().to_string(),
-        "-netns",
-        netns,
-        "-cid",
-        cid,
-        "-ifname",
-        ifname,
-        "-path",
-        &format!("/opt/cni/bin:{SYSTEM_CNI_DIR}"),
-        "-cache",
-        &dir.join("libcni-cache").display().to_string(),
-        "-trace",
-        &trace.display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().cloned());
-    let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
-        .arg(&script)
-        .arg("sh")
-        .arg(driver())
-        .args(&args)
-        .env_remove(NODE_CONFIG_ENV)
-        .env_remove("CNI_COMMAND")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run unshare + the libcni driver");
-    let trace_v = fs::read_to_string(&trace)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let _ = fs::remove_file(&trace);
-    RunOut {
-        what: format!(
-            "libcni {cmd} on the node (config: {})",
-            fs::read_to_string(conf).unwrap_or_default()
-        ),
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        trace: trace_v,
-    }
-}
-
-// ------------------------------------------------------------------ the kubelet stand-in
-
-const KUBELET_SOCKETS: &str = "/var/lib/kubelet/device-plugins";
-
-fn ask(k: &mut StandIn, cmd: Value, ctx: &dyn Fn() -> String) -> Value {
-    let r = k.ask(cmd.clone());
-    assert!(
-        r["error"].is_null(),
-        "the kubelet stand-in, {cmd}: {r}\n{}",
-        ctx()
-    );
-    r
-}
-
-/// The `k8s.v1.cni.cncf.io/network-status` entry Multus 4.x writes for a delegate, from its
-/// CNI result (net-attach-def client's CreateNetworkStatuses, as Multus calls it): one entry
-/// per interface the result puts in the sandbox, named `NAMESPACE/NAD`, with the interface's
-/// name, MAC and MTU, the result's IPs that point at it, the DNS, and `device-info` from the
-/// CNI device-info file when there is one.
-fn network_status(net: &str, result: &Value, device_info: Option<Value>) -> Vec<Value> {
-    let ifaces = result["interfaces"].as_array().cloned().unwrap_or_default();
-    let ips = result["ips"].as_array().cloned().unwrap_or_default();
-    let mut out = Vec::new();
-    for (i, iface) in ifaces.iter().enumerate() {
-        if iface["sandbox"].as_str().unwrap_or("").is_empty() {
-            continue;
-        }
-        let mut s = json!({"name": net, "interface": iface["name"], "mac": iface["mac"],
-                           "dns": result.get("dns").cloned().unwrap_or(json!({}))});
-        let addrs: Vec<Value> = ips
-            .iter()
-            .filter(|ip| ip["interface"].as_u64() == Some(i as u64))
-            .filter_map(|ip| ip["address"].as_str())
-            .map(|a| json!(a.split('/').next().unwrap()))
-            .collect();
-        if !addrs.is_empty() {
-            s["ips"] = json!(addrs);
-        }
-        if let Some(mtu) = iface["mtu"].as_u64().filter(|m| *m > 0) {
-            s["mtu"] = json!(mtu);
-        }
-        if let Some(d) = &device_info {
-            s["device-info"] = d.clone();
-        }
-        out.push(s);
-    }
-    out
-}
-
-// ------------------------------------------------------------------ the run
+/// The node's NIC for the pod: a veth in the node's network namespace, its peer staying there
+/// (this machine has no RDMA NIC), as tests/cluster.rs makes them.
+const NIC: &str = "rhdrail0";
+const PEER: &str = "rhdpeer0";
+/// The test pods' image, which tests/cluster/cluster.sh imports into the node's containerd.
+const BUSYBOX: &str = "localhost/rhd-busybox:test";
 
 fn yaml_docs(file: &str) -> Vec<Value> {
     let text = fs::read_to_string(repo().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
     yaml::parse_all(&text).unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
-fn wait_for(what: &str, timeout: Duration, ctx: &dyn Fn() -> String, f: &mut dyn FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < timeout,
-            "{what}: not after {timeout:?}\n{}",
-            ctx()
-        );
-        std::thread::sleep(Duration::from_millis(100));
+/// `ip -j link show dev NAME` in the node's network namespace, if the link is there.
+fn node_link(c: &Cluster, name: &str) -> Option<Value> {
+    let out = Command::new("ip")
+        .args(["-n", &c.netns, "-j", "link", "show", "dev", name])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ip");
+    if !out.status.success() {
+        return None;
     }
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    v.get(0).cloned()
 }
 
-#[test]
-fn the_quick_start_runs_in_order_on_this_machine() {
-    require_root();
-    let t_all = Instant::now();
-    let steps = steps();
-    let rig = Rig::new();
-    let podman = Podman::new("podman");
-    let dir = TempDir::new("quickstart");
-    let nic = rig.nic(0);
-    let pod = rig.netns(0);
-    let cid = rig.cid(0);
-    let (cm0, ds) = manifests();
-    let image = daemonset_image(&ds);
-    let _mount_points = MountPoints::make();
+/// A command inside the node (its network and mount namespaces), which must succeed: stdout.
+fn on_node(c: &Cluster, program: &str, args: &[&str]) -> String {
+    let out = c.inside(program).args(args).output().expect("nsenter");
+    assert!(
+        out.status.success(),
+        "on the node: {program} {args:?}\n{}",
+        output_text(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
 
-    let mut release: Option<PathBuf> = None;
-    let mut containerd: Option<Containerd> = None;
-    let mut node: Option<Node> = None;
-    let mut kubelet: Option<StandIn> = None;
-    let mut add_result: Option<(Value, String, PathBuf)> = None; // result, net name, devinfo
-    let mut delegate: Option<(PathBuf, Vec<String>)> = None;
+/// The operator's edit of node.json in the ConfigMap (README's step 2): the device plugin's
+/// pool and the NICs pods may have are the node's veth, where a real node selects its
+/// mlx5_core NICs.
+fn node_json_for_this_node(cm: &Value) -> (Value, Value) {
+    let mut cfg: Value =
+        serde_json::from_str(cm["data"]["node.json"].as_str().expect("node.json")).unwrap();
+    let pools = cfg["devicePlugin"]["pools"]
+        .as_array_mut()
+        .expect("the ConfigMap's node.json has pools");
+    assert_eq!(pools.len(), 1, "{pools:?}");
+    pools[0]["selectors"] = json!({"names": [NIC]});
+    cfg["allowedNics"] = json!({"names": [NIC]});
+    let mut cm = cm.clone();
+    cm["data"]["node.json"] = json!(serde_json::to_string_pretty(&cfg).unwrap());
+    (cm, cfg)
+}
+
+/// conf/multus/rdma-rail-device-plugin.yaml's NAD, but host-local for whereabouts (which is
+/// not built here: scripts/cluster-parts.sh builds the CNI plugins and Multus only) on the
+/// NAD's own range.
+fn nad_for_this_cluster(nad: &Value) -> Value {
+    let mut nad = nad.clone();
+    let mut conf: Value =
+        serde_json::from_str(nad["spec"]["config"].as_str().expect("config")).expect("json");
+    assert_eq!(conf["ipam"]["type"], "whereabouts", "{conf}");
+    let range = conf["ipam"]["range"].clone();
+    conf["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": range}]]});
+    nad["spec"]["config"] = json!(conf.to_string());
+    nad
+}
+
+/// conf/k8s/pod-nccl.yaml for this machine, each change for a thing it lacks; its name, its
+/// networks annotation, its NIC limit, its env and IPC_LOCK are as shipped.
+fn pod_for_this_machine(p: &Value) -> Value {
+    let mut p = p.clone();
+    let c = &mut p["spec"]["containers"][0];
+    // NVIDIA's PyTorch image (nvcr.io: no registry here): the busybox cluster.sh imported into
+    // the node's containerd, which is only there (Never: no pull is tried).
+    c["image"] = json!(BUSYBOX);
+    c["imagePullPolicy"] = json!("Never");
+    // torchrun on 8 GPUs: the same entrypoint (NCCL_IB_HCA from the device plugin's
+    // variable), then a sleep.
+    let cmd = c["command"][2].as_str().expect("sh -c SCRIPT").to_owned();
+    let torchrun = "exec torchrun --nproc_per_node=8 /workspace/train.py";
+    assert!(cmd.ends_with(torchrun), "pod-nccl.yaml's command: {cmd}");
+    c["command"][2] = json!(cmd.replace(torchrun, "exec sleep 3600"));
+    // No nvidia.com/gpu: no GPU here (nor NVIDIA's device plugin); the NIC limit as shipped.
+    let limits = c["resources"]["limits"]
+        .as_object_mut()
+        .expect("pod-nccl.yaml's limits");
+    assert!(limits.remove("nvidia.com/gpu").is_some(), "{limits:?}");
+    assert_eq!(
+        limits
+            .get("rdma-host-device.io/rail")
+            .and_then(Value::as_u64),
+        Some(1),
+        "{limits:?}"
+    );
+    // busybox's sleep as PID 1 ignores SIGTERM: one second, not 30, before the kubelet kills.
+    p["spec"]["terminationGracePeriodSeconds"] = json!(1);
+    p
+}
+
+// ------------------------------------------------------------------ the run
+
+#[test]
+fn the_quick_start_runs_in_order_on_a_real_cluster() {
+    require_root();
+    let steps = steps();
+    let (c, _turn) = Cluster::shared();
+    let t_all = Instant::now();
+    let podman = Podman::new("quickstart");
+    let (_, ds) = manifests();
+    let image = daemonset_image(&ds);
+    // RHD_CLUSTER_PLUGIN (as tests/cluster.rs): the developer's loop ships these binaries
+    // (say target/debug's) instead of the release build.
+    let developer_bin = std::env::var_os("RHD_CLUSTER_PLUGIN").map(PathBuf::from);
+
+    // The node's NIC, there before the DaemonSet as a real node's NICs are.
+    c.ip(&["link", "add", NIC, "type", "veth", "peer", "name", PEER]);
+    c.ip(&["link", "set", NIC, "mtu", &ORIG_MTU.to_string()]);
+    c.ip(&["link", "set", NIC, "up"]);
+    c.ip(&["link", "set", PEER, "up"]);
+    let mac = node_link(c, NIC).expect("the NIC")["address"]
+        .as_str()
+        .expect("its MAC")
+        .to_owned();
+
+    let mut pod_name: Option<String> = None;
     let mut not_here: Vec<String> = Vec::new();
     let mut timings: Vec<(String, f64)> = Vec::new();
-    let logs = |name: &str| output_text(&podman.run(&["logs", name]));
-    let all_logs = || {
-        ["uppers-watch", "device-plugin", "node-report"]
-            .iter()
-            .map(|c| format!("---- {c}\n{}", logs(c)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
 
     for st in &steps {
         let t0 = Instant::now();
@@ -534,7 +440,8 @@ fn the_quick_start_runs_in_order_on_this_machine() {
                 );
             }
             Step::AptInstall(args) => {
-                // Stand-in: apt's own simulation; scripts/setup.sh --for test installed them.
+                // Not as written: apt's own simulation (a test installs no packages);
+                // scripts/setup.sh --for test installed them.
                 let out = Command::new("apt-get")
                     .arg("install")
                     .arg("-s")
@@ -550,16 +457,26 @@ fn the_quick_start_runs_in_order_on_this_machine() {
                      (scripts/setup.sh --for test installs them): {text}"
                 );
             }
-            Step::ReleaseBuild => release = Some(release_binary()),
+            Step::ReleaseBuild => match &developer_bin {
+                Some(b) => eprintln!(
+                    "RHD_CLUSTER_PLUGIN={}: no release build, the image ships it",
+                    b.display()
+                ),
+                None => {
+                    release_binary();
+                }
+            },
             Step::BuildImage => {
-                let bin = release.clone().expect("cargo build --release comes first");
-                // As written: no argument; it takes dist/ if scripts/release.sh made one, else
-                // the release build.
-                let dist = repo().join("dist/rdma-host-device");
-                let shipped = if dist.exists() { dist } else { bin };
-                let out = Command::new(repo().join("deploy/build-image.sh"))
+                let mut cmd = Command::new(repo().join("deploy/build-image.sh"));
+                // As written: no argument (dist/ if scripts/release.sh made one, else the
+                // release build); the developer's loop names its binary.
+                if let Some(b) = &developer_bin {
+                    cmd.arg(b);
+                }
+                let out = cmd
                     .env("PODMAN_OPTS", podman.opts().join(" "))
                     .env_remove("IMAGE")
+                    .stdin(Stdio::null())
                     .output()
                     .unwrap();
                 let report = output_text(&out);
@@ -568,29 +485,27 @@ fn the_quick_start_runs_in_order_on_this_machine() {
                     report.contains(&format!("image: {image}\n")),
                     "the build tagged something else than the DaemonSet's {image}:\n{report}"
                 );
-                release = Some(shipped);
             }
             Step::LoadImage(save, import) => {
                 assert_eq!(
                     save[4], image,
                     "the quick start saves another image than the DaemonSet's"
                 );
-                // A real containerd (Debian's), as tests/cri.rs starts it; its only network
-                // loopback (this pod needs none).
-                let c = Containerd::start(
-                    &rig,
-                    &json!({"cniVersion": "1.0.0", "name": "qs-lo", "plugins": [{"type": "loopback"}]}),
-                );
-                let sock = rig.dir.path().join("cri/containerd.sock");
-                let mut p = Command::new(&save[0]);
-                p.args(podman.opts())
+                // As written, on the node: podman's archive piped into the node's ctr, which
+                // talks to the cluster's containerd at its own socket (a node's ctr finds
+                // /run/containerd/containerd.sock by default).
+                let mut saver = Command::new(&save[0])
+                    .args(podman.opts())
                     .args(&save[1..])
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
-                    .stderr(Stdio::piped());
-                let mut saver = p.spawn().unwrap();
-                let out = Command::new(&import[0])
-                    .arg("-a")
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                let sock = c.dir.join("run/containerd.sock");
+                let out = c
+                    .inside(c.bin("ctr").to_str().expect("utf-8"))
+                    .arg("--address")
                     .arg(&sock)
                     .args(&import[1..])
                     .stdin(saver.stdout.take().unwrap())
@@ -608,10 +523,11 @@ fn the_quick_start_runs_in_order_on_this_machine() {
                     output_text(&out)
                 );
                 eprintln!("ctr images import: {}", output_text(&out).trim());
-                let ls = run(
-                    "ctr",
+                let names = on_node(
+                    c,
+                    c.bin("ctr").to_str().unwrap(),
                     &[
-                        "-a",
+                        "--address",
                         sock.to_str().unwrap(),
                         "-n",
                         "k8s.io",
@@ -620,78 +536,15 @@ fn the_quick_start_runs_in_order_on_this_machine() {
                         "-q",
                     ],
                 );
-                let names = String::from_utf8_lossy(&ls.stdout).into_owned();
                 assert!(
                     names.lines().any(|l| l == image),
-                    "containerd does not list {image} after the import: {names}\n{}",
-                    output_text(&out)
+                    "the node's containerd does not list {image} after the import: {names}"
                 );
-                // The kubelet's view: the CRI resolves the DaemonSet's image name without a pull
-                // (CreateContainer never pulls) and runs the plugin from it.
-                // A hostNetwork pod, as the DaemonSet's.
-                let cri = |args: &[&str]| {
-                    let out = c
-                        .cri_cmd(args)
-                        .env("RHD_CRI_HOST_NETWORK", "1")
-                        .output()
-                        .unwrap();
-                    parse_cri(args, &out)
-                };
-                let sandbox = cri(&["run", "qs-image"])
-                    .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", c.context()));
-                let sandbox = c.pod(sandbox["id"].as_str().unwrap());
-                let spec = json!({"command": ["/bin/sh", "-c", "sleep 60"]});
-                let created = cri(&[
-                    "create",
-                    &sandbox.id,
-                    "qs-image",
-                    "install",
-                    &image,
-                    &spec.to_string(),
-                ])
-                .unwrap_or_else(|e| panic!("CreateContainer from {image}: {e}\n{}", c.context()));
-                let id = created["id"].as_str().unwrap().to_owned();
-                c.cri(&["start", &id])
-                    .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", c.context()));
-                let v = c
-                    .cri(&[
-                        "exec",
-                        &id,
-                        "20",
-                        "/usr/local/bin/rdma-host-device",
-                        "--version",
-                    ])
-                    .unwrap_or_else(|e| panic!("ExecSync: {e}\n{}", c.context()));
-                assert!(
-                    v["stdout"]
-                        .as_str()
-                        .unwrap_or("")
-                        .starts_with(&format!("rdma-host-device {} ", env!("CARGO_PKG_VERSION"))),
-                    "the plugin in the imported image: {v}"
-                );
-                let _ = c.cri(&["cstop", &id]);
-                let _ = c.cri(&["cremove", &id]);
-                c.delete_pod(&sandbox.id);
-                containerd = Some(c);
             }
-            Step::Label(key, value) => {
-                // Stand-in for the API server: the label is the one the DaemonSet selects, and
-                // its other selectors are labels every kubelet sets itself.
-                let sel = ds["spec"]["template"]["spec"]["nodeSelector"]
-                    .as_object()
-                    .cloned()
-                    .unwrap_or_default();
-                assert_eq!(
-                    sel.get(key),
-                    Some(&json!(value)),
-                    "the DaemonSet does not select {key}={value}: {sel:?}"
-                );
-                for (k, _) in sel.iter().filter(|(k, _)| *k != key) {
-                    assert_eq!(
-                        k, "kubernetes.io/os",
-                        "the DaemonSet selects a label the quick start does not set: {k}"
-                    );
-                }
+            Step::Label(readme_node, key, value) => {
+                // The README's node is gpu-node-1; this cluster's one node has its own name.
+                eprintln!("{readme_node} is this cluster's {}", c.node);
+                c.k(&["label", "node", &c.node, &format!("{key}={value}")]);
             }
             Step::Apply(files) => {
                 let docs: Vec<Value> = files.iter().flat_map(|f| yaml_docs(f)).collect();
@@ -701,40 +554,24 @@ fn the_quick_start_runs_in_order_on_this_machine() {
                     .collect();
                 if kinds.contains(&"DaemonSet") {
                     assert_eq!(kinds, ["ConfigMap", "DaemonSet"], "{files:?}");
-                    let n = apply_daemonset(
-                        &podman,
-                        &dir,
-                        &cm0,
-                        &ds,
-                        &image,
-                        release.as_deref().expect("the image comes first"),
-                        &nic,
-                        &mut kubelet,
-                        &all_logs,
-                    );
-                    node = Some(n);
+                    apply_daemonset(c, &docs);
                 } else {
+                    assert_eq!(kinds.len(), 2, "one NAD and one pod: {kinds:?}");
                     let nad = docs
                         .iter()
                         .find(|d| d["kind"] == "NetworkAttachmentDefinition")
                         .expect("a NAD");
                     let p = docs.iter().find(|d| d["kind"] == "Pod").expect("a pod");
-                    assert_eq!(kinds.len(), 2, "one NAD and one pod: {kinds:?}");
-                    let n = node.as_ref().expect("the DaemonSet comes first");
-                    let k = kubelet.as_mut().expect("the device plugin is registered");
-                    let (result, net, devinfo, conf, extra) =
-                        attach(n, &dir, k, nad, p, &nic, &pod, &cid, &all_logs);
-                    add_result = Some((result, net, devinfo));
-                    delegate = Some((conf, extra));
+                    pod_name = Some(apply_nad_and_pod(c, nad, p));
                 }
             }
             Step::PodExec(_, cmd) => {
                 let why = match cmd.first().map(String::as_str) {
                     Some("ibv_devinfo") => {
-                        "the pod's RDMA device: needs an RDMA NIC and a runtime; proved in the VM, group cri-exclusive, case `allocated` (ibv_devinfo in a container given the device plugin's allocation)"
+                        "the pod's RDMA device: needs an RDMA NIC (the node's NIC here is a veth); proved in the VM, group cri-exclusive, case `allocated` (ibv_devinfo in a container given the device plugin's allocation)"
                     }
-                    Some("sh") if cmd.join(" ").contains("ulimit -l") => {
-                        "memlock in the pod: needs an RDMA device and a runtime with NRI or CDI; proved in the VM, group cri-exclusive, case `nri` (node.json's memlock in a container's first process and in one started by `runc exec`, as `kubectl exec` starts it) and case `cdi`, and by tests/nri.rs"
+                    Some("sh") if cmd.iter().any(|a| a.contains("ulimit -l")) => {
+                        "node.json's memlock: the nri container raises it for containers given an RDMA device, which a veth has none of; proved in the VM, group cri-exclusive, case `nri` (a container's processes, a `runc exec`'d one too)"
                     }
                     _ => panic!(
                         "the quick start runs {cmd:?} in the pod: teach tests/quickstart.rs what proves it"
@@ -742,69 +579,106 @@ fn the_quick_start_runs_in_order_on_this_machine() {
                 };
                 not_here.push(format!("kubectl exec -- {}: {why}", cmd.join(" ")));
             }
-            Step::NetworkStatus(_) => {
-                let (result, net, devinfo) = add_result.as_ref().expect("the pod comes first");
-                // Multus reads the CNI device-info file after ADD, if there is one.
-                let info = fs::read(n_host(&node, devinfo))
-                    .ok()
-                    .map(|b| serde_json::from_slice::<Value>(&b).unwrap());
-                let status = network_status(&format!("default/{net}"), result, info.clone());
-                eprintln!(
-                    "network-status: {}",
-                    serde_json::to_string_pretty(&status).unwrap()
-                );
+            Step::NetworkStatus(pod, output) => {
                 assert_eq!(
-                    status.len(),
-                    1,
-                    "one entry for the rail network: {status:?}\n{result}"
+                    Some(pod),
+                    pod_name.as_ref(),
+                    "the pod the quick start applied"
                 );
-                let s = &status[0];
-                assert_eq!(s["interface"], "net1", "{s}");
+                // As written.
+                let text = c.k(&["get", "pod", pod, "-o", output]);
+                eprintln!("network-status: {text}");
+                let status: Vec<Value> = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("network-status is not a JSON list: {e}: {text}"));
+                let s = status
+                    .iter()
+                    .find(|s| s["interface"] == "net1")
+                    .unwrap_or_else(|| panic!("no net1 in network-status: {text}"));
+                assert_eq!(s["name"], "default/rdma-rail", "{s}");
                 assert!(
                     s["mac"]
                         .as_str()
-                        .is_some_and(|m| m.eq_ignore_ascii_case(&nic.mac)),
-                    "the NIC's MAC: {s}"
+                        .is_some_and(|m| m.eq_ignore_ascii_case(&mac)),
+                    "net1 is the node's {NIC} ({mac}): {s}"
                 );
-                // The NAD says cniVersion 1.0.0, whose interfaces carry no mtu (1.1.0's do):
-                // Multus then writes none; the pod's net1 has the NAD's 9000 (checked at ADD).
-                assert!(s.get("mtu").is_none(), "{s}");
-                let ip = s["ips"][0].as_str().unwrap_or("");
+                let ip = s["ips"][0].as_str().unwrap_or_default();
                 assert!(
                     ip.starts_with("192.168.120."),
                     "an address of the NAD's range: {s}"
                 );
-                assert!(
-                    link(Some(&pod.name), "net1")
-                        .is_some_and(|l| l.addrs.iter().any(|a| a.starts_with(&format!("{ip}/")))),
-                    "the pod's net1 has {ip}\n{}",
-                    dump(Some(&pod.name))
-                );
                 // A veth has no PCI function and no RDMA device: nothing for device-info (the
                 // VM's tests/vm/plugin.sh, case `device-info`, checks it with a real one).
                 assert!(
-                    info.is_none() && s.get("device-info").is_none(),
+                    s.get("device-info").is_none(),
                     "device-info for a veth: {s}"
+                );
+                // The pod's own view: net1 has the address and the NAD's MTU; the NIC left the
+                // node.
+                let addr = c.k(&["exec", pod, "--", "ip", "-o", "addr", "show", "dev", "net1"]);
+                assert!(
+                    addr.contains(&format!(" {ip}/")),
+                    "the pod's net1 has {ip}: {addr}"
+                );
+                let l = c.k(&["exec", pod, "--", "ip", "-o", "link", "show", "dev", "net1"]);
+                assert!(l.contains(" mtu 9000 "), "the NAD's MTU on net1: {l}");
+                assert!(
+                    node_link(c, NIC).is_none(),
+                    "{NIC} is still in the node's namespace"
                 );
             }
             Step::DaemonSetExec(container, cmd) => {
-                assert_eq!(
-                    container, "node-report",
-                    "the quick start execs in another container: {container}"
-                );
-                let mut args = vec!["exec".to_string(), container.clone()];
-                args.extend(cmd.iter().cloned());
-                let out = podman.run(&args);
-                let text = output_text(&out);
+                let pod = pod_name.as_deref().expect("the pod comes first");
+                let exec = |cmd: &[String]| {
+                    let mut args: Vec<String> = [
+                        "-n",
+                        "kube-system",
+                        "exec",
+                        "ds/rdma-host-device",
+                        "-c",
+                        container,
+                        "--",
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                    args.extend(cmd.iter().cloned());
+                    c.k(&args)
+                };
+                // As written.
+                let mut text = exec(cmd);
                 eprintln!("{text}");
+                // The pod as inspect names it: its sandbox, holding the NIC as net1 of the
+                // NAD's network.
+                let shows = |t: &str| {
+                    t.lines().any(|l| {
+                        l.starts_with(NIC) && l.contains("in pod") && l.ends_with(" as net1")
+                    }) && t.contains(" as net1 in /var/run/netns/")
+                        && t.contains("(network rdma-rail)")
+                };
+                if !shows(&text) {
+                    // inspect hides virtual links without RDMA unless --all: the node's NIC
+                    // here is a veth, where a real node's is an RDMA NIC it always lists.
+                    assert!(
+                        text.contains("--all shows them"),
+                        "inspect neither shows {NIC} in {pod} nor says it hid links:\n{text}"
+                    );
+                    let mut all = cmd.clone();
+                    all.push("--all".into());
+                    text = exec(&all);
+                    eprintln!("with --all (the NIC is a veth):\n{text}");
+                }
                 assert!(
-                    out.status.success(),
-                    "podman exec node-report {cmd:?}\n{text}"
+                    shows(&text),
+                    "inspect does not show {NIC} in the pod {pod} as net1\n{text}"
                 );
+                // (Its "Runtime:" line says the NRI socket is absent and containers inherit
+                // containerd's memlock: node-report does not mount /var/run/nri, though the
+                // DaemonSet's nri container runs. Not asserted: reported on issue 35.)
+                // The node-report container sees the pods' netns paths (it mounts the node's
+                // /run/netns): no false "the pod's netns path ... is gone".
                 assert!(
-                    text.contains(&cid) && text.contains("net1") && text.contains(&nic.name),
-                    "inspect does not show {} in the pod as net1 ({cid})\n{text}",
-                    nic.name
+                    !text.contains("netns path"),
+                    "inspect in node-report thinks the pod's netns is gone\n{text}"
                 );
             }
         }
@@ -814,32 +688,39 @@ fn the_quick_start_runs_in_order_on_this_machine() {
         ));
     }
 
-    // 5. DEL, as Multus sends it when the pod goes, and the NIC is home.
-    let n = node.as_ref().expect("the DaemonSet ran");
-    let (conf, extra) = delegate.as_ref().expect("the pod was attached");
-    let del = multus_calls(n, dir.path(), "del", conf, &pod.path(), &cid, "net1", extra);
-    del.ok();
-    nic.assert_home(Some(&pod), &del);
-    let left = files_under(&n.host("/var/lib/cni/rdma-host-device"));
-    assert!(left.is_empty(), "state left after DEL: {left:?}\n{del}");
-    let leases: Vec<PathBuf> = files_under(&n.host("/var/lib/cni/networks"))
-        .into_iter()
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|f| f.to_string_lossy().starts_with("192.168."))
-        })
-        .collect();
+    // The pod deleted: Multus' DEL through the plugin, and the NIC is home.
+    let t0 = Instant::now();
+    let pod = pod_name.expect("the quick start applied a pod");
+    c.k(&["delete", "pod", &pod, "--wait=true", "--timeout=120s"]);
+    let home = c.wait(&format!("{NIC} home after the pod's deletion"), 60, || {
+        node_link(c, NIC)
+    });
+    assert_eq!(
+        home["mtu"], ORIG_MTU,
+        "{NIC} came home with another MTU: {home}"
+    );
     assert!(
-        leases.is_empty(),
-        "the IP is still leased after DEL: {leases:?}"
+        home["address"]
+            .as_str()
+            .is_some_and(|m| m.eq_ignore_ascii_case(&mac)),
+        "{home}"
     );
-    let k = kubelet.as_mut().unwrap();
-    ask(
-        k,
-        json!({"cmd": "devices", "resource": "rdma-host-device.io/rail", "want": {&nic.name: "Healthy"}, "timeout": 5}),
-        &all_logs,
+    let state = on_node(c, "find", &["/var/lib/cni/rdma-host-device", "-type", "f"]);
+    assert!(state.trim().is_empty(), "state left after DEL: {state}");
+    let leases = on_node(c, "find", &["/var/lib/cni/networks", "-name", "192.168.*"]);
+    assert!(
+        leases.trim().is_empty(),
+        "the IP is still leased after DEL: {leases}"
     );
-    drop(containerd);
+    // Offered again.
+    c.wait("the node offers its NIC again", 60, || {
+        let v = c.get(&["node", &c.node]);
+        (v["status"]["allocatable"]["rdma-host-device.io/rail"] == "1").then_some(())
+    });
+    timings.push((
+        "the pod deleted, the NIC home".into(),
+        t0.elapsed().as_secs_f64(),
+    ));
 
     eprintln!(
         "not run here (and where it is proved):\n  {}",
@@ -849,258 +730,58 @@ fn the_quick_start_runs_in_order_on_this_machine() {
         eprintln!("{t:7.1} s  {s}");
     }
     eprintln!(
-        "the quick start ran in {:.0} s",
+        "the quick start ran in {:.0} s (the cluster's start not counted)",
         t_all.elapsed().as_secs_f64()
     );
 }
 
-fn n_host(node: &Option<Node>, p: &Path) -> PathBuf {
-    node.as_ref().unwrap().host(p.to_str().unwrap())
-}
-
-/// `kubectl apply -f conf/k8s/daemonset.yaml`: the operator's node.json, then every container
-/// of the DaemonSet this machine can run, in the order a node starts them.
-#[allow(clippy::too_many_arguments)]
-fn apply_daemonset(
-    podman: &Podman,
-    dir: &TempDir,
-    cm: &Value,
-    ds: &Value,
-    image: &str,
-    bin: &Path,
-    nic: &Veth,
-    kubelet: &mut Option<StandIn>,
-    ctx: &dyn Fn() -> String,
-) -> Node {
-    // The operator's edit of node.json: the pool, and the NICs pods may have, are the test
-    // veth (this machine has no mlx5_core NIC).
-    let mut cfg: Value = serde_json::from_str(cm["data"]["node.json"].as_str().unwrap()).unwrap();
-    let pools = cfg["devicePlugin"]["pools"]
-        .as_array_mut()
-        .expect("the ConfigMap's node.json has pools");
-    assert_eq!(pools.len(), 1, "{pools:?}");
-    pools[0]["selectors"] = json!({"names": [nic.name]});
-    cfg["allowedNics"] = json!({"names": [nic.name]});
-    let mut cm = cm.clone();
-    cm["data"]["node.json"] = json!(serde_json::to_string_pretty(&cfg).unwrap());
-    let node = Node::new(dir.path(), &cm, bin);
-    let spec = &ds["spec"]["template"]["spec"];
-    let names: Vec<String> = ["initContainers", "containers"]
-        .iter()
-        .flat_map(|k| spec[k].as_array().cloned().unwrap_or_default())
-        .map(|c| c["name"].as_str().unwrap().to_owned())
-        .collect();
-    for name in &names {
-        eprintln!("---- container {name}");
-        match name.as_str() {
-            "install" => {
-                let out = podman.run(&podman_args(ds, "install", &node, image, false));
-                let log = output_text(&out);
-                eprintln!("{log}");
-                assert!(out.status.success(), "the install container failed\n{log}");
-                for want in [
-                    "install.sh: installed /host/opt/cni/bin/rdma-host-device",
-                    "install.sh: installed the node configuration /host/etc/rdma-host-device/node.json",
-                ] {
-                    assert!(log.contains(want), "missing {want:?}\n{log}");
-                }
-                assert_eq!(
-                    fs::read(node.host("/opt/cni/bin/rdma-host-device")).unwrap(),
-                    fs::read(bin).unwrap(),
-                    "the node's /opt/cni/bin has the image's plugin"
-                );
-                assert_eq!(
-                    serde_json::from_slice::<Value>(
-                        &fs::read(node.host("/etc/rdma-host-device/node.json")).unwrap()
-                    )
-                    .unwrap(),
-                    cfg,
-                    "the node's node.json is the operator's"
-                );
-            }
-            "uppers-watch" => {
-                let out = podman.run(&podman_args(ds, name, &node, image, true));
-                assert!(out.status.success(), "uppers-watch\n{}", output_text(&out));
-                let sock = node.host("/run/rdma-host-device/uppers.sock");
-                wait_for(
-                    "uppers-watch's socket",
-                    Duration::from_secs(20),
-                    ctx,
-                    &mut || sock.exists(),
-                );
-            }
-            "device-plugin" => {
-                // The kubelet was there first: its Registration socket in the node's
-                // /var/lib/kubelet/device-plugins.
-                let sockets = node.host(KUBELET_SOCKETS);
-                fs::create_dir_all(&sockets).unwrap();
-                let stubs = Path::new(TARGET_TMP).join("dp-stubs");
-                let mut k = StandIn::start(
-                    "device_plugin/kubelet.py",
-                    &[sockets.as_os_str()],
-                    &[("RHD_DP_STUBS", stubs.as_os_str())],
-                    "listening",
-                );
-                let out = podman.run(&podman_args(ds, name, &node, image, true));
-                assert!(out.status.success(), "device-plugin\n{}", output_text(&out));
-                let r = ask(
-                    &mut k,
-                    json!({"cmd": "registered", "count": 1, "timeout": 20}),
-                    ctx,
-                );
-                assert_eq!(r["resource_name"], "rdma-host-device.io/rail", "{r}");
-                ask(
-                    &mut k,
-                    json!({"cmd": "watch", "resource": "rdma-host-device.io/rail"}),
-                    ctx,
-                );
-                ask(
-                    &mut k,
-                    json!({"cmd": "devices", "resource": "rdma-host-device.io/rail",
-                                   "want": {&nic.name: "Healthy"}, "timeout": 10}),
-                    ctx,
-                );
-                *kubelet = Some(k);
-            }
-            "node-report" => {
-                let out = podman.run(&podman_args(ds, name, &node, image, true));
-                assert!(out.status.success(), "node-report\n{}", output_text(&out));
-                wait_for(
-                    "node-report's first report",
-                    Duration::from_secs(20),
-                    ctx,
-                    &mut || {
-                        output_text(&podman.run(&["logs", "node-report"]))
-                            .contains("attached to pods; state dir")
-                    },
-                );
-            }
-            "metrics" => eprintln!(
-                "metrics: not run here (it would listen on this machine's :9879); tests/image.rs \
-                 runs it from the same image with the YAML's mounts"
-            ),
-            "nri" => eprintln!(
-                "nri: not run here (needs a runtime with NRI, containerd 2.x); tests/nri.rs runs \
-                 it against the NRI stand-in"
-            ),
-            other => {
-                panic!("the DaemonSet runs a container tests/quickstart.rs does not know: {other}")
-            }
-        }
-    }
-    node
-}
-
-/// `kubectl apply` of the NAD and the pod: the kubelet allocates the pod's NIC, Multus
-/// delegates to the NAD's config with it. Returns the CNI result, the network's name, the CNI
-/// device-info file's path on the node, the delegate's config file and libcni's extra flags.
-#[allow(clippy::too_many_arguments)]
-fn attach(
-    node: &Node,
-    dir: &TempDir,
-    k: &mut StandIn,
-    nad: &Value,
-    p: &Value,
-    nic: &Veth,
-    pod: &Netns,
-    cid: &str,
-    ctx: &dyn Fn() -> String,
-) -> (Value, String, PathBuf, PathBuf, Vec<String>) {
-    let resource = nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
-        .as_str()
-        .expect("the NAD names a device plugin resource");
-    let want = p["spec"]["containers"][0]["resources"]["limits"][resource]
-        .as_u64()
-        .unwrap_or_else(|| panic!("the pod does not ask for {resource}"));
-    let networks: Value = serde_json::from_str(
-        p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
-            .as_str()
-            .expect("networks annotation"),
-    )
-    .unwrap();
-    let sel = &networks[0];
-    assert_eq!(
-        sel["name"], nad["metadata"]["name"],
-        "the pod asks for the NAD applied with it"
-    );
-    let ifname = sel["interface"].as_str().unwrap_or("net1");
-
-    // The kubelet: the device plugin's preferred NICs, then Allocate.
-    let pref = ask(
-        k,
-        json!({"cmd": "preferred", "resource": resource, "available": [nic.name], "size": want}),
-        ctx,
-    );
-    let ids: Vec<String> = pref["ids"][0]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i.as_str().unwrap().to_owned())
-        .collect();
-    let alloc = ask(
-        k,
-        json!({"cmd": "allocate", "resource": resource, "containers": [ids]}),
-        ctx,
-    );
-    assert_eq!(
-        alloc["responses"][0]["envs"]["RDMA_HOST_DEVICE_RAIL_IDS"],
-        nic.name.as_str(),
-        "{alloc}"
-    );
-    let device_id = ids[0].clone();
-
-    // Multus: the NAD's config with the allocated device, into the pod's sandbox.
-    let mut conf: Value = serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
-    let net = conf["name"].as_str().unwrap().to_owned();
-    assert_eq!(conf["ipam"]["type"], "whereabouts");
-    // Stand-in: whereabouts needs a Kubernetes API; host-local on the same range (its data in
-    // the node's /var/lib/cni/networks).
-    conf["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": conf["ipam"]["range"]}]]});
-    let conf = multus_delegate(conf, Some(&device_id), None);
-    let file = dir.path().join("rdma-rail.conf");
-    fs::write(&file, serde_json::to_vec_pretty(&conf).unwrap()).unwrap();
-    let devinfo = PathBuf::from(format!(
-        "/var/run/k8s.cni.cncf.io/devinfo/cni/{net}-{cid}_{ifname}"
-    ));
-    let extra: Vec<String> = vec![
-        "-args".into(),
-        format!(
-            "IgnoreUnknown=true;K8S_POD_NAMESPACE=default;K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID=9a1e-quickstart",
-            p["metadata"]["name"].as_str().unwrap()
-        ),
-        "-cap".into(),
-        format!("deviceID={device_id}"),
-        "-cap".into(),
-        format!("CNIDeviceInfoFile={}", devinfo.display()),
-    ];
-    let add = multus_calls(
-        node,
-        dir.path(),
-        "add",
-        &file,
-        &pod.path(),
-        cid,
-        ifname,
-        &extra,
-    );
-    let result = add.ok();
-    let l =
-        link(Some(&pod.name), ifname).unwrap_or_else(|| panic!("no {ifname} in the pod\n{add}"));
-    assert_eq!(
-        l.mac, nic.mac,
-        "the allocated NIC is the pod's {ifname}\n{add}"
-    );
-    assert_eq!(l.mtu, 9000, "the NAD's MTU\n{add}");
+/// `kubectl apply -f conf/k8s/daemonset.yaml` with the operator's node.json: the
+/// controller-manager runs the DaemonSet on the labelled node, every container ready; the
+/// device plugin registered with the kubelet, which offers the NIC.
+fn apply_daemonset(c: &Cluster, docs: &[Value]) {
+    let (cm, cfg) = node_json_for_this_node(&docs[0]);
+    c.apply(&cm.to_string());
+    c.apply(&docs[1].to_string());
+    c.wait("DaemonSet rdma-host-device ready on the node", 240, || {
+        let v = c.get(&["-n", "kube-system", "daemonset", "rdma-host-device"]);
+        (v["status"]["numberReady"] == 1).then_some(())
+    });
+    // install: the image's plugin in the node's /opt/cni/bin (Multus' binDir), the node
+    // configuration beside it.
+    let version = on_node(c, "/opt/cni/bin/rdma-host-device", &["--version"]);
     assert!(
-        nic.on_host().is_none(),
-        "the NIC is still on the host\n{add}"
+        version.starts_with(&format!("rdma-host-device {} ", env!("CARGO_PKG_VERSION"))),
+        "the node's plugin: {version}"
     );
-    // The device plugin keeps the NIC in the pod Healthy.
-    std::thread::sleep(Duration::from_millis(600));
-    ask(
-        k,
-        json!({"cmd": "devices", "resource": resource, "want": {&nic.name: "Healthy"}, "timeout": 2}),
-        ctx,
+    let installed: Value =
+        serde_json::from_str(&on_node(c, "cat", &["/etc/rdma-host-device/node.json"]))
+            .expect("the node's node.json");
+    assert_eq!(installed, cfg, "the node's node.json is the operator's");
+    c.wait("the node offers rdma-host-device.io/rail", 90, || {
+        let v = c.get(&["node", &c.node]);
+        (v["status"]["allocatable"]["rdma-host-device.io/rail"] == "1").then_some(())
+    });
+}
+
+/// `kubectl apply -f conf/multus/rdma-rail-device-plugin.yaml -f conf/k8s/pod-nccl.yaml`, for
+/// this machine (nad_for_this_cluster, pod_for_this_machine): the scheduler places the pod,
+/// the kubelet allocates the NIC through the device plugin, Multus attaches rdma-rail with
+/// it. Returns the pod's name.
+fn apply_nad_and_pod(c: &Cluster, nad: &Value, p: &Value) -> String {
+    c.apply(&nad_for_this_cluster(nad).to_string());
+    let p = pod_for_this_machine(p);
+    let name = p["metadata"]["name"].as_str().expect("a name").to_owned();
+    c.apply(&p.to_string());
+    c.wait(&format!("pod {name} running"), 180, || {
+        c.pod_running("default", &name).then_some(())
+    });
+    // The kubelet's allocation reached the container: the device plugin's variable names the
+    // NIC (a veth's ID is its name).
+    let env = c.k(&["exec", &name, "--", "env"]);
+    assert!(
+        env.lines()
+            .any(|l| l == format!("RDMA_HOST_DEVICE_RAIL_IDS={NIC}")),
+        "the pod's environment: {env}"
     );
-    (result, net, devinfo, file, extra)
+    name
 }
