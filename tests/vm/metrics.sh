@@ -38,7 +38,10 @@ mkdir -p "$OUTDIR"
 REPORT=$OUTDIR/metrics-report.txt
 : >"$REPORT"
 WORK=$(mktemp -d)
-echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\"}" >"$WORK/node.json"
+# nica and nicb are the two ends of one veth pair, each moved into its own pod: a veth whose peer
+# is in another namespace may have been made from there (docs/trust.md), so this node names the
+# pair in allowedNics (nicr, whose peer stays here, needs no entry but is named with them).
+echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\",\"allowedNics\":{\"names\":[\"nicr\",\"nica\",\"nicb\"]}}" >"$WORK/node.json"
 export RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/node.json
 PLUGINS=$WORK/bin
 mkdir -p "$PLUGINS"
