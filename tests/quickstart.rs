@@ -671,9 +671,17 @@ fn the_quick_start_runs_in_order_on_a_real_cluster() {
                     shows(&text),
                     "inspect does not show {NIC} in the pod {pod} as net1\n{text}"
                 );
-                // (Its "Runtime:" line says the NRI socket is absent and containers inherit
-                // containerd's memlock: node-report does not mount /var/run/nri, though the
-                // DaemonSet's nri container runs. Not asserted: reported on issue 35.)
+                // Its "Runtime:" line sees containerd's NRI socket (node-report mounts the
+                // node's /var/run/nri): before that mount it said the socket was absent and
+                // advised turning NRI on, on a node where it is on.
+                let rt = text
+                    .lines()
+                    .find(|l| l.starts_with("Runtime:"))
+                    .unwrap_or_else(|| panic!("inspect names no runtime (hostPID)\n{text}"));
+                assert!(
+                    rt.contains("nri.sock there"),
+                    "inspect in node-report does not see the runtime's NRI socket: {rt}\n{text}"
+                );
                 // The node-report container sees the pods' netns paths (it mounts the node's
                 // /run/netns): no false "the pod's netns path ... is gone".
                 assert!(
