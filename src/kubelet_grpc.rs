@@ -49,25 +49,43 @@ const END_HEADERS: u8 = 0x4;
 const PADDED: u8 = 0x8;
 const PRIORITY: u8 = 0x20;
 
-/// Serve `svc` on `listener` until `shutdown` completes, every connection read through
-/// [`KubeletStream`].
-pub fn serve<S>(
-    listener: UnixListener,
-    svc: S,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>>
-where
+/// A gRPC service we serve to the kubelet: what tonic's server asks of one, named once for
+/// [`serve`] and its callers.
+pub trait KubeletService:
+    tonic::codegen::Service<
+        http::Request<tonic::body::Body>,
+        Response = http::Response<tonic::body::Body>,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + tonic::server::NamedService
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> KubeletService for S where
     S: tonic::codegen::Service<
             http::Request<tonic::body::Body>,
             Response = http::Response<tonic::body::Body>,
             Error = std::convert::Infallible,
+            Future: Send + 'static,
         > + tonic::server::NamedService
         + Clone
         + Send
         + Sync
-        + 'static,
-    S::Future: Send + 'static,
+        + 'static
 {
+}
+
+/// Serve `svc` on `listener` until `shutdown` completes, every connection read through
+/// [`KubeletStream`].
+pub fn serve<S: KubeletService>(
+    listener: UnixListener,
+    svc: S,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
     let incoming = futures::stream::unfold(listener, |l| async move {
         loop {
             match l.accept().await {

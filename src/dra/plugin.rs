@@ -530,19 +530,7 @@ fn identity(p: &Path) -> FileId {
 
 /// A server of `svc` on a fresh socket at `at`; the socket's identity, and the handle that
 /// stops it.
-fn serve<S>(at: &Path, svc: S) -> std::io::Result<(FileId, Server)>
-where
-    S: tonic::codegen::Service<
-            http::Request<tonic::body::Body>,
-            Response = http::Response<tonic::body::Body>,
-            Error = std::convert::Infallible,
-        > + tonic::server::NamedService
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-{
+fn serve<S: kubelet_grpc::KubeletService>(at: &Path, svc: S) -> std::io::Result<(FileId, Server)> {
     if let Some(dir) = at.parent() {
         crate::files::create_dirs(dir, 0o750)?;
     }
