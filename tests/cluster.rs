@@ -411,22 +411,10 @@ fn the_daemonset_installs_the_plugin_and_reports_the_node() {
             || log.contains("is already this build"),
         "{log}"
     );
-    let installed = c
-        .inside("/opt/cni/bin/rdma-host-device")
-        .arg("--version")
-        .output()
-        .expect("run the installed plugin");
-    assert!(
-        installed.status.success(),
-        "the installed plugin does not run on the node: {}",
-        output_text(&installed)
-    );
-    let node_json = c
-        .inside("cat")
-        .arg("/etc/rdma-host-device/node.json")
-        .output()
-        .expect("cat");
-    let node: Value = serde_json::from_slice(&node_json.stdout).expect("node.json installed");
+    // The installed plugin runs on the node (on_node fails the test otherwise).
+    c.on_node("/opt/cni/bin/rdma-host-device", &["--version"]);
+    let node_json = c.on_node("cat", &["/etc/rdma-host-device/node.json"]);
+    let node: Value = serde_json::from_str(&node_json).expect("node.json installed");
     assert_eq!(node["allowedNics"]["names"], json!(NICS));
     // node-report: README's command, in the DaemonSet's container; it names the NICs (with
     // --all: it hides virtual links such as these veths by default).

@@ -97,17 +97,7 @@ fn sha256(path: &Path) -> String {
 
 /// The sha256 of the plugin the DaemonSet installed on the node.
 fn installed_sha256(c: &Cluster) -> String {
-    let out = c
-        .inside("sha256sum")
-        .arg("/opt/cni/bin/rdma-host-device")
-        .output()
-        .expect("run sha256sum in the node");
-    assert!(
-        out.status.success(),
-        "sha256sum in the node: {}",
-        output_text(&out)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    c.on_node("sha256sum", &["/opt/cni/bin/rdma-host-device"])
         .split_whitespace()
         .next()
         .expect("a sum")

@@ -320,17 +320,6 @@ fn node_link(c: &Cluster, name: &str) -> Option<Value> {
     v.get(0).cloned()
 }
 
-/// A command inside the node (its network and mount namespaces), which must succeed: stdout.
-fn on_node(c: &Cluster, program: &str, args: &[&str]) -> String {
-    let out = c.inside(program).args(args).output().expect("nsenter");
-    assert!(
-        out.status.success(),
-        "on the node: {program} {args:?}\n{}",
-        output_text(&out)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The operator's edit of node.json in the ConfigMap (README's step 2): the device plugin's
 /// pool and the NICs pods may have are the node's veth, where a real node selects its
 /// mlx5_core NICs.
@@ -523,8 +512,7 @@ fn the_quick_start_runs_in_order_on_a_real_cluster() {
                     output_text(&out)
                 );
                 eprintln!("ctr images import: {}", output_text(&out).trim());
-                let names = on_node(
-                    c,
+                let names = c.on_node(
                     c.bin("ctr").to_str().unwrap(),
                     &[
                         "--address",
@@ -713,9 +701,9 @@ fn the_quick_start_runs_in_order_on_a_real_cluster() {
             .is_some_and(|m| m.eq_ignore_ascii_case(&mac)),
         "{home}"
     );
-    let state = on_node(c, "find", &["/var/lib/cni/rdma-host-device", "-type", "f"]);
+    let state = c.on_node("find", &["/var/lib/cni/rdma-host-device", "-type", "f"]);
     assert!(state.trim().is_empty(), "state left after DEL: {state}");
-    let leases = on_node(c, "find", &["/var/lib/cni/networks", "-name", "192.168.*"]);
+    let leases = c.on_node("find", &["/var/lib/cni/networks", "-name", "192.168.*"]);
     assert!(
         leases.trim().is_empty(),
         "the IP is still leased after DEL: {leases}"
@@ -756,13 +744,13 @@ fn apply_daemonset(c: &Cluster, docs: &[Value]) {
     });
     // install: the image's plugin in the node's /opt/cni/bin (Multus' binDir), the node
     // configuration beside it.
-    let version = on_node(c, "/opt/cni/bin/rdma-host-device", &["--version"]);
+    let version = c.on_node("/opt/cni/bin/rdma-host-device", &["--version"]);
     assert!(
         version.starts_with(&format!("rdma-host-device {} ", env!("CARGO_PKG_VERSION"))),
         "the node's plugin: {version}"
     );
     let installed: Value =
-        serde_json::from_str(&on_node(c, "cat", &["/etc/rdma-host-device/node.json"]))
+        serde_json::from_str(&c.on_node("cat", &["/etc/rdma-host-device/node.json"]))
             .expect("the node's node.json");
     assert_eq!(installed, cfg, "the node's node.json is the operator's");
     c.wait("the node offers rdma-host-device.io/rail", 90, || {

@@ -154,6 +154,18 @@ impl Cluster {
         c
     }
 
+    /// A command inside the node (its network and mount namespaces), which must succeed: its
+    /// stdout.
+    pub fn on_node(&self, program: &str, args: &[&str]) -> String {
+        let out = self.inside(program).args(args).output().expect("nsenter");
+        assert!(
+            out.status.success(),
+            "on the node: {program} {args:?}\n{}",
+            output_text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// `ip ARGS` in the node's network namespace, which must succeed.
     pub fn ip(&self, args: &[&str]) -> String {
         let out = Command::new("ip")
