@@ -48,7 +48,10 @@ down)
   [[ -f $D/env ]] || exit 0
   # shellcheck disable=SC1091
   . "$D/env"
-  if [[ -n $(holder) ]] && kill -0 "$(holder)" 2>/dev/null; then
+  # The holder only if it still is one: a pid reused by a process of this machine's own mount
+  # namespace would make the loop below kill every process of the host.
+  if [[ -n $(holder) ]] && kill -0 "$(holder)" 2>/dev/null &&
+    [[ $(readlink "/proc/$(holder)/ns/mnt") != "$(readlink /proc/self/ns/mnt)" ]]; then
     # Pods first, through the kubelet and CRI (their CNI DEL runs), then the daemons.
     kc() { "$D/bin/kubectl" --kubeconfig "$D/admin.kubeconfig" --request-timeout 10s "$@"; }
     kc delete daemonsets --all -A --wait=false >/dev/null 2>&1 || true
@@ -110,8 +113,9 @@ trap 'say "up failed; what it started is stopped by: tests/cluster/cluster.sh do
 # One cluster on a machine at a time: they would share the node's address, its route and the
 # kubepods cgroups. The lock is taken here and kept by the holder process (below) until `down`
 # ends it; the daemons do not inherit it.
-LOCK=/run/lock/rhd-cluster.lock
-[[ -d /run/lock ]] || LOCK=/tmp/rhd-cluster.lock
+# In /run itself (root's alone): /run/lock and /tmp are writable by every user, who could hold
+# the lock, or plant the name, first.
+LOCK=/run/rhd-cluster.lock
 exec 9>"$LOCK"
 if ! flock -n 9; then
   say "another cluster is up on this machine ($(ip netns list | grep -o 'rhd-k8s-[^ ]*' | xargs)); waiting up to 15 min for it to go down"
