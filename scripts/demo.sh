@@ -113,7 +113,9 @@ VM=1
 [[ ${1:-} == --no-vm ]] && VM=0
 [[ $(id -u) == 0 ]] || { echo "demo: run as root (it creates network namespaces)" >&2; exit 1; }
 "$HERE/setup.sh" --for demo
-(cd "$REPO" && cargo build --release -q)
+# The two programs it runs, nothing else (no tests), with cargo's progress: a first release
+# build takes minutes (docs/testing.md has the figures).
+(cd "$REPO" && cargo build --release --bin rdma-host-device --bin rdma-host-device-agent)
 
 if [[ $VM == 1 ]]; then
   "$REPO/tests/vm/vm.sh" --prepare >/dev/null ||

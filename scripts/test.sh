@@ -25,14 +25,14 @@ scripts/setup.sh --for test --for cluster
 
 step "style: cargo fmt --check, cargo clippy -D warnings"
 cargo fmt --check
-cargo clippy --all-targets -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
 
 step "the previous release's plugin, for the upgrade and rollback test (scripts/previous-release.sh)"
 RHD_PREVIOUS_PLUGIN=$(scripts/previous-release.sh)
 export RHD_PREVIOUS_PLUGIN
 
-step "unit + integration tests (cargo test)"
-cargo test --no-fail-fast
+step "unit + integration tests of the three crates (cargo test --workspace)"
+cargo test --workspace --no-fail-fast
 
 # Nothing may depend on where the checkout is (podman's 50-character runroot, unix sockets'
 # 108 bytes): the tests that make such paths, built and run again from a copy of this tree at a
@@ -45,7 +45,10 @@ mkdir -p "$LONG"
 git ls-files -z --cached --others --exclude-standard |
   tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$LONG"
 echo "checkout copied to $LONG (${#LONG} characters)"
-(cd "$LONG" && CARGO_TARGET_DIR=$LONG/target cargo test -q --test image --test cri --test dhcp)
+# `--test` selects the plugin crate's tests only, which run the agent's binary beside the
+# plugin's (tests/common/mod.rs): build both binaries first.
+(cd "$LONG" && export CARGO_TARGET_DIR=$LONG/target &&
+  cargo build -q --workspace --bins && cargo test -q --test image --test cri --test dhcp)
 
 if [[ $VM == 1 ]]; then
   step "RDMA tests in a VM (tests/vm/run.sh)"

@@ -9,7 +9,7 @@
 //! source-address selection. Announcing is best effort: a failure is logged as a warning and
 //! never fails ADD (the addresses work without it; neighbours just learn them later).
 
-use crate::netns::Netns;
+use rdma_host_device_core::netns::Netns;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -104,7 +104,7 @@ impl Drop for Linger {
 
 /// The NIC's MAC, if it has one to announce from (not all zeros).
 fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    crate::link::parse_mac(s).filter(|m| *m != [0; 6])
+    rdma_host_device_core::link::parse_mac(s).filter(|m| *m != [0; 6])
 }
 
 fn open_packet_socket() -> std::io::Result<OwnedFd> {

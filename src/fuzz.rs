@@ -5,12 +5,12 @@
 //! the flows rely on (names safe in paths, absolute dirs, MTU in range, results that print
 //! and re-read in every version).
 
-use crate::cni::env::validate_ifname;
 use crate::cni::netconf::{NetConf, Selector, peek_version};
 use crate::cni::result::CniResult;
 use crate::cni::version::SUPPORTED;
-use crate::error::Code;
 use crate::mutate::{self, Rng};
+use rdma_host_device_core::error::Code;
+use rdma_host_device_core::names::validate_ifname;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 

@@ -17,8 +17,8 @@
 use crate::cni::env::Env;
 use crate::cni::result::CniResult;
 use crate::cni::version::Version;
-use crate::error::{Code, Error, Result, invalid_config};
-use crate::node::Node;
+use rdma_host_device_core::error::{Code, Error, Result, invalid_config};
+use rdma_host_device_core::node::Node;
 use serde_json::Value;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
@@ -246,7 +246,7 @@ impl<'a> Ipam<'a> {
             ("CNI_ARGS", self.env.args.as_str()),
             ("CNI_PATH", path.as_str()),
         ];
-        let mut policy = self.node.ipam_policy();
+        let mut policy = crate::confine::Policy::ipam(self.node);
         policy.deadline = self
             .deadline
             .saturating_duration_since(std::time::Instant::now());

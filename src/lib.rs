@@ -1,42 +1,19 @@
-//! rdma-host-device as a library: the CNI plugin's modules, for the binary (src/main.rs) and
-//! for the tests, which import what they need instead of copying it. Each module owns one
-//! concern; docs/DESIGN.md is the map.
+//! rdma-host-device, the CNI plugin as a library: the CNI verbs and their flows, IPAM and its
+//! confinement, NIC selection and the memlock hook, for the binary (src/main.rs) and the tests.
+//! It depends on `rdma_host_device_core` alone (kernel side, node configuration, record
+//! formats), so no Kubernetes client, gRPC or option parser is compiled into it; the compiler
+//! keeps that wall. docs/DESIGN.md is the map.
 
 pub mod announce;
-pub mod cdi;
-pub mod cli;
 pub mod cni;
 pub mod confine;
-pub mod device_info;
-pub mod device_plugin;
-pub mod dra;
-pub mod error;
-pub mod fault;
-pub mod files;
-pub mod flags;
 pub mod flows;
 #[cfg(test)]
 mod fuzz;
-pub mod inspect;
 pub mod ipam;
-pub mod kube;
-pub mod kubelet_grpc;
-pub mod link;
 pub mod lock;
-pub mod logging;
-pub mod metrics;
+pub mod memlock_hook;
 #[path = "fuzz/mutate.rs"]
 pub mod mutate;
-pub mod netns;
-
-pub mod netlink_sync;
-pub mod node;
-pub mod nri;
 pub mod orphan;
-pub mod process;
-pub mod rdma;
 pub mod select;
-pub mod state;
-pub mod sysfs;
-pub mod uppers;
-pub mod validate;

@@ -12,8 +12,8 @@
 //!   back takes the NIC's lock again through DEL's code), so one call never waits on itself.
 //! - A wait that runs out is code 11 ("try again later"): the runtime retries.
 
-use crate::error::{Code, Error, Result};
-use crate::state::owner_key;
+use rdma_host_device_core::error::{Code, Error, Result};
+use rdma_host_device_core::state::owner_key;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -57,7 +57,7 @@ fn lock_dir(state_dir: &Path) -> PathBuf {
 }
 
 fn wait() -> Duration {
-    crate::fault::debug_env_u64("RHD_LOCK_TIMEOUT_MS")
+    rdma_host_device_core::fault::debug_env_u64("RHD_LOCK_TIMEOUT_MS")
         .map(Duration::from_millis)
         .unwrap_or(DEFAULT_WAIT)
 }
@@ -115,7 +115,7 @@ fn take(path: &Path, max: Duration, what: &str) -> Result<Option<Guard>> {
     };
     if let Some(dir) = path.parent() {
         // Only root enters the state directory (`files::private_dir`).
-        crate::files::private_dir(dir).map_err(io)?;
+        rdma_host_device_core::files::private_dir(dir).map_err(io)?;
     }
     let deadline = Instant::now() + max;
     loop {
@@ -129,7 +129,7 @@ fn take(path: &Path, max: Duration, what: &str) -> Result<Option<Guard>> {
             .open(path)
             .map_err(io)?;
         // 0600 whatever the umask (`files::set_mode`); a lock file is ours alone.
-        crate::files::set_mode(&file, 0o600).map_err(io)?;
+        rdma_host_device_core::files::set_mode(&file, 0o600).map_err(io)?;
         loop {
             // SAFETY: flock(2) on an fd we own.
             let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };

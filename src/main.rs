@@ -2,13 +2,14 @@
 //! This file only decides who is calling (a runtime, the CDI spec's memlock hook, or a person)
 //! and prints the answer. It is the binary the runtime execs per attachment, so it holds only
 //! the CNI: it reads its environment and stdin, and its few words by hand need no option
-//! parser. The node tools are the agent's (src/bin/rdma-host-device-agent.rs, `cli.rs`).
+//! parser. The node tools are the agent's (crates/agent).
 
 use cni::env::{Command, Env};
 use cni::netconf::{MAX_CONFIG_LEN, NetConf, peek_version};
 use cni::version::{Version, version_json};
 use error::{Code, Error};
-use rdma_host_device::{cdi, cni, error, flows, logging, node};
+use rdma_host_device::{cni, flows, memlock_hook};
+use rdma_host_device_core::{error, logging, node};
 use std::io::{IsTerminal, Read, Write};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -176,11 +177,11 @@ fn by_hand(args: &[String]) -> i32 {
             0
         }
         Some("memlock-hook") => {
-            let limit = match cdi::hook_options(&args[1..]) {
+            let limit = match memlock_hook::hook_options(&args[1..]) {
                 Ok(l) => l,
                 Err(e) => return usage(&e.msg),
             };
-            match cdi::run_hook(&limit) {
+            match memlock_hook::run_hook(&limit) {
                 Ok(()) => 0,
                 Err(e) => {
                     let why = match e.details.as_str() {

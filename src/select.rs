@@ -3,13 +3,13 @@
 //! only for MACs and for recognising a NIC that came back from a dead pod under another name.
 
 use crate::cni::netconf::Selector;
-use crate::error::{Code, Error, Result};
-use crate::link::{LinkInfo, Links};
-use crate::node::{NicFacts, Node};
-use crate::rdma::identity;
-use crate::rdma::pair::Nic;
-use crate::state::{Record, Store, Tag};
-use crate::sysfs;
+use rdma_host_device_core::error::{Code, Error, Result};
+use rdma_host_device_core::link::{LinkInfo, Links};
+use rdma_host_device_core::node::{NicFacts, Node};
+use rdma_host_device_core::rdma::identity;
+use rdma_host_device_core::rdma::pair::Nic;
+use rdma_host_device_core::state::{Record, Store, Tag};
+use rdma_host_device_core::sysfs;
 use std::path::Path;
 
 /// The host link a selector resolved to.
@@ -66,7 +66,9 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
                 Selector::KernelPath(p) => sysfs::netdevs_under(Path::new(p)),
                 Selector::Pci(id) => sysfs::netdevs_of_bus_device(id),
                 Selector::DeviceId(id) => netdevs_of_device_id(id)?,
-                Selector::RdmaDevice(dev) => crate::rdma::identity::netdevs_of_rdma_device(dev)?,
+                Selector::RdmaDevice(dev) => {
+                    rdma_host_device_core::rdma::identity::netdevs_of_rdma_device(dev)?
+                }
                 Selector::Mac(_) => Vec::new(),
             };
             match names.as_slice() {
@@ -178,7 +180,7 @@ pub async fn admit(node: &Node, host: &Links, r: &Resolved, records: &[Record]) 
         name: &r.link.name,
         mac: &r.link.mac,
     })?;
-    let uplink = crate::uppers::uses(host, &node.uppers_socket, &r.link).await?;
+    let uplink = rdma_host_device_core::uppers::uses(host, &node.uppers_socket, &r.link).await?;
     node.admit(&NicFacts {
         name,
         pci: r.pci.as_deref(),
@@ -294,7 +296,7 @@ async fn find_lost(sel: &Selector, host: &Links, records: &[Record]) -> Result<O
     // The name a lost NIC comes home under: its record's (found by its device when the pod
     // rewrote the tag), else the tag's.
     let home_name = |l: &LinkInfo, tag: &Tag| {
-        crate::state::record_of_lost(l, tag, records)
+        rdma_host_device_core::state::record_of_lost(l, tag, records)
             .map_or(tag.host_name.clone(), |r| r.host_name.clone())
     };
     let wanted = |l: &LinkInfo, tag: &Tag| match sel {

@@ -376,7 +376,7 @@ fn daemonset_runs_the_nri_plugin_unprivileged_on_the_runtimes_nri_socket() {
             "/usr/local/bin/rdma-host-device-agent",
             "nri",
             "--socket",
-            rdma_host_device::nri::DEFAULT_SOCKET
+            rdma_host_device_agent::nri::DEFAULT_SOCKET
         ])
     );
     assert_ne!(c["securityContext"]["privileged"], true);
@@ -403,7 +403,7 @@ fn daemonset_runs_the_nri_plugin_unprivileged_on_the_runtimes_nri_socket() {
             )
         })
         .collect();
-    let socket_dir = Path::new(rdma_host_device::nri::DEFAULT_SOCKET)
+    let socket_dir = Path::new(rdma_host_device_agent::nri::DEFAULT_SOCKET)
         .parent()
         .unwrap()
         .to_str()
@@ -441,7 +441,7 @@ fn daemonset_runs_the_uppers_watcher_where_add_looks_for_it() {
         .expect("a container running uppers-watch");
     assert_eq!(
         c["command"][3],
-        rdma_host_device::uppers::DEFAULT_SOCKET,
+        rdma_host_device_core::uppers::DEFAULT_SOCKET,
         "{c}"
     );
     let mounted = |path: &str| {
@@ -523,7 +523,7 @@ fn nccl_pod_uses_a_network_conf_defines_and_its_interface() {
         .map(|(_, d)| d)
         .expect("the DaemonSet's ConfigMap");
     let node: Value = serde_json::from_str(cm["data"]["node.json"].as_str().unwrap()).unwrap();
-    let pools: Vec<rdma_host_device::node::Pool> =
+    let pools: Vec<rdma_host_device_core::node::Pool> =
         serde_json::from_value(node["devicePlugin"]["pools"].clone())
             .expect("the DaemonSet's node.json has devicePlugin pools");
     let pool = pools
@@ -546,7 +546,7 @@ fn nccl_pod_uses_a_network_conf_defines_and_its_interface() {
         env.iter().all(|(n, _)| n != "NCCL_IB_HCA"),
         "NCCL_IB_HCA comes from the allocation, not the pod spec"
     );
-    let (_, rdma_var) = rdma_host_device::device_plugin::allocate::env_names(pool);
+    let (_, rdma_var) = rdma_host_device_agent::device_plugin::allocate::env_names(pool);
     let script = c["command"]
         .as_array()
         .unwrap()
@@ -1005,7 +1005,7 @@ fn dra_rbac_grants_only_what_the_driver_uses_and_the_policy_binds_it_to_its_node
             .find(|d| d["kind"] == k)
             .unwrap_or_else(|| panic!("conf/k8s/dra.yaml has no {k}"))
     };
-    let driver = rdma_host_device::dra::DRIVER;
+    let driver = rdma_host_device_agent::dra::DRIVER;
     let mut rules: Vec<(String, String, Vec<String>)> = kind("ClusterRole")["rules"]
         .as_array()
         .unwrap()
@@ -1140,7 +1140,7 @@ fn dra_rbac_grants_only_what_the_driver_uses_and_the_policy_binds_it_to_its_node
 #[test]
 fn dra_claims_ask_our_class_and_each_nad_names_a_request_the_pod_claims() {
     let docs = documents();
-    let driver = rdma_host_device::dra::DRIVER;
+    let driver = rdma_host_device_agent::dra::DRIVER;
     let of = |file: &str, kind: &str| of_kind(&docs, file, kind);
     let classes = of("k8s/dra.yaml", "DeviceClass");
     assert!(
@@ -1334,7 +1334,7 @@ fn the_dra_daemonset_runs_the_driver_for_its_node_with_the_token_in_its_containe
 #[test]
 fn dra_multus_nad_takes_its_nic_from_multus_by_a_resource_name_the_node_publishes() {
     let docs = documents();
-    let driver = rdma_host_device::dra::DRIVER;
+    let driver = rdma_host_device_agent::dra::DRIVER;
     let of = |file: &str, kind: &str| of_kind(&docs, file, kind);
     let nads = of("k8s/dra-multus.yaml", "NetworkAttachmentDefinition");
     assert_eq!(nads.len(), 1, "{nads:?}");
@@ -1355,7 +1355,7 @@ fn dra_multus_nad_takes_its_nic_from_multus_by_a_resource_name_the_node_publishe
     fs::create_dir_all(&dir).unwrap();
     let node = dir.join("node.json");
     fs::write(&node, json!({"dra": {"resourceName": rname}}).to_string()).unwrap();
-    let loaded = rdma_host_device::node::Node::load_from(&node);
+    let loaded = rdma_host_device_core::node::Node::load_from(&node);
     fs::remove_dir_all(&dir).ok();
     let dra = loaded
         .and_then(|n| n.dra())

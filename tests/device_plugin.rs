@@ -15,8 +15,8 @@ mod common;
 
 use common::*;
 use prost::Message;
-use rdma_host_device::device_plugin::api::DevicePluginOptions;
-use rdma_host_device::device_plugin::api::path::GET_OPTIONS;
+use rdma_host_device_agent::device_plugin::api::DevicePluginOptions;
+use rdma_host_device_agent::device_plugin::api::path::GET_OPTIONS;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -529,7 +529,7 @@ fn a_tenants_device_id_reaches_no_nic_the_node_policy_refuses_nor_a_hardware_nic
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .find_map(|n| rdma_host_device::sysfs::pci_of(&n).map(|pci| (n, pci)));
+        .find_map(|n| rdma_host_device_core::sysfs::pci_of(&n).map(|pci| (n, pci)));
     match hardware {
         Some((name, pci)) => {
             let add = rig.call(

@@ -22,8 +22,8 @@ mod standin;
 use common::*;
 use kubelet::*;
 use prost::Message;
-use rdma_host_device::dra::api::path::{GET_INFO, PREPARE};
-use rdma_host_device::dra::api::{NodePrepareResourcesResponse, PluginInfo};
+use rdma_host_device_agent::dra::api::path::{GET_INFO, PREPARE};
+use rdma_host_device_agent::dra::api::{NodePrepareResourcesResponse, PluginInfo};
 use serde_json::{Value, json};
 use standin::ApiServer;
 use std::path::PathBuf;
@@ -33,7 +33,7 @@ const POOL: &str = "node-a";
 
 /// The DRA device name of a veth, as our ResourceSlice names it (`net-NAME`).
 fn device(nic: &Veth) -> String {
-    rdma_host_device::dra::slices::name_for(None, &nic.name, &nic.name)
+    rdma_host_device_agent::dra::slices::name_for(None, &nic.name, &nic.name)
 }
 
 /// What a user and the scheduler do for a claim: create it, then write its allocation
@@ -745,7 +745,9 @@ fn an_api_server_that_drops_the_device_status_is_told_once_and_not_asked_again()
     until("both claims written", &d, || {
         (puts("a") == 2 && puts("b") == 2).then_some(())
     });
-    std::thread::sleep(rdma_host_device::dra::status::RETRY + std::time::Duration::from_secs(1));
+    std::thread::sleep(
+        rdma_host_device_agent::dra::status::RETRY + std::time::Duration::from_secs(1),
+    );
     assert_eq!((puts("a"), puts("b")), (2, 2), "{}", d.log());
     assert_eq!(d.log().matches(dropped).count(), 1, "{}", d.log());
     assert!(status_devices(&w.api, "a").is_empty());

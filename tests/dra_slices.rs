@@ -11,8 +11,8 @@ mod common;
 mod standin;
 
 use common::*;
-use rdma_host_device::dra::slices::{UNHEALTHY_TAINT, device_name_of_link};
-use rdma_host_device::kube::{Kube, ResourceSlice, SliceFilter};
+use rdma_host_device_agent::dra::slices::{UNHEALTHY_TAINT, device_name_of_link};
+use rdma_host_device_agent::kube::{Kube, ResourceSlice, SliceFilter};
 use serde_json::json;
 use standin::ApiServer;
 use std::path::PathBuf;

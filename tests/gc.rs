@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use rdma_host_device::state::owner_key;
+use rdma_host_device_core::state::owner_key;
 use std::os::fd::AsRawFd;
 
 /// NIC `i` goes to pod `i`; configs of cniVersion 1.1.0 (GC's).

@@ -1,4 +1,4 @@
-//! The agent's Kubernetes client (`rdma_host_device::kube`) against the kube-apiserver stand-in
+//! The agent's Kubernetes client (`rdma_host_device_agent::kube`) against the kube-apiserver stand-in
 //! (tests/kube/apiserver.py, HTTPS with a CA made at start, bearer token): every call the DRA
 //! driver makes, and the answers a real API server gives when things go wrong (401, 404, 409).
 //! Claims are seeded through the same REST calls a controller would make (create, then PUT
@@ -10,7 +10,7 @@ mod standin;
 
 use common::TempDir;
 use futures::StreamExt;
-use rdma_host_device::kube::{
+use rdma_host_device_agent::kube::{
     self as k, Endpoint, Kube, ResourceClaim, ResourceSlice, SliceEvent, SliceFilter,
 };
 use serde_json::json;
@@ -259,7 +259,7 @@ fn a_wrong_token_is_a_401_that_names_the_token_file() {
         .unwrap();
         let e = kube.list_slices(&filter("n1")).await.unwrap_err();
         assert_eq!(e.code, Some(401), "{e}");
-        let text = rdma_host_device::error::Error::from(e).msg;
+        let text = rdma_host_device_core::error::Error::from(e).msg;
         assert!(text.contains("401 Unauthorized"), "{text}");
         assert!(text.contains(&wrong.display().to_string()), "{text}");
     });

@@ -284,7 +284,7 @@ fn a_claimed_nic_reaches_the_pod_through_multus_dra_mode_and_comes_home_on_del()
     let cid = w.rig.cid(0);
     let devices = w.published(2);
     // The device the scheduler picks: NIC b's, as the slice names and describes it.
-    let name_b = rdma_host_device::dra::slices::name_for(None, &b.name, &b.name);
+    let name_b = rdma_host_device_agent::dra::slices::name_for(None, &b.name, &b.name);
     let dev_b = device_named(&devices, &name_b);
     assert_eq!(
         attr(dev_b, "k8s.cni.cncf.io/resourceName"),
@@ -364,7 +364,7 @@ fn a_nad_whose_resource_name_does_not_match_gets_no_device_and_adds_nothing() {
     let pod_ns = w.rig.netns(0);
     let cid = w.rig.cid(0);
     w.published(1);
-    let name_a = rdma_host_device::dra::slices::name_for(None, &a.name, &a.name);
+    let name_a = rdma_host_device_agent::dra::slices::name_for(None, &a.name, &a.name);
     let uid = w.pod_with_claim("trainer", &[("nic", DRIVER, &name_a)]);
     let mut nad = example_nad(&w.rig);
     nad["metadata"]["name"] = json!("other-rail");
@@ -412,7 +412,7 @@ fn a_device_published_without_a_resource_name_is_skipped_by_multus() {
     let pod_ns = w.rig.netns(0);
     let cid = w.rig.cid(0);
     let devices = w.published(1);
-    let name_a = rdma_host_device::dra::slices::name_for(None, &a.name, &a.name);
+    let name_a = rdma_host_device_agent::dra::slices::name_for(None, &a.name, &a.name);
     let dev_a = device_named(&devices, &name_a);
     assert!(attr(dev_a, "k8s.cni.cncf.io/deviceID").is_some(), "{dev_a}");
     assert!(
@@ -451,7 +451,7 @@ fn a_claimed_nic_is_refused_to_any_other_pod_that_names_its_device_id() {
     let (pod_ns, intruder_ns) = (w.rig.netns(0), w.rig.netns(1));
     let (cid, intruder_cid) = (w.rig.cid(0), w.rig.cid(1));
     let devices = w.published(1);
-    let name_a = rdma_host_device::dra::slices::name_for(None, &a.name, &a.name);
+    let name_a = rdma_host_device_agent::dra::slices::name_for(None, &a.name, &a.name);
     let id = attr(device_named(&devices, &name_a), "k8s.cni.cncf.io/deviceID")
         .unwrap()
         .to_owned();

@@ -8,7 +8,7 @@
 mod conf_yaml;
 
 use rdma_host_device::cni::netconf::{OTHER_KEYS, RdmaConf, SELECTOR_KEYS};
-use rdma_host_device::node::{
+use rdma_host_device_core::node::{
     CharDevices, DevicePluginConfig, DraConfig, NicPolicy, Node, Pool, Rail,
 };
 use serde::de::DeserializeOwned;

@@ -500,13 +500,14 @@ fn any_name_the_kernel_accepts_selects_the_nic() {
 // ---------------------------------------------------------------- the document
 
 /// docs/trust.md names a test for each row: each must exist, so the table cannot drift from
-/// the suite (`file::name` in tests/, `file::prefix*` for a group, `unit: name` in src/).
+/// the suite (`file::name` in tests/, `file::prefix*` for a group, `unit: name` in src/ or crates/).
 #[test]
 fn the_trust_table_names_tests_that_exist() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = fs::read_to_string(root.join("docs/trust.md")).unwrap();
     let src = files_under(&root.join("src"))
         .into_iter()
+        .chain(files_under(&root.join("crates")))
         .filter_map(|p| fs::read_to_string(p).ok())
         .collect::<String>();
     let mut checked = 0;

@@ -5,9 +5,9 @@
 
 use super::result::CniResult;
 use super::version::Version;
-use crate::error::{Code, Error, Result, invalid_config};
-use crate::logging::shown;
-use crate::node::Node;
+use rdma_host_device_core::error::{Code, Error, Result, invalid_config};
+use rdma_host_device_core::logging::shown;
+use rdma_host_device_core::node::Node;
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -387,7 +387,10 @@ impl NetConf {
         };
         let device_info_file = match &given.runtime_config.device_info_file {
             None => None,
-            Some(f) => Some(crate::device_info::confine(f, &node.device_info_dir)?),
+            Some(f) => Some(rdma_host_device_core::device_info::confine(
+                f,
+                &node.device_info_dir,
+            )?),
         };
         let selector = selector(
             given.device,
@@ -475,7 +478,7 @@ fn log_file_name(f: &Path, log_dir: &Path) -> Result<String> {
 
 /// The spec's network name rule, which also keeps the name safe in file names.
 fn validate_network_name(name: &str) -> Result<()> {
-    if name.len() <= 253 && crate::cni::env::is_spec_name(name) {
+    if name.len() <= 253 && rdma_host_device_core::names::is_spec_name(name) {
         Ok(())
     } else {
         Err(invalid_config(format!(
@@ -516,7 +519,8 @@ fn selector(
     };
     let mut found = Vec::new();
     if let Some(v) = device {
-        crate::cni::env::validate_ifname(&v).map_err(|m| invalid_config(format!("device: {m}")))?;
+        rdma_host_device_core::names::validate_ifname(&v)
+            .map_err(|m| invalid_config(format!("device: {m}")))?;
         found.push(Selector::Name(v));
     }
     if let Some(v) = hwaddr {
@@ -613,8 +617,8 @@ fn validate_bus_id(field: &str, v: &str) -> Result<()> {
 
 /// `hwaddr` in lower-case colon form, the form links report.
 fn normalised_hwaddr(v: &str) -> Result<String> {
-    crate::link::parse_mac(v)
-        .map(|m| crate::link::format_mac(&m))
+    rdma_host_device_core::link::parse_mac(v)
+        .map(|m| rdma_host_device_core::link::format_mac(&m))
         .ok_or_else(|| {
             invalid_config(format!(
                 "hwaddr {} is not a MAC address like 0a:58:0a:00:00:01",

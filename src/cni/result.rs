@@ -2,8 +2,8 @@
 //! in the version the config asked for.
 
 use super::version::Version;
-use crate::error::{Result, invalid_config};
 use ipnet::IpNet;
+use rdma_host_device_core::error::{Result, invalid_config};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::net::IpAddr;

@@ -1,6 +1,6 @@
 //! CNI spec versions we speak, and what each one changes in the protocol.
 
-use crate::error::{Code, Error, Result};
+use rdma_host_device_core::error::{Code, Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {

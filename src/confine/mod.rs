@@ -38,6 +38,7 @@
 mod landlock;
 mod seccomp;
 
+use rdma_host_device_core::node::{Confinement, MAX_IPAM_OUTPUT, Node};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -70,6 +71,20 @@ pub struct Policy<'a> {
     pub deadline: Duration,
     /// Stdout beyond this many bytes is refused (the program is killed).
     pub max_output: usize,
+}
+
+impl<'a> Policy<'a> {
+    /// What the node lets an IPAM plugin do: read `ipamReadPaths`, write beneath `ipamPaths`,
+    /// for `ipamTimeoutSeconds`.
+    pub fn ipam(node: &'a Node) -> Policy<'a> {
+        Policy {
+            read: &node.ipam_read_paths,
+            write: &node.ipam_paths,
+            required: node.ipam_confinement == Confinement::Required,
+            deadline: Duration::from_secs(node.ipam_timeout_seconds),
+            max_output: MAX_IPAM_OUTPUT,
+        }
+    }
 }
 
 /// How a confined program ended.

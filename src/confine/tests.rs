@@ -111,7 +111,7 @@ fn a_program_that_never_answers_is_killed_at_the_deadline_with_what_it_started()
     );
     // The kernel took the whole PID namespace: nothing of it is left.
     std::thread::sleep(Duration::from_millis(200));
-    let left: Vec<u32> = crate::process::pids()
+    let left: Vec<u32> = rdma_host_device_core::process::pids()
         .into_iter()
         .filter(|p| {
             fs::read(format!("/proc/{p}/cmdline"))
@@ -247,7 +247,7 @@ fn a_program_that_clears_its_death_signal_is_still_killed_at_the_deadline() {
     let err = run(&exe, &[], b"", &policy(&read, &[], 2)).unwrap_err();
     assert!(matches!(err, Failure::Deadline(_)), "{err}");
     std::thread::sleep(Duration::from_millis(300));
-    let left: Vec<u32> = crate::process::pids()
+    let left: Vec<u32> = rdma_host_device_core::process::pids()
         .into_iter()
         .filter(|p| {
             fs::read(format!("/proc/{p}/cmdline"))

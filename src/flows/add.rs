@@ -11,14 +11,14 @@ use super::undo::{Undo, UndoStack};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, SoftDevice};
 use crate::cni::result::{CniResult, Interface};
-use crate::device_info::{self, DeviceInfo};
-use crate::error::{Code, Error, Result};
-use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::Arrival;
-use crate::node::Node;
-use crate::state::{NetworkData, Store};
 use futures::FutureExt;
+use rdma_host_device_core::device_info::{self, DeviceInfo};
+use rdma_host_device_core::error::{Code, Error, Result};
+use rdma_host_device_core::fault;
+use rdma_host_device_core::link::Arrival;
+use rdma_host_device_core::node::Node;
+use rdma_host_device_core::state::{NetworkData, Store};
 use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
 
@@ -139,7 +139,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
     undo.update_record(&record);
     // Nothing of another namespace came with it (stacked on it between the policy check and
     // the move, through a namespace id): else it goes home and ADD fails naming what.
-    crate::uppers::arrival::check(&plan.sentry, pod_ns, inside.index, &env.ifname)?;
+    rdma_host_device_core::uppers::arrival::check(&plan.sentry, pod_ns, inside.index, &env.ifname)?;
     log::info!(
         "moved {} into {} as {} (index {}, mtu {})",
         record.host_name,
@@ -222,7 +222,10 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
     //    pod's (Multus puts it in the pod's network-status annotation).
     if let Some(path) = &conf.device_info_file {
         let info = DeviceInfo {
-            pf_pci_address: plan.pci.as_deref().and_then(crate::sysfs::physfn_of),
+            pf_pci_address: plan
+                .pci
+                .as_deref()
+                .and_then(rdma_host_device_core::sysfs::physfn_of),
             pci_address: plan.pci.clone(),
             rdma_device: plan.rdma.as_ref().map(|p| p.device().to_owned()),
         };

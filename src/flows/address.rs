@@ -3,8 +3,8 @@
 //! a route without one goes through.
 
 use crate::cni::result::{CniResult, IpConfig, Route};
-use crate::error::Result;
-use crate::link::{Links, RouteSpec};
+use rdma_host_device_core::error::Result;
+use rdma_host_device_core::link::{Links, RouteSpec};
 
 use std::net::IpAddr;
 

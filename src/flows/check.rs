@@ -3,12 +3,12 @@
 
 use crate::cni::env::Env;
 use crate::cni::netconf::{Isolation, NetConf};
-use crate::error::{Code, Error, Result, invalid_config};
 use crate::ipam::Ipam;
-use crate::link::Links;
-use crate::netns::Netns;
-use crate::node::Node;
-use crate::state::Store;
+use rdma_host_device_core::error::{Code, Error, Result, invalid_config};
+use rdma_host_device_core::link::Links;
+use rdma_host_device_core::netns::Netns;
+use rdma_host_device_core::node::Node;
+use rdma_host_device_core::state::Store;
 use std::net::IpAddr;
 use std::path::Path;
 

@@ -7,11 +7,11 @@
 use super::give_back::release_attachment;
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
-use crate::error::Result;
-use crate::fault;
 use crate::lock;
-use crate::node::Node;
-use crate::state::Store;
+use rdma_host_device_core::error::Result;
+use rdma_host_device_core::fault;
+use rdma_host_device_core::node::Node;
+use rdma_host_device_core::state::Store;
 
 /// DEL: lock the attachment, load its record (the netns from it when the runtime sends none)
 /// and release it: IPAM, the NIC, the state. Lenient about the config, strict about the truth.

@@ -12,14 +12,14 @@ use super::give_back::release_attachment;
 use super::lost::recover_lost;
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
-use crate::error::first_error;
-use crate::error::{Error, Result};
-use crate::fault;
 use crate::ipam::Ipam;
 use crate::lock;
+use rdma_host_device_core::error::first_error;
+use rdma_host_device_core::error::{Error, Result};
+use rdma_host_device_core::fault;
 
-use crate::node::Node;
-use crate::state::{Record, Store};
+use rdma_host_device_core::node::Node;
+use rdma_host_device_core::state::{Record, Store};
 use std::collections::HashSet;
 
 /// GC: release every attachment of this network not in `cni.dev/valid-attachments`, restore
@@ -27,7 +27,7 @@ use std::collections::HashSet;
 pub async fn gc(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     // Without the list, every attachment would look stale: refuse rather than guess.
     let valid = conf.valid_attachments.clone().ok_or_else(|| {
-        crate::error::invalid_config(
+        rdma_host_device_core::error::invalid_config(
             "GC needs \"cni.dev/valid-attachments\" in the network configuration (an empty list means none is valid)",
         )
     })?;

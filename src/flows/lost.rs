@@ -4,12 +4,12 @@
 
 use super::ours::{Where, find_ours, lost_to_restore, restoration, restored, tagged_by};
 use crate::cni::netconf::ValidAttachment;
-use crate::error::{Error, Result};
-use crate::fault;
-use crate::link::{LinkInfo, Links};
 use crate::lock;
-use crate::netns::Netns;
-use crate::state::{Record, Tag, owner_key};
+use rdma_host_device_core::error::{Error, Result};
+use rdma_host_device_core::fault;
+use rdma_host_device_core::link::{LinkInfo, Links};
+use rdma_host_device_core::netns::Netns;
+use rdma_host_device_core::state::{Record, Tag, owner_key};
 use std::collections::HashSet;
 
 /// Give every NIC lost to a dead pod (back on the host, bearing our tag) whose name is not
@@ -73,7 +73,7 @@ pub(super) async fn recover_lost(
         .map(|a| owner_key(&a.container_id, &a.ifname))
         .collect();
     let host = Links::open()?;
-    name_lost_unreadable(&host, &crate::netns::Netns::current()?).await?;
+    name_lost_unreadable(&host, &rdma_host_device_core::netns::Netns::current()?).await?;
     for l in host.all().await? {
         let Some(tag) = lost_to_restore(&l, &valid, tried) else {
             continue;

@@ -14,13 +14,13 @@ mod rdma;
 mod status;
 mod undo;
 
-pub(crate) use give_back::orphaned_nic;
+pub use give_back::orphaned_nic;
 
 use crate::cni::env::{Command, Env};
 use crate::cni::netconf::NetConf;
 use crate::cni::result::CniResult;
-use crate::error::{Code, Error, Result};
-use crate::node::Node;
+use rdma_host_device_core::error::{Code, Error, Result};
+use rdma_host_device_core::node::Node;
 
 /// What a verb prints on success.
 pub enum Output {

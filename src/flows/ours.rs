@@ -3,8 +3,8 @@
 //! can be tested without a kernel. What a pod cannot forge decides: a hardware NIC is its
 //! parent device; a virtual one its kind and where it is; our alias tag is a hint only.
 
-use crate::link::{Arrival, LinkInfo, Unreadable};
-use crate::state::{Record, Tag, record_of_lost};
+use rdma_host_device_core::link::{Arrival, LinkInfo, Unreadable};
+use rdma_host_device_core::state::{Record, Tag, record_of_lost};
 use std::collections::HashSet;
 
 /// Where [`find_ours`] looks: the pod (any state of the NIC) or the host (only a lost NIC,

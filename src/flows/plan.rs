@@ -10,15 +10,15 @@ use super::ours::restoration;
 use super::rdma::{self, RdmaPlan};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, Selector};
-use crate::error::{Code, Error, Result};
-use crate::fault;
-use crate::link::{LinkInfo, Links};
 use crate::lock;
-use crate::netns::Netns;
-use crate::node::Node;
 use crate::select::{self, Resolved};
-use crate::state::{DraAttachment, Record, Store};
-use crate::uppers::arrival::Sentry;
+use rdma_host_device_core::error::{Code, Error, Result};
+use rdma_host_device_core::fault;
+use rdma_host_device_core::link::{LinkInfo, Links};
+use rdma_host_device_core::netns::Netns;
+use rdma_host_device_core::node::Node;
+use rdma_host_device_core::state::{DraAttachment, Record, Store};
+use rdma_host_device_core::uppers::arrival::Sentry;
 use std::path::Path;
 
 /// Everything ADD will do, decided before it changes anything.
@@ -151,7 +151,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         pod: env.pod(),
         device_info: match &conf.device_info_file {
             Some(p) => {
-                crate::device_info::check_owner(p, &env.container_id, &env.ifname)?;
+                rdma_host_device_core::device_info::check_owner(p, &env.container_id, &env.ifname)?;
                 Some(p.clone())
             }
             None => None,
@@ -179,14 +179,14 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
 
 /// The DRA driver's checkpoint as ADD reads it, with where it was read from (for messages).
 struct Prepared {
-    cp: crate::dra::checkpoint::Checkpoint,
+    cp: rdma_host_device_core::dra_checkpoint::Checkpoint,
     path: std::path::PathBuf,
 }
 
 impl Prepared {
     fn read(node: &Node) -> Result<Prepared> {
-        let path = crate::dra::checkpoint::path(&node.state_dir);
-        let cp = crate::dra::checkpoint::Checkpoint::read(&path)
+        let path = rdma_host_device_core::dra_checkpoint::path(&node.state_dir);
+        let cp = rdma_host_device_core::dra_checkpoint::Checkpoint::read(&path)
             .map_err(|e| Error::new(Code::Io, e.to_string()))?;
         Ok(Prepared { cp, path })
     }
@@ -203,8 +203,8 @@ fn refuse_another_pods_prepared_nic(env: &Env, prepared: &Prepared, r: &Resolved
         return Ok(());
     }
     let host_name = r.lost.as_ref().map_or(&r.link.name, |t| &t.host_name);
-    let aux = crate::sysfs::aux_of(&r.link.name);
-    let id = crate::sysfs::device_id(r.pci.as_deref(), aux.as_deref(), host_name);
+    let aux = rdma_host_device_core::sysfs::aux_of(&r.link.name);
+    let id = rdma_host_device_core::sysfs::device_id(r.pci.as_deref(), aux.as_deref(), host_name);
     let uid = env.pod().map(|p| p.uid).unwrap_or_default();
     match cp.holder(&id, "") {
         Some((claim_uid, c)) if uid.is_empty() || !c.pods.contains(&uid) => Err(Error::new(
@@ -274,7 +274,7 @@ fn dra_selector(
                 .parent
                 .as_deref()
                 .and_then(|p| p.strip_prefix("auxiliary/"));
-            crate::sysfs::device_id(r.pci.as_deref(), aux, &r.host_name)
+            rdma_host_device_core::sysfs::device_id(r.pci.as_deref(), aux, &r.host_name)
         })
         .collect();
     match devices
@@ -295,7 +295,7 @@ fn dra_selector(
                 name: claim.name.clone(),
                 uid: (*claim_uid).to_owned(),
                 request: d.request.clone(),
-                driver: crate::dra::DRIVER.to_owned(),
+                driver: rdma_host_device_core::dra_checkpoint::DRIVER.to_owned(),
                 pool: d.pool.clone(),
                 device: d.device.clone(),
                 network: None,
@@ -376,7 +376,7 @@ fn check_mtu(nic: &LinkInfo, mtu: u32) -> Result<()> {
     if (lo..=hi).contains(&mtu) {
         return Ok(());
     }
-    Err(crate::error::invalid_config(format!(
+    Err(rdma_host_device_core::error::invalid_config(format!(
         "mtu {mtu} is outside what {}'s driver accepts ({lo} to {hi})",
         nic.name
     )))
@@ -391,7 +391,7 @@ pub(super) fn check_ipv6_mtu(mtu: u32, whence: &str) -> Result<()> {
     if mtu >= IPV6_MIN_MTU {
         return Ok(());
     }
-    Err(crate::error::invalid_config(format!(
+    Err(rdma_host_device_core::error::invalid_config(format!(
         "{whence} has an IPv6 address, and IPv6 needs MTU >= {IPV6_MIN_MTU}, but the pod's MTU would be {mtu}; raise mtu or drop the IPv6 address"
     )))
 }

@@ -9,14 +9,14 @@
 
 use crate::cni::env::Env;
 use crate::cni::netconf::{Isolation, NetConf, Selector, SoftDevice};
-use crate::error::{Code, Error, Result};
-use crate::link::LinkInfo;
-use crate::netns::Netns;
-use crate::node::Node;
-use crate::rdma::netlink::{NetnsMode, RdmaDevice, RdmaNlError, RdmaSocket};
-use crate::rdma::pair::{self, Nic, rdma_error};
-use crate::rdma::verbs::{self, Source, VerbsError, Verification};
-use crate::state::Record;
+use rdma_host_device_core::error::{Code, Error, Result};
+use rdma_host_device_core::link::LinkInfo;
+use rdma_host_device_core::netns::Netns;
+use rdma_host_device_core::node::Node;
+use rdma_host_device_core::rdma::netlink::{NetnsMode, RdmaDevice, RdmaNlError, RdmaSocket};
+use rdma_host_device_core::rdma::pair::{self, Nic, rdma_error};
+use rdma_host_device_core::rdma::verbs::{self, Source, VerbsError, Verification};
+use rdma_host_device_core::state::Record;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -151,11 +151,11 @@ fn refuse_taking_a_used_device(
     nic: &LinkInfo,
     node: &Node,
 ) -> Result<()> {
-    let users = crate::rdma::users::holders(sock, dev)?;
+    let users = rdma_host_device_core::rdma::users::holders(sock, dev)?;
     if users.is_empty() {
         return Ok(());
     }
-    let who = crate::process::describe(&users);
+    let who = rdma_host_device_core::process::describe(&users);
     if node.take_rdma_devices_in_use {
         log::warn!(
             "RDMA device {} is in use on the host by {who}; moving it into the pod anyway (the node's takeRdmaDevicesInUse): their RDMA stops",
@@ -269,7 +269,7 @@ fn soft_name(kind: SoftDevice, env: &Env) -> String {
     format!(
         "{}_{}",
         kind.name(),
-        crate::state::owner_key(&env.container_id, &env.ifname)
+        rdma_host_device_core::state::owner_key(&env.container_id, &env.ifname)
     )
 }
 

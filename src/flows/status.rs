@@ -3,12 +3,12 @@
 
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
-use crate::error::{Code, Error, Result};
 use crate::ipam::Ipam;
-use crate::link::Links;
-use crate::node::Node;
 use crate::select;
-use crate::state::Store;
+use rdma_host_device_core::error::{Code, Error, Result};
+use rdma_host_device_core::link::Links;
+use rdma_host_device_core::node::Node;
+use rdma_host_device_core::state::Store;
 
 use super::lost::{name_lost_unreadable, restore_lost};
 
@@ -17,7 +17,7 @@ use super::lost::{name_lost_unreadable, restore_lost};
 pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     if let Some(sel) = &conf.selector {
         let host = Links::open()?;
-        name_lost_unreadable(&host, &crate::netns::Netns::current()?).await?;
+        name_lost_unreadable(&host, &rdma_host_device_core::netns::Netns::current()?).await?;
         let store = Store::new(&node.state_dir);
         match select::resolve(sel, &host, &store).await {
             // A NIC back from a dead pod is ready once it has its own name again.

@@ -3,10 +3,10 @@
 //! with DEL.
 
 use super::give_back::{Places, return_nic};
-use crate::error::Result;
-use crate::fault;
 use crate::ipam::Ipam;
-use crate::state::{Record, Store};
+use rdma_host_device_core::error::Result;
+use rdma_host_device_core::fault;
+use rdma_host_device_core::state::{Record, Store};
 
 /// One step to take back.
 #[derive(Debug)]
@@ -90,6 +90,6 @@ async fn apply(step: &Undo, places: &Places<'_>) -> Result<()> {
             Some(t) => Ipam::new(t, places.env, places.node)?.del(&places.conf.raw),
             None => Ok(()),
         },
-        Undo::RemoveDeviceInfo { path } => crate::device_info::remove(path),
+        Undo::RemoveDeviceInfo { path } => rdma_host_device_core::device_info::remove(path),
     }
 }

@@ -60,8 +60,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The plugin under test.
 pub const PLUGIN: &str = env!("CARGO_BIN_EXE_rdma-host-device");
-/// The node agent beside it (inspect, metrics, device-plugin, cdi, node-config, validate).
-pub const AGENT: &str = env!("CARGO_BIN_EXE_rdma-host-device-agent");
+/// The node agent beside it (inspect, metrics, device-plugin, cdi, node-config, validate): the
+/// agent crate's binary, in the same target directory as the plugin's (cargo names only a
+/// package's own binaries to its tests). `cargo test` at the root builds it: the agent crate
+/// is a default member and has an integration test of its own (crates/agent/tests/).
+pub const AGENT: &str = concat!(env!("CARGO_BIN_EXE_rdma-host-device"), "-agent");
 
 /// The binary the tests run: [`PLUGIN`], or `$RHD_TEST_PLUGIN` to aim the same suite at
 /// another plugin (e.g. `/usr/lib/cni/host-device`, to see the suite catch its faults).

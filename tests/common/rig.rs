@@ -136,12 +136,12 @@ impl Rig {
         // IPAM paths: the node's defaults plus this rig's dataDir (where the tests' host-local
         // writes), unless the test sets ipamPaths itself; what IPAM may read: the defaults
         // plus the shell and its tools, which the tests' own IPAM scripts (fixed_ipam) run.
-        let mut ipam_paths: Vec<Value> = rdma_host_device::node::DEFAULT_IPAM_PATHS
+        let mut ipam_paths: Vec<Value> = rdma_host_device_core::node::DEFAULT_IPAM_PATHS
             .iter()
             .map(|p| json!(p))
             .collect();
         ipam_paths.push(json!(self.data_dir()));
-        let mut ipam_read: Vec<Value> = rdma_host_device::node::DEFAULT_IPAM_READ_PATHS
+        let mut ipam_read: Vec<Value> = rdma_host_device_core::node::DEFAULT_IPAM_READ_PATHS
             .iter()
             .map(|p| json!(p))
             .collect();
@@ -153,7 +153,7 @@ impl Rig {
             "ipamReadPaths": ipam_read,
         });
         if !keys.0.is_empty() {
-            let mut allowed: Vec<String> = rdma_host_device::node::DEFAULT_IPAM_PLUGINS
+            let mut allowed: Vec<String> = rdma_host_device_core::node::DEFAULT_IPAM_PLUGINS
                 .iter()
                 .map(|s| s.to_string())
                 .collect();

@@ -48,8 +48,8 @@ impl ApiServer {
         }
     }
 
-    pub fn endpoint(&self) -> rdma_host_device::kube::Endpoint {
-        rdma_host_device::kube::Endpoint::Explicit {
+    pub fn endpoint(&self) -> rdma_host_device_agent::kube::Endpoint {
+        rdma_host_device_agent::kube::Endpoint::Explicit {
             server: self.url.clone(),
             ca: self.ca.clone(),
             token: self.token.clone(),

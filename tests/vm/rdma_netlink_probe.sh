@@ -5,10 +5,10 @@
 # run the #[ignore]d `rdma::netlink::tests::vm` tests of the given unit-test binary.
 #
 # usage (on the host, from the repo root):
-#   cargo test --no-run      # prints the binary: target/debug/deps/rdma_host_device-HASH
+#   cargo test -p rdma-host-device-core --no-run      # prints the binary: target/debug/deps/rdma_host_device_core-HASH
 #   RIG=tests/vm/vm.sh
-#   $RIG            tests/vm/rdma_netlink_probe.sh target/debug/deps/rdma_host_device-HASH
-#   $RIG --exclusive tests/vm/rdma_netlink_probe.sh target/debug/deps/rdma_host_device-HASH
+#   $RIG            tests/vm/rdma_netlink_probe.sh target/debug/deps/rdma_host_device_core-HASH
+#   $RIG --exclusive tests/vm/rdma_netlink_probe.sh target/debug/deps/rdma_host_device_core-HASH
 set -euo pipefail
 BIN=${1:?usage: $0 TEST-BINARY [FILTER]}
 FILTER=${2:-rdma::netlink::tests::vm}

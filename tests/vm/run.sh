@@ -13,11 +13,12 @@ GROUPS_=("$@")
 
 "$HERE/vm.sh" --prepare || { echo "run: preparing the VM failed" >&2; exit 1; }
 cargo build -q || exit 1
-UNIT=$(cargo test --no-run --message-format=json -q 2>/dev/null \
+# The core crate's unit tests: the RDMA netlink and verbs code (crates/core/src/rdma/) is there.
+UNIT=$(cargo test -p rdma-host-device-core --no-run --message-format=json -q 2>/dev/null \
   | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["lib"] and m["profile"]["test"]:
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "rdma_host_device_core" and m["target"]["kind"] == ["lib"] and m["profile"]["test"]:
         print(m["executable"])' | head -1)
 [[ -x $UNIT ]] || { echo "run: cannot find the unit-test binary" >&2; exit 1; }
 mkdir -p target/vm

@@ -5,14 +5,14 @@
 
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
-use crate::error::{Code, Error, Result};
-use crate::fault;
 use crate::ipam::Ipam;
-use crate::link::{Arrival, LinkInfo, Links};
 use crate::lock;
-use crate::netns::Netns;
-use crate::node::Node;
-use crate::state::{Record, Store, Tag, parent_key};
+use rdma_host_device_core::error::{Code, Error, Result};
+use rdma_host_device_core::fault;
+use rdma_host_device_core::link::{Arrival, LinkInfo, Links};
+use rdma_host_device_core::netns::Netns;
+use rdma_host_device_core::node::Node;
+use rdma_host_device_core::state::{Record, Store, Tag, parent_key};
 
 use super::ours::{
     Where, find_ours, is_orphaned_nic, legacy, lost_under_another_tag, restored, tagged_by,
@@ -128,7 +128,7 @@ pub async fn release_attachment(
     // The device-info file ADD wrote for Multus (it may have been a device plugin's copy
     // before): it describes a device the pod no longer has.
     if let Some(path) = record.and_then(|r| r.device_info.as_ref())
-        && let Err(e) = crate::device_info::remove(path)
+        && let Err(e) = rdma_host_device_core::device_info::remove(path)
     {
         errors.push(e);
     }
@@ -147,7 +147,7 @@ pub async fn release_attachment(
         // The state file, and a temp file left by an ADD killed while writing it.
         store.remove(&env.container_id, &env.ifname)?;
     }
-    crate::error::first_error(errors)
+    rdma_host_device_core::error::first_error(errors)
 }
 
 /// Refuse (4) a pod namespace that is not the one ADD attached in (see
@@ -184,7 +184,7 @@ async fn orphaned(r: &Record, netns: &str) -> Result<()> {
 /// `netns::others_on_node`; one with another name under /run/netns is someone's, and a NIC on
 /// its way home from a dead pod passes through none): the link there, and who holds it
 /// ("held by pid 4242 (sleep)"). DEL and `inspect` ask.
-pub(crate) async fn orphaned_nic(r: &Record) -> Option<(LinkInfo, String)> {
+pub async fn orphaned_nic(r: &Record) -> Option<(LinkInfo, String)> {
     let owner = r.owner();
     // Namespaces only a process keeps, and the one ADD attached in under another name (its
     // path unmounted while another mount keeps it). Namespace identities are reused once a
@@ -197,7 +197,7 @@ pub(crate) async fn orphaned_nic(r: &Record) -> Option<(LinkInfo, String)> {
             })
         })
     };
-    let held = crate::netns::others_on_node()
+    let held = rdma_host_device_core::netns::others_on_node()
         .into_iter()
         .filter(|(p, _)| p.starts_with("/proc") || same_ns(p));
     for (path, label) in held {
@@ -218,7 +218,10 @@ pub(crate) async fn orphaned_nic(r: &Record) -> Option<(LinkInfo, String)> {
         let held_by = if holders.is_empty() {
             label
         } else {
-            format!("held by {}", crate::process::describe(&holders))
+            format!(
+                "held by {}",
+                rdma_host_device_core::process::describe(&holders)
+            )
         };
         return Some((l, held_by));
     }
@@ -374,7 +377,7 @@ pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<
         .any(|l| l.parent.as_ref().map(parent_key).as_deref() == Some(parent));
     let device_exists = parent
         .split_once('/')
-        .is_some_and(|(bus, dev)| crate::sysfs::bus_device_exists(bus, dev));
+        .is_some_and(|(bus, dev)| rdma_host_device_core::sysfs::bus_device_exists(bus, dev));
     if !home && places.pod.is_some() && device_exists {
         return Err(Error::new(
             Code::Netlink,
@@ -467,9 +470,9 @@ impl HomeName {
             format!("{what}, as an altname")
         };
         Ok(HomeName {
-            name: crate::state::displaced_pattern(&r.host_name),
+            name: rdma_host_device_core::state::displaced_pattern(&r.host_name),
             taken_by: Some(taken_by),
-            alias_note: crate::state::displaced_note(&r.host_name),
+            alias_note: rdma_host_device_core::state::displaced_note(&r.host_name),
         })
     }
 

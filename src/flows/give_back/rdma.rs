@@ -3,16 +3,16 @@
 //! kernel's delete would sleep until they close it), a moved device goes home under the
 //! node's name.
 
-use crate::error::{Code, Error, Result};
-use crate::netns::Netns;
-use crate::rdma::netlink::{NetnsMode, RdmaDevice, RdmaNlError, RdmaSocket};
-use crate::rdma::pair::rdma_error;
-use crate::state::Record;
+use rdma_host_device_core::error::{Code, Error, Result};
+use rdma_host_device_core::netns::Netns;
+use rdma_host_device_core::rdma::netlink::{NetnsMode, RdmaDevice, RdmaNlError, RdmaSocket};
+use rdma_host_device_core::rdma::pair::rdma_error;
+use rdma_host_device_core::state::Record;
 
 /// 11 when processes hold software device `dev` open: deleting it would sleep in the kernel
 /// (uninterruptibly, in `ib_uverbs_remove_one`) until every one of them closes it.
 fn refuse_deleting_a_used_soft_device(sock: &mut RdmaSocket, dev: &RdmaDevice) -> Result<()> {
-    let users = crate::rdma::users::holders(sock, dev)?;
+    let users = rdma_host_device_core::rdma::users::holders(sock, dev)?;
     if users.is_empty() {
         return Ok(());
     }
@@ -21,7 +21,7 @@ fn refuse_deleting_a_used_soft_device(sock: &mut RdmaSocket, dev: &RdmaDevice) -
         format!(
             "software RDMA device {} is held open by {}: deleting it now would block in the kernel until they close it, so nothing was changed and the attachment (NIC, address, device, state) is kept; DEL succeeds once they exit (in shared mode any pod can open it: stop them, or let the runtime retry)",
             dev.name,
-            crate::process::describe(&users)
+            rdma_host_device_core::process::describe(&users)
         ),
     ))
 }

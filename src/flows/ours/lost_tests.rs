@@ -1,7 +1,7 @@
 //! Which links on the host GC restores as lost NICs ([`lost_to_restore`]): plain data in, no netlink, no root.
 
 use super::*;
-use crate::state::owner_key;
+use rdma_host_device_core::state::owner_key;
 
 fn link(alias: Option<String>) -> LinkInfo {
     LinkInfo {

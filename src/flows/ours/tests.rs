@@ -3,7 +3,7 @@
 //! MAC). Plain data in, no netlink, no root.
 
 use super::*;
-use crate::state::owner_key;
+use rdma_host_device_core::state::owner_key;
 use serde_json::json;
 
 const OWNER_CID: &str = "pod-a";

@@ -1,0 +1,327 @@
+//! `rdma-host-device-agent device-plugin`: a kubelet device plugin (API `v1beta1`) that offers the
+//! node's NICs as extended resources, one per pool of the node configuration's
+//! `devicePlugin`, so the scheduler counts NICs, the Topology Manager sees their NUMA nodes,
+//! and a pod gets its NIC's RDMA char devices and learns its names. Multus then hands the
+//! allocated NIC's ID to the CNI as `deviceID`.
+//!
+//! - `api.rs`: the v1beta1 messages, hand-written `prost::Message` structs.
+//! - `pool.rs`: which NICs each pool offers (selectors, node policy), their IDs and NUMA nodes.
+//! - `health.rs`: Healthy or Unhealthy, from sysfs.
+//! - `allocate.rs`: `Allocate` (char devices, env, device-info files), `GetPreferredAllocation`.
+//! - `server.rs`: the gRPC service per pool, registration, kubelet restarts.
+//!
+//! Why hand-written messages and routing rather than tonic-build: tonic-build needs `protoc`
+//! (or protox and a build script) at build time, for twenty small messages and five methods
+//! that the kubelet has kept wire-compatible since 2018. Hand-written, the build has no step
+//! and the wire contract is checked from outside: the integration test's kubelet is generated
+//! from our own `tests/device_plugin/deviceplugin.proto` by grpcio-tools.
+//!
+//! Nothing here runs in a CNI call: the CNI verbs never reach this module (main.rs sends them to
+//! `flows`), and they keep the node configuration's `devicePlugin` as unparsed text
+//! (`Node::device_plugin` parses it, for this module and `node-config`).
+
+pub mod allocate;
+pub mod api;
+pub mod health;
+pub mod pool;
+pub mod server;
+
+use crate::flags::absolute_path;
+use rdma_host_device_core::error::{Result, invalid_config, io_error};
+use rdma_host_device_core::link::Links;
+use rdma_host_device_core::node::{DevicePluginConfig, Node};
+use rdma_host_device_core::state::Store;
+use server::Plugin;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where the kubelet looks for device plugins.
+pub const DEFAULT_SOCKET_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// How often health is read (sysfs, cheap): a change reaches `ListAndWatch` within this.
+const HEALTH_TICK: Duration = Duration::from_millis(200);
+/// Every this many health ticks, the NICs are discovered again (netlink: uplink checks).
+const DISCOVER_EVERY: u32 = 25;
+/// A discovery (link, address and route dumps) gives up after this long.
+const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `device-plugin [--socket-dir DIR] [--device-info-dir DIR] [--state-dir DIR]
+/// [--cdi-spec FILE]`.
+#[derive(Debug, PartialEq, Eq, clap::Args)]
+pub struct Options {
+    /// The kubelet's device-plugins directory, where kubelet.sock is
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_SOCKET_DIR, value_parser = absolute_path)]
+    pub socket_dir: PathBuf,
+    /// Where the device-info files Multus reads are written
+    #[arg(long, value_name = "DIR", default_value = allocate::DEFAULT_DEVICE_INFO_DIR, value_parser = absolute_path)]
+    pub device_info_dir: PathBuf,
+    /// The attachments' state directory [default: the node configuration's stateDir]
+    #[arg(long, value_name = "DIR", value_parser = absolute_path)]
+    pub state_dir: Option<PathBuf>,
+    /// Keep this CDI spec up to date (`cdi::refresh`) at every discovery, its memlock hook the
+    /// node configuration's cdiHook (as the install container's `cdi` writes it).
+    #[arg(long, value_name = "FILE", value_parser = absolute_path)]
+    pub cdi_spec: Option<PathBuf>,
+}
+
+/// Run the device plugin until killed; returns only if it cannot start.
+pub fn run(opts: &Options) -> Result<()> {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("rdma-host-device-agent device-plugin: bug: {info}");
+    }));
+    rdma_host_device_core::logging::init(log::LevelFilter::Info, None, " device-plugin".into());
+    let node = Node::load()?;
+    let Some(dp) = node.device_plugin()? else {
+        return Err(invalid_config(format!(
+            "the node configuration ({}) has no devicePlugin: no pool to offer (see docs/devices.md, \"Device plugin\")",
+            node.source
+        )));
+    };
+    if !opts.socket_dir.is_dir() {
+        return Err(invalid_config(format!(
+            "{} is not a directory (the kubelet's device-plugins directory; --socket-dir)",
+            opts.socket_dir.display()
+        )));
+    }
+    let state_dir = opts.state_dir.clone().unwrap_or(node.state_dir.clone());
+    let mut cdi = match &opts.cdi_spec {
+        None => None,
+        Some(path) => Some(CdiKeeper {
+            path: path.clone(),
+            hook: node.cdi_hook.clone(),
+            memlock: rdma_host_device_core::node::Memlock::parse(&node.memlock)
+                .map_err(|e| e.context(&node.source))?,
+            last_error: String::new(),
+        }),
+    };
+    let plugins: Vec<Arc<Plugin>> = dp
+        .pools
+        .iter()
+        .map(|p| {
+            Arc::new(Plugin {
+                pool: p.clone(),
+                chars: dp.char_devices,
+                device_info_dir: opts.device_info_dir.clone(),
+                sys: PathBuf::from("/sys"),
+                nics: Mutex::new(BTreeMap::new()),
+                devices: tokio::sync::watch::channel(Vec::new()).0,
+            })
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| io_error("cannot start the runtime", e))?;
+    rt.block_on(async move {
+        let host = Links::open()?;
+        let store = Store::new(&state_dir);
+        // The first device list before the kubelet can ask for it.
+        let mut watcher = Watcher::default();
+        watcher
+            .discover(&host, &store, &dp, &node, &plugins, Path::new("/sys"))
+            .await;
+        watcher.health(&store, &plugins, Path::new("/sys"));
+        if let Some(c) = &mut cdi {
+            c.refresh();
+        }
+        for p in &plugins {
+            tokio::spawn(server::supervise(p.clone(), opts.socket_dir.clone()));
+        }
+        let mut tick = 0u32;
+        loop {
+            tokio::time::sleep(HEALTH_TICK).await;
+            tick = tick.wrapping_add(1);
+            if tick.is_multiple_of(DISCOVER_EVERY) {
+                watcher
+                    .discover(&host, &store, &dp, &node, &plugins, Path::new("/sys"))
+                    .await;
+                if let Some(c) = &mut cdi {
+                    c.refresh();
+                }
+            }
+            watcher.health(&store, &plugins, Path::new("/sys"));
+        }
+    })
+}
+
+/// The CDI spec the device plugin keeps current (`--cdi-spec`): a device loaded after the
+/// DaemonSet's pod started gets its CDI name within one discovery.
+struct CdiKeeper {
+    path: PathBuf,
+    hook: PathBuf,
+    memlock: rdma_host_device_core::node::Memlock,
+    last_error: String,
+}
+
+impl CdiKeeper {
+    fn refresh(&mut self) {
+        let (sys, dev) = (Path::new("/sys"), Path::new("/dev"));
+        match crate::cdi::refresh(&self.path, sys, dev, self.memlock, &self.hook) {
+            Ok(Some(n)) => {
+                log::info!(
+                    "CDI spec {} written: {n} RDMA device(s) as {}=uverbsN, memlock {} by the hook {}; {}",
+                    self.path.display(),
+                    crate::cdi::KIND,
+                    self.memlock.as_arg(),
+                    self.hook.display(),
+                    crate::cdi::HOOK_REACH
+                );
+                self.last_error.clear();
+            }
+            Ok(None) => self.last_error.clear(),
+            Err(e) if e.msg != self.last_error => {
+                log::warn!("{}; retrying at the next discovery", e.msg);
+                self.last_error = e.msg;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// What the last discovery and health pass found, to log only what changed.
+#[derive(Default)]
+struct Watcher {
+    notes: Vec<String>,
+    unhealthy: BTreeMap<String, String>,
+}
+
+impl Watcher {
+    /// Find the pools' NICs again; a NIC once offered stays known (and is judged by health).
+    async fn discover(
+        &mut self,
+        host: &Links,
+        store: &Store,
+        dp: &DevicePluginConfig,
+        node: &Node,
+        plugins: &[Arc<Plugin>],
+        sys: &Path,
+    ) {
+        let nics = match tokio::time::timeout(
+            DISCOVER_TIMEOUT,
+            pool::gather(host, store, dp, sys, &node.uppers_socket),
+        )
+        .await
+        {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                log::warn!("finding the pools' NICs: {e}; keeping the last list");
+                return;
+            }
+            Err(_) => {
+                log::warn!(
+                    "finding the pools' NICs took over {} s (netlink); keeping the last list",
+                    DISCOVER_TIMEOUT.as_secs()
+                );
+                return;
+            }
+        };
+        let (pools, notes) = pool::assign(dp, node, nics);
+        for n in notes.iter().filter(|n| !self.notes.contains(n)) {
+            log::info!("{n}");
+        }
+        self.notes = notes;
+        for (p, found) in plugins.iter().zip(pools) {
+            let mut known = p.nics.lock().unwrap_or_else(|e| e.into_inner());
+            for nic in found {
+                if !known.contains_key(&nic.id) {
+                    log::info!(
+                        "{}: offering {} ({}{})",
+                        p.pool.resource_name,
+                        nic.id,
+                        nic.name,
+                        nic.rdma_device
+                            .as_deref()
+                            .map(|r| format!(", RDMA device {r}"))
+                            .unwrap_or_default()
+                    );
+                }
+                known.insert(nic.id.clone(), nic);
+            }
+        }
+    }
+
+    /// Judge every known NIC now and publish each pool's list if it changed.
+    fn health(&mut self, store: &Store, plugins: &[Arc<Plugin>], sys: &Path) {
+        let attached = pool::attached_ids(store);
+        for p in plugins {
+            let known = p.nics.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let devices: Vec<api::Device> = known
+                .values()
+                .map(|nic| {
+                    let mut nic = nic.clone();
+                    nic.attached = attached.contains(&nic.id);
+                    let verdict = health::judge(&nic, &health::look(sys, &nic));
+                    self.note(&p.pool.resource_name, &nic, &verdict);
+                    api::Device {
+                        id: nic.id.clone(),
+                        health: if verdict.is_ok() {
+                            api::HEALTHY
+                        } else {
+                            api::UNHEALTHY
+                        }
+                        .into(),
+                        topology: nic.numa.map(|n| api::TopologyInfo {
+                            nodes: vec![api::NumaNode { id: n }],
+                        }),
+                    }
+                })
+                .collect();
+            p.devices.send_if_modified(|d| {
+                let changed = *d != devices;
+                if changed {
+                    *d = devices;
+                }
+                changed
+            });
+        }
+    }
+
+    fn note(&mut self, pool: &str, nic: &pool::Nic, verdict: &std::result::Result<(), String>) {
+        match verdict {
+            Err(why) if self.unhealthy.get(&nic.id) != Some(why) => {
+                log::warn!("{pool}: {} ({}) is Unhealthy: {why}", nic.id, nic.name);
+                self.unhealthy.insert(nic.id.clone(), why.clone());
+            }
+            Ok(()) if self.unhealthy.remove(&nic.id).is_some() => {
+                log::info!("{pool}: {} ({}) is Healthy again", nic.id, nic.name);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(a: &[&str]) -> std::result::Result<Options, clap::Error> {
+        use clap::{Args, FromArgMatches};
+        let cmd = Options::augment_args(clap::Command::new("device-plugin"));
+        Options::from_arg_matches(&cmd.try_get_matches_from(["device-plugin"].iter().chain(a))?)
+    }
+
+    #[test]
+    fn device_plugin_flags() {
+        let o = options(&["--socket-dir", "/k", "--device-info-dir=/d"]).unwrap();
+        assert_eq!(o.socket_dir, PathBuf::from("/k"));
+        assert_eq!(o.device_info_dir, PathBuf::from("/d"));
+        assert_eq!(o.state_dir, None);
+        assert_eq!(o.cdi_spec, None);
+        let o = options(&["--cdi-spec", "/c/s.json"]).unwrap();
+        assert_eq!(o.cdi_spec, Some(PathBuf::from("/c/s.json")));
+        // The hook's path is the node configuration's cdiHook, never a flag of its own.
+        assert!(options(&["--cdi-spec", "/c/s.json", "--cdi-hook=/h"]).is_err());
+        let o = options(&[]).unwrap();
+        assert_eq!(o.socket_dir, PathBuf::from(DEFAULT_SOCKET_DIR));
+        for bad in [
+            &["--socket-dir"][..],
+            &["--socket-dir", "rel"],
+            &["-x"],
+            &["--cdi-spec", "rel.json"],
+        ] {
+            assert!(options(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,892 @@
+//! The kubelet side of the DRA driver: `NodePrepareResources` and `NodeUnprepareResources`
+//! (DRA plugin API v1), and the registration that tells the kubelet where they are served.
+//!
+//! Prepare, per claim the kubelet names (references only: namespace, name, UID):
+//! 1. already in the checkpoint: the same answer again (idempotent; the pods it is reserved
+//!    for are read again, so a shared claim's later pod is known to the CNI);
+//! 2. otherwise the claim is read from the API server ([`ClaimSource`]); its UID must be the
+//!    one the kubelet named (a claim deleted and re-created under the same name is another
+//!    claim) and it must be allocated;
+//! 3. each allocation result whose driver is ours is a NIC of this node ([`Nics`]: by the
+//!    device's name in our ResourceSlice, never by anything a pod can rename); a NIC another
+//!    claim holds, or one attached to a pod by other means, refuses the claim;
+//! 4. the answer per device: the CDI IDs of its RDMA device's uverbs char device
+//!    (`rdma-host-device.io/rdma=uverbsN`; the spec `rdma-host-device-agent cdi` writes also
+//!    gives `rdma_cm` and the memlock hook to any container that gets one of its devices);
+//! 5. the claim is written to the checkpoint before the answer leaves.
+//!
+//! A claim that fails gets its error in the answer (the kubelet retries it); the others go on.
+//! Calls are serialised (one at a time, as the Go helper does by default): two claims racing
+//! for one NIC are decided in order. Unprepare removes claims from the checkpoint; a claim it
+//! does not hold was unprepared already and succeeds.
+//!
+//! Results of other drivers are skipped: the kubelet hands a claim to every driver that has
+//! devices in it, and each prepares its own.
+
+use super::api::{self, path};
+use super::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice};
+use super::nics::{NicRef, Nics};
+use crate::device_plugin::server::unary;
+use crate::kubelet_grpc;
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tonic::Status;
+use tonic::codegen::{BoxFuture as TonicFuture, StdError, http};
+
+/// How often the sockets are checked (removed by someone: served anew).
+const WATCH_TICK: Duration = Duration::from_millis(500);
+/// A claim read from the API server gives up after this long (the kubelet's own call to us
+/// times out after 45 s by default).
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where claims are read from: the API server's client, or a stand-in in a test.
+pub trait ClaimSource: Send + Sync {
+    /// `GET /apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}`: the
+    /// claim as the API's JSON, or why not.
+    fn get_claim<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<serde_json::Value, String>>;
+}
+
+/// What prepare reads of a ResourceClaim (`resource.k8s.io/v1`), in the API's own JSON.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ResourceClaim {
+    #[serde(default)]
+    pub metadata: Metadata,
+    #[serde(default)]
+    pub status: ClaimStatus,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Metadata {
+    #[serde(default)]
+    pub uid: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimStatus {
+    pub allocation: Option<Allocation>,
+    #[serde(default)]
+    pub reserved_for: Vec<Consumer>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Allocation {
+    #[serde(default)]
+    pub devices: AllocatedDevices,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AllocatedDevices {
+    #[serde(default)]
+    pub results: Vec<AllocationResult>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AllocationResult {
+    #[serde(default)]
+    pub request: String,
+    #[serde(default)]
+    pub driver: String,
+    #[serde(default)]
+    pub pool: String,
+    #[serde(default)]
+    pub device: String,
+}
+
+/// `status.reservedFor[]`: who may use the claim.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Consumer {
+    #[serde(default)]
+    pub api_group: String,
+    #[serde(default)]
+    pub resource: String,
+    #[serde(default)]
+    pub uid: String,
+}
+
+impl ResourceClaim {
+    /// The UIDs of the pods (core group, resource `pods`) the claim is reserved for.
+    pub fn pods(&self) -> Vec<String> {
+        self.status
+            .reserved_for
+            .iter()
+            .filter(|c| c.api_group.is_empty() && c.resource == "pods" && !c.uid.is_empty())
+            .map(|c| c.uid.clone())
+            .collect()
+    }
+}
+
+/// The driver's prepare and unprepare, over its checkpoint.
+pub struct Driver {
+    /// Our driver name: allocation results of any other are not ours.
+    pub name: String,
+    pub claims: Arc<dyn ClaimSource>,
+    pub nics: Arc<dyn Nics>,
+    /// The checkpoint's path (`checkpoint::path(stateDir)`).
+    pub checkpoint: PathBuf,
+    /// Held by each prepare and unprepare call, whole.
+    pub serial: tokio::sync::Mutex<()>,
+    /// The CDI spec brought up to date before a claim's CDI IDs are answered (`--cdi-spec`):
+    /// an RDMA device loaded since the spec was written gets its entry first.
+    pub cdi: Option<CdiSpec>,
+}
+
+/// Where the CDI spec is and what it says (`cdi::refresh`'s arguments).
+pub struct CdiSpec {
+    pub path: PathBuf,
+    pub hook: PathBuf,
+    pub memlock: rdma_host_device_core::node::Memlock,
+}
+
+/// What one claim's preparation returns, or why it failed.
+type Prepared = Result<Vec<api::Device>, String>;
+
+impl Driver {
+    pub async fn prepare(
+        &self,
+        req: api::NodePrepareResourcesRequest,
+    ) -> Result<api::NodePrepareResourcesResponse, Status> {
+        let _one = self.serial.lock().await;
+        let mut cp =
+            Checkpoint::read(&self.checkpoint).map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut out = api::NodePrepareResourcesResponse::default();
+        for c in req.claims {
+            let answer = match self.prepare_one(&mut cp, &c).await {
+                Ok(devices) => api::NodePrepareResourceResponse {
+                    devices,
+                    error: String::new(),
+                },
+                Err(error) => {
+                    log::warn!("prepare {}/{} ({}): {error}", c.namespace, c.name, c.uid);
+                    api::NodePrepareResourceResponse {
+                        devices: Vec::new(),
+                        error,
+                    }
+                }
+            };
+            out.claims.insert(c.uid.clone(), answer);
+        }
+        Ok(out)
+    }
+
+    async fn prepare_one(&self, cp: &mut Checkpoint, c: &api::Claim) -> Prepared {
+        if c.uid.is_empty() || c.namespace.is_empty() || c.name.is_empty() {
+            return Err("the claim reference needs a namespace, a name and a UID".into());
+        }
+        let read = self.read_claim(c).await;
+        if let Some(known) = cp.claims.get(&c.uid) {
+            let mut known = known.clone();
+            // Who the claim is reserved for may have grown (a shared claim); the devices never
+            // change for one UID.
+            if let Ok(claim) = &read
+                && claim.pods() != known.pods
+            {
+                known.pods = claim.pods();
+                cp.claims.insert(c.uid.clone(), known.clone());
+                self.save(cp)?;
+            }
+            return Ok(answer(&known));
+        }
+        let claim = read?;
+        let alloc = claim
+            .status
+            .allocation
+            .as_ref()
+            .ok_or_else(|| format!("claim {}/{} is not allocated", c.namespace, c.name))?;
+        let mut devices = Vec::new();
+        for r in alloc
+            .devices
+            .results
+            .iter()
+            .filter(|r| r.driver == self.name)
+        {
+            let nic = self.nic_for(cp, c, r).await?;
+            devices.push(PreparedDevice {
+                request: r.request.clone(),
+                pool: r.pool.clone(),
+                device: r.device.clone(),
+                device_id: nic.device_id.clone(),
+                cdi_device_ids: nic.cdi_device_ids(),
+            });
+        }
+        // One NIC twice in one claim is an allocator's bug, not ours to hand out twice.
+        let mut ids: Vec<&str> = devices.iter().map(|d| d.device_id.as_str()).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("the claim names NIC {} twice", w[0]));
+        }
+        if devices.is_empty() {
+            // Another driver's claim: nothing of ours to prepare or to remember.
+            return Ok(Vec::new());
+        }
+        if let Some(spec) = &self.cdi
+            && devices.iter().any(|d| !d.cdi_device_ids.is_empty())
+        {
+            let (sys, dev) = (Path::new("/sys"), Path::new("/dev"));
+            crate::cdi::refresh(&spec.path, sys, dev, spec.memlock, &spec.hook)
+                .map_err(|e| format!("{}: the runtime could not resolve its CDI IDs", e.msg))?;
+        }
+        let prepared = PreparedClaim {
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+            pods: claim.pods(),
+            devices,
+        };
+        cp.claims.insert(c.uid.clone(), prepared.clone());
+        if let Err(e) = self.save(cp) {
+            cp.claims.remove(&c.uid);
+            return Err(e);
+        }
+        log::info!(
+            "prepared {}/{} ({}) for pod(s) {}: {}",
+            c.namespace,
+            c.name,
+            c.uid,
+            prepared.pods.join(","),
+            prepared
+                .devices
+                .iter()
+                .map(|d| format!(
+                    "{} = {} [{}]",
+                    d.device,
+                    d.device_id,
+                    d.cdi_device_ids.join(" ")
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        Ok(answer(&prepared))
+    }
+
+    /// The claim from the API server, checked against the kubelet's reference.
+    async fn read_claim(&self, c: &api::Claim) -> Result<ResourceClaim, String> {
+        let v = tokio::time::timeout(CLAIM_TIMEOUT, self.claims.get_claim(&c.namespace, &c.name))
+            .await
+            .map_err(|_| {
+                format!(
+                    "reading claim {}/{} took over {} s",
+                    c.namespace,
+                    c.name,
+                    CLAIM_TIMEOUT.as_secs()
+                )
+            })?
+            .map_err(|e| format!("reading claim {}/{}: {e}", c.namespace, c.name))?;
+        let claim: ResourceClaim = serde_json::from_value(v).map_err(|e| {
+            format!(
+                "claim {}/{} is not a ResourceClaim: {e}",
+                c.namespace, c.name
+            )
+        })?;
+        if claim.metadata.uid != c.uid {
+            return Err(format!(
+                "claim {}/{} has UID {}, not {} (deleted and created again?)",
+                c.namespace, c.name, claim.metadata.uid, c.uid
+            ));
+        }
+        Ok(claim)
+    }
+
+    /// The NIC allocation result `r` names, if no other claim holds it.
+    async fn nic_for(
+        &self,
+        cp: &Checkpoint,
+        c: &api::Claim,
+        r: &AllocationResult,
+    ) -> Result<NicRef, String> {
+        let nic = self.nics.find(&r.device).await?.ok_or_else(|| {
+            format!(
+                "device {} (pool {}) is not a NIC of this node",
+                r.device, r.pool
+            )
+        })?;
+        if let Some((uid, other)) = cp.holder(&nic.device_id, &c.uid) {
+            return Err(format!(
+                "device {} (NIC {}) is already prepared for claim {}/{} ({uid})",
+                r.device, nic.device_id, other.namespace, other.name
+            ));
+        }
+        if let Some(who) = &nic.attached_to {
+            return Err(format!(
+                "device {} (NIC {}) is attached to {who} without a claim",
+                r.device, nic.device_id
+            ));
+        }
+        Ok(nic)
+    }
+
+    fn save(&self, cp: &Checkpoint) -> Result<(), String> {
+        cp.write(&self.checkpoint).map_err(|e| {
+            format!(
+                "cannot write the DRA checkpoint {}: {e}",
+                self.checkpoint.display()
+            )
+        })
+    }
+
+    pub async fn unprepare(
+        &self,
+        req: api::NodeUnprepareResourcesRequest,
+    ) -> Result<api::NodeUnprepareResourcesResponse, Status> {
+        let _one = self.serial.lock().await;
+        let mut cp =
+            Checkpoint::read(&self.checkpoint).map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut gone = Vec::new();
+        for c in &req.claims {
+            if let Some(p) = cp.claims.remove(&c.uid) {
+                gone.push((c, p));
+            }
+        }
+        let error = match gone.is_empty() {
+            true => String::new(),
+            false => self.save(&cp).err().unwrap_or_default(),
+        };
+        for (c, p) in &gone {
+            if error.is_empty() {
+                log::info!(
+                    "unprepared {}/{} ({}): {}",
+                    p.namespace,
+                    p.name,
+                    c.uid,
+                    p.devices
+                        .iter()
+                        .map(|d| d.device_id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+        let claims = req
+            .claims
+            .iter()
+            .map(|c| {
+                let failed = gone.iter().any(|(g, _)| g.uid == c.uid);
+                let error = if failed { error.clone() } else { String::new() };
+                (c.uid.clone(), api::NodeUnprepareResourceResponse { error })
+            })
+            .collect();
+        Ok(api::NodeUnprepareResourcesResponse { claims })
+    }
+}
+
+/// The kubelet's answer for a prepared claim: one device per result, named by its request.
+fn answer(p: &PreparedClaim) -> Vec<api::Device> {
+    p.devices
+        .iter()
+        .map(|d| api::Device {
+            request_names: vec![d.request.clone()],
+            pool_name: d.pool.clone(),
+            device_name: d.device.clone(),
+            cdi_device_ids: d.cdi_device_ids.clone(),
+        })
+        .collect()
+}
+
+/// Where the two sockets are and what the registration says.
+#[derive(Debug, Clone)]
+pub struct Sockets {
+    /// `<kubelet>/plugins_registry/<driver>-reg.sock`, which the kubelet's plugin watcher finds.
+    pub registration: PathBuf,
+    /// `<kubelet>/plugins/<driver>/dra.sock`, the DRA service.
+    pub dra: PathBuf,
+    /// The DRA socket's path as the kubelet sees it (the same on a node; the registration
+    /// tells the kubelet this one).
+    pub endpoint: String,
+}
+
+impl Sockets {
+    pub fn under(kubelet_dir: &Path, driver: &str) -> Sockets {
+        let dra = kubelet_dir.join("plugins").join(driver).join("dra.sock");
+        Sockets {
+            registration: kubelet_dir
+                .join("plugins_registry")
+                .join(format!("{driver}-reg.sock")),
+            endpoint: dra.display().to_string(),
+            dra,
+        }
+    }
+}
+
+/// The `Registration` service on the registration socket.
+#[derive(Clone)]
+pub struct Registration {
+    pub driver: String,
+    pub endpoint: String,
+}
+
+impl tonic::server::NamedService for Registration {
+    const NAME: &'static str = "pluginregistration.Registration";
+}
+
+impl<B> tonic::codegen::Service<http::Request<B>> for Registration
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = TonicFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let me = self.clone();
+        match req.uri().path() {
+            path::GET_INFO => Box::pin(async move {
+                Ok(unary(req, move |_: api::InfoRequest| {
+                    let info = api::PluginInfo {
+                        r#type: api::PLUGIN_TYPE.into(),
+                        name: me.driver.clone(),
+                        endpoint: me.endpoint.clone(),
+                        supported_versions: vec![api::SERVICE_V1.into()],
+                    };
+                    Box::pin(async move { Ok(info) })
+                })
+                .await)
+            }),
+            path::NOTIFY => Box::pin(async move {
+                Ok(unary(req, move |s: api::RegistrationStatus| {
+                    if s.plugin_registered {
+                        log::info!("the kubelet registered {}", me.driver);
+                    } else {
+                        log::error!("the kubelet refused {}: {}", me.driver, s.error);
+                    }
+                    Box::pin(async { Ok(api::RegistrationStatusResponse {}) })
+                })
+                .await)
+            }),
+            other => {
+                let s = Status::unimplemented(format!("{other} is not a method we serve"));
+                Box::pin(async move { Ok(s.into_http()) })
+            }
+        }
+    }
+}
+
+/// The `DRAPlugin` v1 service on the DRA socket.
+#[derive(Clone)]
+pub struct DraService(pub Arc<Driver>);
+
+impl tonic::server::NamedService for DraService {
+    const NAME: &'static str = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin";
+}
+
+impl<B> tonic::codegen::Service<http::Request<B>> for DraService
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = TonicFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let d = self.0.clone();
+        match req.uri().path() {
+            path::PREPARE => Box::pin(async move {
+                Ok(unary(req, move |r| {
+                    let d = d.clone();
+                    Box::pin(async move { d.prepare(r).await }) as BoxFuture<'static, _>
+                })
+                .await)
+            }),
+            path::UNPREPARE => Box::pin(async move {
+                Ok(unary(req, move |r| {
+                    let d = d.clone();
+                    Box::pin(async move { d.unprepare(r).await }) as BoxFuture<'static, _>
+                })
+                .await)
+            }),
+            other => {
+                let s = Status::unimplemented(format!("{other} is not a method we serve"));
+                Box::pin(async move { Ok(s.into_http()) })
+            }
+        }
+    }
+}
+
+/// What identifies a file across delete-and-recreate (inode numbers are reused).
+type FileId = Option<(u64, i64, i64)>;
+
+fn identity(p: &Path) -> FileId {
+    let m = std::fs::symlink_metadata(p).ok()?;
+    Some((m.ino(), m.ctime(), m.ctime_nsec()))
+}
+
+/// A server of `svc` on a fresh socket at `at`; the socket's identity, and the handle that
+/// stops it.
+fn serve<S: kubelet_grpc::KubeletService>(at: &Path, svc: S) -> std::io::Result<(FileId, Server)> {
+    if let Some(dir) = at.parent() {
+        rdma_host_device_core::files::create_dirs(dir, 0o750)?;
+    }
+    let _ = std::fs::remove_file(at);
+    // Only root (the kubelet) connects: 0600 from the moment the socket exists.
+    let listener = rdma_host_device_core::files::listen_unix(at, 0o600).and_then(|l| {
+        l.set_nonblocking(true)?;
+        tokio::net::UnixListener::from_std(l)
+    })?;
+    let id = identity(at);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = kubelet_grpc::serve(listener, svc, async {
+        let _ = stopped.await;
+    });
+    Ok((id, Server { stop, task }))
+}
+
+struct Server {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl Server {
+    async fn shut(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+/// Serve the DRA service, then the registration (the kubelet calls the DRA socket as soon as it
+/// sees the registration one), forever; a socket someone removed is served anew.
+pub async fn supervise(driver: Arc<Driver>, sockets: Sockets) {
+    loop {
+        let dra = match serve(&sockets.dra, DraService(driver.clone())) {
+            Ok(s) => s,
+            Err(e) => {
+                log::error!(
+                    "cannot serve on {}: {e}; retrying in 1 s",
+                    sockets.dra.display()
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let reg = Registration {
+            driver: driver.name.clone(),
+            endpoint: sockets.endpoint.clone(),
+        };
+        let reg = match serve(&sockets.registration, reg) {
+            Ok(s) => s,
+            Err(e) => {
+                log::error!(
+                    "cannot serve on {}: {e}; retrying in 1 s",
+                    sockets.registration.display()
+                );
+                dra.1.shut().await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        log::info!(
+            "serving {} on {}, registration on {}",
+            api::SERVICE_V1,
+            sockets.dra.display(),
+            sockets.registration.display()
+        );
+        loop {
+            tokio::time::sleep(WATCH_TICK).await;
+            if identity(&sockets.dra) != dra.0 || identity(&sockets.registration) != reg.0 {
+                log::info!("a socket of ours was removed; serving anew");
+                break;
+            }
+            if dra.1.task.is_finished() || reg.1.task.is_finished() {
+                log::error!("a gRPC server stopped; starting it again");
+                break;
+            }
+        }
+        dra.1.shut().await;
+        reg.1.shut().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The logic of prepare and unprepare with claims and NICs given in memory; the gRPC wire,
+    //! registration and restarts are tests/dra.rs's, against a kubelet stand-in.
+    use super::*;
+    use serde_json::{Value, json};
+    use std::sync::Mutex;
+
+    struct Claims(Mutex<Vec<Value>>);
+
+    impl ClaimSource for Claims {
+        fn get_claim<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+        ) -> BoxFuture<'a, Result<Value, String>> {
+            let found = self
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|c| c["metadata"]["namespace"] == namespace && c["metadata"]["name"] == name)
+                .cloned();
+            Box::pin(async move { found.ok_or_else(|| format!("{namespace}/{name} not found")) })
+        }
+    }
+
+    /// Two NICs: `0000-3b-00-0` with uverbs1, `0000-5e-00-0` without RDMA.
+    struct TwoNics;
+
+    impl Nics for TwoNics {
+        fn find<'a>(&'a self, device: &'a str) -> BoxFuture<'a, Result<Option<NicRef>, String>> {
+            let n = match device {
+                "0000-3b-00-0" => Some(NicRef {
+                    device_id: "0000:3b:00.0".into(),
+                    uverbs: Some("uverbs1".into()),
+                    attached_to: None,
+                }),
+                "0000-5e-00-0" => Some(NicRef {
+                    device_id: "0000:5e:00.0".into(),
+                    uverbs: None,
+                    attached_to: Some("c9/net1".into()),
+                }),
+                _ => None,
+            };
+            Box::pin(async move { Ok(n) })
+        }
+    }
+
+    fn claim(name: &str, uid: &str, results: Value, pods: &[&str]) -> Value {
+        json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"namespace": "team", "name": name, "uid": uid},
+            "status": {
+                "allocation": {"devices": {"results": results}},
+                "reservedFor": pods.iter().map(|p| json!({"resource": "pods", "name": "p", "uid": p}))
+                    .chain([json!({"apiGroup": "example.com", "resource": "pods", "name": "x", "uid": "not-a-pod"})])
+                    .collect::<Vec<_>>(),
+            }
+        })
+    }
+
+    fn ours(device: &str) -> Value {
+        json!({"request": "nic", "driver": "rdma-host-device.io", "pool": "node-a", "device": device})
+    }
+
+    /// A driver whose checkpoint lives in a directory of its own, removed with it.
+    struct TestDriver {
+        driver: Driver,
+        dir: std::path::PathBuf,
+    }
+
+    impl std::ops::Deref for TestDriver {
+        type Target = Driver;
+        fn deref(&self) -> &Driver {
+            &self.driver
+        }
+    }
+
+    impl Drop for TestDriver {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn driver(tag: &str, claims: Vec<Value>) -> TestDriver {
+        driver_with(tag, Arc::new(Claims(Mutex::new(claims))))
+    }
+
+    fn driver_with(tag: &str, claims: Arc<Claims>) -> TestDriver {
+        let dir = std::env::temp_dir().join(format!("rhd-dra-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        TestDriver {
+            driver: Driver {
+                name: "rdma-host-device.io".into(),
+                claims,
+                nics: Arc::new(TwoNics),
+                checkpoint: super::super::checkpoint::path(&dir),
+                serial: tokio::sync::Mutex::new(()),
+                cdi: None,
+            },
+            dir,
+        }
+    }
+
+    fn refs(c: &[(&str, &str)]) -> Vec<api::Claim> {
+        c.iter()
+            .map(|(name, uid)| api::Claim {
+                namespace: "team".into(),
+                name: (*name).into(),
+                uid: (*uid).into(),
+            })
+            .collect()
+    }
+
+    fn prepare(d: &Driver, c: &[(&str, &str)]) -> api::NodePrepareResourcesResponse {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(d.prepare(api::NodePrepareResourcesRequest { claims: refs(c) }))
+            .unwrap()
+    }
+
+    fn unprepare(d: &Driver, c: &[(&str, &str)]) -> api::NodeUnprepareResourcesResponse {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(d.unprepare(api::NodeUnprepareResourcesRequest { claims: refs(c) }))
+            .unwrap()
+    }
+
+    #[test]
+    fn prepare_answers_the_uverbs_cdi_id_records_the_pods_and_is_idempotent() {
+        let gpu = json!({"request": "gpu", "driver": "gpu.example.com", "pool": "node-a", "device": "gpu0"});
+        let d = driver(
+            "prep",
+            vec![claim(
+                "a",
+                "uid-a",
+                json!([gpu, ours("0000-3b-00-0")]),
+                &["pod-1"],
+            )],
+        );
+        let r = prepare(&d, &[("a", "uid-a")]);
+        let a = &r.claims["uid-a"];
+        assert_eq!(a.error, "");
+        assert_eq!(
+            a.devices,
+            [api::Device {
+                request_names: vec!["nic".into()],
+                pool_name: "node-a".into(),
+                device_name: "0000-3b-00-0".into(),
+                cdi_device_ids: vec!["rdma-host-device.io/rdma=uverbs1".into()],
+            }],
+            "the GPU driver's device is not ours"
+        );
+        let cp = Checkpoint::read(&d.checkpoint).unwrap();
+        assert_eq!(cp.claims["uid-a"].pods, ["pod-1"], "only core pods");
+        assert_eq!(cp.claims["uid-a"].devices[0].device_id, "0000:3b:00.0");
+        let again = prepare(&d, &[("a", "uid-a")]);
+        assert_eq!(again.claims["uid-a"], *a);
+        assert_eq!(Checkpoint::read(&d.checkpoint).unwrap(), cp);
+    }
+
+    #[test]
+    fn a_nic_held_by_one_claim_refuses_another_and_only_that_claim() {
+        let d = driver(
+            "held",
+            vec![
+                claim("a", "uid-a", json!([ours("0000-3b-00-0")]), &["pod-1"]),
+                claim("b", "uid-b", json!([ours("0000-3b-00-0")]), &["pod-2"]),
+                claim("c", "uid-c", json!([ours("0000-5e-00-0")]), &["pod-3"]),
+                claim("gone", "uid-new", json!([]), &[]),
+                claim("bare", "uid-bare", json!([]), &[]),
+            ],
+        );
+        assert_eq!(prepare(&d, &[("a", "uid-a")]).claims["uid-a"].error, "");
+        let r = prepare(
+            &d,
+            &[
+                ("b", "uid-b"),
+                ("c", "uid-c"),
+                ("gone", "uid-old"),
+                ("nowhere", "uid-x"),
+            ],
+        );
+        let err = |uid: &str| r.claims[uid].error.clone();
+        assert!(
+            err("uid-b").contains("already prepared for claim team/a (uid-a)"),
+            "{}",
+            err("uid-b")
+        );
+        assert!(
+            err("uid-c").contains("attached to c9/net1"),
+            "{}",
+            err("uid-c")
+        );
+        assert!(
+            err("uid-old").contains("has UID uid-new, not uid-old"),
+            "{}",
+            err("uid-old")
+        );
+        assert!(err("uid-x").contains("not found"), "{}", err("uid-x"));
+        assert!(r.claims.values().all(|c| c.devices.is_empty()));
+        let cp = Checkpoint::read(&d.checkpoint).unwrap();
+        assert_eq!(cp.claims.keys().collect::<Vec<_>>(), ["uid-a"]);
+        // A claim with no device of ours prepares to nothing, and is no one's holder.
+        let bare = prepare(&d, &[("bare", "uid-bare")]);
+        assert_eq!(bare.claims["uid-bare"].error, "");
+        assert!(bare.claims["uid-bare"].devices.is_empty());
+    }
+
+    #[test]
+    fn a_shared_claim_prepared_again_learns_its_new_pod() {
+        let claims = Arc::new(Claims(Mutex::new(vec![claim(
+            "s",
+            "uid-s",
+            json!([ours("0000-3b-00-0")]),
+            &["pod-1"],
+        )])));
+        let d = driver_with("shared", claims.clone());
+        prepare(&d, &[("s", "uid-s")]);
+        // The scheduler reserves it for a second pod too; the kubelet prepares it for that pod.
+        if let Some(c) = claims.0.lock().unwrap().first_mut() {
+            c["status"]["reservedFor"] = json!([
+                {"resource": "pods", "name": "p1", "uid": "pod-1"},
+                {"resource": "pods", "name": "p2", "uid": "pod-2"}
+            ]);
+        }
+        let r = prepare(&d, &[("s", "uid-s")]);
+        assert_eq!(r.claims["uid-s"].error, "");
+        let cp = Checkpoint::read(&d.checkpoint).unwrap();
+        assert_eq!(cp.claims["uid-s"].pods, ["pod-1", "pod-2"]);
+        assert_eq!(cp.for_pod("pod-2", "nic").len(), 1);
+    }
+
+    #[test]
+    fn unallocated_or_unknown_nics_are_per_claim_errors() {
+        let mut unallocated = claim("u", "uid-u", json!([]), &[]);
+        unallocated["status"] = json!({});
+        let d = driver(
+            "unalloc",
+            vec![
+                unallocated,
+                claim("n", "uid-n", json!([ours("ffff-00-00-0")]), &["p"]),
+            ],
+        );
+        let r = prepare(&d, &[("u", "uid-u"), ("n", "uid-n")]);
+        assert!(r.claims["uid-u"].error.contains("not allocated"));
+        assert!(
+            r.claims["uid-n"]
+                .error
+                .contains("is not a NIC of this node")
+        );
+    }
+
+    #[test]
+    fn unprepare_frees_the_nic_and_succeeds_for_a_claim_already_gone() {
+        let d = driver(
+            "unprep",
+            vec![
+                claim("a", "uid-a", json!([ours("0000-3b-00-0")]), &["pod-1"]),
+                claim("b", "uid-b", json!([ours("0000-3b-00-0")]), &["pod-2"]),
+            ],
+        );
+        prepare(&d, &[("a", "uid-a")]);
+        let u = unprepare(&d, &[("a", "uid-a"), ("never", "uid-never")]);
+        assert_eq!(u.claims.len(), 2);
+        assert!(u.claims.values().all(|c| c.error.is_empty()));
+        assert!(Checkpoint::read(&d.checkpoint).unwrap().claims.is_empty());
+        assert_eq!(unprepare(&d, &[("a", "uid-a")]).claims["uid-a"].error, "");
+        // Free again: the other claim gets it.
+        assert_eq!(prepare(&d, &[("b", "uid-b")]).claims["uid-b"].error, "");
+    }
+}

@@ -1,0 +1,177 @@
+//! The container runtimes on this node, the RLIMIT_MEMLOCK their containers inherit, and which
+//! path gives a container with an RDMA device the node's `memlock`:
+//! - NRI (the runtime's NRI socket is there: `rdma-host-device-agent nri` puts the limit in the
+//!   container's OCI spec, so every process of the container has it, `kubectl exec`'d included);
+//! - the CDI hook only (our CDI spec is there, no NRI: the hook raises the container's first
+//!   process; processes started later by exec inherit the runtime's own limit);
+//! - neither (containerd 1.6: no CDI, no NRI): every process inherits the runtime's limit.
+//!
+//! Where neither reaches every process and the inherited limit is too small for RDMA
+//! (`ibv_reg_mr` beyond it fails for a non-root process; NCCL then falls back to TCP without a
+//! word), the advice names the exact setting of that runtime. Read from `/proc/<pid>/limits` of
+//! every process whose name is a runtime's, and the socket and spec through `/proc/<pid>/root`:
+//! the runtime's own view of the paths (the DaemonSet's node report shares the host's pids).
+
+use super::report::{MemlockPath, RuntimeMemlock};
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+
+/// The process names of the runtimes whose children are containers.
+const RUNTIMES: &[&str] = &["containerd", "crio", "dockerd"];
+/// Below this, RDMA memory registration of a real workload fails (NCCL registers GiBs).
+const ENOUGH: u64 = 1 << 30;
+
+/// Where to look, as the runtime sees its file system.
+#[derive(Debug, Clone, Copy)]
+pub struct Paths<'a> {
+    /// The runtime's NRI socket (`/var/run/nri/nri.sock`).
+    pub nri_socket: &'a Path,
+    /// Our CDI spec (`/var/run/cdi/rdma-host-device.json`).
+    pub cdi_spec: &'a Path,
+}
+
+/// Every runtime process found under `proc`, with its memlock limit, its memlock path and
+/// what to do about it.
+pub fn runtimes(proc: &Path, paths: Paths<'_>) -> Vec<RuntimeMemlock> {
+    let mut out = Vec::new();
+    for pid in rdma_host_device_core::sysfs::list_dir(proc)
+        .into_iter()
+        .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        let dir = proc.join(&pid);
+        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+            continue;
+        };
+        let comm = comm.trim();
+        if !RUNTIMES.contains(&comm) {
+            continue;
+        }
+        let Some(soft) = std::fs::read_to_string(dir.join("limits"))
+            .ok()
+            .and_then(|l| memlock_soft(&l))
+        else {
+            continue;
+        };
+        let seen = |p: &Path| dir.join("root").join(p.strip_prefix("/").unwrap_or(p));
+        let nri =
+            std::fs::metadata(seen(paths.nri_socket)).is_ok_and(|m| m.file_type().is_socket());
+        // Another process's root is readable only with ptrace rights over it (the DaemonSet's
+        // privileged node-report has them; its unprivileged install container does not).
+        let visible = std::fs::metadata(dir.join("root")).is_ok();
+        let path = if !visible {
+            MemlockPath::Unknown
+        } else if nri {
+            MemlockPath::Nri
+        } else if seen(paths.cdi_spec).is_file() {
+            MemlockPath::CdiHookOnly
+        } else {
+            MemlockPath::Neither
+        };
+        out.push(RuntimeMemlock {
+            runtime: comm.to_owned(),
+            pid: pid.parse().unwrap_or(0),
+            memlock_bytes: soft,
+            nri_socket: paths.nri_socket.display().to_string(),
+            nri,
+            memlock_path: path,
+            advice: advice(comm, soft, path),
+        });
+    }
+    out.sort_by_key(|r| r.pid);
+    out
+}
+
+/// The soft "Max locked memory" of a `/proc/<pid>/limits` text: `None` if absent, `u64::MAX`
+/// for unlimited.
+pub fn memlock_soft(limits: &str) -> Option<u64> {
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))?;
+    let soft = line["Max locked memory".len()..]
+        .split_whitespace()
+        .next()?;
+    if soft == "unlimited" {
+        Some(u64::MAX)
+    } else {
+        soft.parse().ok()
+    }
+}
+
+/// What a person changes so that every process of a container has enough memlock, where NRI
+/// does not put it in the spec: `None` when NRI does, or the inherited limit is enough.
+fn advice(runtime: &str, soft: u64, path: MemlockPath) -> Option<String> {
+    if path == MemlockPath::Nri || soft >= ENOUGH {
+        return None;
+    }
+    let who = match path {
+        MemlockPath::Unknown => format!(
+            "this process cannot see {runtime}'s files (/proc/PID/root: run inspect privileged, as the DaemonSet's node-report container does) to tell whether NRI is on; without NRI, processes exec'd into a container inherit {runtime}'s RLIMIT_MEMLOCK {}",
+            human(soft)
+        ),
+        MemlockPath::CdiHookOnly => format!(
+            "the CDI hook raises only a container's first process; processes started by exec (kubectl exec, mpirun's launchers) inherit {runtime}'s RLIMIT_MEMLOCK {}",
+            human(soft)
+        ),
+        _ => format!(
+            "neither NRI nor our CDI spec is here: every container process inherits {runtime}'s RLIMIT_MEMLOCK {}",
+            human(soft)
+        ),
+    };
+    let fix = match runtime {
+        "containerd" => {
+            "either turn on NRI (containerd 1.7.7+: in /etc/containerd/config.toml, [plugins.\"io.containerd.nri.v1.nri\"] disable = false; on by default from 2.0) and run the DaemonSet's nri container; or give every container the limit: a base_runtime_spec (a whole OCI spec, e.g. `ctr oci spec`, with {\"type\": \"RLIMIT_MEMLOCK\", \"hard\": 18446744073709551615, \"soft\": 18446744073709551615} added to process.rlimits) named in the runc runtime's section ([plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc] base_runtime_spec = \"/etc/containerd/memlock-spec.json\"; containerd 2.x: [plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc]), or raise containerd's own limit, which containers inherit: `systemctl edit containerd` with [Service] LimitMEMLOCK=infinity; then restart containerd"
+        }
+        "crio" => {
+            "either turn on NRI (CRI-O 1.29+: [crio.nri] enable_nri = true) and run the DaemonSet's nri container; or give every container the limit: [crio.runtime] default_ulimits = [\"memlock=-1:-1\"] in a file under /etc/crio/crio.conf.d/; then restart crio"
+        }
+        _ => {
+            "give every container the limit: \"default-ulimits\": {\"memlock\": {\"Name\": \"memlock\", \"Hard\": -1, \"Soft\": -1}} in /etc/docker/daemon.json, or `systemctl edit docker` with [Service] LimitMEMLOCK=infinity; then restart docker"
+        }
+    };
+    Some(format!(
+        "{who}: RDMA memory registration beyond it fails for non-root processes (NCCL falls back to TCP). To fix, {fix}"
+    ))
+}
+
+fn human(bytes: u64) -> String {
+    match bytes {
+        u64::MAX => "unlimited".into(),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b => format!("{b} bytes"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: &str =
+        "Limit                     Soft Limit           Hard Limit           Units     
+Max cpu time              unlimited            unlimited            seconds   
+Max locked memory         8388608              8388608              bytes     
+Max address space         unlimited            unlimited            bytes     
+";
+
+    #[test]
+    fn the_soft_memlock_limit_is_read_and_a_small_one_gets_advice() {
+        assert_eq!(memlock_soft(LIMITS), Some(8 << 20));
+        let unlimited = LIMITS.replace(
+            "8388608              8388608",
+            "unlimited            unlimited",
+        );
+        assert_eq!(memlock_soft(&unlimited), Some(u64::MAX));
+        assert_eq!(memlock_soft("nothing here"), None);
+        let a = advice("containerd", 8 << 20, MemlockPath::Neither).unwrap();
+        assert!(
+            a.contains("8 MiB") && a.contains("LimitMEMLOCK=infinity"),
+            "{a}"
+        );
+        assert_eq!(advice("crio", u64::MAX, MemlockPath::Neither), None);
+        assert_eq!(advice("crio", 8 << 20, MemlockPath::Nri), None);
+        let a = advice("containerd", 8 << 20, MemlockPath::Unknown).unwrap();
+        assert!(
+            a.contains("cannot see containerd's files") && a.contains("base_runtime_spec"),
+            "{a}"
+        );
+    }
+}

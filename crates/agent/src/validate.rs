@@ -1,0 +1,338 @@
+//! `rdma-host-device-agent validate`: network configurations (a .conf, a .conflist, a
+//! NetworkAttachmentDefinition as JSON) run through the checks ADD applies, as a person runs it
+//! before deploying them.
+
+use rdma_host_device::cni::netconf::{MAX_CONFIG_LEN, NetConf, Selector};
+use rdma_host_device_core::error::{Code, Error, Result, invalid_config};
+use serde_json::Value;
+use std::io::Read;
+
+/// The most of one file (or stdin) `validate` reads: a conflist or a NAD around configs that ADD
+/// takes only up to [`MAX_CONFIG_LEN`] each (a NAD's `spec.config` is an escaped string).
+const MAX_DOC: u64 = 4 * MAX_CONFIG_LEN as u64;
+
+/// One CNI config found in a file, as the plugin would receive it.
+#[derive(Debug)]
+pub struct ConfigInFile {
+    /// Where in the file: "" for a plain config, "plugins[1]" in a list, "spec.config" ...
+    pub place: String,
+    pub config: Vec<u8>,
+}
+
+/// The configs for this plugin inside `doc` (a .conf, a .conflist, or a
+/// NetworkAttachmentDefinition as JSON), each shaped as the plugin receives it. Errors are
+/// what a person must fix before any plugin could be called.
+pub fn configs_in(doc: &Value) -> Result<Vec<ConfigInFile>> {
+    if doc.get("kind").and_then(Value::as_str) == Some("NetworkAttachmentDefinition") {
+        let cfg = doc
+            .pointer("/spec/config")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                invalid_config("NetworkAttachmentDefinition without a spec.config string")
+            })?;
+        let inner: Value = serde_json::from_str(cfg)
+            .map_err(|e| Error::new(Code::Decode, format!("spec.config is not valid JSON: {e}")))?;
+        let mut found = configs_in(&inner)?;
+        if let [one] = found.as_mut_slice()
+            && one.place.is_empty()
+        {
+            // Multus hands the delegate spec.config's bytes as they are: judge those (ADD's
+            // size bound counts them, whitespace included).
+            one.config = cfg.as_bytes().to_vec();
+        }
+        for f in &mut found {
+            f.place = if f.place.is_empty() {
+                "spec.config".into()
+            } else {
+                format!("spec.config {}", f.place)
+            };
+        }
+        return Ok(found);
+    }
+    let obj = doc
+        .as_object()
+        .ok_or_else(|| invalid_config("a network configuration is a JSON object"))?;
+    let Some(plugins) = obj.get("plugins") else {
+        return Ok(vec![ConfigInFile {
+            place: String::new(),
+            config: serde_json::to_vec(doc).unwrap_or_default(),
+        }]);
+    };
+    let plugins = plugins
+        .as_array()
+        .ok_or_else(|| invalid_config("\"plugins\" must be a list"))?;
+    let mut found = Vec::new();
+    for (i, p) in plugins.iter().enumerate() {
+        if p.get("type").and_then(Value::as_str) != Some("rdma-host-device") {
+            continue;
+        }
+        // libcni's buildOneConfig: the list's name and cniVersion go into each entry.
+        let mut one = p.clone();
+        if let Some(o) = one.as_object_mut() {
+            for k in ["name", "cniVersion"] {
+                if let Some(v) = obj.get(k) {
+                    o.insert(k.to_owned(), v.clone());
+                }
+            }
+        }
+        found.push(ConfigInFile {
+            place: format!("plugins[{i}]"),
+            config: serde_json::to_vec(&one).unwrap_or_default(),
+        });
+    }
+    if found.is_empty() {
+        return Err(invalid_config(
+            "no \"type\": \"rdma-host-device\" entry in \"plugins\"",
+        ));
+    }
+    Ok(found)
+}
+
+/// What `validate` concluded about one config: Ok(summary) or the plugin's own error.
+pub fn check_config(raw: &[u8]) -> Result<String> {
+    let v: Value = serde_json::from_slice(raw)
+        .map_err(|e| Error::new(Code::Decode, format!("not valid JSON: {e}")))?;
+    if let Some(t) = v.get("type").and_then(Value::as_str)
+        && t != "rdma-host-device"
+    {
+        return Err(Error::new(
+            Code::InvalidConfig,
+            format!(
+                "\"type\" is {t:?}, not \"rdma-host-device\": this config is for another plugin"
+            ),
+        ));
+    }
+    let node = rdma_host_device_core::node::Node::load()?;
+    let conf = NetConf::parse_strict(raw.to_vec(), &node)?;
+    let selector = match &conf.selector {
+        Some(Selector::DeviceId(d)) => format!("deviceID {d:?}"),
+        Some(s) => s.to_string(),
+        None => {
+            let capability = v
+                .pointer("/capabilities/deviceID")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            if capability {
+                "no selector: deviceID comes from the runtime (capability) or Multus".to_owned()
+            } else {
+                "no selector: deviceID must come from Multus (a device plugin's resourceName annotation); ADD fails with code 7 without it".to_owned()
+            }
+        }
+    };
+    let mut parts = vec![
+        format!("cniVersion {}", conf.cni_version.as_str()),
+        selector,
+    ];
+    if let Some(i) = &conf.ipam_type {
+        node.admit_ipam(i)?;
+        node.admit_ipam_paths(v.get("ipam").unwrap_or(&Value::Null))?;
+        parts.push(format!("ipam {i}"));
+    }
+    if let Some(s) = conf.rdma.soft_device {
+        parts.push(format!("softDevice {}", format!("{s:?}").to_lowercase()));
+    }
+    Ok(parts.join(", "))
+}
+
+/// `validate FILE|- ...`: the files to check (`-`: stdin).
+#[derive(Debug, PartialEq, Eq, clap::Args)]
+pub struct Options {
+    /// A .conf, a .conflist or a NetworkAttachmentDefinition as JSON; - for stdin
+    #[arg(value_name = "FILE|-", required = true)]
+    pub files: Vec<String>,
+}
+
+/// Whether every config found was accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted,
+    Rejected,
+}
+
+/// Each config found, through the plugin's own checks, one line per config on stdout (a file
+/// that cannot be read or holds no config is rejected too).
+pub fn run(o: &Options) -> Result<Verdict> {
+    let mut verdict = Verdict::Accepted;
+    for f in &o.files {
+        for (v, line) in judge_file(f) {
+            if v == Verdict::Rejected {
+                verdict = v;
+            }
+            println!(
+                "{}",
+                rdma_host_device_core::logging::line(
+                    &line,
+                    rdma_host_device_core::logging::MAX_LINE
+                )
+            );
+        }
+    }
+    Ok(verdict)
+}
+
+/// What `validate` says about one file: a line per config, with its verdict.
+fn judge_file(f: &str) -> Vec<(Verdict, String)> {
+    let rejected = |line: String| vec![(Verdict::Rejected, line)];
+    // As ADD reads: within a bound, and (a file) only a regular one, opened without blocking.
+    let text = if f == "-" {
+        let mut b = Vec::new();
+        std::io::stdin()
+            .take(MAX_DOC + 1)
+            .read_to_end(&mut b)
+            .and_then(|_| {
+                if b.len() as u64 > MAX_DOC {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::FileTooLarge,
+                        format!("larger than {MAX_DOC} bytes"),
+                    ))
+                } else {
+                    Ok(b)
+                }
+            })
+    } else {
+        rdma_host_device_core::files::read_regular(std::path::Path::new(f), MAX_DOC)
+    };
+    let text = match text {
+        Ok(t) => t,
+        Err(e) => return rejected(format!("{f}: cannot read: {e}")),
+    };
+    let doc: Value = match serde_json::from_slice(&text) {
+        Ok(d) => d,
+        Err(e) => {
+            return rejected(format!(
+                "{f}: not JSON ({e}); YAML manifests: kubectl get net-attach-def NAME -o json | rdma-host-device-agent validate -"
+            ));
+        }
+    };
+    let mut found = match configs_in(&doc) {
+        Ok(found) => found,
+        Err(e) => return rejected(format!("{f}: {}", e.msg)),
+    };
+    if let [one] = found.as_mut_slice()
+        && one.place.is_empty()
+    {
+        // A plain config reaches the plugin as the file's bytes: judge those, as ADD would.
+        one.config = text;
+    }
+    found
+        .into_iter()
+        .map(|c| {
+            let place = if c.place.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", c.place)
+            };
+            match check_config(&c.config) {
+                Ok(summary) => (Verdict::Accepted, format!("{f}{place}: ok ({summary})")),
+                Err(e) => (
+                    Verdict::Rejected,
+                    format!(
+                        "{f}{place}: rejected with code {}: {}",
+                        e.code as u32, e.msg
+                    ),
+                ),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn conflist_entries_get_the_list_name_and_version() {
+        let list = json!({"cniVersion": "1.0.0", "name": "rdma", "plugins": [
+            {"type": "tuning"},
+            {"type": "rdma-host-device", "device": "eth1"}
+        ]});
+        let found = configs_in(&list).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].place, "plugins[1]");
+        let v: Value = serde_json::from_slice(&found[0].config).unwrap();
+        assert_eq!(v["name"], "rdma");
+        assert_eq!(v["cniVersion"], "1.0.0");
+        assert!(check_config(&found[0].config).is_ok());
+    }
+
+    #[test]
+    fn nad_json_is_unwrapped() {
+        let cfg = json!({"cniVersion": "1.0.0", "name": "a", "type": "rdma-host-device",
+                         "rdmaDevice": "mlx5_0"});
+        let nad = json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                         "metadata": {"name": "a"}, "spec": {"config": cfg.to_string()}});
+        let found = configs_in(&nad).unwrap();
+        assert_eq!(found[0].place, "spec.config");
+        assert!(
+            check_config(&found[0].config)
+                .unwrap()
+                .contains("rdmaDevice")
+        );
+    }
+
+    #[test]
+    fn validate_reports_the_plugins_code() {
+        let bad = br#"{"cniVersion":"1.0.0","name":"a","type":"rdma-host-device","devcie":"x"}"#;
+        assert_eq!(check_config(bad).unwrap_err().code, Code::UnsupportedField);
+        let other = br#"{"cniVersion":"1.0.0","name":"a","type":"macvlan"}"#;
+        assert_eq!(check_config(other).unwrap_err().code, Code::InvalidConfig);
+        let no_sel = br#"{"cniVersion":"1.0.0","name":"a","type":"rdma-host-device"}"#;
+        assert!(check_config(no_sel).unwrap().contains("Multus"));
+    }
+
+    #[test]
+    fn validate_reads_as_add_does_and_its_verdict_is_adds() {
+        let dir = std::env::temp_dir().join(format!("rhd-validate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = |name: &str, body: &[u8]| {
+            let p = dir.join(name);
+            std::fs::write(&p, body).unwrap();
+            p.to_str().unwrap().to_owned()
+        };
+        let verdicts =
+            |f: &str| -> Vec<Verdict> { judge_file(f).into_iter().map(|(v, _)| v).collect() };
+        let conf = r#"{"cniVersion":"1.0.0","name":"a","type":"rdma-host-device","device":"eth1"}"#;
+        assert_eq!(
+            verdicts(&at("small.conf", conf.as_bytes())),
+            [Verdict::Accepted]
+        );
+        // Past ADD's bound with whitespace, which a compact re-encoding would have dropped:
+        // ADD refuses these bytes, so validate does.
+        let padded = conf.replacen('{', &format!("{{{}", " ".repeat(MAX_CONFIG_LEN)), 1);
+        let add = NetConf::parse_strict(
+            padded.clone().into_bytes(),
+            &rdma_host_device_core::node::Node::default(),
+        );
+        assert!(add.is_err());
+        assert_eq!(
+            verdicts(&at("padded.conf", padded.as_bytes())),
+            [Verdict::Rejected]
+        );
+        let nad = json!({"kind": "NetworkAttachmentDefinition", "spec": {"config": padded}});
+        let nad = at("nad.json", nad.to_string().as_bytes());
+        assert_eq!(verdicts(&nad), [Verdict::Rejected]);
+        // What is not a regular file is refused at once, without reading it.
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        for (f, what) in [
+            (fifo.to_str().unwrap(), "a FIFO"),
+            ("/dev/zero", "a device"),
+        ] {
+            let t = std::time::Instant::now();
+            let out = judge_file(f);
+            assert!(t.elapsed() < std::time::Duration::from_secs(1), "{f}");
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0].0, Verdict::Rejected);
+            assert!(out[0].1.contains(what), "{}", out[0].1);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn list_without_our_plugin_is_an_error() {
+        let list = json!({"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "bridge"}]});
+        assert!(configs_in(&list).is_err());
+    }
+}
