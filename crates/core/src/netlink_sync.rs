@@ -1,5 +1,5 @@
 //! Synchronous netlink sockets: one socket type for what the async rtnetlink handle cannot ask
-//! or decode. Its users: RDMA netlink (`rdma/netlink.rs`), raw NETLINK_ROUTE dumps of nexthop
+//! or decode. Its users: RDMA netlink (`rdma/netlink/`), raw NETLINK_ROUTE dumps of nexthop
 //! objects (`link/nexthop.rs`) and of links whose names are not UTF-8
 //! (`link/unreadable.rs`), and the exporter's link statistics (`metrics/netdev.rs`).
 //!
