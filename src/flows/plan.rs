@@ -179,14 +179,14 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
 
 /// The DRA driver's checkpoint as ADD reads it, with where it was read from (for messages).
 struct Prepared {
-    cp: rdma_host_device_core::dra_checkpoint::Checkpoint,
+    cp: rdma_host_device_core::dra::checkpoint::Checkpoint,
     path: std::path::PathBuf,
 }
 
 impl Prepared {
     fn read(node: &Node) -> Result<Prepared> {
-        let path = rdma_host_device_core::dra_checkpoint::path(&node.state_dir);
-        let cp = rdma_host_device_core::dra_checkpoint::Checkpoint::read(&path)
+        let path = rdma_host_device_core::dra::checkpoint::path(&node.state_dir);
+        let cp = rdma_host_device_core::dra::checkpoint::Checkpoint::read(&path)
             .map_err(|e| Error::new(Code::Io, e.to_string()))?;
         Ok(Prepared { cp, path })
     }
@@ -295,7 +295,7 @@ fn dra_selector(
                 name: claim.name.clone(),
                 uid: (*claim_uid).to_owned(),
                 request: d.request.clone(),
-                driver: rdma_host_device_core::dra_checkpoint::DRIVER.to_owned(),
+                driver: rdma_host_device_core::dra::DRIVER.to_owned(),
                 pool: d.pool.clone(),
                 device: d.device.clone(),
                 network: None,

@@ -214,6 +214,14 @@ pub fn replace(path: &Path, body: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         create_dirs(dir, 0o755)?;
     }
+    write_atomic(path, body, 0o644)
+}
+
+/// The one atomic write: `body` into a new temp file beside `path` (mode `mode`, whatever the
+/// umask; never through a symlink), synced, then renamed over `path`, so a reader sees the old
+/// file or the new one, never half. The temp file is removed if anything fails. Making the
+/// directory, and syncing it after, are the caller's (`replace`, the DRA checkpoint).
+pub fn write_atomic(path: &Path, body: &[u8], mode: u32) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = Path::new(&tmp);
@@ -221,11 +229,11 @@ pub fn replace(path: &Path, body: &[u8]) -> std::io::Result<()> {
     let written = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o644)
+        .mode(mode)
         .custom_flags(libc::O_NOFOLLOW)
         .open(tmp)
         .and_then(|mut f| {
-            set_mode(&f, 0o644)?;
+            set_mode(&f, mode)?;
             f.write_all(body)?;
             f.sync_all()
         })

@@ -6,7 +6,7 @@
 //! agent (crates/agent) on this and the plugin crate. docs/DESIGN.md is the map.
 
 pub mod device_info;
-pub mod dra_checkpoint;
+pub mod dra;
 pub mod error;
 pub mod fault;
 pub mod files;

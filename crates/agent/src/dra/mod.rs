@@ -5,7 +5,7 @@
 //!   a NIC by what it is (RDMA, transport, speed, rail, PCIe root shared with a GPU);
 //! - `plugin.rs`: the kubelet side (plugin registration, DRA plugin API v1): prepare reads a
 //!   claim, maps our allocated devices to NICs (`nics.rs`), answers their RDMA devices' CDI IDs
-//!   and records the claim in the checkpoint (`rdma_host_device_core::dra_checkpoint`);
+//!   and records the claim in the checkpoint (`rdma_host_device_core::dra::checkpoint`);
 //!   unprepare works from the checkpoint alone.
 //!   `api.rs` holds the kubelet's messages;
 //! - `status.rs`: the network data of NICs that ADD attached (`draRequest`), from the CNI's
@@ -34,9 +34,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdma_host_device_core::dra_checkpoint as checkpoint;
 /// The driver's name (defined beside the checkpoint, which the CNI plugin reads too).
-pub use rdma_host_device_core::dra_checkpoint::DRIVER;
+pub use rdma_host_device_core::dra::DRIVER;
+use rdma_host_device_core::dra::checkpoint;
 /// The kubelet's root directory, under which `plugins_registry/` and `plugins/` are.
 pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
 

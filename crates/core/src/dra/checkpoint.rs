@@ -18,13 +18,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-/// The driver's name: the ResourceSlices' `spec.driver`, the DeviceClass's selector, the
-/// domain of our device attributes, and the allocation results prepare takes as ours.
-pub const DRIVER: &str = "rdma-host-device.io";
 /// The format this code writes and reads. A file of another version is refused, not guessed at.
 pub const VERSION: u32 = 1;
 /// The most read: a claim is a few hundred bytes; this holds thousands.
@@ -138,26 +133,7 @@ impl Checkpoint {
         let dir = path.parent().unwrap_or(Path::new("."));
         crate::files::private_dir(dir)?;
         let body = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".{}.tmp", std::process::id()));
-        let tmp = Path::new(&tmp);
-        let _ = fs::remove_file(tmp);
-        let written = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(tmp)
-            .and_then(|mut f| {
-                crate::files::set_mode(&f, 0o600)?;
-                f.write_all(&body)?;
-                f.sync_all()
-            })
-            .and_then(|()| fs::rename(tmp, path));
-        if written.is_err() {
-            let _ = fs::remove_file(tmp);
-        }
-        written?;
+        crate::files::write_atomic(path, &body, 0o600)?;
         fs::File::open(dir).and_then(|d| d.sync_all())
     }
 
