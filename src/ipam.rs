@@ -2,7 +2,7 @@
 //! variables and, on stdin, the configuration narrowed to what an address manager reads.
 //!
 //! Two rules of our own. The node decides which plugins `ipam.type` may name (`ipamPlugins` in
-//! the node configuration, src/node/): [`Ipam::new`] refuses any other with 107 before it even
+//! the node configuration, crates/core/src/node/): [`Ipam::new`] refuses any other with 107 before it even
 //! looks in CNI_PATH, so no verb execs a program the node did not allow. And IPAM gets only
 //! the keys an address manager reads ([`for_ipam`]): not a tenant's `prevResult` (except on
 //! CHECK, where the runtime supplies it and `static` compares against it), not

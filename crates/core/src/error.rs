@@ -316,7 +316,7 @@ mod tests {
         assert_eq!(
             table,
             markdown_table(),
-            "docs/operations.md's error-code table differs from src/error.rs TABLE: copy markdown_table() over"
+            "docs/operations.md's error-code table differs from crates/core/src/error.rs TABLE: copy markdown_table() over"
         );
         // Every code of the enum but 999 is in the table.
         for c in TABLE {

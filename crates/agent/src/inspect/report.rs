@@ -89,7 +89,7 @@ pub struct RuntimeMemlock {
     pub advice: Option<String>,
 }
 
-/// Which path gives a container with an RDMA device the node's `memlock` (src/inspect/runtime.rs).
+/// Which path gives a container with an RDMA device the node's `memlock` (crates/agent/src/inspect/runtime.rs).
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum MemlockPath {
