@@ -176,6 +176,21 @@ ADMIN_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   echo "sched-$ADMIN_TOKEN,system:kube-scheduler,sched,"
   echo "cm-$ADMIN_TOKEN,system:kube-controller-manager,cm,"
 } >"$D/pki/tokens.csv"
+# The admin's token alone, for clients that take a token file (tests/kube/standin.rs).
+printf '%s' "$ADMIN_TOKEN" >"$D/pki/admin.token"
+# An audit log of what users (not the node's own components) asked of the API server: the
+# tests read it to show a request never reached the server (tests/kube_api.rs).
+cat >"$D/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  users: [system:kube-scheduler, system:kube-controller-manager, system:apiserver]
+- level: None
+  userGroups: [system:nodes, system:serviceaccounts]
+- level: Metadata
+EOF
 kubeconfig() { # FILE TOKEN
   cat >"$1" <<EOF
 apiVersion: v1
@@ -272,7 +287,8 @@ daemon kube-apiserver "$D/bin/kube-apiserver" --etcd-servers http://127.0.0.1:23
   --service-account-key-file "$D/pki/sa.pub" --service-account-signing-key-file "$D/pki/sa.key" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --kubelet-preferred-address-types InternalIP --allow-privileged \
-  --enable-admission-plugins NodeRestriction --profiling=false
+  --enable-admission-plugins NodeRestriction --profiling=false \
+  --audit-policy-file "$D/audit-policy.yaml" --audit-log-path "$D/logs/audit.log"
 kc() { "$D/bin/kubectl" --kubeconfig "$D/admin.kubeconfig" "$@"; }
 wait_for "kube-apiserver" 120 kc get --raw /readyz
 say "API server ready after $((SECONDS - start)) s"
