@@ -44,6 +44,20 @@ impl ApiServer {
         }
     }
 
+    /// The same server's CA and token at an address where nothing listens: no API server at
+    /// all, for a client started while it is away.
+    pub fn nowhere(&self) -> ApiServer {
+        let host = self.url.rsplit_once(':').map_or(&*self.url, |(h, _)| h);
+        ApiServer {
+            child: None,
+            audited: self.audited,
+            url: format!("{host}:1"),
+            ca: self.ca.clone(),
+            token: self.token.clone(),
+            log: self.log.clone(),
+        }
+    }
+
     /// A second real kube-apiserver on the cluster's etcd, started with the cluster's own
     /// options (read from the running one) and `--feature-gates GATES`, on `port`: a server
     /// with another release's features, e.g. `DRADeviceTaints=false` (GA in 1.37, still
