@@ -179,6 +179,15 @@ phase=$(kc get pod dp-b -o jsonpath='{.status.phase}')
 if [[ $phase == Pending ]]; then ok "dp-b, asking for the NIC dp-a holds, is Pending"; else bad "dp-b is $phase"; fi
 kc delete pod dp-a dp-b --wait=true --timeout=120s >/dev/null || bad "delete dp-a dp-b"
 home "device-plugin"
+# What the DaemonSet's containers see of the node's /dev/infiniband after rxe0 went into a pod and
+# came back (a hostPath of a directory devtmpfs removes when it empties goes stale: the NRI
+# plugin then gives no memlock, the CDI spec loses uverbs0 and a DRA pod cannot start)
+dev_seen=$(kc -n kube-system exec ds/rdma-host-device -c nri -- ls /dev/infiniband | xargs)
+if [[ $dev_seen == *uverbs0* ]]; then ok "the nri container still sees the node's /dev/infiniband: $dev_seen"
+else bad "the nri container's /dev/infiniband: '$dev_seen'"; fi
+if kc -n kube-system exec ds/rdma-host-device -c node-report -- cat /var/run/cdi/rdma-host-device.json | grep -q '"name": *"uverbs0"'; then
+  ok "the CDI spec still names uverbs0"
+else bad "the CDI spec lost uverbs0: $(kc -n kube-system exec ds/rdma-host-device -c node-report -- cat /var/run/cdi/rdma-host-device.json | xargs)"; fi
 
 # ---- the DRA path
 case_ "dra"
