@@ -20,8 +20,9 @@
 //! The node's NICs are veths in the node's network namespace: this machine has no RDMA, so the
 //! one-rail template's `rdma` condition is dropped, and whereabouts (not built here) becomes
 //! host-local on the NAD's own range; each change is made where it is used and says so. The
-//! RDMA checks in a pod (ibv_devinfo, memlock in exec'd processes) need the VM's kernel
-//! (docs/testing.md).
+//! RDMA checks in a pod (ibv_devinfo, memlock in exec'd processes) need the VM's kernel: the
+//! same kubelet and containerd run them as a node inside the RDMA VM (tests/vm/cluster.sh, VM
+//! group `cluster`; docs/testing.md).
 //!
 //! Needs root, the cluster parts (scripts/setup.sh --for cluster), podman, and the release
 //! build (deploy/build-image.sh ships it).

@@ -1,9 +1,11 @@
-//! `rdma-host-device-agent dra` publishing this node's ResourceSlice to the kube-apiserver
-//! stand-in (tests/kube/apiserver.py): which NICs are devices (the node policy's, never an
-//! uplink, only allowedNics), their attributes, and how the slice follows the node (a link
-//! going down, a NIC removed, the slice deleted by someone else, the agent restarted, a wrong
-//! token). The NICs are veths named in the node configuration's `dra.nics` (this machine has no
-//! PCI NICs and no RDMA; PCI-derived attributes are unit-tested in src/dra/slices.rs).
+//! `rdma-host-device-agent dra` publishing this node's ResourceSlice to the real kube-apiserver
+//! 1.37 of the test cluster (tests/cluster/cluster.sh; each test names its own node): which
+//! NICs are devices (the node policy's, never an uplink, only allowedNics), their attributes,
+//! and how the slice follows the node (a link going down, a NIC removed, the slice deleted by
+//! someone else, the agent restarted, a wrong token). A server without device taints is a
+//! second real API server with DRADeviceTaints off (as 1.33-1.35 defaults were). The NICs are
+//! veths named in the node configuration's `dra.nics` (this machine has no PCI NICs and no
+//! RDMA; PCI-derived attributes are unit-tested in src/dra/slices.rs).
 //! Needs root (veths).
 
 mod common;
@@ -79,7 +81,7 @@ impl Drop for Agent {
     }
 }
 
-/// Our slices for `node` on the stand-in.
+/// Our slices for `node` on the API server.
 fn slices(api: &ApiServer, node: &str) -> Vec<ResourceSlice> {
     rt().block_on(async {
         let kube = Kube::connect(&api.endpoint()).await.unwrap();
@@ -168,7 +170,7 @@ fn dev(v: &Veth) -> String {
 fn the_slice_lists_the_allowed_nics_with_their_attributes_and_never_an_uplink() {
     let rig = Rig::new();
     let v = node_with_four_veths(&rig);
-    let api = ApiServer::start(rig.dir.path(), &[]);
+    let api = ApiServer::real();
     let node = node_name(&rig);
     let agent = Agent::start(&rig, &api, &node, None);
     let (s, _) = wait_slice(&api, &agent, &node, BOUND, "the first slice", |s| {
@@ -242,7 +244,7 @@ fn a_link_going_down_flips_link_up_and_taints_the_device_within_the_bound() {
     let v = node_with_four_veths(&rig);
     ip(&["link", "set", &v[0].peer, "up"]);
     ip(&["link", "set", &v[0].name, "up"]);
-    let api = ApiServer::start(rig.dir.path(), &[]);
+    let api = ApiServer::real();
     let node = node_name(&rig);
     let agent = Agent::start(&rig, &api, &node, None);
     let d0 = dev(&v[0]);
@@ -288,7 +290,8 @@ fn a_server_without_device_taints_gets_link_up_false_and_the_agent_says_why() {
     let rig = Rig::new();
     let v = node_with_four_veths(&rig);
     ip(&["link", "set", &v[0].name, "up"]); // peer down: no carrier from the start
-    let api = ApiServer::start(rig.dir.path(), &["--no-device-taints"]);
+    let api =
+        ApiServer::real_with_feature_gates("DRADeviceTaints=false,DRADeviceTaintRules=false", 6443);
     let node = node_name(&rig);
     let agent = Agent::start(&rig, &api, &node, None);
     let d0 = dev(&v[0]);
@@ -312,7 +315,7 @@ fn a_server_without_device_taints_gets_link_up_false_and_the_agent_says_why() {
 fn a_nic_removed_leaves_the_slice_and_one_added_joins_it() {
     let rig = Rig::new();
     let v = node_with_four_veths(&rig);
-    let api = ApiServer::start(rig.dir.path(), &[]);
+    let api = ApiServer::real();
     let node = node_name(&rig);
     let agent = Agent::start(&rig, &api, &node, None);
     let (before, _) = wait_slice(&api, &agent, &node, BOUND, "two devices", |s| {
@@ -335,7 +338,7 @@ fn a_nic_removed_leaves_the_slice_and_one_added_joins_it() {
 fn a_restarted_agent_keeps_one_slice_and_removes_strays() {
     let rig = Rig::new();
     let _v = node_with_four_veths(&rig);
-    let api = ApiServer::start(rig.dir.path(), &[]);
+    let api = ApiServer::real();
     let node = node_name(&rig);
     // A stray slice of our driver for this node (an older agent's, another name).
     rt().block_on(async {
@@ -378,7 +381,7 @@ fn a_restarted_agent_keeps_one_slice_and_removes_strays() {
 fn a_slice_deleted_by_someone_else_comes_back() {
     let rig = Rig::new();
     let _v = node_with_four_veths(&rig);
-    let api = ApiServer::start(rig.dir.path(), &[]);
+    let api = ApiServer::real();
     let node = node_name(&rig);
     let agent = Agent::start(&rig, &api, &node, None);
     let (s, _) = wait_slice(&api, &agent, &node, BOUND, "the slice", |_| true);
@@ -399,7 +402,7 @@ fn a_slice_deleted_by_someone_else_comes_back() {
 fn a_wrong_token_stops_the_agent_with_the_reason() {
     let rig = Rig::new();
     let _v = node_with_four_veths(&rig);
-    let api = ApiServer::start(rig.dir.path(), &[]);
+    let api = ApiServer::real();
     let wrong = rig.dir.path().join("wrong-token");
     std::fs::write(&wrong, "not-the-token").unwrap();
     let mut agent = Agent::start(&rig, &api, &node_name(&rig), Some(&wrong));

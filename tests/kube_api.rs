@@ -1,8 +1,10 @@
-//! The agent's Kubernetes client (`rdma_host_device_agent::kube`) against the kube-apiserver stand-in
-//! (tests/kube/apiserver.py, HTTPS with a CA made at start, bearer token): every call the DRA
-//! driver makes, and the answers a real API server gives when things go wrong (401, 404, 409).
-//! Claims are seeded through the same REST calls a controller would make (create, then PUT
-//! the allocation on /status), not through a back door. No root needed.
+//! The agent's Kubernetes client (`rdma_host_device_agent::kube`) against the real kube-apiserver 1.37
+//! of the test cluster (tests/cluster/cluster.sh: HTTPS with its own CA, the admin's bearer
+//! token): every call the DRA driver makes, and the answers the API server gives when things
+//! go wrong (401, 404, 409). Claims are seeded through the same REST calls the scheduler makes
+//! (create, then PUT the allocation on /status), reserved for a real pod (the controller-manager
+//! removes a reservation for a pod that does not exist). The store is the cluster's, shared by
+//! the binary's tests: each test names its nodes and slices its own. Needs root (the cluster).
 
 mod common;
 #[path = "kube/standin.rs"]
@@ -15,6 +17,7 @@ use rdma_host_device_agent::kube::{
 };
 use serde_json::json;
 use standin::ApiServer;
+use std::process::Command;
 use std::time::Duration;
 
 fn rt() -> tokio::runtime::Runtime {
@@ -37,6 +40,24 @@ fn slice(name: &str, node: &str, driver: &str, device: &str) -> ResourceSlice {
     .unwrap()
 }
 
+/// A CA of our own that signed nothing the cluster serves.
+fn another_ca(dir: &std::path::Path) -> std::path::PathBuf {
+    let (key, crt) = (dir.join("other-ca.key"), dir.join("other-ca.crt"));
+    let st = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=not-the-cluster-ca", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(st.success(), "openssl req -x509");
+    crt
+}
+
 fn filter(node: &str) -> SliceFilter {
     SliceFilter {
         driver: "rdma-host-device.io".into(),
@@ -46,33 +67,32 @@ fn filter(node: &str) -> SliceFilter {
 
 #[test]
 fn slices_are_created_listed_by_driver_and_node_updated_and_deleted() {
-    let dir = TempDir::new("kube-api");
-    let api = ApiServer::start(dir.path(), &[]);
+    let api = ApiServer::real();
     rt().block_on(async {
         let kube = Kube::connect(&api.endpoint()).await.unwrap();
         let a = kube
-            .create_slice(&slice("n1-a", "n1", "rdma-host-device.io", "d0"))
+            .create_slice(&slice("crud-n1-a", "crud-n1", "rdma-host-device.io", "d0"))
             .await
             .unwrap();
-        kube.create_slice(&slice("n2-a", "n2", "rdma-host-device.io", "d0"))
+        kube.create_slice(&slice("crud-n2-a", "crud-n2", "rdma-host-device.io", "d0"))
             .await
             .unwrap();
-        kube.create_slice(&slice("n1-gpu", "n1", "gpu.example.com", "g0"))
+        kube.create_slice(&slice("crud-n1-gpu", "crud-n1", "gpu.example.com", "g0"))
             .await
             .unwrap();
 
         let e = kube
-            .create_slice(&slice("n1-a", "n1", "rdma-host-device.io", "d0"))
+            .create_slice(&slice("crud-n1-a", "crud-n1", "rdma-host-device.io", "d0"))
             .await
             .unwrap_err();
         assert!(e.is_already_exists(), "{e}");
 
-        let (mine, rv) = kube.list_slices(&filter("n1")).await.unwrap();
+        let (mine, rv) = kube.list_slices(&filter("crud-n1")).await.unwrap();
         let names: Vec<_> = mine
             .iter()
             .map(|s| s.metadata.name.clone().unwrap())
             .collect();
-        assert_eq!(names, ["n1-a"], "only our driver's, only this node's");
+        assert_eq!(names, ["crud-n1-a"], "only our driver's, only this node's");
         assert!(!rv.is_empty());
 
         // An update with the current resourceVersion lands; one with a stale one is refused.
@@ -91,39 +111,57 @@ fn slices_are_created_listed_by_driver_and_node_updated_and_deleted() {
 
         // Delete with a uid precondition that no longer holds is refused; then it goes.
         let e = kube
-            .delete_slice("n1-a", Some("not-the-uid"))
+            .delete_slice("crud-n1-a", Some("not-the-uid"))
             .await
             .unwrap_err();
         assert!(e.is_conflict(), "{e}");
-        kube.delete_slice("n1-a", b.metadata.uid.as_deref())
+        kube.delete_slice("crud-n1-a", b.metadata.uid.as_deref())
             .await
             .unwrap();
-        kube.delete_slice("n1-a", None)
+        kube.delete_slice("crud-n1-a", None)
             .await
             .expect("deleting what is gone is fine");
-        assert!(kube.list_slices(&filter("n1")).await.unwrap().0.is_empty());
+        assert!(
+            kube.list_slices(&filter("crud-n1"))
+                .await
+                .unwrap()
+                .0
+                .is_empty()
+        );
     });
 }
 
 #[test]
 fn a_watch_sees_our_slices_change_and_nothing_else() {
-    let dir = TempDir::new("kube-api");
-    let api = ApiServer::start(dir.path(), &[]);
+    let api = ApiServer::real();
     rt().block_on(async {
         let kube = Kube::connect(&api.endpoint()).await.unwrap();
-        let (_, rv) = kube.list_slices(&filter("n1")).await.unwrap();
-        let mut events = kube.watch_slices(&filter("n1"), &rv, 10).await.unwrap();
+        let (_, rv) = kube.list_slices(&filter("watch-n1")).await.unwrap();
+        let mut events = kube
+            .watch_slices(&filter("watch-n1"), &rv, 10)
+            .await
+            .unwrap();
         let s = kube
-            .create_slice(&slice("n1-a", "n1", "rdma-host-device.io", "d0"))
+            .create_slice(&slice(
+                "watch-n1-a",
+                "watch-n1",
+                "rdma-host-device.io",
+                "d0",
+            ))
             .await
             .unwrap();
-        kube.create_slice(&slice("n2-a", "n2", "rdma-host-device.io", "d0"))
-            .await
-            .unwrap();
+        kube.create_slice(&slice(
+            "watch-n2-a",
+            "watch-n2",
+            "rdma-host-device.io",
+            "d0",
+        ))
+        .await
+        .unwrap();
         let mut s2 = s.clone();
         s2.spec.devices.as_mut().unwrap()[0].name = "d1".into();
         kube.update_slice(&s2).await.unwrap();
-        kube.delete_slice("n1-a", None).await.unwrap();
+        kube.delete_slice("watch-n1-a", None).await.unwrap();
         let mut seen = Vec::new();
         while seen.len() < 3 {
             let ev = tokio::time::timeout(Duration::from_secs(10), events.next())
@@ -142,14 +180,59 @@ fn a_watch_sees_our_slices_change_and_nothing_else() {
                 SliceEvent::Bookmark(_) => continue,
             });
         }
-        assert_eq!(seen, ["ADDED n1-a", "MODIFIED n1-a d1", "DELETED n1-a"]);
+        assert_eq!(
+            seen,
+            [
+                "ADDED watch-n1-a",
+                "MODIFIED watch-n1-a d1",
+                "DELETED watch-n1-a"
+            ]
+        );
     });
 }
 
 #[test]
 fn a_claim_seeded_like_the_scheduler_does_reads_back_its_allocation_and_pods() {
-    let dir = TempDir::new("kube-api");
-    let api = ApiServer::start(dir.path(), &[]);
+    let api = ApiServer::real();
+    api.call(
+        "POST",
+        "/api/v1/namespaces",
+        Some(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})),
+    );
+    // The namespace's default ServiceAccount comes from the controller-manager, a moment later.
+    let t = std::time::Instant::now();
+    while !api
+        .try_call(
+            "GET",
+            "/api/v1/namespaces/team-a/serviceaccounts/default",
+            None,
+        )
+        .0
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no default ServiceAccount in team-a"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The consumer: a pod no node can take (it stays Pending, so the controller-manager keeps
+    // the reservation), with the UID the API server gives it.
+    let trainer = api.call(
+        "POST",
+        "/api/v1/namespaces/team-a/pods",
+        Some(&json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "trainer", "namespace": "team-a"},
+            "spec": {
+                "nodeSelector": {"rdma-host-device.io/test": "no-such-node"},
+                "containers": [{"name": "c", "image": "pause", "imagePullPolicy": "Never"}]
+            }
+        })),
+    );
+    let trainer_uid = trainer["metadata"]["uid"]
+        .as_str()
+        .expect("the pod's uid")
+        .to_owned();
     rt().block_on(async {
         let kube = Kube::connect(&api.endpoint()).await.unwrap();
         let claim: ResourceClaim = serde_json::from_value(json!({
@@ -174,7 +257,7 @@ fn a_claim_seeded_like_the_scheduler_does_reads_back_its_allocation_and_pods() {
                 "allocation": {"devices": {"results": [
                     {"request": "rail", "driver": "rdma-host-device.io", "pool": "n1", "device": "pci-0000-3b-00-0"}
                 ]}},
-                "reservedFor": [{"resource": "pods", "name": "trainer", "uid": "4d1c-pod-uid"}]
+                "reservedFor": [{"resource": "pods", "name": "trainer", "uid": trainer_uid}]
             }))
             .unwrap(),
         );
@@ -193,7 +276,7 @@ fn a_claim_seeded_like_the_scheduler_does_reads_back_its_allocation_and_pods() {
             ),
             ("rail", "rdma-host-device.io", "n1", "pci-0000-3b-00-0")
         );
-        assert_eq!(k::reserved_pod_uids(&got), ["4d1c-pod-uid"]);
+        assert_eq!(k::reserved_pod_uids(&got), [trainer_uid.as_str()]);
 
         // A status write on a stale copy is a conflict (the KEP-4817 writer retries on it).
         let e = kube.update_claim_status(&claim_with_rv(&got, "1")).await.unwrap_err();
@@ -212,7 +295,7 @@ fn claim_with_rv(c: &ResourceClaim, rv: &str) -> ResourceClaim {
     c
 }
 
-/// A plain kube client on the stand-in, for what a test plays the scheduler or a user in.
+/// A plain kube client on the API server, for what a test plays the scheduler or a user in.
 async fn raw_client(api: &ApiServer) -> kube::Client {
     let mut c = kube::Config::new(api.url.parse().unwrap());
     c.root_cert_file = Some(api.ca.clone());
@@ -246,7 +329,7 @@ fn pem_der(pem: &str) -> Vec<u8> {
 #[test]
 fn a_wrong_token_is_a_401_that_names_the_token_file() {
     let dir = TempDir::new("kube-api");
-    let api = ApiServer::start(dir.path(), &[]);
+    let api = ApiServer::real();
     let wrong = dir.path().join("wrong-token");
     std::fs::write(&wrong, "not-the-token").unwrap();
     rt().block_on(async {
@@ -268,31 +351,34 @@ fn a_wrong_token_is_a_401_that_names_the_token_file() {
 #[test]
 fn a_server_whose_certificate_the_ca_did_not_sign_is_refused() {
     let dir = TempDir::new("kube-api");
-    let api = ApiServer::start(dir.path(), &[]);
-    let other_dir = TempDir::new("kube-api-other");
-    let other = ApiServer::start(other_dir.path(), &[]);
+    let api = ApiServer::real();
+    let other = another_ca(dir.path());
     rt().block_on(async {
         let kube = Kube::connect(&Endpoint::Explicit {
             server: api.url.clone(),
-            ca: other.ca.clone(),
+            ca: other.clone(),
             token: api.token.clone(),
         })
         .await
         .unwrap();
-        let e = kube.list_slices(&filter("n1")).await.unwrap_err();
+        let e = kube.list_slices(&filter("tls-refused")).await.unwrap_err();
         assert_eq!(e.code, None, "no answer from a server we cannot trust: {e}");
+        // The same list with the cluster's CA is answered and seen in the audit log, so its
+        // absence above means the request (and the token) never reached the server.
+        let kube = Kube::connect(&api.endpoint()).await.unwrap();
+        kube.list_slices(&filter("tls-trusted")).await.unwrap();
+        let seen = api.requests();
+        assert!(seen.contains("tls-trusted"), "the audit log works: {seen}");
         assert!(
-            !api.requests().contains("GET /apis"),
-            "the request (and the token) never reached it: {}",
-            api.requests()
+            !seen.contains("tls-refused"),
+            "it never reached the server: {seen}"
         );
     });
 }
 
 #[test]
 fn plain_http_is_refused_before_any_token_is_sent() {
-    let dir = TempDir::new("kube-api");
-    let api = ApiServer::start(dir.path(), &[]);
+    let api = ApiServer::real();
     rt().block_on(async {
         let e = Kube::connect(&Endpoint::Explicit {
             server: api.url.replace("https://", "http://"),
@@ -308,7 +394,7 @@ fn plain_http_is_refused_before_any_token_is_sent() {
 #[test]
 fn a_token_file_with_a_trailing_newline_is_refused_at_start_with_the_fix() {
     let dir = TempDir::new("kube-api");
-    let api = ApiServer::start(dir.path(), &[]);
+    let api = ApiServer::real();
     let token = dir.path().join("token-nl");
     let t = std::fs::read_to_string(&api.token).unwrap();
     std::fs::write(&token, format!("{t}\n")).unwrap();

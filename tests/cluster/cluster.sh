@@ -13,6 +13,11 @@
 #   tests/cluster/cluster.sh down DIR    stop it and remove what it made (idempotent)
 #   tests/cluster/cluster.sh exec DIR CMD...  run CMD inside the node (its netns and mounts)
 #   tests/cluster/cluster.sh kubectl DIR ARGS...
+#   RHD_CLUSTER_NODE=vm tests/cluster/cluster.sh up DIR
+#                                        the control plane only (etcd, API server, scheduler,
+#                                        controller-manager); the node is a VM that runs
+#   tests/cluster/cluster.sh node DIR    there: containerd and the kubelet, with DIR's
+#                                        certificates and kubeconfigs (tests/vm/cluster.sh)
 #
 # DIR/env has what a caller needs (KUBECONFIG, NODE, NODE_IP, the netns, the holder's pid);
 # DIR/logs/ every component's log. Needs root; the parts (RHD_CLUSTER_BIN or
@@ -22,14 +27,23 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 say() { echo "cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
 
-cmd=${1:?usage: cluster.sh up|down|exec|kubectl DIR ...}
+cmd=${1:?usage: cluster.sh up|down|node|exec|kubectl DIR ...}
 D=${2:?usage: cluster.sh $cmd DIR}
 shift 2
 D=$(mkdir -p "$D" && cd "$D" && pwd -P)
 
 NODE=rhd-node
 # TEST-NET-2: the documentation range, nobody's network; the machine's own address is elsewhere.
-HOST_IP=198.51.100.1 NODE_IP=198.51.100.2 SERVICE_CIDR=10.96.0.0/24 SERVICE_IP=10.96.0.1
+# The API server listens on the netns' veth address; the node's kubelet on the same address when
+# the node is the netns, on the host's end of the veth when it is a VM (QEMU forwards that
+# address's 10250 into the guest: tests/vm/README.md).
+HOST_IP=198.51.100.1 APISERVER_IP=198.51.100.2 SERVICE_CIDR=10.96.0.0/24 SERVICE_IP=10.96.0.1
+NODE_MODE=${RHD_CLUSTER_NODE:-netns}
+case $NODE_MODE in
+netns) NODE_IP=$APISERVER_IP ;;
+vm) NODE=rhd-vm NODE_IP=$HOST_IP ;;
+*) die "RHD_CLUSTER_NODE=$NODE_MODE: netns or vm" ;;
+esac
 # The node's well-known paths, each backed by DIR/node/<path> inside the cluster's mount namespace.
 NODE_PATHS=(/opt/cni/bin /etc/cni/net.d /var/lib/kubelet /etc/cdi /var/run/cdi /run/nri
   /var/log/pods /var/log/containers /var/lib/cni /run/rdma-host-device /var/lib/rdma-host-device
@@ -38,21 +52,19 @@ NODE_PATHS=(/opt/cni/bin /etc/cni/net.d /var/lib/kubelet /etc/cdi /var/run/cdi /
 SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys
   kernel.keys.root_maxbytes vm.panic_on_oom)
 
+# The daemons' pids: DIR/pids on the host; a VM node's own elsewhere (pids of the guest, which
+# `down` on the host must never kill).
+PIDS=$D/pids
 holder() { cat "$D/holder.pid" 2>/dev/null; }
 inside() { nsenter -t "$(holder)" --net --mount -- "$@" 9>&-; }
 
 case $cmd in
 exec) inside "$@"; exit ;;
+node) ;;
 kubectl) exec "$D/bin/kubectl" --kubeconfig "$D/admin.kubeconfig" "$@" ;;
 down)
   [[ -f $D/env ]] || exit 0
-  # shellcheck disable=SC1091
-  . "$D/env"
-  # The holder only if it still is one: a pid reused by a process of this machine's own mount
-  # namespace would make the loop below kill every process of the host.
-  if [[ -n $(holder) ]] && kill -0 "$(holder)" 2>/dev/null &&
-    [[ $(readlink "/proc/$(holder)/ns/mnt") != "$(readlink /proc/self/ns/mnt)" ]]; then
-    # Pods first, through the kubelet and CRI (their CNI DEL runs), then the daemons.
+  node_down() { # the node's pods (their CNI DEL) and daemons, in the netns
     kc() { "$D/bin/kubectl" --kubeconfig "$D/admin.kubeconfig" --request-timeout 10s "$@"; }
     kc delete daemonsets --all -A --wait=false >/dev/null 2>&1 || true
     kc delete pods --all -A --grace-period=1 --wait=false >/dev/null 2>&1 || true
@@ -67,8 +79,19 @@ down)
     # Whatever sandboxes are left: stop and remove them through containerd's CRI, so the CNI
     # DEL runs and the NICs come home, then containerd and the shims.
     inside "$D/bin/ctr" --address "$D/run/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null |
-      while read -r t; do inside "$D/bin/ctr" --address "$D/run/containerd.sock" -n k8s.io tasks kill -s KILL "$t" >/dev/null 2>&1 || true; done
-    for c in containerd kube-apiserver etcd; do
+      while read -r t; do inside "$D/bin/ctr" --address "$D/run/containerd.sock" -n k8s.io tasks kill -s KILL "$t" >/dev/null 2>&1 || true; done || true
+  }
+
+  # shellcheck disable=SC1091
+  . "$D/env"
+  # The holder only if it still is one: a pid reused by a process of this machine's own mount
+  # namespace would make the loop below kill every process of the host.
+  if [[ -n $(holder) ]] && kill -0 "$(holder)" 2>/dev/null &&
+    [[ $(readlink "/proc/$(holder)/ns/mnt") != "$(readlink /proc/self/ns/mnt)" ]]; then
+    # Pods first, through the kubelet and CRI (their CNI DEL runs), then the daemons; a VM
+    # node is gone with its pods and its daemons (nothing would ever finish deleting them).
+    [[ ${NODE_MODE:-netns} == vm ]] || node_down
+    for c in containerd kube-apiserver etcd kube-controller-manager kube-scheduler; do
       [[ -f $D/pids/$c ]] && kill "$(cat "$D/pids/$c")" 2>/dev/null || true
     done
     sleep 1
@@ -106,6 +129,144 @@ up) ;;
 *) die "unknown command $cmd" ;;
 esac
 
+daemon() { # NAME CMD...: started inside the node, its log in DIR/logs/NAME.log
+  local n=$1
+  shift
+  setsid "${IN[@]}" "$@" </dev/null >"$D/logs/$n.log" 2>&1 9>&- &
+  echo $! >"$PIDS/$n"
+}
+wait_for() { # WHAT SECONDS CMD...
+  local what=$1 t=$2
+  shift 2
+  for _ in $(seq $((t * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  die "$what not up after ${t} s; logs in $D/logs"
+}
+kc() { "$D/bin/kubectl" --kubeconfig "$D/admin.kubeconfig" "$@"; }
+
+# ---- the node: containerd, the images, the pods' networks, the kubelet. Inside the netns (up),
+# or on the machine it runs on (node: a VM, tests/vm/cluster.sh). IN: the command prefix that
+# runs a program in the node; ROOT: where the node's well-known paths are, seen from here; RUN:
+# the node's sockets and configuration (never a 9p share: no unix sockets there).
+node_up() {
+  # ---- containerd 2.4: CRI with CDI, NRI on, runc from Debian, the images imported, no registry
+  mkdir -p "$ROOT/var/lib/containerd" "$ROOT/run/containerd" "$RUN"
+  cat >"$RUN/containerd.toml" <<EOF
+version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "$RUN/containerd.sock"
+[plugins."io.containerd.cri.v1.runtime"]
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "$RUNC"
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/opt/cni/bin"]
+    conf_dir = "/etc/cni/net.d"
+[plugins."io.containerd.cri.v1.images"]
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "localhost/rhd-pause:test"
+[plugins."io.containerd.grpc.v1.cri"]
+  disable_tcp_service = true
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  socket_path = "/run/nri/nri.sock"
+EOF
+  daemon containerd env PATH="$D/bin:$PATH" "$D/bin/containerd" --config "$RUN/containerd.toml"
+  wait_for containerd 60 "${IN[@]}" "$D/bin/ctr" --address "$RUN/containerd.sock" version
+
+  for t in pause busybox; do
+    "${IN[@]}" "$D/bin/ctr" --address "$RUN/containerd.sock" -n k8s.io images import --no-unpack=false "$D/$t.tar" >/dev/null
+  done
+
+  # ---- the pods' networks: Multus' thin plugin (4.3.0) as the node's CNI, delegating the
+  # cluster network to bridge + host-local (1.10.0), reading NADs from the API server as the admin
+  # (a test cluster; a real one gives Multus a ServiceAccount) and the kubelet's pod-resources
+  # socket for device plugin allocations.
+  for p in multus bridge host-local loopback host-device; do
+    [[ -x $BIN/$p ]] || die "$BIN/$p missing: scripts/cluster-parts.sh builds it"
+    cp "$(readlink -f "$BIN/$p")" "$ROOT/opt/cni/bin/$p"
+  done
+  mkdir -p "$ROOT/etc/cni/net.d/multus.d"
+  cp "$D/admin.kubeconfig" "$ROOT/etc/cni/net.d/multus.d/multus.kubeconfig"
+  cat >"$ROOT/etc/cni/net.d/00-multus.conf" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "multus-cni-network",
+  "type": "multus",
+  "kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig",
+  "delegates": [{
+    "cniVersion": "1.0.0",
+    "name": "cbr0",
+    "plugins": [{
+      "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+      "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}
+    }]
+  }]
+}
+EOF
+
+  # ---- the kubelet
+  cat >"$RUN/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failCgroupV1: false
+containerRuntimeEndpoint: unix://$RUN/containerd.sock
+# The API server reaches the kubelet (logs, exec) without a client certificate; the kubelet
+# listens only where only this machine reaches it: the node's veth, or a VM's NICs behind QEMU's
+# user networking.
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+address: $KUBELET_ADDRESS
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+failSwapOn: false
+cgroupsPerQOS: true
+enforceNodeAllocatable: []
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+syncFrequency: 10s
+fileCheckFrequency: 5s
+nodeStatusUpdateFrequency: 5s
+protectKernelDefaults: false
+makeIPTablesUtilChains: false
+localStorageCapacityIsolation: false
+resolvConf: ""
+EOF
+  daemon kubelet "$D/bin/kubelet" --config "$RUN/kubelet.yaml" --kubeconfig "$D/node.kubeconfig" \
+    --hostname-override "$NODE" --node-ip "$NODE_IP" --root-dir /var/lib/kubelet \
+    --cert-dir "$RUN/kubelet-pki" --v 2
+  node_ready() { kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
+  wait_for "the node $NODE (Ready)" 120 node_ready
+  kc create serviceaccount default >/dev/null 2>&1 || true
+}
+
+if [[ $cmd == node ]]; then
+  # On the VM: DIR is the host's, shared with the guest; its env names the node and the parts.
+  [[ -f $D/env ]] || die "$D has no cluster (cluster.sh up first, on the host)"
+  # shellcheck disable=SC1091
+  . "$D/env"
+  [[ $NODE_MODE == vm ]] || die "$D's cluster has its node already (RHD_CLUSTER_NODE=vm up makes one without)"
+  IN=() ROOT= RUN=/run/rhd-k8s KUBELET_ADDRESS=0.0.0.0 start=$SECONDS PIDS=/run/rhd-k8s/pids
+  RUNC=$(command -v runc) || die "runc missing"
+  mkdir -p "$D/logs" "$PIDS"
+  node_up
+  say "node $NODE Ready in $((SECONDS - start)) s"
+  exit 0
+fi
+
 # ------------------------------------------------------------------------------------- up
 [[ $(id -u) == 0 ]] || die "run as root"
 [[ ! -f $D/env ]] || die "$D holds a cluster already (cluster.sh down $D first)"
@@ -142,13 +303,16 @@ echo "NETNS=$NETNS" >"$D/env" # what `down` needs from here on; the rest is adde
 ip link add "rhd-k8s-$tag" type veth peer name eth0 netns "$NETNS"
 ip addr add "$HOST_IP/24" dev "rhd-k8s-$tag"
 ip link set "rhd-k8s-$tag" up
-ip -n "$NETNS" addr add "$NODE_IP/24" dev eth0
+ip -n "$NETNS" addr add "$APISERVER_IP/24" dev eth0
 ip -n "$NETNS" link set eth0 up
 ip -n "$NETNS" link set lo up
 ip -n "$NETNS" route add default via "$HOST_IP"
 # The kubernetes Service's address is the node's own (no kube-proxy here): what in-cluster
 # clients dial reaches the API server, which listens on 443 on every address.
 ip -n "$NETNS" addr add "$SERVICE_IP/32" dev lo
+# A VM node's pods (the DRA driver) dial the Service's address too: through QEMU's user
+# networking, from this machine, routed to the netns (the route goes with the veth).
+if [[ $NODE_MODE == vm ]]; then ip route add "$SERVICE_IP/32" via "$APISERVER_IP"; fi
 
 # ---- certificates: one CA; the API server's serving certificate names every address it is
 # dialled by; service-account keys
@@ -157,7 +321,7 @@ cat >"$D/pki/openssl.cnf" <<EOF
 distinguished_name = dn
 [dn]
 [v3]
-subjectAltName = IP:$NODE_IP,IP:$SERVICE_IP,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+subjectAltName = IP:$APISERVER_IP,IP:$SERVICE_IP,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 EOF
 (
   cd "$D/pki"
@@ -176,13 +340,28 @@ ADMIN_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   echo "sched-$ADMIN_TOKEN,system:kube-scheduler,sched,"
   echo "cm-$ADMIN_TOKEN,system:kube-controller-manager,cm,"
 } >"$D/pki/tokens.csv"
+# The admin's token alone, for clients that take a token file (tests/kube/standin.rs).
+printf '%s' "$ADMIN_TOKEN" >"$D/pki/admin.token"
+# An audit log of what users (not the node's own components) asked of the API server: the
+# tests read it to show a request never reached the server (tests/kube_api.rs).
+cat >"$D/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  users: [system:kube-scheduler, system:kube-controller-manager, system:apiserver]
+- level: None
+  userGroups: [system:nodes, system:serviceaccounts]
+- level: Metadata
+EOF
 kubeconfig() { # FILE TOKEN
   cat >"$1" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
 - name: rhd
-  cluster: {server: "https://$NODE_IP:443", certificate-authority: "$D/pki/ca.crt"}
+  cluster: {server: "https://$APISERVER_IP:443", certificate-authority: "$D/pki/ca.crt"}
 users:
 - name: u
   user: {token: "$2"}
@@ -244,36 +423,26 @@ HOST_IP=$HOST_IP
 NETNS=$NETNS
 HOLDER=$hp
 CONTAINERD_SOCK=$D/run/containerd.sock
+NODE_MODE=$NODE_MODE
+BIN=$BIN
 EOF
 
-daemon() { # NAME CMD...: started inside the node, its log in DIR/logs/NAME.log
-  local n=$1
-  shift
-  setsid nsenter -t "$(holder)" --net --mount -- "$@" </dev/null >"$D/logs/$n.log" 2>&1 9>&- &
-  echo $! >"$D/pids/$n"
-}
-wait_for() { # WHAT SECONDS CMD...
-  local what=$1 t=$2
-  shift 2
-  for _ in $(seq $((t * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
-  die "$what not up after ${t} s; logs in $D/logs"
-}
-
+IN=(nsenter -t "$hp" --net --mount --)
 # ---- etcd, the API server
 daemon etcd "$D/bin/etcd" --data-dir "$D/etcd" --listen-client-urls http://127.0.0.1:2379 \
   --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \
   --initial-advertise-peer-urls http://127.0.0.1:2380 --initial-cluster default=http://127.0.0.1:2380 \
   --unsafe-no-fsync --quota-backend-bytes 1073741824
 daemon kube-apiserver "$D/bin/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
-  --bind-address 0.0.0.0 --secure-port 443 --advertise-address "$NODE_IP" \
+  --bind-address 0.0.0.0 --secure-port 443 --advertise-address "$APISERVER_IP" \
   --tls-cert-file "$D/pki/apiserver.crt" --tls-private-key-file "$D/pki/apiserver.key" \
   --client-ca-file "$D/pki/ca.crt" --token-auth-file "$D/pki/tokens.csv" \
   --authorization-mode Node,RBAC --service-cluster-ip-range "$SERVICE_CIDR" \
   --service-account-key-file "$D/pki/sa.pub" --service-account-signing-key-file "$D/pki/sa.key" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --kubelet-preferred-address-types InternalIP --allow-privileged \
-  --enable-admission-plugins NodeRestriction --profiling=false
-kc() { "$D/bin/kubectl" --kubeconfig "$D/admin.kubeconfig" "$@"; }
+  --enable-admission-plugins NodeRestriction --profiling=false \
+  --audit-policy-file "$D/audit-policy.yaml" --audit-log-path "$D/logs/audit.log"
 wait_for "kube-apiserver" 120 kc get --raw /readyz
 say "API server ready after $((SECONDS - start)) s"
 
@@ -286,40 +455,6 @@ daemon kube-controller-manager "$D/bin/kube-controller-manager" --kubeconfig "$D
   --leader-elect=false --secure-port 10257 --bind-address 127.0.0.1 \
   --service-account-private-key-file "$D/pki/sa.key" --root-ca-file "$D/pki/ca.crt" \
   --use-service-account-credentials=true
-
-# ---- containerd 2.4: CRI with CDI, NRI on, runc from Debian, the images imported, no registry
-mkdir -p "$D/node/var/lib/containerd" "$D/node/run/containerd"
-cat >"$D/containerd.toml" <<EOF
-version = 3
-root = "/var/lib/containerd"
-state = "/run/containerd"
-[grpc]
-  address = "$D/run/containerd.sock"
-[plugins."io.containerd.cri.v1.runtime"]
-  enable_cdi = true
-  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        BinaryName = "$RUNC"
-        SystemdCgroup = false
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["/opt/cni/bin"]
-    conf_dir = "/etc/cni/net.d"
-[plugins."io.containerd.cri.v1.images"]
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = "localhost/rhd-pause:test"
-[plugins."io.containerd.grpc.v1.cri"]
-  disable_tcp_service = true
-[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  socket_path = "/run/nri/nri.sock"
-EOF
-daemon containerd env PATH="$D/bin:$PATH" "$D/bin/containerd" --config "$D/containerd.toml"
-wait_for containerd 60 inside "$D/bin/ctr" --address "$D/run/containerd.sock" version
 
 # The images: the sandbox's pause and a busybox for test pods, as single-layer OCI archives.
 PY=${RHD_VENV:-$HOME/.cache/rhd-venv}/bin/python
@@ -334,73 +469,12 @@ if [[ ! -f $D/pause.tar ]]; then
       /bin/busybox "/bin/sleep->busybox" "/bin/cat->busybox" "/bin/ls->busybox" "/bin/ip->busybox" \
       "/bin/grep->busybox" "/bin/env->busybox" >/dev/null
 fi
-for t in pause busybox; do
-  inside "$D/bin/ctr" --address "$D/run/containerd.sock" -n k8s.io images import --no-unpack=false "$D/$t.tar" >/dev/null
-done
-
-# ---- the pods' networks: Multus' thin plugin (4.3.0) as the node's CNI, delegating the
-# cluster network to bridge + host-local (1.10.0), reading NADs from the API server as the admin
-# (a test cluster; a real one gives Multus a ServiceAccount) and the kubelet's pod-resources
-# socket for device plugin allocations.
-for p in multus bridge host-local loopback host-device; do
-  [[ -x $BIN/$p ]] || die "$BIN/$p missing: scripts/cluster-parts.sh builds it"
-  cp "$(readlink -f "$BIN/$p")" "$D/node/opt/cni/bin/$p"
-done
-mkdir -p "$D/node/etc/cni/net.d/multus.d"
-cp "$D/admin.kubeconfig" "$D/node/etc/cni/net.d/multus.d/multus.kubeconfig"
-cat >"$D/node/etc/cni/net.d/00-multus.conf" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "name": "multus-cni-network",
-  "type": "multus",
-  "kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig",
-  "delegates": [{
-    "cniVersion": "1.0.0",
-    "name": "cbr0",
-    "plugins": [{
-      "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
-      "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}
-    }]
-  }]
-}
-EOF
 kc apply -f "$REPO/tests/cluster/nad-crd.yaml" >/dev/null
 
-# ---- the kubelet
-cat >"$D/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-cgroupDriver: cgroupfs
-failCgroupV1: false
-containerRuntimeEndpoint: unix://$D/run/containerd.sock
-# The API server reaches the kubelet (logs, exec) without a client certificate; the kubelet
-# listens only on the node's veth, which only this machine reaches.
-authentication:
-  anonymous: {enabled: true}
-  webhook: {enabled: false}
-authorization: {mode: AlwaysAllow}
-address: $NODE_IP
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-failSwapOn: false
-cgroupsPerQOS: true
-enforceNodeAllocatable: []
-evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-serializeImagePulls: false
-syncFrequency: 10s
-fileCheckFrequency: 5s
-nodeStatusUpdateFrequency: 5s
-protectKernelDefaults: false
-makeIPTablesUtilChains: false
-localStorageCapacityIsolation: false
-resolvConf: ""
-EOF
-daemon kubelet "$D/bin/kubelet" --config "$D/kubelet.yaml" --kubeconfig "$D/node.kubeconfig" \
-  --hostname-override "$NODE" --node-ip "$NODE_IP" --root-dir /var/lib/kubelet \
-  --cert-dir "$D/pki/kubelet" --v 2
-node_ready() { kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
-wait_for "the node $NODE (Ready)" 120 node_ready
-kc create serviceaccount default >/dev/null 2>&1 || true
+if [[ $NODE_MODE == vm ]]; then
+  say "control plane up in $((SECONDS - start)) s; the node: cluster.sh node $D (in the VM)"
+  exit 0
+fi
+ROOT=$D/node RUN=$D/run KUBELET_ADDRESS=$NODE_IP
+node_up
 say "up in $((SECONDS - start)) s: node $NODE Ready at $NODE_IP; KUBECONFIG=$D/admin.kubeconfig"

@@ -35,27 +35,38 @@ impl Kubelet {
 
     /// NodePrepareResources for `claims` ((name, uid) in namespace `team`): the answer by UID.
     pub fn prepare(&mut self, claims: &[(&str, &str)]) -> Value {
-        let r = self.ask(json!({"cmd": "prepare", "driver": DRIVER, "claims": refs(claims)}));
+        self.prepare_in("team", claims)
+    }
+
+    /// [`prepare`](Self::prepare) for claims in namespace `ns`.
+    pub fn prepare_in(&mut self, ns: &str, claims: &[(&str, &str)]) -> Value {
+        let r = self.ask(json!({"cmd": "prepare", "driver": DRIVER, "claims": refs(ns, claims)}));
         assert!(r["error"].is_null(), "{r}");
         r["claims"].clone()
     }
 
-    pub fn unprepare(&mut self, claims: &[(&str, &str)]) -> Value {
-        let r = self.ask(json!({"cmd": "unprepare", "driver": DRIVER, "claims": refs(claims)}));
+    /// NodeUnprepareResources for `claims` ((name, uid) in namespace `ns`): the answer by UID.
+    pub fn unprepare_in(&mut self, ns: &str, claims: &[(&str, &str)]) -> Value {
+        let r = self.ask(json!({"cmd": "unprepare", "driver": DRIVER, "claims": refs(ns, claims)}));
         assert!(r["error"].is_null(), "{r}");
         r["claims"].clone()
     }
 }
 
-pub fn refs(claims: &[(&str, &str)]) -> Value {
+pub fn refs(ns: &str, claims: &[(&str, &str)]) -> Value {
     claims
         .iter()
-        .map(|(name, uid)| json!({"namespace": "team", "name": name, "uid": uid}))
+        .map(|(name, uid)| json!({"namespace": ns, "name": name, "uid": uid}))
         .collect()
 }
 
 /// The driver under test (node `node-a`), its log in a file of `rig`'s directory.
 pub fn start_driver(rig: &Rig, kubelet: &Path, api: &ApiServer) -> Logged {
+    start_driver_on(rig, kubelet, api, "node-a")
+}
+
+/// [`start_driver`] for node `node`.
+pub fn start_driver_on(rig: &Rig, kubelet: &Path, api: &ApiServer, node: &str) -> Logged {
     let log = rig.dir.path().join(format!(
         "dra-{}.log",
         std::time::SystemTime::now()
@@ -64,7 +75,7 @@ pub fn start_driver(rig: &Rig, kubelet: &Path, api: &ApiServer) -> Logged {
             .as_nanos()
     ));
     let mut cmd = Command::new(AGENT);
-    cmd.args(["dra", "--node-name", "node-a", "--kubelet-dir"])
+    cmd.args(["dra", "--node-name", node, "--kubelet-dir"])
         .arg(kubelet)
         .arg("--kube-server")
         .arg(&api.url)

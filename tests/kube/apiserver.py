@@ -399,7 +399,7 @@ def interface_address_error(value):
         return "must be a valid address in CIDR form, (e.g. 10.9.8.7/24 or 2001:db8::1/64)"
     canonical = f"{iface.ip}/{iface.network.prefixlen}"
     if value != canonical:
-        return f"must be in canonical form ({canonical!r})"
+        return f'must be in canonical form ("{canonical}")'  # 1.37's words, double quotes
     return None
 
 
@@ -454,7 +454,7 @@ def validate_claim_status(obj):
         if key not in allocated:
             bad(f, f"Invalid value: {key_text(key)!r}: must be an allocated device in the claim")
         if key in seen:
-            bad(f"{f}.deviceID", f"Duplicate value: {key_text(key)!r}")
+            bad(f, f"Duplicate value: {key_text(key)!r}")  # the entry, as 1.37 names it
         seen.add(key)
         conditions = d.get("conditions") or []
         if len(conditions) > DEVICE_STATUS_MAX_CONDITIONS:

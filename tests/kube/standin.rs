@@ -1,5 +1,8 @@
-//! Start tests/kube/apiserver.py (the kube-apiserver stand-in) for a test, and stop it when the
-//! test is done. Shared by the test binaries that talk to the API (`#[path]`-included).
+//! The API server a test talks to: the real kube-apiserver of the binary's cluster
+//! (tests/cluster/cluster.sh through `common::Cluster`), or tests/kube/apiserver.py (the
+//! stand-in) for the faults the real one is not made to show (a server that drops a field,
+//! a write refused on demand). Shared by the test binaries that talk to the API
+//! (`#[path]`-included).
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::io::{BufRead, BufReader};
@@ -7,14 +10,122 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 pub struct ApiServer {
-    child: Child,
+    /// The process started for this test (the stand-in, or a second real API server); None
+    /// for the cluster's own.
+    child: Option<Child>,
+    /// Whether `log` is a real API server's audit log (else the stand-in's request log).
+    audited: bool,
     pub url: String,
     pub ca: PathBuf,
     pub token: PathBuf,
+    /// The stand-in's request log, or the real server's audit log (users' requests only).
     pub log: PathBuf,
 }
 
 impl ApiServer {
+    /// The real kube-apiserver of this binary's cluster, as its admin. The store is shared by
+    /// every test of the binary: each names its objects (nodes, slices, claims) its own way.
+    pub fn real() -> ApiServer {
+        let (c, turn) = crate::common::Cluster::shared();
+        // API objects only: the node and its NICs stay free for tests that need them.
+        drop(turn);
+        let env = std::fs::read_to_string(c.dir.join("env")).expect("the cluster's env");
+        let ip = env
+            .lines()
+            .find_map(|l| l.strip_prefix("NODE_IP="))
+            .expect("NODE_IP in the cluster's env");
+        ApiServer {
+            child: None,
+            audited: true,
+            url: format!("https://{ip}:443"),
+            ca: c.dir.join("pki/ca.crt"),
+            token: c.dir.join("pki/admin.token"),
+            log: c.dir.join("logs/audit.log"),
+        }
+    }
+
+    /// The same server's CA and token at an address where nothing listens: no API server at
+    /// all, for a client started while it is away.
+    pub fn nowhere(&self) -> ApiServer {
+        let host = self.url.rsplit_once(':').map_or(&*self.url, |(h, _)| h);
+        ApiServer {
+            child: None,
+            audited: self.audited,
+            url: format!("{host}:1"),
+            ca: self.ca.clone(),
+            token: self.token.clone(),
+            log: self.log.clone(),
+        }
+    }
+
+    /// A second real kube-apiserver on the cluster's etcd, started with the cluster's own
+    /// options (read from the running one) and `--feature-gates GATES`, on `port`: a server
+    /// with another release's features, e.g. `DRADeviceTaints=false` (GA in 1.37, still
+    /// switchable) for one that drops device taints. Stopped when dropped.
+    pub fn real_with_feature_gates(gates: &str, port: u16) -> ApiServer {
+        let cluster = ApiServer::real();
+        let (c, turn) = crate::common::Cluster::shared();
+        drop(turn);
+        let pid = std::fs::read_to_string(c.dir.join("pids/kube-apiserver"))
+            .expect("the cluster's kube-apiserver pid");
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim()))
+            .expect("the cluster's kube-apiserver command line");
+        let mut args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        assert!(
+            args.first().is_some_and(|a| a.ends_with("kube-apiserver")),
+            "pid {pid} is not the API server: {args:?}"
+        );
+        let audit = c.dir.join(format!("logs/audit-{port}.log"));
+        for (flag, value) in [
+            ("--secure-port", port.to_string()),
+            ("--audit-log-path", audit.display().to_string()),
+        ] {
+            let i = args.iter().position(|a| a == flag).expect(flag);
+            args[i + 1] = value;
+        }
+        // The cluster's own server keeps the `kubernetes` Service's endpoints.
+        args.extend(["--endpoint-reconciler-type".into(), "none".into()]);
+        args.extend(["--feature-gates".into(), gates.into()]);
+        let log = c.dir.join(format!("logs/kube-apiserver-{port}.log"));
+        let child = c
+            .inside(&args[0])
+            .args(&args[1..])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start a second kube-apiserver");
+        let url = cluster.url.replace(":443", &format!(":{port}"));
+        let api = ApiServer {
+            child: Some(child),
+            audited: true,
+            url,
+            ca: cluster.ca.clone(),
+            token: cluster.token.clone(),
+            log: audit,
+        };
+        let t = std::time::Instant::now();
+        let mut api = api;
+        while !api.try_call("GET", "/readyz", None).0 {
+            if let Some(st) = api.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!(
+                    "the second kube-apiserver exited ({st}): {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(90),
+                "the second kube-apiserver is not ready; its log: {}",
+                log.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        api
+    }
+
     /// A fresh stand-in with an empty store, its files (CA, token, log) in `dir`; `args` are
     /// its options (`--no-device-taints`, `--no-device-status`, `--history N`).
     pub fn start(dir: &Path, args: &[&str]) -> ApiServer {
@@ -40,7 +151,8 @@ impl ApiServer {
             )
         });
         ApiServer {
-            child,
+            child: Some(child),
+            audited: false,
             url: v["url"].as_str().unwrap().to_owned(),
             ca: v["ca"].as_str().unwrap().into(),
             token: v["token"].as_str().unwrap().into(),
@@ -56,9 +168,34 @@ impl ApiServer {
         }
     }
 
-    /// The requests it served so far, one line each (method, path, status).
+    /// The requests it served so far, one line each (method, path, status). For the real
+    /// server, from its audit log: the verb as the HTTP method it came as, the request URI and
+    /// the answer's code.
     pub fn requests(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        if !self.audited {
+            return text;
+        }
+        let mut out = String::new();
+        for e in text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        {
+            let method = match e["verb"].as_str().unwrap_or_default() {
+                "get" | "list" | "watch" => "GET",
+                "create" => "POST",
+                "update" => "PUT",
+                "patch" => "PATCH",
+                "delete" | "deletecollection" => "DELETE",
+                other => other,
+            };
+            out += &format!(
+                "{method} {} {}\n",
+                e["requestURI"].as_str().unwrap_or_default(),
+                e["responseStatus"]["code"]
+            );
+        }
+        out
     }
 
     /// One REST call as a user or the scheduler makes it (curl, with the stand-in's CA and
@@ -115,7 +252,9 @@ impl ApiServer {
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }

@@ -3,13 +3,14 @@
 # real RDMA stack (tests/vm/vm.sh). Called by scripts/test.sh; prepares the VM on first use.
 #
 #   tests/vm/run.sh [GROUP...]   groups: smoke unit shared exclusive-stock exclusive-move
-#                                exclusive-move-slub metrics cri-exclusive dra dra-prepare (default: all)
+#                                exclusive-move-slub metrics cri-exclusive dra dra-prepare cluster
+#                                (default: all)
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/../.." && pwd -P)
 cd "$REPO"
 GROUPS_=("$@")
-((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub metrics cri-exclusive dra dra-prepare)
+((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub metrics cri-exclusive dra dra-prepare cluster)
 
 "$HERE/vm.sh" --prepare || { echo "run: preparing the VM failed" >&2; exit 1; }
 cargo build -q || exit 1
@@ -34,7 +35,8 @@ VERBS=/usr/lib/x86_64-linux-gnu/libibverbs
 cc -static -Os -s -o target/vm/pause tests/cri/pause.c &&
   "$RHD_VENV/bin/python" tests/cri/cri.py - image target/vm/pause localhost/rhd-pause:test target/vm/pause.tar >/dev/null &&
   "$RHD_VENV/bin/python" tests/cri/cri.py - files-image localhost/rhd-rdma-tools:test target/vm/rdma-tools.tar /bin/sh \
-    /bin/busybox '/bin/sh->busybox' '/bin/sleep->busybox' /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong \
+    /bin/busybox '/bin/sh->busybox' '/bin/sleep->busybox' '/bin/cat->busybox' '/bin/ls->busybox' \
+    '/bin/env->busybox' /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong \
     /usr/bin/rping /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/siw.driver \
     $VERBS/librxe-rdmav34.so $VERBS/libsiw-rdmav34.so >/dev/null &&
   RHD_CRI_STUBS=$REPO/target/vm/cri-stubs "$RHD_VENV/bin/python" tests/cri/cri.py - stubs >/dev/null ||
@@ -61,6 +63,8 @@ for g in "${GROUPS_[@]}"; do
     cri-exclusive) "$HERE/vm.sh" --exclusive --smp 1 --timeout 600 "$HERE/cri.sh" ;;
     dra) "$HERE/dra.sh" ;;
     dra-prepare) "$HERE/vm.sh" --smp 1 --timeout 600 "$HERE/dra-prepare.sh" ;;
+    # The real kubelet and containerd in the VM, the control plane on this machine.
+    cluster) "$HERE/cluster.sh" ;;
     *) echo "unknown group $g"; false ;;
   esac
   rc=$?

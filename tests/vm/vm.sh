@@ -42,6 +42,8 @@ SMP=${RDMA_VM_SMP:-2}
 VERBOSE=${RDMA_VM_VERBOSE:-0}
 EXTRA_APPEND=${RDMA_VM_APPEND:-}
 EXCLUSIVE=0
+UPLINK=0
+UPLINK_FWD=
 PREPARE_ONLY=0
 CMD_STRING=
 HAVE_CMD=0
@@ -50,6 +52,11 @@ HAVE_CMD=0
 NIC_SLOT=05
 NIC_PCI=0000:00:$NIC_SLOT.0
 NIC_MAC=52:54:00:12:34:05
+# The opt-in uplink (--uplink): QEMU user networking (slirp) at 0000:00:06.0, static 10.0.2.15/24
+# with the default route via slirp's 10.0.2.2, which NATs the guest's TCP to any address this
+# machine reaches; its hostfwd rules forward this machine's ports into the guest.
+UPLINK_SLOT=06
+UPLINK_MAC=52:54:00:12:34:06
 
 die()   { echo "$PROG: error: $*" >&2; exit 125; }
 note()  { echo "$PROG: $*" >&2; }
@@ -71,6 +78,10 @@ options:
   --append ARGS    extra kernel command line arguments (repeatable),
                    e.g. --append slub_debug=FZP
   --timeout SEC    kill the guest after SEC seconds (default $TIMEOUT; exit 124)
+  --uplink FWD     a second NIC at 0000:00:06.0 on QEMU user networking (slirp): 10.0.2.15/24,
+                   default route via 10.0.2.2 (the guest reaches this machine's addresses);
+                   FWD is slirp's hostfwd list, comma-separated (e.g.
+                   tcp:198.51.100.1:10250-:10250), or "" for none; \$RDMA_VM_UPLINK names it
   -c CMDS          run CMDS with bash -c instead of a script file
   --mem MB         guest memory (default $MEM)
   --smp N          guest vCPUs (default $SMP)
@@ -96,6 +107,7 @@ while [[ $# -gt 0 ]]; do
     --exclusive) EXCLUSIVE=1; shift ;;
     --append) [[ $# -ge 2 ]] || die "--append needs an argument"; EXTRA_APPEND="$EXTRA_APPEND $2"; shift 2 ;;
     --timeout) [[ $# -ge 2 ]] || die "--timeout needs an argument"; TIMEOUT=$2; shift 2 ;;
+    --uplink) [[ $# -ge 2 ]] || die "--uplink needs an argument"; UPLINK=1; UPLINK_FWD=$2; shift 2 ;;
     -c) [[ $# -ge 2 ]] || die "-c needs an argument"; CMD_STRING=$2; HAVE_CMD=1; shift 2 ;;
     --mem) MEM=${2:?}; shift 2 ;;
     --smp) SMP=${2:?}; shift 2 ;;
@@ -374,6 +386,7 @@ else                         ARGV=(/bin/bash "$SCRIPT" "$@"); fi
 {
   printf 'VM_KVER=%q\nVM_CWD=%q\nVM_TERM=%q\nVM_VERBOSE=%q\n' "$KVER" "$CWD" "${TERM:-dumb}" "$VERBOSE"
   printf 'VM_NIC_PCI=%q\n' "$NIC_PCI"
+  printf 'VM_UPLINK=%q\nVM_UPLINK_PCI=%q\n' "$UPLINK" "0000:00:$UPLINK_SLOT.0"
   printf 'VM_ARGV=('; printf '%q ' "${ARGV[@]}"; printf ')\n'
   # pass-through environment
   while IFS= read -r v; do printf 'export %s=%q\n' "$v" "${!v}"; done < <(compgen -e | grep -E '^(RHD_|RUST_)' || true)
@@ -390,6 +403,12 @@ export LANG=C.UTF-8 RDMA_VM=1 RDMA_VM_KVER=$VM_KVER RDMA_VM_NIC_PCI=$VM_NIC_PCI
 # a virtio NIC's netdev hangs off the virtio device under the PCI function
 RDMA_VM_NIC=$(ls "/sys/bus/pci/devices/$VM_NIC_PCI"/virtio*/net 2>/dev/null | head -1)
 export RDMA_VM_NIC
+if [[ $VM_UPLINK == 1 ]]; then
+  RDMA_VM_UPLINK=$(ls "/sys/bus/pci/devices/$VM_UPLINK_PCI"/virtio*/net 2>/dev/null | head -1)
+  ip addr add 10.0.2.15/24 dev "$RDMA_VM_UPLINK" && ip link set "$RDMA_VM_UPLINK" up &&
+    ip route add default via 10.0.2.2 || echo "vm.sh: the uplink $RDMA_VM_UPLINK did not come up" >&2
+  export RDMA_VM_UPLINK
+fi
 cd "$VM_CWD" 2>/dev/null || cd /
 [[ $VM_VERBOSE == 1 ]] && echo "vm.sh: guest $(uname -r) up at $(cut -d' ' -f1 /proc/uptime) s (NIC $RDMA_VM_NIC at $VM_NIC_PCI)" >&2
 "${VM_ARGV[@]}" </dev/null
@@ -417,6 +436,12 @@ QEMU=(qemu-system-x86_64 "${ACCEL[@]}" -M pc -m "$MEM" -smp "$SMP"
       -virtfs "local,path=${RUNDIR//,/,,},mount_tag=vmrun,security_model=none"
       -virtfs "local,path=${REPO//,/,,},mount_tag=repo,security_model=none,multidevs=remap"
       -device "virtio-net-pci,addr=0x$NIC_SLOT,mac=$NIC_MAC")
+if [[ $UPLINK == 1 ]]; then
+  fwd=
+  IFS=, read -ra rules <<<"$UPLINK_FWD"
+  for r in "${rules[@]}"; do fwd="$fwd,hostfwd=$r"; done
+  QEMU+=(-netdev "user,id=uplink,net=10.0.2.0/24$fwd" -device "virtio-net-pci,netdev=uplink,addr=0x$UPLINK_SLOT,mac=$UPLINK_MAC")
+fi
 
 vnote "booting ($ACCEL_NAME, $SMP vCPU, $MEM MiB) at $(elapsed) s: $APPEND"
 set +e

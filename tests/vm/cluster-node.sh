@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# tests/vm/cluster-node.sh - in the RDMA VM (exclusive mode, rdma_rxe_netns): the node of the
+# cluster tests/vm/cluster.sh runs on the host (group `cluster`), then, through it, with conf/k8s
+# as shipped (node.json naming this node's NIC by PCI address, as an operator would):
+#
+#   device-plugin  conf/k8s/daemonset.yaml; an unprivileged pod (uid 1000, no capabilities)
+#                  asking for rdma-host-device.io/rail with conf/multus/rdma-rail-device-plugin's
+#                  NAD (host-local for whereabouts) gets eth0 (0000:00:05.0) and rxe0: Multus'
+#                  network-status has the device-info, the env names the NIC and rxe0,
+#                  /dev/infiniband holds uverbs + rdma_cm only, ibv_devinfo lists the RoCE v2 GID
+#                  of the pod's address, `ulimit -l` is node.json's memlock in the main process
+#                  and in a `kubectl exec` (the NRI plugin under containerd 2.4); a second pod
+#                  stays Pending; on delete eth0 and rxe0 are home
+#   dra            conf/k8s/dra.yaml, dra-claims.yaml's one-rail template and NAD rail-0 as
+#                  shipped: the scheduler allocates the NIC, the kubelet prepares it through our
+#                  driver, the CNI takes it; the same checks in the pod; home on delete
+#
+# Env (from tests/vm/cluster.sh): RHD_CLUSTER_DIR (the cluster's DIR), RHD_CLUSTER_IMAGE (the
+# DaemonSet's image as an OCI archive).
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+REPO=$(cd "$HERE/../.." && pwd -P)
+if [[ ${RDMA_VM:-} != 1 ]]; then
+  echo "$0: runs inside the RDMA VM; use tests/vm/run.sh cluster" >&2
+  exit 2
+fi
+D=${RHD_CLUSTER_DIR:?} IMAGE_TAR=${RHD_CLUSTER_IMAGE:?}
+# shellcheck disable=SC1091
+. "$D/env"
+NIC=${RDMA_VM_NIC:-eth0} PCI=${RDMA_VM_NIC_PCI:-0000:00:05.0}
+PASS=0 FAIL=0
+ok() { echo "  ok   $*"; PASS=$((PASS + 1)); }
+bad() { echo "  FAIL $*"; FAIL=$((FAIL + 1)); }
+case_() { echo "--- $*"; }
+up() { cut -d' ' -f1 /proc/uptime; }
+since() { awk -v a="$1" -v b="$(up)" 'BEGIN{printf "%.1f", b-a}'; }
+kc() { "$D/bin/kubectl" --kubeconfig "$D/admin.kubeconfig" --request-timeout 60s "$@"; }
+# wait_until SECONDS CMD...: poll every second (a kubectl call alone takes 1-2 s under TCG)
+wait_until() {
+  local end=$(($(date +%s) + $1))
+  shift
+  while (($(date +%s) < end)); do "$@" >/dev/null 2>&1 && return 0; sleep 1; done
+  return 1
+}
+finish() {
+  echo "=== cluster: $PASS passed, $FAIL failed"
+  if ((FAIL)); then
+    echo "--- pods"; kc get pods -A -o wide 2>&1
+    echo "--- events"; kc get events -A --sort-by=.lastTimestamp 2>&1 | tail -30
+    echo "--- kubelet (last 30 lines)"; tail -30 "$D/logs/kubelet.log"
+    for c in device-plugin nri; do
+      echo "--- ds/rdma-host-device -c $c"; kc -n kube-system logs ds/rdma-host-device -c "$c" 2>&1 | tail -20
+    done
+    echo "--- ds/rdma-host-device-dra"; kc -n kube-system logs ds/rdma-host-device-dra 2>&1 | tail -20
+  fi
+  [[ $FAIL == 0 ]]
+}
+
+# ---- the node: rxe0 on the NIC, rdma_ucm (/dev/infiniband/rdma_cm: rdma-core loads it on every
+# RDMA node; without it, /dev/infiniband empties and devtmpfs removes it whenever the only uverbs
+# node goes with rxe0 into a pod, and the DaemonSet's hostPath mounts of it go stale), the node's
+# address (the kubelet wants it on an interface),
+# containerd's directory on a tmpfs (its overlayfs snapshotter cannot stack on the guest's
+# overlay root), then containerd and the kubelet as the host's node runs them
+T0=$(up)
+modprobe rdma_rxe_netns && modprobe rdma_ucm && rdma link add rxe0 type rxe_ns netdev "$NIC" && ip link set "$NIC" up ||
+  { echo "rxe0 on $NIC failed"; exit 1; }
+ip addr add "$NODE_IP/32" dev lo
+# Mounts shared, as systemd leaves them on a node: the kubelet's HostToContainer volumes (the
+# DaemonSet's /run/netns) refuse a private source.
+mount --make-rshared /
+mkdir -p /var/lib/containerd && mount -t tmpfs tmpfs /var/lib/containerd
+"$REPO/tests/cluster/cluster.sh" node "$D" || { FAIL=1; finish; exit 1; }
+ok "node $NODE Ready $(since "$T0") s after the guest's job started"
+ctr() { "$D/bin/ctr" --address /run/rhd-k8s/containerd.sock -n k8s.io "$@"; }
+for a in "$IMAGE_TAR" "$REPO/target/vm/rdma-tools.tar"; do
+  ctr images import "$a" >/dev/null || bad "ctr images import $a"
+done
+
+# ---- the DaemonSet, node.json naming the NIC by PCI address (never the uplink)
+kc label node "$NODE" feature.node.kubernetes.io/rdma.capable=true >/dev/null
+python3 - "$REPO/conf/k8s/daemonset.yaml" "$PCI" <<'EOF' | kc apply -f - >/dev/null || bad "apply daemonset.yaml"
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+for d in docs:
+    if d["kind"] == "ConfigMap" and "node.json" in d.get("data", {}):
+        n = json.loads(d["data"]["node.json"])
+        sel = {"pciAddresses": [sys.argv[2]]}
+        n["allowedNics"] = sel
+        n["devicePlugin"]["pools"][0]["selectors"] = sel
+        n["dra"] = {"nics": sel}
+        d["data"]["node.json"] = json.dumps(n)
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+EOF
+ds_ready() { [[ $(kc -n kube-system get ds "$1" -o jsonpath='{.status.numberReady}') == 1 ]]; }
+t=$(up)
+if wait_until 300 ds_ready rdma-host-device; then ok "DaemonSet rdma-host-device ready in $(since "$t") s"
+else bad "DaemonSet rdma-host-device not ready"; finish; exit 1; fi
+MEMLOCK=$(python3 -c 'import json; print(json.load(open("/etc/rdma-host-device/node.json"))["memlock"])')
+
+# ---- checks in a running pod NAME whose net1 is the NIC
+# ulimit -l as the shell prints it for node.json's memlock ("unlimited" or bytes)
+want_l() { if [[ $MEMLOCK == unlimited ]]; then echo unlimited; else echo $((MEMLOCK / 1024)); fi; }
+in_pod() { kc exec "$1" -- "${@:2}"; }
+# pod_checks NAME DEVINFO: DEVINFO=1 when the NAD asks for the device-info (CNIDeviceInfoFile)
+pod_checks() {
+  local pod=$1 want_di=$2 st ip di devs gids l1 l2
+  st=$(kc get pod "$pod" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}')
+  ip=$(python3 -c 'import json,sys; n=[s for s in json.loads(sys.argv[1]) if s.get("interface")=="net1"]; print(n[0]["ips"][0] if n else "")' "$st")
+  di=$(python3 -c 'import json,sys; n=[s for s in json.loads(sys.argv[1]) if s.get("interface")=="net1"]; p=(n[0].get("device-info") or {}).get("pci", {}) if n else {}; print(p.get("pci-address",""), p.get("rdma-device",""))' "$st")
+  if [[ -n $ip && ($want_di == 0 || $di == "$PCI rxe0") ]]; then ok "$pod: network-status net1 $ip, device-info '$di'"
+  else bad "$pod: network-status: $st"; fi
+  devs=$(in_pod "$pod" ls /dev/infiniband | sort | xargs)
+  if [[ $devs == "rdma_cm uverbs0" ]]; then ok "$pod: /dev/infiniband: $devs"; else bad "$pod: /dev/infiniband: '$devs'"; fi
+  # the GID table fills asynchronously after the address: poll
+  gid_ok() { in_pod "$pod" ibv_devinfo -v -d rxe0 | grep -E "::ffff:$ip, RoCE v2"; }
+  if gids=$(wait_until 20 gid_ok && gid_ok); then ok "$pod: ibv_devinfo (uid 1000): rxe0 $(xargs <<<"$gids")"
+  else bad "$pod: no RoCE v2 GID for $ip: $(in_pod "$pod" ibv_devinfo -v 2>&1 | grep -E 'hca_id|state|GID' | xargs)"; fi
+  l1=$(in_pod "$pod" cat /proc/1/limits | sed -n 's/^Max locked memory *\([^ ]*\).*/\1/p')
+  l2=$(in_pod "$pod" sh -c 'ulimit -l')
+  if [[ $l1 == "$MEMLOCK" || ($MEMLOCK == unlimited && $l1 == unlimited) ]]; then ok "$pod: memlock of the main process $l1"
+  else bad "$pod: memlock of the main process $l1, node.json says $MEMLOCK"; fi
+  if [[ $l2 == "$(want_l)" ]]; then ok "$pod: ulimit -l in kubectl exec: $l2"
+  else bad "$pod: ulimit -l in kubectl exec: $l2, node.json says $MEMLOCK"; fi
+  if ! ip link show "$NIC" >/dev/null 2>&1 && ! rdma dev show rxe0 >/dev/null 2>&1; then
+    ok "$pod: $NIC and rxe0 left the node's namespace"
+  else bad "$pod: $NIC or rxe0 still in the node's namespace"; fi
+}
+home() {
+  local what=$1
+  nic_home() { [[ $(ip -j link show "$NIC" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["mtu"])') == 1500 ]]; }
+  if wait_until 60 nic_home; then ok "$what: $NIC home with MTU 1500"; else bad "$what: $NIC not home: $(ip -br link)"; fi
+  if wait_until 30 rdma dev show rxe0; then ok "$what: rxe0 home"; else bad "$what: rxe0 not home: $(rdma dev)"; fi
+}
+pod_json() { # NAME NETWORK RESOURCES CLAIMS
+  python3 - "$@" <<'EOF'
+import json, sys
+name, net, res, claims = sys.argv[1:5]
+print(json.dumps({"apiVersion": "v1", "kind": "Pod",
+  "metadata": {"name": name, "namespace": "default", "annotations": {
+    "k8s.v1.cni.cncf.io/networks": json.dumps([{"name": net, "interface": "net1"}])}},
+  "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+    "resourceClaims": json.loads(claims),
+    "containers": [{"name": "c", "image": "localhost/rhd-rdma-tools:test",
+      "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"], "resources": json.loads(res),
+      "securityContext": {"runAsUser": 1000, "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}}))
+EOF
+}
+ready() { [[ $(kc get pod "$1" -o jsonpath='{.status.containerStatuses[0].ready}') == true ]]; }
+
+# ---- the device plugin's path
+case_ "device-plugin"
+t=$(up)
+alloc() { [[ $(kc get node "$NODE" -o jsonpath='{.status.allocatable.rdma-host-device\.io/rail}') == 1 ]]; }
+if wait_until 120 alloc; then ok "the node offers rdma-host-device.io/rail: 1 ($(since "$t") s)"
+else bad "the node does not offer rdma-host-device.io/rail"; fi
+python3 - "$REPO/conf/multus/rdma-rail-device-plugin.yaml" <<'EOF' | kc apply -f - >/dev/null || bad "apply the NAD rdma-rail"
+import json, sys, yaml
+nad = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d)
+c = json.loads(nad["spec"]["config"])
+c["ipam"] = {"type": "host-local", "ranges": [[{"subnet": c["ipam"]["range"]}]]}  # no whereabouts here
+nad["spec"]["config"] = json.dumps(c)
+print(json.dumps(nad))
+EOF
+t=$(up)
+pod_json dp-a rdma-rail '{"limits": {"rdma-host-device.io/rail": "1"}}' '[]' | kc apply -f - >/dev/null
+if wait_until 240 ready dp-a; then
+  ok "dp-a Ready $(since "$t") s after apply"
+  env=$(in_pod dp-a env)
+  if grep -qx "RDMA_HOST_DEVICE_RAIL_RDMA=rxe0" <<<"$env" && grep -q "^RDMA_HOST_DEVICE_RAIL_IDS=." <<<"$env"; then
+    ok "dp-a: env $(grep ^RDMA_HOST_DEVICE_RAIL <<<"$env" | xargs)"
+  else bad "dp-a: env: $(grep ^RDMA <<<"$env" | xargs)"; fi
+  pod_checks dp-a 1
+else bad "dp-a not Ready"; fi
+pod_json dp-b rdma-rail '{"limits": {"rdma-host-device.io/rail": "1"}}' '[]' | kc apply -f - >/dev/null
+sleep 10
+phase=$(kc get pod dp-b -o jsonpath='{.status.phase}')
+if [[ $phase == Pending ]]; then ok "dp-b, asking for the NIC dp-a holds, is Pending"; else bad "dp-b is $phase"; fi
+kc delete pod dp-a dp-b --wait=true --timeout=120s >/dev/null || bad "delete dp-a dp-b"
+home "device-plugin"
+# What the DaemonSet's containers see of the node's /dev/infiniband after rxe0 went into a pod and
+# came back (a hostPath of a directory devtmpfs removes when it empties goes stale: the NRI
+# plugin then gives no memlock, the CDI spec loses uverbs0 and a DRA pod cannot start)
+dev_seen=$(kc -n kube-system exec ds/rdma-host-device -c nri -- ls /dev/infiniband | xargs)
+if [[ $dev_seen == *uverbs0* ]]; then ok "the nri container still sees the node's /dev/infiniband: $dev_seen"
+else bad "the nri container's /dev/infiniband: '$dev_seen'"; fi
+if kc -n kube-system exec ds/rdma-host-device -c node-report -- cat /var/run/cdi/rdma-host-device.json | grep -q '"name": *"uverbs0"'; then
+  ok "the CDI spec still names uverbs0"
+else bad "the CDI spec lost uverbs0: $(kc -n kube-system exec ds/rdma-host-device -c node-report -- cat /var/run/cdi/rdma-host-device.json | xargs)"; fi
+
+# ---- the DRA path
+case_ "dra"
+kc apply -f "$REPO/conf/k8s/dra.yaml" >/dev/null || bad "apply dra.yaml"
+t=$(up)
+if wait_until 300 ds_ready rdma-host-device-dra; then ok "DaemonSet rdma-host-device-dra ready in $(since "$t") s"
+else bad "DaemonSet rdma-host-device-dra not ready"; fi
+slice() {
+  kc get resourceslices -o json | python3 -c 'import json,sys
+for s in json.load(sys.stdin)["items"]:
+    if s["spec"]["driver"] == "rdma-host-device.io" and s["spec"].get("nodeName") == sys.argv[1]:
+        for d in s["spec"].get("devices", []):
+            a = d.get("attributes", {})
+            print(d["name"], *(k + "=" + str(list(v.values())[0]) for k, v in sorted(a.items()) if k in ("rdma-host-device.io/rdma", "rdma-host-device.io/linkUp", "rdma-host-device.io/rdmaDevice", "resource.kubernetes.io/pciBusID")))' "$NODE"
+}
+slice_ok() { slice | grep -q "rdma=True.*"; }
+if wait_until 60 slice_ok; then ok "ResourceSlice: $(slice | xargs)"; else bad "no ResourceSlice with an RDMA device: $(slice)"; fi
+python3 - "$REPO/conf/k8s/dra-claims.yaml" <<'EOF' | kc apply -f - >/dev/null || bad "apply one-rail and rail-0"
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+want = {("ResourceClaimTemplate", "one-rail"), ("NetworkAttachmentDefinition", "rail-0")}
+print(json.dumps({"apiVersion": "v1", "kind": "List",
+  "items": [d for d in docs if (d["kind"], d["metadata"]["name"]) in want]}))
+EOF
+t=$(up)
+pod_json dra-a rail-0 '{"claims": [{"name": "rails"}]}' '[{"name": "rails", "resourceClaimTemplateName": "one-rail"}]' |
+  kc apply -f - >/dev/null
+if wait_until 240 ready dra-a; then
+  ok "dra-a Ready $(since "$t") s after apply"
+  # rail-0 declares no CNIDeviceInfoFile capability: Multus passes no device-info path
+  pod_checks dra-a 0
+else bad "dra-a not Ready"; fi
+kc delete pod dra-a --wait=true --timeout=120s >/dev/null || bad "delete dra-a"
+home "dra"
+
+echo "=== the whole job: $(since "$T0") s"
+finish
