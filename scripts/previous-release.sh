@@ -21,6 +21,9 @@ if [[ ! -x $BIN ]]; then
   rm -rf "$OUT/src"
   mkdir -p "$OUT/src"
   git archive "$PREVIOUS" | tar -x -C "$OUT/src"
+  # A package of its own, not a member of the workspace it sits under (./target is inside
+  # this one): without this cargo refuses to build it.
+  printf '\n[workspace]\n' >>"$OUT/src/Cargo.toml"
   echo "previous-release.sh: building ${PREVIOUS:0:12}'s plugin in $OUT" >&2
   (cd "$OUT/src" && CARGO_TARGET_DIR=$OUT/target cargo build --locked --quiet --bin rdma-host-device) >&2 ||
     die "building $PREVIOUS failed"
