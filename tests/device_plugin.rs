@@ -30,12 +30,19 @@ struct Kubelet(StandIn);
 
 impl Kubelet {
     fn start(dir: &Path) -> Kubelet {
+        Kubelet::start_with(dir, &[])
+    }
+
+    /// [`start`](Self::start) with the stand-in's settings `env` (see kubelet.py's header).
+    fn start_with(dir: &Path, env: &[(&str, &str)]) -> Kubelet {
         // Its stubs are generated once, atomically (renamed into place), shared by runs.
         let stubs = Path::new(TARGET_TMP).join("dp-stubs");
+        let mut all = vec![("RHD_DP_STUBS", stubs.as_os_str())];
+        all.extend(env.iter().map(|(k, v)| (*k, std::ffi::OsStr::new(*v))));
         Kubelet(StandIn::start(
             "device_plugin/kubelet.py",
             &[dir.as_os_str()],
-            &[("RHD_DP_STUBS", stubs.as_os_str())],
+            &all,
             "listening",
         ))
     }
@@ -353,6 +360,46 @@ fn a_kubelet_restart_and_a_plugin_restart_each_end_in_a_new_registration() {
         "{r}"
     );
     plugin.stop();
+}
+
+/// A kubelet that answers the first Register after the plugin's 5 s deadline, though it
+/// connected at once (kubelet 1.37 under QEMU's TCG did, in the VM's cluster group), and then
+/// refuses a second Register for the same socket ("device plugin already connected"): the
+/// plugin takes that refusal for the registration it is, and stops asking. It asked again
+/// every 200 ms, for ever, each call making the kubelet dial it and log an error.
+#[test]
+fn a_kubelet_that_answers_late_is_registered_once_and_not_asked_again_and_again() {
+    let (rig, sockets, devinfo) = world(&[]);
+    let a = rig.nic(0);
+    rig.set_node(json!({"devicePlugin": {"pools": [
+        {"resourceName": RESOURCE, "selectors": {"names": [a.name]}}
+    ]}}));
+    let mut k = Kubelet::start_with(sockets.path(), &[("RHD_KUBELET_SLOW_REGISTER", "6")]);
+    let plugin = start_device_plugin(&rig, sockets.path(), devinfo.path());
+    registered(&mut k, 2, &plugin);
+    let t = std::time::Instant::now();
+    while !plugin
+        .log()
+        .contains("already (it answered an earlier registration late)")
+    {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "{}",
+            plugin.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Past the late answer and a few retry periods: no third call.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let r = k.ask(json!({"cmd": "registrations"}));
+    assert_eq!(
+        r["registrations"].as_array().map(Vec::len),
+        Some(2),
+        "{r}\n{}",
+        plugin.log()
+    );
+    k.ask(json!({"cmd": "watch", "resource": RESOURCE}));
+    devices(&mut k, json!({&a.name: "Healthy"}), 5.0, &plugin);
 }
 
 #[test]

@@ -21,6 +21,11 @@
 
 A failed call answers {"error": <gRPC status name>, "message": ...}. This is what the kubelet
 does with a plugin (pkg/kubelet/cm/devicemanager), minus its checkpoint.
+
+RHD_KUBELET_SLOW_REGISTER=S: a busy kubelet (1.37 under QEMU's TCG was one): its first answer
+to a Register comes S seconds late, though the plugin is connected from the start; a Register
+for an endpoint connected already is refused as the kubelet refuses it (manager.go
+PluginConnected: "device plugin already connected: <socket path>", gRPC Unknown).
 """
 import json
 import os
@@ -51,6 +56,8 @@ endpoints = {}  # resource -> endpoint
 lists = {}  # resource -> {"devices": [...], "messages": n}
 history = {}  # resource -> every (ID, health) change seen on its streams, in order
 stubs_by_endpoint = {}
+SLOW_REGISTER = float(os.environ.get("RHD_KUBELET_SLOW_REGISTER", "0"))
+connected = set()  # endpoints connected (only kept with RHD_KUBELET_SLOW_REGISTER)
 
 
 class Registration(rpc.RegistrationServicer):
@@ -70,6 +77,13 @@ class Registration(rpc.RegistrationServicer):
             registrations.append(r)
             endpoints[request.resource_name] = request.endpoint
             lock.notify_all()
+            again = SLOW_REGISTER and request.endpoint in connected
+            connected.add(request.endpoint)
+        if again:
+            path = os.path.join(DIR, request.endpoint)
+            context.abort(grpc.StatusCode.UNKNOWN, f"device plugin already connected: {path}")
+        if SLOW_REGISTER:
+            time.sleep(SLOW_REGISTER)
         return pb.Empty()
 
 

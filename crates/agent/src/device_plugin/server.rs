@@ -30,6 +30,9 @@ use tonic_prost::ProstCodec;
 pub const WATCH_TICK: Duration = Duration::from_millis(200);
 /// A call to the kubelet gives up after this long.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest wait between two refused registrations (they start at `WATCH_TICK` and double):
+/// each call makes the kubelet dial us and log an error.
+const REGISTER_RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// One pool as a device plugin: what it offers, and how it answers.
 pub struct Plugin {
@@ -250,6 +253,18 @@ fn identity(p: &Path) -> Option<(u64, i64, i64)> {
     Some((m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
+/// Whether the kubelet's refusal of a Register says it is connected to our `endpoint` already:
+/// it answered an earlier Register after our deadline, yet connected (1.37's device manager
+/// refuses a second connection to one socket: "device plugin already connected: <path>").
+fn connected_already(refusal: &str, endpoint: &str) -> bool {
+    const SAID: &str = "device plugin already connected: ";
+    refusal.find(SAID).is_some_and(|at| {
+        let rest = &refusal[at + SAID.len()..];
+        let path = rest.split(" (").next().unwrap_or(rest);
+        Path::new(path.trim()).file_name() == Some(std::ffi::OsStr::new(endpoint))
+    })
+}
+
 /// `Registration.Register` on `<dir>/kubelet.sock`, within `REGISTER_TIMEOUT`: one HTTP/2
 /// connection (hyper's client, not tonic's channel: no pool, balancer or reconnects to carry
 /// for one call), gRPC framing by tonic's client.
@@ -325,6 +340,11 @@ pub async fn supervise(plugin: Arc<Plugin>, dir: PathBuf) {
         log::info!("{resource}: serving on {}", ours.display());
         let mut registered_with = None;
         let mut last_error = String::new();
+        // Refused registrations are tried again after a wait that doubles; a new kubelet
+        // socket (a kubelet restart) is tried at once.
+        let mut tried_with = None;
+        let mut retry = WATCH_TICK;
+        let mut next_try = tokio::time::Instant::now();
         loop {
             if identity(&ours) != mine {
                 log::info!(
@@ -342,21 +362,36 @@ pub async fn supervise(plugin: Arc<Plugin>, dir: PathBuf) {
                 last_error = format!("waiting for {}", kubelet.display());
                 log::info!("{resource}: {last_error}");
             }
-            if k.is_some() && k != registered_with {
+            if k != tried_with {
+                tried_with = k;
+                retry = WATCH_TICK;
+                next_try = tokio::time::Instant::now();
+            }
+            if k.is_some() && k != registered_with && tokio::time::Instant::now() >= next_try {
                 match register(&dir, &endpoint, &resource).await {
                     Ok(()) => {
                         log::info!("{resource}: registered with the kubelet as {endpoint}");
                         registered_with = k;
                         last_error.clear();
                     }
+                    Err(e) if connected_already(&e, &endpoint) => {
+                        log::info!(
+                            "{resource}: the kubelet is connected to {endpoint} already (it answered an earlier registration late): registered"
+                        );
+                        registered_with = k;
+                        last_error.clear();
+                    }
                     Err(e) => {
                         if e != last_error {
                             log::warn!(
-                                "{resource}: registering with {}: {e}; retrying",
-                                kubelet.display()
+                                "{resource}: registering with {}: {e}; retrying in up to {} s",
+                                kubelet.display(),
+                                REGISTER_RETRY_MAX.as_secs()
                             );
                         }
                         last_error = e;
+                        next_try = tokio::time::Instant::now() + retry;
+                        retry = (retry * 2).min(REGISTER_RETRY_MAX);
                     }
                 }
             }
@@ -364,5 +399,31 @@ pub async fn supervise(plugin: Arc<Plugin>, dir: PathBuf) {
         }
         let _ = stop.send(());
         let _ = server.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connected_already;
+
+    #[test]
+    fn a_refusal_naming_our_socket_as_connected_is_a_registration() {
+        let ours = "rdma-host-device.io-rail.sock";
+        let said = |path: &str| {
+            format!("the kubelet refused: device plugin already connected: {path} (Unknown)")
+        };
+        assert!(connected_already(
+            &said("/var/lib/kubelet/device-plugins/rdma-host-device.io-rail.sock"),
+            ours
+        ));
+        assert!(
+            !connected_already(&said("/var/lib/kubelet/device-plugins/other.sock"), ours),
+            "another plugin's socket"
+        );
+        assert!(
+            !connected_already("the kubelet refused: invalid resource name (Unknown)", ours),
+            "another refusal"
+        );
+        assert!(!connected_already("no answer within 5 s", ours));
     }
 }
