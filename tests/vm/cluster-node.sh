@@ -195,16 +195,38 @@ kc apply -f "$REPO/conf/k8s/dra.yaml" >/dev/null || bad "apply dra.yaml"
 t=$(up)
 if wait_until 300 ds_ready rdma-host-device-dra; then ok "DaemonSet rdma-host-device-dra ready in $(since "$t") s"
 else bad "DaemonSet rdma-host-device-dra not ready"; fi
-slice() {
-  kc get resourceslices -o json | python3 -c 'import json,sys
-for s in json.load(sys.stdin)["items"]:
-    if s["spec"]["driver"] == "rdma-host-device.io" and s["spec"].get("nodeName") == sys.argv[1]:
-        for d in s["spec"].get("devices", []):
-            a = d.get("attributes", {})
-            print(d["name"], *(k + "=" + str(list(v.values())[0]) for k, v in sorted(a.items()) if k in ("rdma-host-device.io/rdma", "rdma-host-device.io/linkUp", "rdma-host-device.io/rdmaDevice", "resource.kubernetes.io/pciBusID")))' "$NODE"
+# slice_has KEY=VALUE|!KEY...: our slice for this node has the one device for $PCI, and each
+# attribute holds (KEY=VALUE) or is absent (!KEY); else it says what it found, and fails.
+slice_has() {
+  kc get resourceslices -o json | python3 -c '
+import json, sys
+node, pci, want = sys.argv[1], sys.argv[2], sys.argv[3:]
+ours = [s for s in json.load(sys.stdin)["items"]
+        if s["spec"]["driver"] == "rdma-host-device.io" and s["spec"].get("nodeName") == node]
+assert len(ours) == 1, f"{len(ours)} slices for {node}"
+devs = ours[0]["spec"].get("devices") or []
+name = "pci-" + pci.replace(":", "-").replace(".", "-")
+assert [d["name"] for d in devs] == [name], [d["name"] for d in devs]
+attrs = devs[0].get("attributes") or {}
+for w in want:
+    if w.startswith("!"):
+        assert w[1:] not in attrs, f"{w[1:]} still there: {attrs.get(w[1:])}"
+        continue
+    k, v = w.split("=", 1)
+    a = attrs.get(k)
+    assert a is not None, f"no {k}: {sorted(attrs)}"
+    got = str(next(iter(a.values()))).lower()
+    assert got == v.lower(), f"{k} is {got}, not {v}"
+' "$NODE" "$PCI" "$@"
 }
-slice_ok() { slice | grep -q "rdma=True.*"; }
-if wait_until 60 slice_ok; then ok "ResourceSlice: $(slice | xargs)"; else bad "no ResourceSlice with an RDMA device: $(slice)"; fi
+GUID=$(cat /sys/class/infiniband/rxe0/node_guid)
+with_rdma=("resource.kubernetes.io/pciBusID=$PCI" "resource.kubernetes.io/pcieRoot=pci0000:00"
+  "k8s.cni.cncf.io/deviceID=$PCI" "k8s.cni.cncf.io/resourceName=rdma-host-device.io/rail"
+  "rdma-host-device.io/rdmaDevice=rxe0" "rdma-host-device.io/nodeGUID=$GUID"
+  "rdma-host-device.io/transport=RoCE" "rdma-host-device.io/rdma=true" "rdma-host-device.io/linkUp=true"
+  "rdma-host-device.io/ifName=$NIC")
+if wait_until 60 slice_has "${with_rdma[@]}"; then ok "ResourceSlice: $PCI with rxe0's attributes (nodeGUID $GUID, RoCE, pciBusID, pcieRoot, Multus deviceID)"
+else bad "the ResourceSlice: $(slice_has "${with_rdma[@]}" 2>&1 | tail -1)"; fi
 python3 - "$REPO/conf/k8s/dra-claims.yaml" <<'EOF' | kc apply -f - >/dev/null || bad "apply one-rail and rail-0"
 import json, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
@@ -222,6 +244,16 @@ if wait_until 240 ready dra-a; then
 else bad "dra-a not Ready"; fi
 kc delete pod dra-a --wait=true --timeout=120s >/dev/null || bad "delete dra-a"
 home "dra"
+# The RDMA device deleted on the node: the slice follows from sysfs (no link notification comes
+# with it) within 5 s; added again, it comes back.
+t=$(up)
+rdma link delete rxe0 || bad "rdma link delete rxe0"
+without=("!rdma-host-device.io/rdmaDevice" "!rdma-host-device.io/nodeGUID" "rdma-host-device.io/rdma=false")
+if wait_until 5 slice_has "${without[@]}"; then ok "rxe0 deleted: the slice no longer names it ($(since "$t") s)"
+else bad "rxe0 deleted, the slice after 5 s: $(slice_has "${without[@]}" 2>&1 | tail -1)"; fi
+rdma link add rxe0 type rxe_ns netdev "$NIC" || bad "rdma link add rxe0 again"
+if wait_until 15 slice_has "rdma-host-device.io/rdmaDevice=rxe0" "rdma-host-device.io/rdma=true"; then ok "rxe0 added again: back in the slice"
+else bad "rxe0 added again, the slice: $(slice_has "rdma-host-device.io/rdmaDevice=rxe0" 2>&1 | tail -1)"; fi
 
 echo "=== the whole job: $(since "$T0") s"
 finish

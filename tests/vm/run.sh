@@ -3,14 +3,14 @@
 # real RDMA stack (tests/vm/vm.sh). Called by scripts/test.sh; prepares the VM on first use.
 #
 #   tests/vm/run.sh [GROUP...]   groups: smoke unit shared exclusive-stock exclusive-move
-#                                exclusive-move-slub metrics cri-exclusive dra dra-prepare cluster
+#                                exclusive-move-slub metrics cri-exclusive cluster
 #                                (default: all)
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/../.." && pwd -P)
 cd "$REPO"
 GROUPS_=("$@")
-((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub metrics cri-exclusive dra dra-prepare cluster)
+((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub metrics cri-exclusive cluster)
 
 "$HERE/vm.sh" --prepare || { echo "run: preparing the VM failed" >&2; exit 1; }
 cargo build -q || exit 1
@@ -61,8 +61,6 @@ for g in "${GROUPS_[@]}"; do
     # One vCPU: with two, runc creating the sandbox was once seen to livelock the TCG guest
     # (soft lockups on both CPUs before any CNI call); the plugin is not involved there.
     cri-exclusive) "$HERE/vm.sh" --exclusive --smp 1 --timeout 600 "$HERE/cri.sh" ;;
-    dra) "$HERE/dra.sh" ;;
-    dra-prepare) "$HERE/vm.sh" --smp 1 --timeout 600 "$HERE/dra-prepare.sh" ;;
     # The real kubelet and containerd in the VM, the control plane on this machine.
     cluster) "$HERE/cluster.sh" ;;
     *) echo "unknown group $g"; false ;;
