@@ -221,8 +221,7 @@ for w in want:
 }
 GUID=$(cat /sys/class/infiniband/rxe0/node_guid)
 with_rdma=("resource.kubernetes.io/pciBusID=$PCI" "resource.kubernetes.io/pcieRoot=pci0000:00"
-  "k8s.cni.cncf.io/deviceID=$PCI" "k8s.cni.cncf.io/resourceName=rdma-host-device.io/rail"
-  "rdma-host-device.io/rdmaDevice=rxe0" "rdma-host-device.io/nodeGUID=$GUID"
+  "k8s.cni.cncf.io/deviceID=$PCI" "rdma-host-device.io/rdmaDevice=rxe0" "rdma-host-device.io/nodeGUID=$GUID"
   "rdma-host-device.io/transport=RoCE" "rdma-host-device.io/rdma=true" "rdma-host-device.io/linkUp=true"
   "rdma-host-device.io/ifName=$NIC")
 if wait_until 60 slice_has "${with_rdma[@]}"; then ok "ResourceSlice: $PCI with rxe0's attributes (nodeGUID $GUID, RoCE, pciBusID, pcieRoot, Multus deviceID)"
