@@ -284,6 +284,9 @@ if ! flock -n 9; then
 fi
 BIN=${RHD_CLUSTER_BIN:-$("$REPO/scripts/cluster-parts.sh")}
 mkdir -p "$D"/{bin,logs,pids,pki,run,etcd,node}
+# The keys, the tokens and the kubeconfigs carrying them: root's only (a throw-away cluster's
+# admin token under /tmp is still an admin token for as long as the cluster is up).
+chmod 0700 "$D/pki"
 for b in kube-apiserver kubelet kube-scheduler kube-controller-manager kubectl etcd containerd \
   containerd-shim-runc-v2 ctr; do
   [[ -x $BIN/$b ]] || die "$BIN/$b missing: scripts/cluster-parts.sh builds it"
@@ -356,6 +359,7 @@ rules:
 - level: Metadata
 EOF
 kubeconfig() { # FILE TOKEN
+  install -m 0600 /dev/null "$1"
   cat >"$1" <<EOF
 apiVersion: v1
 kind: Config

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 pub struct Cluster {
     pub dir: PathBuf,
     pub node: String,
+    /// The node's address, where the API server listens too (port 443).
+    pub node_ip: String,
     pub netns: String,
     /// A process inside the node's network and mount namespaces.
     pub holder: u32,
@@ -72,6 +74,7 @@ impl Cluster {
             eprintln!("cluster up in {:.1} s", t.elapsed().as_secs_f64());
             Cluster {
                 node: get("NODE"),
+                node_ip: get("NODE_IP"),
                 netns: get("NETNS"),
                 holder: get("HOLDER").parse().expect("holder pid"),
                 dir,
