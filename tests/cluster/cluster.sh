@@ -178,6 +178,9 @@ state = "/run/containerd"
 [plugins."io.containerd.nri.v1.nri"]
   disable = false
   socket_path = "/run/nri/nri.sock"
+  # docs/deploy.md's fail-closed setting: pods conf/k8s/fail-closed.yaml marks wait for our plugin
+  [plugins."io.containerd.nri.v1.nri".default_validator]
+    enable = true
 EOF
   daemon containerd env PATH="$D/bin:$PATH" "$D/bin/containerd" --config "$RUN/containerd.toml"
   wait_for containerd 60 "${IN[@]}" "$D/bin/ctr" --address "$RUN/containerd.sock" version

@@ -120,10 +120,15 @@ impl Cluster {
 
     /// `kubectl apply -f -` of this YAML or JSON text.
     pub fn apply(&self, text: &str) -> String {
+        self.k_stdin(&["apply", "-f", "-"], text)
+    }
+
+    /// `kubectl ARGS`, which must succeed, given `text` on stdin; its stdout.
+    pub fn k_stdin(&self, args: &[&str], text: &str) -> String {
         let mut child = Command::new(self.bin("kubectl"))
             .arg("--kubeconfig")
             .arg(self.dir.join("admin.kubeconfig"))
-            .args(["apply", "-f", "-"])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -139,7 +144,7 @@ impl Cluster {
         let out = child.wait_with_output().expect("kubectl apply");
         assert!(
             out.status.success(),
-            "kubectl apply: {}{}\n--- applied:\n{text}",
+            "kubectl {args:?}: {}{}\n--- given:\n{text}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );

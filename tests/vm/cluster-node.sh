@@ -12,6 +12,9 @@
 #                  of the pod's address, `ulimit -l` is node.json's memlock in the main process
 #                  and in a `kubectl exec` (the NRI plugin under containerd 2.4); a second pod
 #                  stays Pending; on delete eth0 and rxe0 are home
+#   fail-closed    conf/k8s/fail-closed.yaml with containerd's NRI validator: a rail pod created
+#                  while the NRI plugin is killed again and again waits (its event says why),
+#                  then starts with the node's memlock in kubectl exec
 #   dra            conf/k8s/dra.yaml, dra-claims.yaml's one-rail template and NAD rail-0 as
 #                  shipped: the scheduler allocates the NIC, the kubelet prepares it through our
 #                  driver, the CNI takes it; the same checks in the pod; home on delete
@@ -195,6 +198,52 @@ if kc -n kube-system exec ds/rdma-host-device -c node-report -- cat /var/run/cdi
   ok "the CDI spec still names uverbs0"
 else bad "the CDI spec lost uverbs0: $(kc -n kube-system exec ds/rdma-host-device -c node-report -- cat /var/run/cdi/rdma-host-device.json | xargs)"; fi
 
+# ---- fail-closed (docs/deploy.md): containerd's NRI validator is on (cluster.sh), and
+# conf/k8s/fail-closed.yaml marks rail pods as needing our plugin. With the plugin killed again
+# and again (a crash loop, an upgrade), a rail pod does not start without it; once it is back,
+# the pod starts and its exec'd processes have the node's memlock.
+case_ "fail-closed"
+kc apply -f "$REPO/conf/k8s/fail-closed.yaml" >/dev/null || bad "apply fail-closed.yaml"
+marked() {
+  pod_json fc-probe rdma-rail '{"limits": {"rdma-host-device.io/rail": "1"}}' '[]' |
+    kc create --dry-run=server -o json -f - | grep -q '"required-plugins.noderesource.dev/pod": "\[\\"rdma-host-device\\"\]"'
+}
+if wait_until 60 marked; then ok "the policy marks a rail pod as needing the NRI plugin"
+else bad "the policy does not mark a rail pod"; fi
+# the DaemonSet's NRI plugin, by its command line
+nri_kill() {
+  local p a
+  for p in /proc/[0-9]*; do
+    mapfile -d '' a <"$p/cmdline" 2>/dev/null || continue
+    [[ ${a[0]:-} == /usr/local/bin/rdma-host-device-agent && ${a[1]:-} == nri ]] &&
+      kill -KILL "${p#/proc/}" 2>/dev/null && echo x
+  done
+}
+KILLS=/tmp/nri-kills
+: >"$KILLS"
+(end=$(($(date +%s) + 30)); while (($(date +%s) < end)); do nri_kill >>"$KILLS"; sleep 0.2; done) &
+KILLER=$!
+t=$(up)
+pod_json fc-a rdma-rail '{"limits": {"rdma-host-device.io/rail": "1"}}' '[]' | kc apply -f - >/dev/null
+refused() {
+  kc get events --field-selector involvedObject.name=fc-a -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' |
+    grep -q 'required plugin "rdma-host-device" not present'
+}
+if wait_until 60 refused; then ok "fc-a refused while the NRI plugin is away: required plugin \"rdma-host-device\" not present"
+else bad "fc-a: no refusal in its events: $(kc get events --field-selector involvedObject.name=fc-a 2>&1 | tail -5)"; fi
+if ready fc-a; then bad "fc-a started while the NRI plugin was being killed"; fi
+wait "$KILLER"
+echo "  ..   the NRI plugin killed $(wc -l <"$KILLS") time(s) in 30 s"
+if wait_until 300 ready fc-a; then
+  ok "fc-a Ready $(since "$t") s after apply, once the NRI plugin was back"
+  l2=$(in_pod fc-a sh -c 'ulimit -l')
+  if [[ $l2 == "$(want_l)" ]]; then ok "fc-a: ulimit -l in kubectl exec: $l2"
+  else bad "fc-a: ulimit -l in kubectl exec: $l2, node.json says $MEMLOCK"; fi
+else bad "fc-a not Ready after the NRI plugin came back"; fi
+kc delete pod fc-a --wait=true --timeout=120s >/dev/null || bad "delete fc-a"
+kc delete -f "$REPO/conf/k8s/fail-closed.yaml" >/dev/null || bad "delete fail-closed.yaml"
+home "fail-closed"
+
 # ---- the DRA path, on a node with rdma_cm
 case_ "dra"
 modprobe rdma_ucm || bad "modprobe rdma_ucm"
@@ -250,8 +299,8 @@ pod_json dra-a rail-0 '{"claims": [{"name": "rails"}]}' '[{"name": "rails", "res
   kc apply -f - >/dev/null
 if wait_until 240 ready dra-a; then
   ok "dra-a Ready $(since "$t") s after apply"
-  # rail-0 declares no CNIDeviceInfoFile capability: Multus passes no device-info path
-  pod_checks dra-a 0
+  # rail-0 declares the CNIDeviceInfoFile capability: the device-info reaches network-status
+  pod_checks dra-a 1
 else bad "dra-a not Ready"; fi
 kc delete pod dra-a --wait=true --timeout=120s >/dev/null || bad "delete dra-a"
 home "dra"
