@@ -5,7 +5,8 @@
 //! the exporter's process runs a round at start and every `periodSeconds`:
 //!
 //! 1. ask the runtime over CRI which sandboxes exist (`cri.rs`, read-only); if it cannot be
-//!    asked (no socket, an error, no answer within `timeoutSeconds`), collect nothing;
+//!    asked (no socket, an error, no answer within `timeoutSeconds`), or lists no sandbox at
+//!    all (not even the agent's own pod's: a wrong socket), collect nothing;
 //! 2. take our attachment records whose container ID (containerd's sandbox ID) the runtime does
 //!    not list and whose state file was last written more than `graceSeconds` before the
 //!    question ([`leaked`]): an ADD in flight has no sandbox in the list yet (containerd adds
@@ -110,6 +111,19 @@ pub fn round(cfg: &GcConfig, node: &Node, counters: &GcCounters) -> Round {
             };
         }
     };
+    // The agent itself runs in a pod: a runtime that lists no sandbox at all is not the one
+    // that runs this node's pods (a wrong gc.criSocket), or has lost its state; taking its
+    // word would give back every pod's NIC.
+    if sandboxes.ids.is_empty() && !records.is_empty() {
+        log::warn!(
+            "gc: {} at {} lists no pod sandbox at all, not even this agent's, while {} attachment(s) are recorded: is gc.criSocket the runtime that runs this node's pods? collecting nothing this round",
+            sandboxes.runtime,
+            cfg.cri_socket.display(),
+            records.len()
+        );
+        counters.round("runtime_unavailable");
+        return Round::RuntimeUnavailable;
+    }
     let grace = Duration::from_secs(cfg.grace_seconds);
     let found = leaked(&records, &sandboxes.ids, asked_at, grace);
     let mut by_network: BTreeMap<&str, Vec<&Record>> = BTreeMap::new();
