@@ -321,6 +321,9 @@ fn an_attachment_whose_sandbox_vanished_without_del_is_collected_and_a_live_pods
     assert_eq!(leases_of(c, &live_sandbox).len(), 1, "live's lease");
     assert_eq!(sample(&metrics(c), COLLECTED), 1);
 
+    for l in agent_log(c).lines().filter(|l| l.contains("gc:")).take(12) {
+        eprintln!("agent: {l}");
+    }
     c.k(&[
         "-n",
         "default",

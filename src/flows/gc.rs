@@ -7,6 +7,9 @@
 //! only, so another network's attachments, its lost NICs and its temp files are never
 //! touched (they would all look stale). A lost NIC or temp file no record claims has no
 //! network left to ask: any GC takes it.
+//!
+//! [`collect`] is the same job for the node agent, which has no runtime's list (containerd
+//! never calls GC): it names the attachments to release, and everything else counts as valid.
 
 use super::give_back::release_attachment;
 use super::lost::recover_lost;
@@ -40,7 +43,8 @@ pub async fn gc(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     release_all_but(env, conf, node, &store, records, &valid, errors).await
 }
 
-/// GC without a runtime's list (the node agent's, `rdma-host-device-agent` gc): release exactly
+/// GC without a runtime's list (the node agent's: `rdma-host-device-agent metrics` with the node
+/// configuration's `gc`, `flows::collect_leaked`): release exactly
 /// the attachments of this network named in `leaked`, and count every other record in the store
 /// as valid. The inverse of [`gc`]'s list on purpose: an attachment whose ADD finished after the
 /// caller read the store is not in `leaked`, so it is never released, whatever its age.

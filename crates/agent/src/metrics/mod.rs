@@ -1,5 +1,7 @@
 //! `rdma-host-device-agent metrics --listen ADDR`: a long-running Prometheus exporter (the
-//! DaemonSet's second container) for every attachment this node's plugin made.
+//! DaemonSet's second container) for every attachment this node's plugin made. With the node
+//! configuration's `gc`, the same process runs the leak collector (`crate::gc`) and serves its
+//! counters.
 //!
 //! - `collect.rs`: one scrape: enter each pod's netns, read its interface and RDMA device;
 //!   then the RDMA devices still on the host.
