@@ -227,14 +227,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     }
 
     /// Replace its network configuration (written in place: its watcher ignores a rename),
-    /// and give it the ~1 s it takes to reload.
+    /// and give it the ~1 s it takes to reload (three, for a loaded machine).
     pub fn set_conflist(&self, conflist: &Value) {
         fs::write(
             self.dir.join("net.d/10-rdma.conflist"),
             serde_json::to_vec_pretty(conflist).unwrap(),
         )
         .unwrap();
-        std::thread::sleep(std::time::Duration::from_secs(2));
+        std::thread::sleep(std::time::Duration::from_secs(3));
     }
 
     pub fn cri(&self, args: &[&str]) -> Result<Value, Value> {
