@@ -7,8 +7,8 @@
 //! 1. ask the runtime over CRI which sandboxes exist (`cri.rs`, read-only); if it cannot be
 //!    asked (no socket, an error, no answer within `timeoutSeconds`), or lists no sandbox at
 //!    all (not even the agent's own pod's: a wrong socket), collect nothing;
-//! 2. take our attachment records whose container ID (containerd's sandbox ID) the runtime does
-//!    not list and whose state file was last written more than `graceSeconds` before the
+//! 2. take our attachment records of Kubernetes pods whose container ID (containerd's sandbox
+//!    ID) the runtime does not list and whose state file was last written more than `graceSeconds` before the
 //!    question ([`leaked`]): an ADD in flight has no sandbox in the list yet (containerd adds
 //!    it only after ADD returns) but a young record;
 //! 3. give each back through the plugin's own GC flow (`flows::collect_leaked`, the library,
@@ -38,9 +38,11 @@ pub struct Written {
     pub at: SystemTime,
 }
 
-/// The records that are leaked: their container is no sandbox the runtime listed, and their
-/// file was written at least `grace` before `asked_at` (when the runtime was asked). A record
-/// written later, or stamped in the future (a clock stepped back), is never leaked.
+/// The records that are leaked: made for a Kubernetes pod (ADD had `K8S_POD_*` in CNI_ARGS:
+/// the CRI runtime's; an attachment of podman or another runtime on the node is none of its
+/// business), their container is no sandbox the runtime listed, and their file was written at
+/// least `grace` before `asked_at` (when the runtime was asked). A record written later, or
+/// stamped in the future (a clock stepped back), is never leaked.
 pub fn leaked<'a>(
     records: &'a [Written],
     listed: &HashSet<String>,
@@ -49,6 +51,7 @@ pub fn leaked<'a>(
 ) -> Vec<&'a Record> {
     records
         .iter()
+        .filter(|w| w.record.pod.is_some())
         .filter(|w| !listed.contains(&w.record.container_id))
         .filter(|w| asked_at.duration_since(w.at).is_ok_and(|age| age >= grace))
         .map(|w| &w.record)

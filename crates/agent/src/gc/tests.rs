@@ -9,6 +9,11 @@ fn record(cid: &str) -> Record {
         ifname: "net1".into(),
         network: "rail".into(),
         host_name: "ens1f0".into(),
+        pod: Some(rdma_host_device_core::names::PodRef {
+            namespace: "team-a".into(),
+            name: cid.into(),
+            uid: String::new(),
+        }),
         ..Record::default()
     }
 }
@@ -46,6 +51,14 @@ fn only_records_without_a_sandbox_and_older_than_the_grace_are_leaked() {
         Written {
             record: record("future"),
             at: now + Duration::from_secs(30),
+        },
+        // no Kubernetes pod: another runtime's attachment (podman's), whatever the CRI lists
+        Written {
+            record: Record {
+                pod: None,
+                ..record("podman")
+            },
+            at: at(86_400, now),
         },
     ];
     let listed: HashSet<String> = ["live".to_string()].into();
