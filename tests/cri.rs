@@ -367,3 +367,137 @@ fn chained_with_tuning_and_sbr_as_conf_shows() {
     assert_all_home(&c, &rig, &pod, &nic);
     c.report("chained with tuning and sbr");
 }
+
+/// The agent's leak collector (`metrics` with node.json's `gc`) against this real containerd: a
+/// sandbox removed while the node's network configuration no longer names our plugin (containerd
+/// DELs with the configuration it has then, not the one of ADD: our DEL never runs) leaves an
+/// attachment no runtime will ever release; the agent's next round gives its NIC back and frees
+/// its lease, and a live sandbox's attachment stays, round after round. The one stand-in is the
+/// kernel's: the veth is moved to the host as a physical NIC comes back from a dying netns (a
+/// veth dies with it).
+#[test]
+fn the_agent_collects_an_attachment_whose_sandbox_went_without_del_and_keeps_a_live_one() {
+    let _s = serial();
+    let rig = Rig::new();
+    let (nic0, nic1) = (nic(&rig, 0), nic(&rig, 1));
+    let c = Containerd::start(&rig, &conflist(vec![our_plugin(&rig, &nic0)]));
+    let leaky = c
+        .run_pod("leaky")
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", c.context()));
+    assert_pod_has_nic(&c, &rig, &leaky, &nic0);
+    c.set_conflist(&conflist(vec![our_plugin(&rig, &nic1)]));
+    let live = c
+        .run_pod("live")
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", c.context()));
+    let in_live = || {
+        link(Some(ns_name(&live)), "eth0").is_some_and(|l| l.mac.eq_ignore_ascii_case(&nic1.mac))
+    };
+    assert!(in_live(), "live's eth0 is not nic1\n{}", c.context());
+    let leases = |id: &str| {
+        rig.allocations(NET)
+            .into_iter()
+            .filter(|(_, holder)| holder.lines().next() == Some(id))
+            .count()
+    };
+    let record = |id: &str| rig.state_dir().join(format!("{id}:eth0.json")).exists();
+
+    // Away from us: the configuration now names another plugin only; the kernel's return of
+    // the NIC stood in for; Stop and Remove succeed without calling us.
+    c.set_conflist(&conflist(vec![json!({"type": "tuning"})]));
+    // (The host has an eth0 of its own: the kernel then names the returning NIC devN, N its
+    // ifindex.)
+    let index = link(Some(ns_name(&leaky)), "eth0")
+        .expect("leaky's eth0")
+        .index;
+    let returned = format!("dev{index}");
+    ip(&[
+        "-n",
+        ns_name(&leaky),
+        "link",
+        "set",
+        "eth0",
+        "netns",
+        &std::process::id().to_string(),
+        "name",
+        &returned,
+    ]);
+    c.delete_pod(&leaky.id);
+    assert!(
+        record(&leaky.id),
+        "a DEL reached the plugin\n{}",
+        c.context()
+    );
+    assert_eq!(leases(&leaky.id), 1);
+    assert!(link(None, &returned).is_some(), "{returned} on the host");
+
+    // The agent, its node configuration naming this containerd, a round a second.
+    rig.set_node(
+        json!({"gc": {"criSocket": c.sock(), "periodSeconds": 1, "graceSeconds": 10,
+        "cniPath": [rig.bin_dir(), SYSTEM_CNI_DIR]}}),
+    );
+    let mut agent = std::process::Command::new(AGENT)
+        .args(["metrics", "--listen", "127.0.0.1:0"])
+        .env(NODE_CONFIG_ENV, rig.node_config())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the agent");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let log = log.clone();
+        let err = agent.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                let mut t = log.lock().unwrap();
+                t.push_str(&l);
+                t.push('\n');
+            }
+        })
+    };
+    let text = || log.lock().unwrap().clone();
+    let wait = |what: &str, secs: u64, ok: &dyn Fn() -> bool| {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while !ok() {
+            assert!(
+                std::time::Instant::now() < end,
+                "{what}: not within {secs} s\nagent:\n{}\n{}",
+                text(),
+                c.context()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    let t0 = std::time::Instant::now();
+    wait("the leaked attachment collected", 30, &|| {
+        !record(&leaky.id)
+    });
+    eprintln!(
+        "collected {:.1} s after the agent started",
+        t0.elapsed().as_secs_f64()
+    );
+    let ctx = format!("agent:\n{}\n{}", text(), c.context());
+    nic0.assert_home(None, &ctx);
+    assert_eq!(leases(&leaky.id), 0, "the lease is kept\n{ctx}");
+    assert!(
+        text().contains(&format!("gc: collected {}/eth0", leaky.id)),
+        "{ctx}"
+    );
+    // Three more rounds: the live sandbox's attachment is all there.
+    let rounds = |t: &str| t.matches("sandboxes) asked").count();
+    let now = rounds(&text());
+    wait("three more rounds", 30, &|| rounds(&text()) >= now + 3);
+    assert!(record(&live.id), "live's record\n{ctx}");
+    assert_eq!(leases(&live.id), 1, "live's lease\n{ctx}");
+    assert_pod_has_nic(&c, &rig, &c.pod(&live.id), &nic1);
+    assert_eq!(text().matches("gc: collected").count(), 1, "{}", text());
+
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let _ = reader.join();
+    c.set_conflist(&conflist(vec![our_plugin(&rig, &nic1)]));
+    c.delete_pod(&live.id);
+    assert_all_home(&c, &rig, &live, &nic1);
+    c.report("agent gc");
+}

@@ -357,3 +357,62 @@ fn gc_leaves_lost_nic_of_valid_attachment_to_its_del() {
     del.ok();
     w.assert_restored_released(0, &del);
 }
+
+/// The node agent's GC (`flows::collect_leaked`, no runtime's list): it releases exactly the
+/// attachments it names and counts every other record valid, so an attachment it did not name
+/// (a live pod's, or one whose ADD finished after the agent read the store) is never taken,
+/// even though no list names it valid.
+#[test]
+fn the_agents_collect_releases_exactly_the_named_attachments() {
+    use rdma_host_device::cni::env::{Command as Verb, Env};
+    use rdma_host_device::cni::netconf::{NetConf, ValidAttachment};
+    let w = world(3);
+    for i in 0..3 {
+        w.add(i);
+        assert!(w.attached(i, i), "ADD {i}");
+    }
+    let node: rdma_host_device_core::node::Node =
+        serde_json::from_str(&std::fs::read_to_string(w.rig.node_config()).unwrap()).unwrap();
+    let env = Env {
+        command: Verb::Gc,
+        container_id: String::new(),
+        netns: String::new(),
+        ifname: String::new(),
+        args: String::new(),
+        path: w
+            .rig
+            .cni_path("1.1.0")
+            .split(':')
+            .map(std::path::PathBuf::from)
+            .collect(),
+    };
+    // What the agent sends: the network, no ipam (each record has ADD's), no list.
+    let raw = serde_json::json!({"cniVersion": "1.1.0", "name": w.rig.net_name(),
+        "type": "rdma-host-device"});
+    let conf = NetConf::parse_strict(raw.to_string().into_bytes(), &node).unwrap();
+    let leaked = [ValidAttachment {
+        container_id: w.cid(0),
+        ifname: w.ifname.clone(),
+    }];
+    // A thread of its own, as the agent does: the flow enters pods' namespaces.
+    let out = std::thread::scope(|s| {
+        s.spawn(|| rdma_host_device::flows::collect_leaked(&env, &conf, &node, &leaked))
+            .join()
+            .unwrap()
+    });
+    assert!(out.is_ok(), "{out:?}");
+    w.assert_released(0, &"collect of 0");
+    for i in 1..3 {
+        assert!(
+            w.attached(i, i) && w.has_record(i),
+            "collect touched {i}, which it was not given"
+        );
+        let a = w.rig.allocations_of(&w.rig.net_name(), &w.cid(i));
+        assert_eq!(a.len(), 1, "{i}'s lease: {a:?}");
+    }
+    for i in 1..3 {
+        let del = w.call("DEL", i, i, &[]);
+        del.ok();
+        w.assert_released(i, &del);
+    }
+}

@@ -7,11 +7,14 @@
 //! only, so another network's attachments, its lost NICs and its temp files are never
 //! touched (they would all look stale). A lost NIC or temp file no record claims has no
 //! network left to ask: any GC takes it.
+//!
+//! [`collect`] is the same job for the node agent, which has no runtime's list (containerd
+//! never calls GC): it names the attachments to release, and everything else counts as valid.
 
 use super::give_back::release_attachment;
 use super::lost::recover_lost;
 use crate::cni::env::Env;
-use crate::cni::netconf::NetConf;
+use crate::cni::netconf::{NetConf, ValidAttachment};
 use crate::ipam::Ipam;
 use crate::lock;
 use rdma_host_device_core::error::first_error;
@@ -37,6 +40,53 @@ pub async fn gc(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
         errors.push(e);
         Vec::new()
     });
+    release_all_but(env, conf, node, &store, records, &valid, errors).await
+}
+
+/// GC without a runtime's list (the node agent's: `rdma-host-device-agent metrics` with the node
+/// configuration's `gc`, `flows::collect_leaked`): release exactly
+/// the attachments of this network named in `leaked`, and count every other record in the store
+/// as valid. The inverse of [`gc`]'s list on purpose: an attachment whose ADD finished after the
+/// caller read the store is not in `leaked`, so it is never released, whatever its age.
+/// Lost NICs and stale temp files are handled as GC handles them.
+pub async fn collect(
+    env: &Env,
+    conf: &NetConf,
+    node: &Node,
+    leaked: &[ValidAttachment],
+) -> Result<()> {
+    let store = Store::new(&node.state_dir);
+    let mut errors = Vec::new();
+    let records = store.all().unwrap_or_else(|e| {
+        errors.push(e);
+        Vec::new()
+    });
+    let valid: Vec<ValidAttachment> = records
+        .iter()
+        .filter(|r| r.network == conf.name)
+        .filter(|r| {
+            !leaked
+                .iter()
+                .any(|a| a.container_id == r.container_id && a.ifname == r.ifname)
+        })
+        .map(|r| ValidAttachment {
+            container_id: r.container_id.clone(),
+            ifname: r.ifname.clone(),
+        })
+        .collect();
+    release_all_but(env, conf, node, &store, records, &valid, errors).await
+}
+
+/// What both GCs do once they know which attachments are valid.
+async fn release_all_but(
+    env: &Env,
+    conf: &NetConf,
+    node: &Node,
+    store: &Store,
+    records: Vec<Record>,
+    valid: &[ValidAttachment],
+    mut errors: Vec<Error>,
+) -> Result<()> {
     // Attachments handled here, whatever the outcome: their lost NICs were tried already.
     let mut tried = HashSet::new();
     for r in &records {
@@ -47,7 +97,7 @@ pub async fn gc(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
             continue;
         }
         tried.insert(r.owner());
-        if let Err(e) = release_stale(env, conf, node, &store, r).await {
+        if let Err(e) = release_stale(env, conf, node, store, r).await {
             errors.push(e.context(format!("GC of {}/{}", r.container_id, r.ifname)));
         }
     }
@@ -57,8 +107,8 @@ pub async fn gc(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
         .filter(|r| r.network != conf.name)
         .map(Record::owner)
         .collect();
-    remove_stale_temps(node, &store, &others, &mut errors);
-    if let Err(e) = recover_lost(&valid, &tried, &others, &records, &mut errors).await {
+    remove_stale_temps(node, store, &others, &mut errors);
+    if let Err(e) = recover_lost(valid, &tried, &others, &records, &mut errors).await {
         errors.push(e.context("GC: looking for lost NICs"));
     }
     if let Some(t) = &conf.ipam_type {

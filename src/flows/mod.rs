@@ -28,6 +28,23 @@ pub enum Output {
     Nothing,
 }
 
+/// The node agent's GC (no runtime calls GC on containerd): release exactly the attachments of
+/// `conf`'s network named in `leaked`, every other record counting as valid (`gc::collect`), on
+/// a current-thread runtime like [`run`]. Call it on a thread of its own: a step may leave the
+/// thread in a pod's network namespace.
+pub fn collect_leaked(
+    env: &Env,
+    conf: &NetConf,
+    node: &Node,
+    leaked: &[crate::cni::netconf::ValidAttachment],
+) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| Error::new(Code::Io, format!("cannot start the async runtime: {e}")))?;
+    rt.block_on(gc::collect(env, conf, node, leaked))
+}
+
 /// Run one verb to completion on a current-thread runtime (setns is per thread, and one
 /// thread is all a plugin call needs).
 pub fn run(env: &Env, conf: &NetConf, node: &Node) -> Result<Output> {

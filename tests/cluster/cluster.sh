@@ -184,6 +184,9 @@ state = "/run/containerd"
 EOF
   daemon containerd env PATH="$D/bin:$PATH" "$D/bin/containerd" --config "$RUN/containerd.toml"
   wait_for containerd 60 "${IN[@]}" "$D/bin/ctr" --address "$RUN/containerd.sock" version
+  # containerd's well-known socket path, where conf/k8s/daemonset.yaml mounts it from (the agent's
+  # leak collector asks it which sandboxes exist): a symlink to this containerd's socket.
+  ln -sfn "$RUN/containerd.sock" "$ROOT/run/containerd/containerd.sock"
 
   for t in pause busybox; do
     "${IN[@]}" "$D/bin/ctr" --address "$RUN/containerd.sock" -n k8s.io images import --no-unpack=false "$D/$t.tar" >/dev/null

@@ -221,6 +221,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     }
 
     /// One CRI call through cri.py: Ok(its JSON) or Err(the gRPC error as JSON).
+    /// Its CRI socket.
+    pub fn sock(&self) -> &Path {
+        &self.sock
+    }
+
+    /// Replace its network configuration (written in place: its watcher ignores a rename),
+    /// and give it the ~1 s it takes to reload (three, for a loaded machine).
+    pub fn set_conflist(&self, conflist: &Value) {
+        fs::write(
+            self.dir.join("net.d/10-rdma.conflist"),
+            serde_json::to_vec_pretty(conflist).unwrap(),
+        )
+        .unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
+
     pub fn cri(&self, args: &[&str]) -> Result<Value, Value> {
         let out = self.cri_cmd(args).output().unwrap();
         parse_cri(args, &out)

@@ -67,7 +67,10 @@ pub enum Command {
     /// host_nic, pci_address, rdma_device, netns_mode); then every RDMA device still on the
     /// host. Anything that reaches ADDR reads those labels (pods too, with the DaemonSet's
     /// hostNetwork): --token-file serves /metrics only to a client sending the bearer token in
-    /// FILE (read at every request; /healthz stays open).
+    /// FILE (read at every request; /healthz stays open). With the node configuration's `gc`, it
+    /// also collects leaked attachments: at start and every gc.periodSeconds it asks the
+    /// runtime's CRI socket which pod sandboxes exist and gives back (IPAM released, NIC home)
+    /// the attachments of no listed sandbox older than gc.graceSeconds.
     Metrics(metrics::Options),
     /// A kubelet device plugin offering the node's NICs as extended resources (runs until killed)
     ///

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod device_plugin;
 pub mod dra;
 pub mod flags;
+pub mod gc;
 pub mod inspect;
 pub mod kube;
 pub mod kubelet_grpc;

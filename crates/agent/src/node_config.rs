@@ -24,6 +24,7 @@ pub fn run(o: &Options) -> Result<()> {
     };
     node.device_plugin()?;
     node.dra()?;
+    node.gc()?;
     println!("{}", node.to_json());
     Ok(())
 }

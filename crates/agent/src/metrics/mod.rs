@@ -1,5 +1,7 @@
 //! `rdma-host-device-agent metrics --listen ADDR`: a long-running Prometheus exporter (the
-//! DaemonSet's second container) for every attachment this node's plugin made.
+//! DaemonSet's second container) for every attachment this node's plugin made. With the node
+//! configuration's `gc`, the same process runs the leak collector (`crate::gc`) and serves its
+//! counters.
 //!
 //! - `collect.rs`: one scrape: enter each pod's netns, read its interface and RDMA device;
 //!   then the RDMA devices still on the host.
@@ -18,7 +20,7 @@ pub mod server;
 pub mod snapshot;
 
 use collect::Source;
-use encode::ScrapeErrors;
+use encode::{GcCounters, ScrapeErrors};
 use rdma_host_device_core::error::{Result, invalid_config, io_error};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +37,9 @@ const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Exporter {
     pub source: Source,
     pub errors: ScrapeErrors,
+    /// The GC's counters (`crate::gc`, run by this process when the node configuration has
+    /// `gc`).
+    pub gc: GcCounters,
     /// One scrape at a time: a second scraper waits instead of doubling the work.
     busy: Mutex<()>,
 }
@@ -48,6 +53,7 @@ impl Exporter {
                 timeout: QUERY_TIMEOUT,
             },
             errors: ScrapeErrors::default(),
+            gc: GcCounters::default(),
             busy: Mutex::new(()),
         }
     }
@@ -60,7 +66,7 @@ impl Exporter {
         for (stage, n) in errs.0 {
             self.errors.add(stage, n);
         }
-        encode::render(snap, &self.errors).unwrap_or_else(|e| {
+        encode::render(snap, &self.errors, &self.gc).unwrap_or_else(|e| {
             log::error!("encoding the scrape: {e}");
             String::new()
         })
@@ -112,15 +118,18 @@ pub fn run(opts: &Options) -> Result<()> {
         eprintln!("rdma-host-device-agent metrics: bug: {info}");
     }));
     rdma_host_device_core::logging::init(log::LevelFilter::Info, None, " metrics".into());
-    let state_dir = match &opts.state_dir {
-        Some(d) => d.clone(),
-        None => rdma_host_device_core::node::Node::load()?.state_dir,
-    };
-    let exporter = Arc::new(Exporter::new(state_dir));
+    let mut node = rdma_host_device_core::node::Node::load()?;
+    if let Some(d) = &opts.state_dir {
+        node.state_dir = d.clone();
+    }
+    let exporter = Arc::new(Exporter::new(node.state_dir.clone()));
     if opts.once {
         print!("{}", exporter.scrape());
         return Ok(());
     }
+    // The leak collector (the node configuration's `gc`) runs beside the exporter, which
+    // serves its counters.
+    crate::gc::spawn(node, exporter.gc.clone());
     // A token file that cannot be read is a mistake to report now, not a 503 at every scrape.
     if let Some(file) = &opts.token_file {
         server::read_token(file)

@@ -120,6 +120,19 @@ pub static SCRAPE_ERRORS: Metric = counter(
     "Failures while collecting, by stage; the scrape still answers with everything else",
 );
 
+pub static GC_COLLECTED: Metric = counter(
+    "rdma_host_device_gc_collected",
+    "Attachments the agent's GC gave back (IPAM released, NIC home, record gone) because the runtime no longer lists their pod sandbox, by network",
+);
+pub static GC_FAILED: Metric = counter(
+    "rdma_host_device_gc_failed",
+    "Attachments the agent's GC found leaked but could not give back in a round (it tries again next round; its log says why), by network",
+);
+pub static GC_ROUNDS: Metric = counter(
+    "rdma_host_device_gc_rounds",
+    "The agent's GC rounds, by outcome: done, or runtime_unavailable (the runtime could not be asked which sandboxes exist: nothing was collected)",
+);
+
 /// Every stage a scrape error is counted under (each exported from the start, at 0).
 pub const STAGES: [&str; 10] = [
     "state_dir",

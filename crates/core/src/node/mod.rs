@@ -8,11 +8,13 @@
 
 mod device_plugin;
 mod dra;
+mod gc;
 mod memlock;
 use crate::error::{Code, Error, Result};
 use crate::rdma::identity::{format_guid, parse_guid};
 pub use device_plugin::{CharDevices, DevicePluginConfig, Pool};
 pub use dra::{DraConfig, Rail};
+pub use gc::GcConfig;
 pub use memlock::Memlock;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -180,6 +182,10 @@ pub struct Node {
     /// `devicePlugin`; parsed by [`Node::dra`].
     #[serde(default, rename = "dra", deserialize_with = "raw_json")]
     pub dra_json: Option<String>,
+    /// The agent's collection of leaked attachments (`gc`), kept as its JSON text like
+    /// `devicePlugin`; parsed by [`Node::gc`].
+    #[serde(default, rename = "gc", deserialize_with = "raw_json")]
+    pub gc_json: Option<String>,
     /// The uppers watcher's socket (`rdma-host-device-agent uppers-watch`), which ADD and the device
     /// plugin ask whether a device of another namespace rides a NIC. Only the cost depends on
     /// it: without an answer from it they look through every namespace themselves.
@@ -308,6 +314,7 @@ impl Default for Node {
             take_rdma_devices_in_use: false,
             device_plugin_json: None,
             dra_json: None,
+            gc_json: None,
             uppers_socket: default_uppers_socket(),
             source: "built-in defaults".into(),
         }
@@ -447,6 +454,15 @@ impl Node {
         }
         if let Ok(Some(d)) = self.dra() {
             v["dra"] = d.to_json();
+        }
+        if let Ok(Some(g)) = self.gc() {
+            v["gc"] = serde_json::json!({
+                "criSocket": g.cri_socket,
+                "periodSeconds": g.period_seconds,
+                "graceSeconds": g.grace_seconds,
+                "timeoutSeconds": g.timeout_seconds,
+                "cniPath": g.cni_path,
+            });
         }
         serde_json::to_string_pretty(&v).unwrap_or_default()
     }
@@ -690,6 +706,22 @@ impl Node {
         let d: DraConfig = serde_json::from_str(text).map_err(|e| bad(format!("dra: {e}")))?;
         d.check().map_err(bad)?;
         Ok(Some(d))
+    }
+
+    /// The `gc` section, parsed and checked; `None` without one.
+    pub fn gc(&self) -> Result<Option<GcConfig>> {
+        let Some(text) = &self.gc_json else {
+            return Ok(None);
+        };
+        let bad = |what: String| {
+            Error::new(
+                Code::InvalidConfig,
+                format!("node configuration {}: {what}", self.source),
+            )
+        };
+        let g: GcConfig = serde_json::from_str(text).map_err(|e| bad(format!("gc: {e}")))?;
+        g.check().map_err(bad)?;
+        Ok(Some(g))
     }
 
     /// Why this NIC may not be handed to a pod, or `Ok` when it may.

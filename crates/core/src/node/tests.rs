@@ -416,7 +416,8 @@ fn node_config_output_read_back_is_the_same_node() {
         "devicePlugin":{"pools":[{"resourceName":"rdma-host-device.io/rail","selectors":{"names":["a"]}}],
         "charDevices":{"umad":true,"issm":true,"cdi":true}},
         "dra":{"nics":{"drivers":["mlx5_core"]},"resourceName":"rdma-host-device.io/rail",
-        "rails":[{"name":"0","selectors":{"pciAddresses":["0000:3b:00.0"]}}]}}"#,
+        "rails":[{"name":"0","selectors":{"pciAddresses":["0000:3b:00.0"]}}]},
+        "gc":{"criSocket":"/run/containerd/containerd.sock","periodSeconds":60}}"#,
     );
     let n = Node::from_file(&p, true).unwrap();
     let _ = std::fs::remove_file(&p);
@@ -428,10 +429,14 @@ fn node_config_output_read_back_is_the_same_node() {
     assert_eq!(back.device_plugin().unwrap(), n.device_plugin().unwrap());
     assert_eq!(back.dra().unwrap(), n.dra().unwrap());
     assert!(n.dra().unwrap().is_some());
+    assert_eq!(back.gc().unwrap(), n.gc().unwrap());
+    let g = n.gc().unwrap().unwrap();
+    assert_eq!((g.period_seconds, g.grace_seconds), (60, 120));
     let same = |mut x: Node| {
         x.source.clear();
         x.device_plugin_json = None;
         x.dra_json = None;
+        x.gc_json = None;
         x
     };
     assert_eq!(same(back), same(n), "{shown}");
@@ -523,4 +528,35 @@ fn a_link_made_from_another_namespace_is_refused_unless_allowed_nics_names_it() 
         ..Default::default()
     });
     assert!(names.admit(&veth).is_ok());
+}
+
+/// `gc`: optional; a socket that is not absolute, a period of 0 or a grace below 10 s are the
+/// operator's mistakes, reported with the key.
+#[test]
+fn gc_section_is_checked() {
+    assert_eq!(Node::default().gc().unwrap(), None);
+    for (body, says) in [
+        (r#"{"gc":{"criSocket":"run/c.sock"}}"#, "gc.criSocket"),
+        (
+            r#"{"gc":{"criSocket":"/c.sock","periodSeconds":0}}"#,
+            "gc.periodSeconds",
+        ),
+        (
+            r#"{"gc":{"criSocket":"/c.sock","graceSeconds":5}}"#,
+            "gc.graceSeconds",
+        ),
+        (
+            r#"{"gc":{"criSocket":"/c.sock","cniPath":[]}}"#,
+            "gc.cniPath",
+        ),
+        (r#"{"gc":{"periodSeconds":60}}"#, "criSocket"),
+        (r#"{"gc":{"criSocket":"/c.sock","bogus":1}}"#, "bogus"),
+    ] {
+        let p = write(body);
+        let n = Node::from_file(&p, true).unwrap();
+        let _ = std::fs::remove_file(p);
+        let e = n.gc().unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig, "{body}");
+        assert!(e.msg.contains(says), "{body}: {}", e.msg);
+    }
 }
