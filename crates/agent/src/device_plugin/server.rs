@@ -10,9 +10,9 @@
 
 use super::allocate;
 use super::api::{self, path};
-use super::pool::Nic;
 use crate::kubelet_grpc;
 use futures::Stream;
+use rdma_host_device_core::inventory::Nic;
 use rdma_host_device_core::node::{CharDevices, Pool};
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
