@@ -121,13 +121,13 @@ if [ -n "${NODE_CONFIG:-}" ]; then
   say "installed the node configuration $NODE_CONFIG_DIR/node.json"
 fi
 
-# The CDI spec: one device per RDMA device whose /dev/infiniband/uverbsN exists here (the
-# DaemonSet mounts the node's /dev/infiniband), the memlock hook with the node configuration's
-# limit. A spec that cannot be written fails the install: pods given CDI names would not start.
+# The CDI spec: one device per RDMA device whose /dev/infiniband/uverbsN exists on the node
+# (read through HOST_ROOT: a mount of /dev/infiniband itself goes stale when devtmpfs removes
+# the directory), the memlock hook with the node configuration's limit. A spec that cannot be written fails the install: pods given CDI names would not start.
 if [ -n "${CDI_SPEC:-}" ]; then
   cfg=${NODE_CONFIG_DIR:-${HOST_ROOT%/}/etc/rdma-host-device}/node.json
   [ -f "$cfg" ] && export RDMA_HOST_DEVICE_NODE_CONFIG="$cfg"
-  "$AGENT" cdi --out "$CDI_SPEC" --host-root "${HOST_ROOT:-/}" ||
+  "$AGENT" cdi --out "$CDI_SPEC" --host-root "${HOST_ROOT:-/}" --dev "${HOST_ROOT%/}/dev" --node-dev /dev ||
     fail "cannot write the CDI spec $CDI_SPEC"
 fi
 

@@ -449,3 +449,168 @@ fn the_daemonset_installs_the_plugin_and_reports_the_node() {
         String::from_utf8_lossy(&metrics.stderr)
     );
 }
+
+/// The pids of the DaemonSet's NRI plugin (its container's command line: no other process on
+/// the machine runs `nri` on the runtime's own socket with the node's /dev at /host/dev).
+fn nri_plugin_pids() -> Vec<i32> {
+    let want = [
+        "nri",
+        "--socket",
+        rdma_host_device_agent::nri::DEFAULT_SOCKET,
+        "--dev",
+        "/host/dev",
+    ];
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmd.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
+            (args.len() == want.len() + 1
+                && args[0].ends_with(b"rdma-host-device-agent")
+                && args[1..].iter().zip(want).all(|(a, w)| *a == w.as_bytes()))
+            .then_some(pid)
+        })
+        .collect()
+}
+
+/// Fail-closed, as conf/k8s/fail-closed.yaml and docs/deploy.md set it up (containerd's NRI
+/// default validator on, cluster.sh's containerd has it): the real API server's
+/// MutatingAdmissionPolicy marks a pod asking for a rail as needing our NRI plugin and leaves
+/// other pods alone; while the plugin is away (killed again and again, as a crash loop or an
+/// upgrade leaves it), the real containerd refuses to create that pod's container, the pod's
+/// events say why, and it starts once the plugin is back; a pod without RDMA starts meanwhile.
+/// (The memlock the plugin then gives is checked where there are RDMA devices: the VM group
+/// `cluster`.)
+#[test]
+fn a_rail_pod_waits_for_the_nri_plugin_rather_than_start_without_it() {
+    let (c, _turn) = Cluster::shared();
+    installed(c);
+    for d in conf_docs("conf/k8s/fail-closed.yaml") {
+        c.apply(&d.to_string());
+    }
+    let rail = |name: &str| {
+        unprivileged_pod(
+            name,
+            "rdma-rail-fc",
+            json!({"limits": {"rdma-host-device.io/rail": "1"}}),
+            json!([]),
+        )
+    };
+    let required = "required-plugins.noderesource.dev/pod";
+    let dry_run = |pod: &str| -> Value {
+        let out = c.k_stdin(
+            &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+            pod,
+        );
+        serde_json::from_str(&out).unwrap_or(Value::Null)
+    };
+    // The policy takes a moment to reach the API server's admission chain.
+    c.wait("the policy marks a rail pod", 60, || {
+        (dry_run(&rail("fc-probe"))["metadata"]["annotations"][required]
+            == r#"["rdma-host-device"]"#)
+            .then_some(())
+    });
+    // Without RDMA and without the NAD (the cluster network only).
+    let mut plain: Value =
+        serde_json::from_str(&unprivileged_pod("fc-plain", "-", json!({}), json!([])))
+            .expect("pod json");
+    plain["metadata"]["annotations"] = json!({});
+    assert!(
+        dry_run(&plain.to_string())["metadata"]["annotations"][required].is_null(),
+        "a pod without RDMA is not marked"
+    );
+    // The device plugin's NAD, host-local for whereabouts (as the device plugin test does).
+    let mut nad = conf_docs("conf/multus/rdma-rail-device-plugin.yaml")[0].clone();
+    let mut conf: Value =
+        serde_json::from_str(nad["spec"]["config"].as_str().expect("config")).expect("json");
+    let range = conf["ipam"]["range"].clone();
+    conf["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": range}]]});
+    nad["spec"]["config"] = json!(conf.to_string());
+    nad["metadata"]["name"] = json!("rdma-rail-fc");
+    c.apply(&nad.to_string());
+    c.wait("the NRI plugin running", 120, || {
+        (!nri_plugin_pids().is_empty()).then_some(())
+    });
+
+    // The plugin away: killed every 200 ms for 25 s, the pods created meanwhile.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut kills = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                for pid in nri_plugin_pids() {
+                    // SAFETY: kill(2) on a pid read from /proc; no memory is shared.
+                    if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                        kills += 1;
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            kills
+        })
+    };
+    c.apply(&rail("fc-a"));
+    c.apply(&plain.to_string());
+    c.wait(
+        "the pod without RDMA running while the plugin is away",
+        120,
+        || c.pod_running("default", "fc-plain").then_some(()),
+    );
+    let refused = "required plugin \"rdma-host-device\" not present";
+    let why = c.wait("fc-a refused while the plugin is away", 120, || {
+        let ev = c.k(&[
+            "-n",
+            "default",
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=fc-a",
+            "-o",
+            "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+        ]);
+        ev.lines().find(|l| l.contains(refused)).map(str::to_owned)
+    });
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert!(
+        !c.pod_running("default", "fc-a"),
+        "fc-a started while the plugin was being killed ({why})"
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let kills = killer.join().expect("the killer thread");
+    eprintln!("NRI plugin killed {kills} time(s); fc-a's event: {why}");
+    assert!(kills > 0, "the plugin was never killed");
+    // Back (the kubelet restarts the container after its back-off): fc-a starts.
+    c.wait("fc-a running once the plugin is back", 300, || {
+        c.pod_running("default", "fc-a").then_some(())
+    });
+    let a = c.get(&["-n", "default", "pod", "fc-a"]);
+    assert_eq!(
+        a["metadata"]["annotations"][required], r#"["rdma-host-device"]"#,
+        "{a}"
+    );
+    c.k(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        "fc-a",
+        "fc-plain",
+        "--wait=true",
+        "--timeout=120s",
+    ]);
+    for d in conf_docs("conf/k8s/fail-closed.yaml") {
+        let kind = d["kind"].as_str().unwrap_or_default().to_owned();
+        let name = d["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        c.k(&["delete", &kind, &name]);
+    }
+    c.wait("every NIC home", 60, || {
+        NICS.iter().all(|n| c.nic_in_node(n)).then_some(())
+    });
+}

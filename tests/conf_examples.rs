@@ -282,8 +282,9 @@ fn daemonset_configmap_carries_the_install_script_verbatim() {
 
 /// The device plugin runs as the DaemonSet's container with what it needs and nothing more:
 /// the kubelet's device-plugins directory, Multus' devinfo directory, the CDI directory it
-/// keeps the spec in, the state dir, the node configuration, the node's /dev/infiniband
-/// read-only (stat only) and the uppers watcher's socket directory read-only, and no privilege.
+/// keeps the spec in, the state dir, the node configuration, the node's /dev read-only at
+/// /host/dev (stat only; not /dev/infiniband, which devtmpfs removes when it empties, leaving a
+/// mount of it stale) and the uppers watcher's socket directory read-only, and no privilege.
 #[test]
 fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
     let docs = documents();
@@ -305,7 +306,11 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
             "/usr/local/bin/rdma-host-device-agent",
             "device-plugin",
             "--cdi-spec",
-            "/var/run/cdi/rdma-host-device.json"
+            "/var/run/cdi/rdma-host-device.json",
+            "--dev",
+            "/host/dev",
+            "--node-dev",
+            "/dev"
         ])
     );
     assert_ne!(c["securityContext"]["privileged"], true);
@@ -340,7 +345,6 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
         ("/var/lib/cni/rdma-host-device", true),
         ("/etc/rdma-host-device", true),
         ("/var/run/cdi", false),
-        ("/dev/infiniband", true),
         ("/run/rdma-host-device", true),
     ] {
         assert!(
@@ -348,12 +352,16 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
             "{path} from the host (read-only: {ro}): {mounts:?}"
         );
     }
+    assert!(
+        mounts.contains(&("/host/dev".to_owned(), Some("/dev".to_owned()), true)),
+        "the node's /dev at /host/dev, read-only: {mounts:?}"
+    );
     assert_eq!(mounts.len(), 7, "nothing more: {mounts:?}");
     assert_eq!(spec["hostNetwork"], true, "it must see the host's NICs");
 }
 
 /// The NRI plugin runs unprivileged with the runtime's NRI socket directory (not the socket: a
-/// restarted runtime's new socket must be seen), the node's /dev/infiniband read-only (it
+/// restarted runtime's new socket must be seen), the node's /dev read-only at /host/dev (it
 /// stats the uverbs nodes) and the node configuration (memlock) read-only, and nothing more.
 #[test]
 fn daemonset_runs_the_nri_plugin_unprivileged_on_the_runtimes_nri_socket() {
@@ -376,7 +384,9 @@ fn daemonset_runs_the_nri_plugin_unprivileged_on_the_runtimes_nri_socket() {
             "/usr/local/bin/rdma-host-device-agent",
             "nri",
             "--socket",
-            rdma_host_device_agent::nri::DEFAULT_SOCKET
+            rdma_host_device_agent::nri::DEFAULT_SOCKET,
+            "--dev",
+            "/host/dev"
         ])
     );
     assert_ne!(c["securityContext"]["privileged"], true);
@@ -408,16 +418,16 @@ fn daemonset_runs_the_nri_plugin_unprivileged_on_the_runtimes_nri_socket() {
         .unwrap()
         .to_str()
         .unwrap();
-    for (path, ro) in [
-        (socket_dir, false),
-        ("/dev/infiniband", true),
-        ("/etc/rdma-host-device", true),
-    ] {
+    for (path, ro) in [(socket_dir, false), ("/etc/rdma-host-device", true)] {
         assert!(
             mounts.contains(&(path.to_owned(), Some(path.to_owned()), ro)),
             "{path} from the host (read-only: {ro}): {mounts:?}"
         );
     }
+    assert!(
+        mounts.contains(&("/host/dev".to_owned(), Some("/dev".to_owned()), true)),
+        "the node's /dev at /host/dev, read-only: {mounts:?}"
+    );
     assert_eq!(mounts.len(), 3, "nothing more: {mounts:?}");
 }
 
@@ -1258,7 +1268,11 @@ fn the_dra_daemonset_runs_the_driver_for_its_node_with_the_token_in_its_containe
             "--node-name",
             "$(NODE_NAME)",
             "--cdi-spec",
-            "/var/run/cdi/rdma-host-device.json"
+            "/var/run/cdi/rdma-host-device.json",
+            "--dev",
+            "/host/dev",
+            "--node-dev",
+            "/dev"
         ])
     );
     assert_eq!(c["env"][0]["name"], "NODE_NAME");
@@ -1302,7 +1316,7 @@ fn the_dra_daemonset_runs_the_driver_for_its_node_with_the_token_in_its_containe
         want("/var/lib/kubelet/plugins/rdma-host-device.io", false),
         want("/var/lib/cni/rdma-host-device", false),
         want("/var/run/cdi", false),
-        want("/dev/infiniband", true),
+        ("/host/dev".to_owned(), "/dev".to_owned(), true),
         want("/etc/rdma-host-device", true),
         want("/run/rdma-host-device", true),
         (

@@ -178,6 +178,9 @@ state = "/run/containerd"
 [plugins."io.containerd.nri.v1.nri"]
   disable = false
   socket_path = "/run/nri/nri.sock"
+  # docs/deploy.md's fail-closed setting: pods conf/k8s/fail-closed.yaml marks wait for our plugin
+  [plugins."io.containerd.nri.v1.nri".default_validator]
+    enable = true
 EOF
   daemon containerd env PATH="$D/bin:$PATH" "$D/bin/containerd" --config "$RUN/containerd.toml"
   wait_for containerd 60 "${IN[@]}" "$D/bin/ctr" --address "$RUN/containerd.sock" version
@@ -284,6 +287,9 @@ if ! flock -n 9; then
 fi
 BIN=${RHD_CLUSTER_BIN:-$("$REPO/scripts/cluster-parts.sh")}
 mkdir -p "$D"/{bin,logs,pids,pki,run,etcd,node}
+# The keys, the tokens and the kubeconfigs carrying them: root's only (a throw-away cluster's
+# admin token under /tmp is still an admin token for as long as the cluster is up).
+chmod 0700 "$D/pki"
 for b in kube-apiserver kubelet kube-scheduler kube-controller-manager kubectl etcd containerd \
   containerd-shim-runc-v2 ctr; do
   [[ -x $BIN/$b ]] || die "$BIN/$b missing: scripts/cluster-parts.sh builds it"
@@ -356,6 +362,7 @@ rules:
 - level: Metadata
 EOF
 kubeconfig() { # FILE TOKEN
+  install -m 0600 /dev/null "$1"
   cat >"$1" <<EOF
 apiVersion: v1
 kind: Config

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 pub struct Cluster {
     pub dir: PathBuf,
     pub node: String,
+    /// The node's address, where the API server listens too (port 443).
+    pub node_ip: String,
     pub netns: String,
     /// A process inside the node's network and mount namespaces.
     pub holder: u32,
@@ -72,6 +74,7 @@ impl Cluster {
             eprintln!("cluster up in {:.1} s", t.elapsed().as_secs_f64());
             Cluster {
                 node: get("NODE"),
+                node_ip: get("NODE_IP"),
                 netns: get("NETNS"),
                 holder: get("HOLDER").parse().expect("holder pid"),
                 dir,
@@ -117,10 +120,15 @@ impl Cluster {
 
     /// `kubectl apply -f -` of this YAML or JSON text.
     pub fn apply(&self, text: &str) -> String {
+        self.k_stdin(&["apply", "-f", "-"], text)
+    }
+
+    /// `kubectl ARGS`, which must succeed, given `text` on stdin; its stdout.
+    pub fn k_stdin(&self, args: &[&str], text: &str) -> String {
         let mut child = Command::new(self.bin("kubectl"))
             .arg("--kubeconfig")
             .arg(self.dir.join("admin.kubeconfig"))
-            .args(["apply", "-f", "-"])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -136,7 +144,7 @@ impl Cluster {
         let out = child.wait_with_output().expect("kubectl apply");
         assert!(
             out.status.success(),
-            "kubectl apply: {}{}\n--- applied:\n{text}",
+            "kubectl {args:?}: {}{}\n--- given:\n{text}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );

@@ -29,15 +29,10 @@ impl ApiServer {
         let (c, turn) = crate::common::Cluster::shared();
         // API objects only: the node and its NICs stay free for tests that need them.
         drop(turn);
-        let env = std::fs::read_to_string(c.dir.join("env")).expect("the cluster's env");
-        let ip = env
-            .lines()
-            .find_map(|l| l.strip_prefix("NODE_IP="))
-            .expect("NODE_IP in the cluster's env");
         ApiServer {
             child: None,
             audited: true,
-            url: format!("https://{ip}:443"),
+            url: format!("https://{}:443", c.node_ip),
             ca: c.dir.join("pki/ca.crt"),
             token: c.dir.join("pki/admin.token"),
             log: c.dir.join("logs/audit.log"),

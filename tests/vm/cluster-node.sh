@@ -7,10 +7,14 @@
 #                  asking for rdma-host-device.io/rail with conf/multus/rdma-rail-device-plugin's
 #                  NAD (host-local for whereabouts) gets eth0 (0000:00:05.0) and rxe0: Multus'
 #                  network-status has the device-info, the env names the NIC and rxe0,
-#                  /dev/infiniband holds uverbs + rdma_cm only, ibv_devinfo lists the RoCE v2 GID
+#                  /dev/infiniband holds uverbs (no rdma_cm: rdma_ucm is not loaded yet, so
+#                  devtmpfs removes the directory while rxe0 moves), ibv_devinfo lists the RoCE v2 GID
 #                  of the pod's address, `ulimit -l` is node.json's memlock in the main process
 #                  and in a `kubectl exec` (the NRI plugin under containerd 2.4); a second pod
 #                  stays Pending; on delete eth0 and rxe0 are home
+#   fail-closed    conf/k8s/fail-closed.yaml with containerd's NRI validator: a rail pod created
+#                  while the NRI plugin is killed again and again waits (its event says why),
+#                  then starts with the node's memlock in kubectl exec
 #   dra            conf/k8s/dra.yaml, dra-claims.yaml's one-rail template and NAD rail-0 as
 #                  shipped: the scheduler allocates the NIC, the kubelet prepares it through our
 #                  driver, the CNI takes it; the same checks in the pod; home on delete
@@ -56,14 +60,17 @@ finish() {
   [[ $FAIL == 0 ]]
 }
 
-# ---- the node: rxe0 on the NIC, rdma_ucm (/dev/infiniband/rdma_cm: rdma-core loads it on every
-# RDMA node; without it, /dev/infiniband empties and devtmpfs removes it whenever the only uverbs
-# node goes with rxe0 into a pod, and the DaemonSet's hostPath mounts of it go stale), the node's
+# ---- the node: rxe0 on the NIC, first without rdma_ucm (no /dev/infiniband/rdma_cm: then
+# /dev/infiniband empties and devtmpfs removes the directory whenever the only uverbs node goes
+# with rxe0 into a pod; the DaemonSet reads the node's /dev, not that directory, so the NRI
+# plugin and the CDI spec still see uverbs0 once it is back; the device plugin's pod proves it),
+# rdma_ucm loaded before the DRA path (as rdma-core loads it on most RDMA nodes), the node's
 # address (the kubelet wants it on an interface),
 # containerd's directory on a tmpfs (its overlayfs snapshotter cannot stack on the guest's
 # overlay root), then containerd and the kubelet as the host's node runs them
 T0=$(up)
-modprobe rdma_rxe_netns && modprobe rdma_ucm && rdma link add rxe0 type rxe_ns netdev "$NIC" && ip link set "$NIC" up ||
+modprobe -r rdma_ucm 2>/dev/null
+modprobe rdma_rxe_netns && rdma link add rxe0 type rxe_ns netdev "$NIC" && ip link set "$NIC" up ||
   { echo "rxe0 on $NIC failed"; exit 1; }
 ip addr add "$NODE_IP/32" dev lo
 # Mounts shared, as systemd leaves them on a node: the kubelet's HostToContainer volumes (the
@@ -111,7 +118,7 @@ pod_checks() {
   if [[ -n $ip && ($want_di == 0 || $di == "$PCI rxe0") ]]; then ok "$pod: network-status net1 $ip, device-info '$di'"
   else bad "$pod: network-status: $st"; fi
   devs=$(in_pod "$pod" ls /dev/infiniband | sort | xargs)
-  if [[ $devs == "rdma_cm uverbs0" ]]; then ok "$pod: /dev/infiniband: $devs"; else bad "$pod: /dev/infiniband: '$devs'"; fi
+  if [[ $devs == "$WANT_DEVS" ]]; then ok "$pod: /dev/infiniband: $devs"; else bad "$pod: /dev/infiniband: '$devs'"; fi
   # the GID table fills asynchronously after the address: poll
   gid_ok() { in_pod "$pod" ibv_devinfo -v -d rxe0 | grep -E "::ffff:$ip, RoCE v2"; }
   if gids=$(wait_until 20 gid_ok && gid_ok); then ok "$pod: ibv_devinfo (uid 1000): rxe0 $(xargs <<<"$gids")"
@@ -149,8 +156,9 @@ EOF
 }
 ready() { [[ $(kc get pod "$1" -o jsonpath='{.status.containerStatuses[0].ready}') == true ]]; }
 
-# ---- the device plugin's path
+# ---- the device plugin's path, on a node without rdma_cm
 case_ "device-plugin"
+WANT_DEVS=uverbs0
 t=$(up)
 alloc() { [[ $(kc get node "$NODE" -o jsonpath='{.status.allocatable.rdma-host-device\.io/rail}') == 1 ]]; }
 if wait_until 120 alloc; then ok "the node offers rdma-host-device.io/rail: 1 ($(since "$t") s)"
@@ -179,18 +187,67 @@ phase=$(kc get pod dp-b -o jsonpath='{.status.phase}')
 if [[ $phase == Pending ]]; then ok "dp-b, asking for the NIC dp-a holds, is Pending"; else bad "dp-b is $phase"; fi
 kc delete pod dp-a dp-b --wait=true --timeout=120s >/dev/null || bad "delete dp-a dp-b"
 home "device-plugin"
-# What the DaemonSet's containers see of the node's /dev/infiniband after rxe0 went into a pod and
-# came back (a hostPath of a directory devtmpfs removes when it empties goes stale: the NRI
-# plugin then gives no memlock, the CDI spec loses uverbs0 and a DRA pod cannot start)
-dev_seen=$(kc -n kube-system exec ds/rdma-host-device -c nri -- ls /dev/infiniband | xargs)
+# What the DaemonSet's containers see of the node's /dev/infiniband after devtmpfs removed it
+# (rxe0 went into dp-a and came back; dp-a's exec'd memlock above is the NRI plugin's view then):
+# a mount of the directory itself would show the removed one for good, the CDI spec would lose
+# uverbs0 and a DRA pod could not start
+dev_seen=$(kc -n kube-system exec ds/rdma-host-device -c nri -- ls /host/dev/infiniband | xargs)
 if [[ $dev_seen == *uverbs0* ]]; then ok "the nri container still sees the node's /dev/infiniband: $dev_seen"
-else bad "the nri container's /dev/infiniband: '$dev_seen'"; fi
+else bad "the nri container's /host/dev/infiniband: '$dev_seen'"; fi
 if kc -n kube-system exec ds/rdma-host-device -c node-report -- cat /var/run/cdi/rdma-host-device.json | grep -q '"name": *"uverbs0"'; then
   ok "the CDI spec still names uverbs0"
 else bad "the CDI spec lost uverbs0: $(kc -n kube-system exec ds/rdma-host-device -c node-report -- cat /var/run/cdi/rdma-host-device.json | xargs)"; fi
 
-# ---- the DRA path
+# ---- fail-closed (docs/deploy.md): containerd's NRI validator is on (cluster.sh), and
+# conf/k8s/fail-closed.yaml marks rail pods as needing our plugin. With the plugin killed again
+# and again (a crash loop, an upgrade), a rail pod does not start without it; once it is back,
+# the pod starts and its exec'd processes have the node's memlock.
+case_ "fail-closed"
+kc apply -f "$REPO/conf/k8s/fail-closed.yaml" >/dev/null || bad "apply fail-closed.yaml"
+marked() {
+  pod_json fc-probe rdma-rail '{"limits": {"rdma-host-device.io/rail": "1"}}' '[]' |
+    kc create --dry-run=server -o json -f - | grep -q '"required-plugins.noderesource.dev/pod": "\[\\"rdma-host-device\\"\]"'
+}
+if wait_until 60 marked; then ok "the policy marks a rail pod as needing the NRI plugin"
+else bad "the policy does not mark a rail pod"; fi
+# the DaemonSet's NRI plugin, by its command line
+nri_kill() {
+  local p a
+  for p in /proc/[0-9]*; do
+    mapfile -d '' a <"$p/cmdline" 2>/dev/null || continue
+    [[ ${a[0]:-} == /usr/local/bin/rdma-host-device-agent && ${a[1]:-} == nri ]] &&
+      kill -KILL "${p#/proc/}" 2>/dev/null && echo x
+  done
+}
+KILLS=/tmp/nri-kills
+: >"$KILLS"
+(end=$(($(date +%s) + 30)); while (($(date +%s) < end)); do nri_kill >>"$KILLS"; sleep 0.2; done) &
+KILLER=$!
+t=$(up)
+pod_json fc-a rdma-rail '{"limits": {"rdma-host-device.io/rail": "1"}}' '[]' | kc apply -f - >/dev/null
+refused() {
+  kc get events --field-selector involvedObject.name=fc-a -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' |
+    grep -q 'required plugin "rdma-host-device" not present'
+}
+if wait_until 60 refused; then ok "fc-a refused while the NRI plugin is away: required plugin \"rdma-host-device\" not present"
+else bad "fc-a: no refusal in its events: $(kc get events --field-selector involvedObject.name=fc-a 2>&1 | tail -5)"; fi
+if ready fc-a; then bad "fc-a started while the NRI plugin was being killed"; fi
+wait "$KILLER"
+echo "  ..   the NRI plugin killed $(wc -l <"$KILLS") time(s) in 30 s"
+if wait_until 300 ready fc-a; then
+  ok "fc-a Ready $(since "$t") s after apply, once the NRI plugin was back"
+  l2=$(in_pod fc-a sh -c 'ulimit -l')
+  if [[ $l2 == "$(want_l)" ]]; then ok "fc-a: ulimit -l in kubectl exec: $l2"
+  else bad "fc-a: ulimit -l in kubectl exec: $l2, node.json says $MEMLOCK"; fi
+else bad "fc-a not Ready after the NRI plugin came back"; fi
+kc delete pod fc-a --wait=true --timeout=120s >/dev/null || bad "delete fc-a"
+kc delete -f "$REPO/conf/k8s/fail-closed.yaml" >/dev/null || bad "delete fail-closed.yaml"
+home "fail-closed"
+
+# ---- the DRA path, on a node with rdma_cm
 case_ "dra"
+modprobe rdma_ucm || bad "modprobe rdma_ucm"
+WANT_DEVS="rdma_cm uverbs0"
 kc apply -f "$REPO/conf/k8s/dra.yaml" >/dev/null || bad "apply dra.yaml"
 t=$(up)
 if wait_until 300 ds_ready rdma-host-device-dra; then ok "DaemonSet rdma-host-device-dra ready in $(since "$t") s"
@@ -224,7 +281,11 @@ with_rdma=("resource.kubernetes.io/pciBusID=$PCI" "resource.kubernetes.io/pcieRo
   "k8s.cni.cncf.io/deviceID=$PCI" "rdma-host-device.io/rdmaDevice=rxe0" "rdma-host-device.io/nodeGUID=$GUID"
   "rdma-host-device.io/transport=RoCE" "rdma-host-device.io/rdma=true" "rdma-host-device.io/linkUp=true"
   "rdma-host-device.io/ifName=$NIC")
-if wait_until 60 slice_has "${with_rdma[@]}"; then ok "ResourceSlice: $PCI with rxe0's attributes (nodeGUID $GUID, RoCE, pciBusID, pcieRoot, Multus deviceID)"
+# resource.kubernetes.io/numaNode as Kubernetes 1.37 defines it: the function's numa_node, and
+# none at all where sysfs says -1 (no topology: QEMU's virtio NIC here)
+NUMA=$(cat "/sys/bus/pci/devices/$PCI/numa_node" 2>/dev/null || echo -1)
+if [[ $NUMA == -1 ]]; then with_rdma+=("!resource.kubernetes.io/numaNode"); else with_rdma+=("resource.kubernetes.io/numaNode=$NUMA"); fi
+if wait_until 60 slice_has "${with_rdma[@]}"; then ok "ResourceSlice: $PCI with rxe0's attributes (nodeGUID $GUID, RoCE, pciBusID, pcieRoot, Multus deviceID, numaNode per sysfs $NUMA)"
 else bad "the ResourceSlice: $(slice_has "${with_rdma[@]}" 2>&1 | tail -1)"; fi
 python3 - "$REPO/conf/k8s/dra-claims.yaml" <<'EOF' | kc apply -f - >/dev/null || bad "apply one-rail and rail-0"
 import json, sys, yaml
@@ -238,8 +299,8 @@ pod_json dra-a rail-0 '{"claims": [{"name": "rails"}]}' '[{"name": "rails", "res
   kc apply -f - >/dev/null
 if wait_until 240 ready dra-a; then
   ok "dra-a Ready $(since "$t") s after apply"
-  # rail-0 declares no CNIDeviceInfoFile capability: Multus passes no device-info path
-  pod_checks dra-a 0
+  # rail-0 declares the CNIDeviceInfoFile capability: the device-info reaches network-status
+  pod_checks dra-a 1
 else bad "dra-a not Ready"; fi
 kc delete pod dra-a --wait=true --timeout=120s >/dev/null || bad "delete dra-a"
 home "dra"

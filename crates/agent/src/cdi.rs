@@ -43,21 +43,62 @@ pub struct VerbsDevice {
     pub name: String,
     /// `/dev/infiniband/uverbsN` as the container sees it.
     pub path: String,
-    /// Where it is on the node (the same, but under `dev_root`).
+    /// Where it is on the node (`/dev/infiniband/uverbsN` unless `--node-dev` says otherwise).
     pub host_path: PathBuf,
+}
+
+/// The node's /dev: where this process reads it (`--dev`), and what the node calls it
+/// (`--node-dev`), which is what a CDI spec names. The DaemonSet mounts the node's /dev at
+/// /host/dev rather than /dev/infiniband: on a node without rdma_cm, moving the only RDMA device
+/// into a pod empties /dev/infiniband, devtmpfs removes the directory, and a mount of the
+/// directory itself keeps showing the removed one for good (no device seen again until the
+/// container restarts: no CDI entry, no memlock from the NRI plugin).
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct DevDir {
+    /// The node's /dev as this process sees it (the DaemonSet's containers: /host/dev, a
+    /// read-only mount of the node's /dev; stat only, no device is opened)
+    #[arg(long = "dev", value_name = "DIR", default_value = "/dev", value_parser = crate::flags::absolute_path)]
+    pub seen: PathBuf,
+    /// What the node calls that directory, for the paths a CDI spec names [default: --dev]
+    #[arg(long = "node-dev", value_name = "DIR", value_parser = crate::flags::absolute_path)]
+    pub on_node: Option<PathBuf>,
+}
+
+impl DevDir {
+    /// The node's own /dev, read where it is.
+    pub fn node_root() -> DevDir {
+        DevDir::at(Path::new("/dev"))
+    }
+
+    /// A /dev read and named at `dir` (a test's tree).
+    pub fn at(dir: &Path) -> DevDir {
+        DevDir {
+            seen: dir.to_owned(),
+            on_node: None,
+        }
+    }
+
+    /// `infiniband/NAME` as this process reads it and as the node names it, if it exists.
+    fn infiniband(&self, name: &str) -> Option<PathBuf> {
+        let rel = Path::new("infiniband").join(name);
+        self.seen
+            .join(&rel)
+            .exists()
+            .then(|| self.on_node.as_deref().unwrap_or(&self.seen).join(rel))
+    }
 }
 
 impl VerbsDevice {
     /// `name` if it is a uverbs char device's name and its node exists under `dev`.
-    fn at(dev: &Path, name: &str) -> Option<VerbsDevice> {
-        let host_path = dev.join("infiniband").join(name);
-        (rdma_host_device_core::rdma::netlink::is_uverbs_name(name) && host_path.exists()).then(
-            || VerbsDevice {
-                name: name.to_owned(),
-                path: format!("/dev/infiniband/{name}"),
-                host_path,
-            },
-        )
+    fn at(dev: &DevDir, name: &str) -> Option<VerbsDevice> {
+        if !rdma_host_device_core::rdma::netlink::is_uverbs_name(name) {
+            return None;
+        }
+        dev.infiniband(name).map(|host_path| VerbsDevice {
+            name: name.to_owned(),
+            path: format!("/dev/infiniband/{name}"),
+            host_path,
+        })
     }
 
     /// The char device's number, for ordering (`uverbs2` before `uverbs10`).
@@ -68,7 +109,7 @@ impl VerbsDevice {
 
 /// Every uverbs char device the kernel lists (`<sysfs>/class/infiniband_verbs/uverbsN`) whose
 /// node `<dev>/infiniband/uverbsN` exists, in number order.
-pub fn verbs_devices(sysfs: &Path, dev: &Path) -> Vec<VerbsDevice> {
+pub fn verbs_devices(sysfs: &Path, dev: &DevDir) -> Vec<VerbsDevice> {
     let mut out: Vec<VerbsDevice> =
         rdma_host_device_core::sysfs::list_dir(&sysfs.join("class/infiniband_verbs"))
             .into_iter()
@@ -85,7 +126,7 @@ pub fn verbs_devices(sysfs: &Path, dev: &Path) -> Vec<VerbsDevice> {
 /// version wrote, or anything else) is dropped.
 pub fn spec(
     devices: &[VerbsDevice],
-    dev: &Path,
+    dev: &DevDir,
     memlock: Memlock,
     hook: &Path,
     previous: Option<&Value>,
@@ -114,7 +155,6 @@ pub fn spec(
             json!({"name": d.name, "containerEdits": {"deviceNodes": [n]}})
         })
         .collect();
-    let rdma_cm = dev.join("infiniband/rdma_cm");
     let mut common = json!({
         "hooks": [{
             "hookName": "createRuntime",
@@ -122,7 +162,7 @@ pub fn spec(
             "args": ["rdma-host-device", "memlock-hook", memlock.as_arg()],
         }]
     });
-    if rdma_cm.exists() {
+    if let Some(rdma_cm) = dev.infiniband("rdma_cm") {
         let mut n = json!({"path": "/dev/infiniband/rdma_cm"});
         if rdma_cm != Path::new("/dev/infiniband/rdma_cm") {
             n["hostPath"] = json!(rdma_cm);
@@ -153,7 +193,7 @@ pub fn write_spec(path: &Path, spec: &Value) -> Result<()> {
 fn current(
     out: Option<&Path>,
     sysfs: &Path,
-    dev: &Path,
+    dev: &DevDir,
     memlock: Memlock,
     hook: &Path,
 ) -> (Option<Value>, Value) {
@@ -183,7 +223,7 @@ fn device_count(spec: &Value) -> usize {
 pub fn refresh(
     out: &Path,
     sysfs: &Path,
-    dev: &Path,
+    dev: &DevDir,
     memlock: Memlock,
     hook: &Path,
 ) -> Result<Option<usize>> {
@@ -195,7 +235,8 @@ pub fn refresh(
     Ok(Some(device_count(&spec)))
 }
 
-/// `cdi [--out FILE|-] [--memlock LIMIT] [--host-root DIR] [--sysfs DIR] [--dev DIR]`. The
+/// `cdi [--out FILE|-] [--memlock LIMIT] [--host-root DIR] [--sysfs DIR] [--dev DIR]
+/// [--node-dev DIR]`. The
 /// hook's path is the node configuration's `cdiHook`, the one place both writers of the spec
 /// (this and the device plugin's `--cdi-spec`) take it from.
 #[derive(Debug, PartialEq, Eq, clap::Args)]
@@ -214,8 +255,8 @@ pub struct Options {
     pub host_root: PathBuf,
     #[arg(long, value_name = "DIR", default_value = "/sys", hide = true)]
     pub sysfs: PathBuf,
-    #[arg(long, value_name = "DIR", default_value = "/dev", hide = true)]
-    pub dev: PathBuf,
+    #[command(flatten)]
+    pub dev: DevDir,
 }
 
 /// `--out`'s value: `-` is stdout.
@@ -314,29 +355,29 @@ mod tests {
         };
         add("uverbs0", "mlx5_0");
         assert_eq!(
-            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
             Some(1)
         );
         assert_eq!(
-            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
             None
         );
         // A device loaded later: its name appears.
         add("uverbs1", "mlx5_1");
         assert_eq!(
-            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
             Some(2)
         );
         assert_eq!(names(), ["uverbs0", "uverbs1"]);
         // mlx5_0 moved into a pod (gone from this sysfs, its node still there): kept.
         fs::remove_dir_all(sys.join("class/infiniband_verbs/uverbs0")).unwrap();
         assert_eq!(
-            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
             None
         );
         // A new memlock policy is a change.
         assert_eq!(
-            refresh(&out, &sys, &dev, Memlock::Bytes(1 << 30), hook).unwrap(),
+            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Bytes(1 << 30), hook).unwrap(),
             Some(2)
         );
         let _ = fs::remove_dir_all(&root);
@@ -360,7 +401,7 @@ mod tests {
         ]});
         let s = spec(
             &[],
-            &dev,
+            &DevDir::at(&dev),
             Memlock::Unlimited,
             Path::new(rdma_host_device_core::node::DEFAULT_HOOK),
             Some(&prev),
@@ -374,6 +415,50 @@ mod tests {
         );
         assert_eq!(s["kind"], KIND);
         assert_eq!(s["containerEdits"]["hooks"][0]["args"][2], "unlimited");
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn the_node_dev_read_elsewhere_is_named_as_the_node_names_it() {
+        // The DaemonSet's containers read the node's /dev at /host/dev (`--dev /host/dev
+        // --node-dev /dev`): the spec names what the runtime opens on the node.
+        let root = std::env::temp_dir().join(format!("rhd-cdi-seen-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let (sys, seen) = (root.join("sys"), root.join("host/dev"));
+        fake_uverbs(&sys, &seen, "uverbs3", "rxe0");
+        fs::write(seen.join("infiniband/rdma_cm"), "").unwrap();
+        let dev = DevDir {
+            seen: seen.clone(),
+            on_node: Some(PathBuf::from("/dev")),
+        };
+        let hook = Path::new(rdma_host_device_core::node::DEFAULT_HOOK);
+        let s = spec(
+            &verbs_devices(&sys, &dev),
+            &dev,
+            Memlock::Unlimited,
+            hook,
+            None,
+        );
+        assert_eq!(
+            s["devices"][0]["containerEdits"]["deviceNodes"],
+            json!([{"path": "/dev/infiniband/uverbs3"}]),
+            "{s:#}"
+        );
+        assert_eq!(
+            s["containerEdits"]["deviceNodes"],
+            json!([{"path": "/dev/infiniband/rdma_cm"}]),
+            "{s:#}"
+        );
+        // What is not under --dev is not in the spec, whatever the node calls it.
+        fs::remove_file(seen.join("infiniband/uverbs3")).unwrap();
+        let s = spec(
+            &verbs_devices(&sys, &dev),
+            &dev,
+            Memlock::Unlimited,
+            hook,
+            None,
+        );
+        assert_eq!(s["devices"], json!([]), "{s:#}");
         let _ = fs::remove_dir_all(&root);
     }
 
@@ -394,20 +479,20 @@ mod tests {
         name("uverbs0", "mlx5_0");
         name("uverbs1", "mlx5_1");
         assert_eq!(
-            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
             Some(2)
         );
         let before = fs::read(&out).unwrap();
         name("uverbs0", "mlx5_1");
         name("uverbs1", "mlx5_0");
         assert_eq!(
-            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
             None,
             "a swap of names is no change"
         );
         name("uverbs1", "bad name/\u{1b}[31m");
         assert_eq!(
-            refresh(&out, &sys, &dev, Memlock::Unlimited, hook).unwrap(),
+            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
             None,
             "a name CDI refuses is no change"
         );

@@ -63,6 +63,8 @@ pub struct Options {
     /// node configuration's cdiHook (as the install container's `cdi` writes it).
     #[arg(long, value_name = "FILE", value_parser = absolute_path)]
     pub cdi_spec: Option<PathBuf>,
+    #[command(flatten)]
+    pub dev: crate::cdi::DevDir,
 }
 
 /// Run the device plugin until killed; returns only if it cannot start.
@@ -89,6 +91,7 @@ pub fn run(opts: &Options) -> Result<()> {
         None => None,
         Some(path) => Some(CdiKeeper {
             path: path.clone(),
+            dev: opts.dev.clone(),
             hook: node.cdi_hook.clone(),
             memlock: rdma_host_device_core::node::Memlock::parse(&node.memlock)
                 .map_err(|e| e.context(&node.source))?,
@@ -150,6 +153,7 @@ pub fn run(opts: &Options) -> Result<()> {
 /// DaemonSet's pod started gets its CDI name within one discovery.
 struct CdiKeeper {
     path: PathBuf,
+    dev: crate::cdi::DevDir,
     hook: PathBuf,
     memlock: rdma_host_device_core::node::Memlock,
     last_error: String,
@@ -157,8 +161,8 @@ struct CdiKeeper {
 
 impl CdiKeeper {
     fn refresh(&mut self) {
-        let (sys, dev) = (Path::new("/sys"), Path::new("/dev"));
-        match crate::cdi::refresh(&self.path, sys, dev, self.memlock, &self.hook) {
+        let sys = Path::new("/sys");
+        match crate::cdi::refresh(&self.path, sys, &self.dev, self.memlock, &self.hook) {
             Ok(Some(n)) => {
                 log::info!(
                     "CDI spec {} written: {n} RDMA device(s) as {}=uverbsN, memlock {} by the hook {}; {}",

@@ -62,6 +62,8 @@ pub struct Options {
     /// Bring this CDI spec up to date (`cdi`'s) before answering a claim's CDI IDs
     #[arg(long, value_name = "FILE", value_parser = absolute_path)]
     pub cdi_spec: Option<PathBuf>,
+    #[command(flatten)]
+    pub dev: crate::cdi::DevDir,
 }
 
 /// A Node's name: a DNS subdomain (the slice's name and pool are made from it).
@@ -111,6 +113,7 @@ pub fn run(opts: &Options) -> Result<()> {
         None => None,
         Some(path) => Some(plugin::CdiSpec {
             path: path.clone(),
+            dev: opts.dev.clone(),
             hook: node.cdi_hook.clone(),
             memlock: rdma_host_device_core::node::Memlock::parse(&node.memlock)
                 .map_err(|e| e.context(&node.source))?,

@@ -141,6 +141,8 @@ pub struct Driver {
 /// Where the CDI spec is and what it says (`cdi::refresh`'s arguments).
 pub struct CdiSpec {
     pub path: PathBuf,
+    /// The node's /dev, where the uverbs char devices are looked for.
+    pub dev: crate::cdi::DevDir,
     pub hook: PathBuf,
     pub memlock: rdma_host_device_core::node::Memlock,
 }
@@ -229,8 +231,8 @@ impl Driver {
         if let Some(spec) = &self.cdi
             && devices.iter().any(|d| !d.cdi_device_ids.is_empty())
         {
-            let (sys, dev) = (Path::new("/sys"), Path::new("/dev"));
-            crate::cdi::refresh(&spec.path, sys, dev, spec.memlock, &spec.hook)
+            let sys = Path::new("/sys");
+            crate::cdi::refresh(&spec.path, sys, &spec.dev, spec.memlock, &spec.hook)
                 .map_err(|e| format!("{}: the runtime could not resolve its CDI IDs", e.msg))?;
         }
         let prepared = PreparedClaim {

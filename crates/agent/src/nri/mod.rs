@@ -50,7 +50,10 @@ pub struct Options {
     /// must come after any that adds RDMA devices
     #[arg(long, value_name = "NN", default_value = DEFAULT_INDEX, value_parser = plugin_index)]
     pub index: String,
-    #[arg(long, value_name = "DIR", default_value = "/dev", hide = true)]
+    /// The node's /dev as this process sees it, where the uverbs char devices' numbers are
+    /// read (the DaemonSet: /host/dev, a read-only mount of the node's /dev; a mount of
+    /// /dev/infiniband itself goes stale when devtmpfs removes the emptied directory)
+    #[arg(long, value_name = "DIR", default_value = "/dev", value_parser = absolute_path)]
     pub dev: PathBuf,
 }
 
