@@ -4,12 +4,15 @@
 //! `k8s.v1.cni.cncf.io/resourceName` equals the device's `k8s.cni.cncf.io/resourceName`.
 //!
 //! The whole way, each side real or a stand-in written apart from our code:
-//! - our DRA driver (`rdma-host-device-agent dra`) publishes the node's slice to the
-//!   kube-apiserver stand-in (tests/kube/apiserver.py);
+//! - our DRA driver (`rdma-host-device-agent dra`) publishes the node's slice to the real
+//!   kube-apiserver 1.37 of the test cluster (tests/cluster/cluster.sh), each test in a
+//!   namespace and under a node name of its own;
 //! - the test acts as the user (the pod, the NAD from conf/k8s/dra-multus.yaml), the
 //!   kube-controller-manager (a claim made from the pod's template, named in the pod's
 //!   `status.resourceClaimStatuses`) and the scheduler (the claim allocated to a device the
-//!   slice lists, reserved for the pod), with real REST calls;
+//!   slice lists, reserved for the pod), with real REST calls; the pod is a real one that stays
+//!   Pending (no node matches its selector), as the real controller-manager keeps a
+//!   reservation only for a pod that exists;
 //! - the kubelet stand-in (tests/dra/kubelet.py) has the driver prepare the claim;
 //! - the Multus-DRA stand-in (tests/kube/multus_dra.py, Multus' draclient step read from its
 //!   source) resolves the deviceID from the pod, the NAD, the claim and the slice;
@@ -35,14 +38,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const NODE: &str = "node-a";
-const NS: &str = "team";
 const IF: &str = "net1";
 /// The resourceName the node configuration gives every device, and the example NAD asks.
 const RESOURCE_NAME: &str = "rdma-host-device.io/rail";
 
 /// The example NAD for Multus' DRA mode (conf/k8s/dra-multus.yaml), its IPAM made local.
-fn example_nad(rig: &Rig) -> Value {
+fn example_nad(rig: &Rig, ns: &str) -> Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/k8s/dra-multus.yaml");
     let docs = conf_yaml::parse_all(&std::fs::read_to_string(&p).unwrap()).unwrap();
     let mut nad = docs
@@ -56,7 +57,7 @@ fn example_nad(rig: &Rig) -> Value {
     );
     conf["ipam"] = rig.host_local_ipam();
     nad["spec"]["config"] = json!(conf.to_string());
-    nad["metadata"]["namespace"] = json!(NS);
+    nad["metadata"]["namespace"] = json!(ns);
     nad
 }
 
@@ -64,6 +65,9 @@ fn example_nad(rig: &Rig) -> Value {
 struct World {
     rig: Rig,
     api: ApiServer,
+    /// This test's namespace, and its node's name (the slice's pool).
+    ns: String,
+    node: String,
     _kubelet_dir: TempDir,
     kubelet: Kubelet,
     driver: Logged,
@@ -79,10 +83,26 @@ impl World {
             dra[k] = v.clone();
         }
         rig.set_node(json!({"dra": dra}));
-        let api = ApiServer::start(rig.dir.path(), &[]);
+        let api = ApiServer::real();
+        let (ns, node) = (
+            format!("mdra-{}", rig.n),
+            format!("node-m{}-{}", tag(), rig.n),
+        );
+        api.call(
+            "POST",
+            "/api/v1/namespaces",
+            Some(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
+        );
+        // The namespace's default ServiceAccount, which a pod needs: the controller-manager
+        // makes it a moment later; made here at once (a 409 if it was quicker).
+        api.try_call(
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+            Some(&json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})),
+        );
         let kubelet_dir = TempDir::new("mdra-kubelet");
         let mut kubelet = Kubelet::start(kubelet_dir.path());
-        let driver = start_driver(&rig, kubelet_dir.path(), &api);
+        let driver = start_driver_on(&rig, kubelet_dir.path(), &api, &node);
         let r = kubelet
             .0
             .ask(json!({"cmd": "registered", "count": 1, "timeout": 10}));
@@ -90,6 +110,8 @@ impl World {
         World {
             rig,
             api,
+            ns,
+            node,
             _kubelet_dir: kubelet_dir,
             kubelet,
             driver,
@@ -102,7 +124,8 @@ impl World {
         let start = Instant::now();
         loop {
             let l = self.api.call("GET", &format!(
-                    "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={NODE},spec.driver={DRIVER}"
+                    "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={},spec.driver={DRIVER}",
+                    self.node
                 ), None);
             let devices: Vec<Value> = l["items"]
                 .as_array()
@@ -127,23 +150,24 @@ impl World {
     /// by the scheduler (`results`: (request, driver, device)) and reserved for the pod, then
     /// prepared by the kubelet. Returns the pod's UID.
     fn pod_with_claim(&mut self, name: &str, results: &[(&str, &str, &str)]) -> String {
-        let pods = format!("/api/v1/namespaces/{NS}/pods");
+        let (ns, node) = (&self.ns, &self.node);
+        let pods = format!("/api/v1/namespaces/{ns}/pods");
         let pod = self.api.call(
             "POST",
             &pods,
             Some(&json!({
                 "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": NS},
+                "metadata": {"name": name, "namespace": ns},
                 "spec": {
-                    "nodeName": NODE,
+                    "nodeSelector": {"rdma-host-device.io/test": "no-such-node"},
                     "resourceClaims": [{"name": "rail", "resourceClaimTemplateName": "one-rail"}],
-                    "containers": [{"name": "c", "image": "trainer",
+                    "containers": [{"name": "c", "image": "trainer", "imagePullPolicy": "Never",
                                     "resources": {"claims": [{"name": "rail"}]}}],
                 },
             })),
         );
         let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
-        let claims = format!("/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims");
+        let claims = format!("/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims");
         let claim_name = format!("{name}-rail-x7k2p");
         let claim = self.api.call(
             "POST",
@@ -151,7 +175,7 @@ impl World {
             Some(&json!({
                 "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                 "metadata": {
-                    "name": claim_name, "namespace": NS,
+                    "name": claim_name, "namespace": ns,
                     "annotations": {"resource.kubernetes.io/pod-claim-name": "rail"},
                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
                                          "uid": uid, "controller": true,
@@ -161,15 +185,26 @@ impl World {
                     "name": r, "exactly": {"deviceClassName": DRIVER}})).collect::<Vec<_>>()}},
             })),
         );
-        let mut p = pod.clone();
-        p["status"] = json!({"resourceClaimStatuses": [
-            {"name": "rail", "resourceClaimName": claim_name}]});
-        self.api
-            .call("PUT", &format!("{pods}/{name}/status"), Some(&p));
+        // The controller-manager's part: the claim named in the pod's status (read again until
+        // the write lands: the scheduler writes the same pod's conditions meanwhile).
+        let statuses = json!([{"name": "rail", "resourceClaimName": claim_name}]);
+        let mut tries = 0;
+        loop {
+            let mut p = self.api.call("GET", &format!("{pods}/{name}"), None);
+            p["status"]["resourceClaimStatuses"] = statuses.clone();
+            let (ok, answer) = self
+                .api
+                .try_call("PUT", &format!("{pods}/{name}/status"), Some(&p));
+            if ok {
+                break;
+            }
+            tries += 1;
+            assert!(tries < 10, "the pod's status: {answer}");
+        }
         let mut c = claim.clone();
         c["status"] = json!({
             "allocation": {"devices": {"results": results.iter().map(|(r, d, dev)| json!({
-                "request": r, "driver": d, "pool": NODE, "device": dev})).collect::<Vec<_>>()}},
+                "request": r, "driver": d, "pool": node, "device": dev})).collect::<Vec<_>>()}},
             "reservedFor": [{"resource": "pods", "name": name, "uid": uid}],
         });
         self.api
@@ -179,7 +214,7 @@ impl World {
             .kubelet
             .0
             .ask(json!({"cmd": "prepare", "driver": DRIVER,
-            "claims": [{"namespace": NS, "name": claim_name, "uid": claim_uid}]}));
+            "claims": [{"namespace": ns, "name": claim_name, "uid": claim_uid}]}));
         assert_eq!(
             r["claims"][claim_uid]["error"],
             "",
@@ -192,7 +227,10 @@ impl World {
     fn create_nad(&self, nad: &Value) {
         self.api.call(
             "POST",
-            &format!("/apis/k8s.cni.cncf.io/v1/namespaces/{NS}/network-attachment-definitions"),
+            &format!(
+                "/apis/k8s.cni.cncf.io/v1/namespaces/{}/network-attachment-definitions",
+                self.ns
+            ),
             Some(nad),
         );
     }
@@ -207,7 +245,7 @@ impl World {
             .arg(&self.api.token)
             .args([
                 "--namespace",
-                NS,
+                &self.ns,
                 "--pod",
                 pod,
                 "--uid",
@@ -241,7 +279,7 @@ impl World {
             &format!("{}-{cid}.conf", d["network"].as_str().unwrap()),
             &conf,
         );
-        let mut extra = vec!["-args".to_owned(), multus_k8s_args(NS, pod, uid, cid)];
+        let mut extra = vec!["-args".to_owned(), multus_k8s_args(&self.ns, pod, uid, cid)];
         if let Some(id) = id {
             extra.extend(multus_device_caps(
                 &self.rig.dir.path().join("devinfo"),
@@ -301,7 +339,7 @@ fn a_claimed_nic_reaches_the_pod_through_multus_dra_mode_and_comes_home_on_del()
             ("nic", DRIVER, &name_b),
         ],
     );
-    let nad = example_nad(&w.rig);
+    let nad = example_nad(&w.rig, &w.ns);
     let net = nad["metadata"]["name"].as_str().unwrap().to_owned();
     assert_eq!(
         nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"],
@@ -324,12 +362,13 @@ fn a_claimed_nic_reaches_the_pod_through_multus_dra_mode_and_comes_home_on_del()
     );
     // Multus read what its draclient reads, the slices scoped by field selectors.
     let reqs = w.api.requests();
+    let ns = &w.ns;
     for path in [
-        format!("GET /api/v1/namespaces/{NS}/pods/trainer "),
+        format!("GET /api/v1/namespaces/{ns}/pods/trainer "),
         format!(
-            "GET /apis/k8s.cni.cncf.io/v1/namespaces/{NS}/network-attachment-definitions/{net} "
+            "GET /apis/k8s.cni.cncf.io/v1/namespaces/{ns}/network-attachment-definitions/{net} "
         ),
-        format!("GET /apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/trainer-rail-x7k2p "),
+        format!("GET /apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/trainer-rail-x7k2p "),
         "spec.driver%3Drdma-host-device.io".to_owned(),
     ] {
         assert!(reqs.contains(&path), "no {path:?} in\n{reqs}");
@@ -366,7 +405,7 @@ fn a_nad_whose_resource_name_does_not_match_gets_no_device_and_adds_nothing() {
     w.published(1);
     let name_a = rdma_host_device_agent::dra::slices::name_for(None, &a.name, &a.name);
     let uid = w.pod_with_claim("trainer", &[("nic", DRIVER, &name_a)]);
-    let mut nad = example_nad(&w.rig);
+    let mut nad = example_nad(&w.rig, &w.ns);
     nad["metadata"]["name"] = json!("other-rail");
     nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"] =
         json!("example.com/other-rail");
@@ -420,7 +459,7 @@ fn a_device_published_without_a_resource_name_is_skipped_by_multus() {
         "{dev_a}"
     );
     let uid = w.pod_with_claim("trainer", &[("nic", DRIVER, &name_a)]);
-    let nad = example_nad(&w.rig);
+    let nad = example_nad(&w.rig, &w.ns);
     let net = nad["metadata"]["name"].as_str().unwrap().to_owned();
     w.create_nad(&nad);
 
@@ -456,7 +495,7 @@ fn a_claimed_nic_is_refused_to_any_other_pod_that_names_its_device_id() {
         .unwrap()
         .to_owned();
     let uid = w.pod_with_claim("trainer", &[("nic", DRIVER, &name_a)]);
-    let nad = example_nad(&w.rig);
+    let nad = example_nad(&w.rig, &w.ns);
     let net = nad["metadata"]["name"].as_str().unwrap().to_owned();
     w.create_nad(&nad);
 
@@ -466,7 +505,7 @@ fn a_claimed_nic_is_refused_to_any_other_pod_that_names_its_device_id() {
         .rig
         .write("stolen.conf", &multus_delegate(conf, Some(&id), None));
     for args in [
-        multus_k8s_args(NS, "intruder", "uid-of-the-intruder", &intruder_cid),
+        multus_k8s_args(&w.ns, "intruder", "uid-of-the-intruder", &intruder_cid),
         format!("IgnoreUnknown=true;K8S_POD_INFRA_CONTAINER_ID={intruder_cid}"),
     ] {
         let add = w.rig.drive(
@@ -480,7 +519,8 @@ fn a_claimed_nic_is_refused_to_any_other_pod_that_names_its_device_id() {
         let e = add.err_code(102);
         assert!(
             e["msg"].as_str().unwrap_or("").contains(&format!(
-                "prepared for ResourceClaim {NS}/trainer-rail-x7k2p"
+                "prepared for ResourceClaim {}/trainer-rail-x7k2p",
+                w.ns
             )),
             "{e}\n{add}"
         );

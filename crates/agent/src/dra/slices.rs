@@ -51,6 +51,10 @@ pub const UNHEALTHY_TAINT: &str = "rdma-host-device.io/unhealthy";
 const TICK: Duration = Duration::from_millis(500);
 /// After a link notification, wait this long for the burst to end before reading.
 const SETTLE: Duration = Duration::from_millis(100);
+/// After a change, look again this many times, every other tick, changed or not: a device
+/// seen half-made (an RDMA device registered before its netdev is paired with it) would
+/// otherwise leave a fingerprint that no longer changes, and the slice wrong until `resync`.
+const RELOOKS: u32 = 10;
 /// The longest wait between two tries when the API server fails.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A watch of our slices is renewed after this long (the server ends it then).
@@ -561,6 +565,8 @@ pub async fn run(kube: Kube, s: Settings) -> Result<()> {
     let mut resync = tokio::time::interval(s.resync);
     let mut backoff = Duration::from_secs(1);
     let mut first = true;
+    let mut relooks = 0u32;
+    let mut ticks = 0u32;
     loop {
         let facts = match discover(&host, &store, &s, &mut memory).await {
             Ok(f) => f,
@@ -611,13 +617,20 @@ pub async fn run(kube: Kube, s: Settings) -> Result<()> {
             };
             match wake {
                 Wake::Tick => {
+                    ticks = ticks.wrapping_add(1);
                     if fingerprint(&s.sys, &facts) != fp {
+                        relooks = RELOOKS;
+                        break;
+                    }
+                    if relooks > 0 && ticks.is_multiple_of(2) {
+                        relooks -= 1;
                         break;
                     }
                 }
                 Wake::Link => {
                     tokio::time::sleep(SETTLE).await;
                     while rx.try_recv().is_ok() {}
+                    relooks = RELOOKS;
                     break;
                 }
                 Wake::Watch | Wake::Resync => break,
