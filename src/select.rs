@@ -4,6 +4,7 @@
 
 use crate::cni::netconf::Selector;
 use rdma_host_device_core::error::{Code, Error, Result};
+use rdma_host_device_core::inventory::{self, Identity};
 use rdma_host_device_core::link::{LinkInfo, Links};
 use rdma_host_device_core::node::{NicFacts, Node};
 use rdma_host_device_core::rdma::identity;
@@ -127,7 +128,7 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
     ))
 }
 
-/// `deviceID`: what a device plugin hands out (`sysfs::device_id`), a PCI function or
+/// `deviceID`: what a device plugin hands out (`inventory::device_id`), a PCI function or
 /// auxiliary-bus device, or the interface name of a virtual link (ours gives a veth its name).
 /// A name counts only where it is that link's device ID: a NIC with a bus device is known by
 /// it, so `deviceID` never reaches a hardware NIC by a name (that is `device`'s job). Either
@@ -140,7 +141,7 @@ fn netdevs_of_device_id(id: &str) -> Result<Vec<String>> {
     if !sysfs::netdev_exists(id) {
         return Ok(Vec::new());
     }
-    let own = sysfs::device_id(
+    let own = inventory::device_id(
         sysfs::pci_of(id).as_deref(),
         sysfs::aux_of(id).as_deref(),
         id,
@@ -254,12 +255,7 @@ fn attachment_holds(r: &Record, sel: &Selector) -> bool {
         Selector::Mac(m) => r.mac == *m,
         Selector::Pci(id) => r.pci.as_deref() == Some(id.as_str()),
         Selector::DeviceId(id) => {
-            let aux = r
-                .parent
-                .as_deref()
-                .and_then(|p| p.strip_prefix("auxiliary/"));
-            r.pci.as_deref() == Some(id.as_str())
-                || sysfs::device_id(r.pci.as_deref(), aux, &r.host_name) == *id
+            r.pci.as_deref() == Some(id.as_str()) || Identity::of_record(r).device_id == *id
         }
         Selector::RdmaDevice(d) => r.rdma_device.as_deref() == Some(d.as_str()),
         Selector::KernelPath(p) => Path::new(p).file_name().is_some_and(|f| {

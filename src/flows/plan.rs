@@ -14,6 +14,7 @@ use crate::lock;
 use crate::select::{self, Resolved};
 use rdma_host_device_core::error::{Code, Error, Result};
 use rdma_host_device_core::fault;
+use rdma_host_device_core::inventory::Identity;
 use rdma_host_device_core::link::{LinkInfo, Links};
 use rdma_host_device_core::netns::Netns;
 use rdma_host_device_core::node::Node;
@@ -202,9 +203,12 @@ fn refuse_another_pods_prepared_nic(env: &Env, prepared: &Prepared, r: &Resolved
     if cp.claims.is_empty() {
         return Ok(());
     }
-    let host_name = r.lost.as_ref().map_or(&r.link.name, |t| &t.host_name);
-    let aux = rdma_host_device_core::sysfs::aux_of(&r.link.name);
-    let id = rdma_host_device_core::sysfs::device_id(r.pci.as_deref(), aux.as_deref(), host_name);
+    // Named as the DRA driver named it when it prepared the claim (`inventory`).
+    let Identity {
+        device_id: id,
+        name: host_name,
+        ..
+    } = Identity::of_link(&r.link);
     let uid = env.pod().map(|p| p.uid).unwrap_or_default();
     match cp.holder(&id, "") {
         Some((claim_uid, c)) if uid.is_empty() || !c.pods.contains(&uid) => Err(Error::new(
@@ -269,13 +273,7 @@ fn dra_selector(
     let attached: Vec<String> = Store::new(&node.state_dir)
         .all()?
         .iter()
-        .map(|r| {
-            let aux = r
-                .parent
-                .as_deref()
-                .and_then(|p| p.strip_prefix("auxiliary/"));
-            rdma_host_device_core::sysfs::device_id(r.pci.as_deref(), aux, &r.host_name)
-        })
+        .map(|r| Identity::of_record(r).device_id)
         .collect();
     match devices
         .iter()

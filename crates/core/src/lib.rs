@@ -10,6 +10,7 @@ pub mod dra;
 pub mod error;
 pub mod fault;
 pub mod files;
+pub mod inventory;
 pub mod link;
 pub mod logging;
 pub mod names;

@@ -53,13 +53,6 @@ pub fn netdevs_of_bus_device(id: &str) -> Vec<String> {
         .collect()
 }
 
-/// The ID a device plugin hands out for a NIC, which Multus passes to ADD as `deviceID`: its
-/// PCI function, else its auxiliary-bus device (a sub-function), else (a virtual link, which
-/// has no bus device) its interface name.
-pub fn device_id(pci: Option<&str>, aux: Option<&str>, name: &str) -> String {
-    pci.or(aux).unwrap_or(name).to_owned()
-}
-
 /// The auxiliary-bus device behind a net device (`mlx5_core.sf.2` for a sub-function).
 pub fn aux_of(ifname: &str) -> Option<String> {
     let dev = std::fs::canonicalize(format!("/sys/class/net/{ifname}/device")).ok()?;

@@ -11,8 +11,8 @@
 //! not have is not returned (the runtime would fail the container on a missing node).
 
 use super::api::{CdiDevice, ContainerAllocateResponse, DeviceSpec};
-use super::pool::Nic;
 use rdma_host_device_core::device_info::{self, DeviceInfo};
+use rdma_host_device_core::inventory::Nic;
 use rdma_host_device_core::node::{CharDevices, Pool};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 //! Read from sysfs (`/sys/class/net`, `/sys/class/infiniband`) every tick: a few small files
 //! per NIC, no netlink, so a change reaches `ListAndWatch` within one tick.
 
-use super::pool::Nic;
+use rdma_host_device_core::inventory::Nic;
 use std::path::Path;
 
 /// What sysfs says about a NIC now.

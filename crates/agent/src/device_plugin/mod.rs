@@ -248,7 +248,7 @@ impl Watcher {
 
     /// Judge every known NIC now and publish each pool's list if it changed.
     fn health(&mut self, store: &Store, plugins: &[Arc<Plugin>], sys: &Path) {
-        let attached = pool::attached_ids(store);
+        let attached = rdma_host_device_core::inventory::attached_ids(store);
         for p in plugins {
             let known = p.nics.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let devices: Vec<api::Device> = known
@@ -282,7 +282,12 @@ impl Watcher {
         }
     }
 
-    fn note(&mut self, pool: &str, nic: &pool::Nic, verdict: &std::result::Result<(), String>) {
+    fn note(
+        &mut self,
+        pool: &str,
+        nic: &rdma_host_device_core::inventory::Nic,
+        verdict: &std::result::Result<(), String>,
+    ) {
         match verdict {
             Err(why) if self.unhealthy.get(&nic.id) != Some(why) => {
                 log::warn!("{pool}: {} ({}) is Unhealthy: {why}", nic.id, nic.name);

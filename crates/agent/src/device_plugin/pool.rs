@@ -1,91 +1,16 @@
-//! Which NICs each pool offers: the host's NICs and those attached to pods (their records in
-//! the state directory), matched against the pools' selectors, minus what the node policy
-//! refuses (`allowedNics`, the node's own uplinks). Each NIC is one device whose ID is what
-//! Multus hands the CNI as `deviceID`: its PCI function, else its auxiliary-bus device (a
-//! sub-function), else (a virtual link, as in the tests) its interface name.
-//!
-//! A NIC's RDMA device is found by ADD's own pairing rules (`rdma::pair::pair_from`: the RDMA
-//! port whose netdev is the NIC, else sysfs, else the node GUID), so a software RDMA device
-//! (rxe, siw: no PCI parent) and an eRDMA device are found as ADD will find them, and
-//! `Allocate` hands out their char devices.
+//! Which NICs each pool offers: the node's NICs as its inventory finds them
+//! (`rdma_host_device_core::inventory`: the host's NICs and those attached to pods), matched
+//! against the pools' selectors, minus what the node policy refuses (`allowedNics`, the
+//! node's own uplinks). Each NIC is one device whose ID is what Multus hands the CNI as
+//! `deviceID` (`inventory::device_id`). The inventory pairs a NIC's RDMA device by ADD's own
+//! rules, so `Allocate` hands out the char devices ADD will find.
 
 use rdma_host_device_core::error::Result;
+use rdma_host_device_core::inventory::{self, Nic};
 use rdma_host_device_core::link::Links;
-use rdma_host_device_core::node::{DevicePluginConfig, NicFacts, Node};
-use rdma_host_device_core::rdma::identity::{RdmaId, Snapshot};
-use rdma_host_device_core::rdma::pair;
-use rdma_host_device_core::state::{Store, Tag};
-use rdma_host_device_core::sysfs;
+use rdma_host_device_core::node::{DevicePluginConfig, Node};
+use rdma_host_device_core::state::Store;
 use std::path::Path;
-
-/// One NIC as the device plugin sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Nic {
-    /// The device ID: `deviceID` for the CNI.
-    pub id: String,
-    /// Its name on the host (the name its record keeps while it is in a pod).
-    pub name: String,
-    pub pci: Option<String>,
-    pub driver: Option<String>,
-    pub rdma_device: Option<String>,
-    /// Its RDMA device's node GUID, and whether `rdma_device` is the node's name for it (no
-    /// pod can rename devices, or its record says so) or may be a pod's (`rdma::identity`).
-    pub rdma_guid: Option<u64>,
-    pub rdma_name_is_the_nodes: bool,
-    /// Its RDMA device's uverbs char device (`uverbs0`), read with the pairing (device index ->
-    /// char device, RDMA netlink): what `Allocate` hands out and names in CDI. `None` for a NIC
-    /// in a pod or read without RDMA netlink: then the char device is looked up by the name.
-    pub uverbs: Option<String>,
-    pub numa: Option<i64>,
-    /// The PCI root complex it hangs off (`pci0000:3a`), for keeping a request under one.
-    pub pci_root: Option<String>,
-    /// In a pod: its attachment record is in the state directory.
-    pub attached: bool,
-    /// Why the node itself uses it (default route, global address, ...), if it does.
-    pub uplink: Vec<String>,
-}
-
-impl Nic {
-    /// A NIC on the host at PCI address `id`, named `name`, with RDMA device `rdma` (named as
-    /// the node names it): the unit tests' start, which each test varies.
-    #[cfg(test)]
-    pub(crate) fn for_test(id: &str, name: &str, rdma: Option<&str>) -> Nic {
-        Nic {
-            id: id.into(),
-            name: name.into(),
-            pci: Some(id.into()),
-            driver: None,
-            rdma_device: rdma.map(Into::into),
-            rdma_guid: None,
-            rdma_name_is_the_nodes: true,
-            uverbs: None,
-            numa: None,
-            pci_root: None,
-            attached: false,
-            uplink: Vec::new(),
-        }
-    }
-
-    /// What the node policy's selectors look at.
-    pub fn facts(&self) -> NicFacts<'_> {
-        NicFacts {
-            name: &self.name,
-            pci: self.pci.as_deref(),
-            driver: self.driver.as_deref(),
-            rdma_device: self.rdma_device.as_deref(),
-            rdma_guid: self.rdma_guid,
-            rdma_name_is_the_nodes: self.rdma_name_is_the_nodes,
-            uplink: self.uplink.clone(),
-            // Pools are judged by these facts; ADD judges the link it resolves, where a link
-            // made from another namespace is refused (`select::made_elsewhere`).
-            made_elsewhere: None,
-        }
-    }
-}
-
-/// The ID Multus will pass as `deviceID`, which ADD resolves (`select::resolve`): one rule for
-/// both sides, in `sysfs`.
-pub use rdma_host_device_core::sysfs::device_id;
 
 /// Sort NICs into pools (in `dp.pools` order): a NIC goes to the first pool whose selectors
 /// match it, never to two. Returns the pools' NICs (sorted by ID) and a line per NIC left out
@@ -145,8 +70,8 @@ pub fn assign(
     (pools, notes)
 }
 
-/// Every NIC some pool's selectors match: those in the host's namespace (`host`), then those
-/// attached to pods (the records in `store`) that are not back on the host. `sys` is `/sys`.
+/// Every NIC some pool's selectors match, as the node's inventory finds them
+/// (`inventory::gather`: host NICs, then those attached to pods). `sys` is `/sys`.
 pub async fn gather(
     host: &Links,
     store: &Store,
@@ -155,150 +80,13 @@ pub async fn gather(
     uppers_socket: &Path,
 ) -> Result<Vec<Nic>> {
     let wanted = |n: &Nic| dp.pools.iter().any(|p| p.selectors.matches(&n.facts()));
-    gather_wanted(host, store, &wanted, sys, uppers_socket).await
-}
-
-/// Every NIC `wanted` keeps (the DRA driver's selection, `dra::slices`), found as [`gather`]
-/// finds them: host NICs (their uplink reasons read only for those kept), then attached ones.
-pub async fn gather_wanted(
-    host: &Links,
-    store: &Store,
-    wanted: &dyn Fn(&Nic) -> bool,
-    sys: &Path,
-    uppers_socket: &Path,
-) -> Result<Vec<Nic>> {
-    let mut out: Vec<Nic> = Vec::new();
-    let rdma = rdma_view();
-    for l in host.all().await? {
-        if l.name == "lo" {
-            continue;
-        }
-        // A NIC back from a dead pod carries our tag and may bear its pod-side name.
-        let name = l
-            .alias
-            .as_deref()
-            .and_then(Tag::decode)
-            .map_or_else(|| l.name.clone(), |t| t.host_name);
-        let pci = sysfs::pci_of(&l.name);
-        let aux = l
-            .parent
-            .as_ref()
-            .filter(|(_, bus)| bus == "auxiliary")
-            .map(|(dev, _)| dev.clone());
-        let id = rdma.as_ref().and_then(|snap| paired(snap, &l));
-        let mut nic = Nic {
-            id: device_id(pci.as_deref(), aux.as_deref(), &l.name),
-            name,
-            driver: sysfs::nic_driver(&l.name),
-            rdma_device: id.as_ref().map(|d| d.name.clone()),
-            rdma_guid: id.as_ref().and_then(|d| d.guid),
-            rdma_name_is_the_nodes: id.as_ref().is_none_or(|d| d.name_is_the_nodes),
-            uverbs: id.as_ref().and_then(|d| d.uverbs.clone()),
-            pci,
-            numa: None,
-            pci_root: None,
-            attached: false,
-            uplink: Vec::new(),
-        };
-        if !wanted(&nic) {
-            continue;
-        }
-        nic.uplink = rdma_host_device_core::uppers::uses(host, uppers_socket, &l).await?;
-        if nic.id != l.name {
-            nic.numa = sysfs::numa_node(sys, &nic.id);
-            nic.pci_root = sysfs::pci_root(sys, &nic.id);
-        }
-        out.push(nic);
-    }
-    for r in store.all()? {
-        let aux = r
-            .parent
-            .as_deref()
-            .and_then(|p| p.strip_prefix("auxiliary/"));
-        let id = device_id(r.pci.as_deref(), aux, &r.host_name);
-        if out.iter().any(|n| n.id == id) {
-            continue; // back on the host: its pod is gone
-        }
-        let nic = Nic {
-            numa: (id != r.host_name)
-                .then(|| sysfs::numa_node(sys, &id))
-                .flatten(),
-            pci_root: (id != r.host_name)
-                .then(|| sysfs::pci_root(sys, &id))
-                .flatten(),
-            driver: r.pci.as_deref().and_then(sysfs::pci_driver),
-            id,
-            name: r.host_name.clone(),
-            pci: r.pci.clone(),
-            rdma_device: r.rdma_device.clone(),
-            // The name ADD recorded, read from the node when it attached the NIC.
-            rdma_guid: None,
-            rdma_name_is_the_nodes: true,
-            uverbs: None,
-            attached: true,
-            uplink: Vec::new(),
-        };
-        if wanted(&nic) {
-            out.push(nic);
-        }
-    }
-    Ok(out)
-}
-
-/// Every RDMA device and port the host sees, and the netns mode, in one read; none on a node
-/// without RDMA netlink, or when the read fails (logged: no NIC then matches a pool by its
-/// RDMA device).
-fn rdma_view() -> Option<Snapshot> {
-    match Snapshot::read() {
-        Ok(s) => s,
-        Err(e) => {
-            log::warn!(
-                "listing RDMA devices and ports: {}; no NIC has an RDMA device this round",
-                e.msg
-            );
-            None
-        }
-    }
-}
-
-/// The RDMA device ADD would pair with host link `l` (its name, node GUID and whether the name
-/// is the node's); none when it pairs ambiguously (ADD would refuse it, naming the devices;
-/// logged).
-fn paired(snap: &Snapshot, l: &rdma_host_device_core::link::LinkInfo) -> Option<RdmaId> {
-    let nic = pair::Nic {
-        index: l.index,
-        name: &l.name,
-        mac: &l.mac,
-    };
-    match snap.of(&nic) {
-        Ok(id) => id,
-        Err(e) => {
-            log::warn!("{}", e.msg);
-            None
-        }
-    }
-}
-
-/// The device IDs of the NICs now in pods (read every health tick: ADD saves its record before
-/// the NIC leaves the host, so a NIC on its way into a pod never looks gone).
-pub fn attached_ids(store: &Store) -> std::collections::HashSet<String> {
-    store
-        .all()
-        .unwrap_or_default()
-        .iter()
-        .map(|r| {
-            let aux = r
-                .parent
-                .as_deref()
-                .and_then(|p| p.strip_prefix("auxiliary/"));
-            device_id(r.pci.as_deref(), aux, &r.host_name)
-        })
-        .collect()
+    inventory::gather(host, store, &wanted, sys, uppers_socket).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdma_host_device_core::inventory::device_id;
     use rdma_host_device_core::node::{NicPolicy, Pool};
 
     fn nic(name: &str, pci: Option<&str>, driver: &str) -> Nic {
@@ -388,18 +176,5 @@ mod tests {
         assert_eq!(ids(&pools[0]), ["0000:01:00.0", "0000:3b:00.0"]);
         assert!(pools[1].is_empty());
         assert!(notes.iter().any(|n| n.contains("allowedNics")), "{notes:?}");
-    }
-
-    #[test]
-    fn device_ids_are_what_multus_hands_the_cni() {
-        assert_eq!(
-            device_id(Some("0000:3b:00.1"), None, "ens1"),
-            "0000:3b:00.1"
-        );
-        assert_eq!(
-            device_id(None, Some("mlx5_core.sf.2"), "enp3s0f0s2"),
-            "mlx5_core.sf.2"
-        );
-        assert_eq!(device_id(None, None, "veth0"), "veth0");
     }
 }

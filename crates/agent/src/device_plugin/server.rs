@@ -1,28 +1,25 @@
 //! The gRPC side: one pool's `DevicePlugin` service on its unix socket, and its registration
 //! with the kubelet (`Registration.Register` on `kubelet.sock`), kept alive across kubelet
-//! restarts.
+//! restarts by the kubelet-plugin server (`kubelet_grpc`).
 //!
 //! The service is routed by hand (the five paths of `api::path`), each method a
 //! `tonic::server::Grpc` call with prost's codec: what tonic-build would generate, without a
 //! build step. The kubelet's restart is seen by polling (every `WATCH_TICK`): it deletes every
-//! socket in the directory (ours too: serve anew, register again) and creates a new
-//! `kubelet.sock` (register again).
+//! socket in the directory (ours too: serve anew, register again; `kubelet_grpc::socket`) and
+//! creates a new `kubelet.sock` (register again; `kubelet_grpc::registration::KubeletSock`).
 
 use super::allocate;
 use super::api::{self, path};
-use super::pool::Nic;
-use crate::kubelet_grpc;
+use crate::kubelet_grpc::{self, registration, socket};
 use futures::Stream;
+use rdma_host_device_core::inventory::Nic;
 use rdma_host_device_core::node::{CharDevices, Pool};
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::watch;
-use tonic::codegen::{BoxFuture, StdError, http};
 use tonic::{Request, Response, Status};
 use tonic_prost::ProstCodec;
 
@@ -153,80 +150,30 @@ impl Plugin {
 #[derive(Clone)]
 pub struct Service(pub Arc<Plugin>);
 
-impl tonic::server::NamedService for Service {
-    const NAME: &'static str = "v1beta1.DevicePlugin";
-}
-
-/// A unary method answered by the async `f` (the DRA plugin's services use it too).
-pub(crate) async fn unary<B, Q, A, F>(
-    req: http::Request<B>,
-    f: F,
-) -> http::Response<tonic::body::Body>
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-    Q: prost::Message + Default + Send + 'static,
-    A: prost::Message + Send + 'static,
-    F: Fn(Q) -> futures::future::BoxFuture<'static, Result<A, Status>> + Send + Clone + 'static,
-{
-    let svc = tower::service_fn(move |r: Request<Q>| {
-        let f = f.clone();
-        async move { f(r.into_inner()).await.map(Response::new) }
-    });
-    tonic::server::Grpc::new(ProstCodec::<A, Q>::default())
-        .unary(svc, req)
-        .await
-}
-
-/// [`unary`] for a method whose answer `f` computes at once.
-async fn unary_now<B, Q, A>(
-    req: http::Request<B>,
-    f: impl Fn(Q) -> Result<A, Status> + Send + Sync + Clone + 'static,
-) -> http::Response<tonic::body::Body>
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-    Q: prost::Message + Default + Send + 'static,
-    A: prost::Message + Send + 'static,
-{
-    unary(req, move |q| -> futures::future::BoxFuture<'static, _> {
-        Box::pin(std::future::ready(f(q)))
-    })
-    .await
-}
-
-impl<B> tonic::codegen::Service<http::Request<B>> for Service
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future = BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+impl kubelet_grpc::Routed for Service {
+    fn route(&self, req: kubelet_grpc::Call) -> kubelet_grpc::Answer {
         let p = self.0.clone();
         match req.uri().path() {
-            path::GET_OPTIONS => {
+            path::GET_OPTIONS => Box::pin(async move {
+                Ok(kubelet_grpc::unary_now(req, |_: api::Empty| Ok(Plugin::options())).await)
+            }),
+            path::ALLOCATE => {
                 Box::pin(
-                    async move { Ok(unary_now(req, |_: api::Empty| Ok(Plugin::options())).await) },
+                    async move { Ok(kubelet_grpc::unary_now(req, move |r| p.allocate(r)).await) },
                 )
             }
-            path::ALLOCATE => {
-                Box::pin(async move { Ok(unary_now(req, move |r| p.allocate(r)).await) })
-            }
             path::GET_PREFERRED => {
-                Box::pin(async move { Ok(unary_now(req, move |r| p.preferred(r)).await) })
+                Box::pin(
+                    async move { Ok(kubelet_grpc::unary_now(req, move |r| p.preferred(r)).await) },
+                )
             }
             path::PRE_START => Box::pin(async move {
-                Ok(unary_now(req, |_: api::PreStartContainerRequest| {
-                    Ok(api::PreStartContainerResponse {})
-                })
-                .await)
+                Ok(
+                    kubelet_grpc::unary_now(req, |_: api::PreStartContainerRequest| {
+                        Ok(api::PreStartContainerResponse {})
+                    })
+                    .await,
+                )
             }),
             path::LIST_AND_WATCH => Box::pin(async move {
                 let svc = tower::service_fn(move |_: Request<api::Empty>| {
@@ -239,18 +186,9 @@ where
                 .server_streaming(svc, req)
                 .await)
             }),
-            other => {
-                let s = Status::unimplemented(format!("{other} is not a method we serve"));
-                Box::pin(async move { Ok(s.into_http()) })
-            }
+            other => kubelet_grpc::unimplemented(other),
         }
     }
-}
-
-/// What identifies a file across delete-and-recreate (inode numbers are reused).
-fn identity(p: &Path) -> Option<(u64, i64, i64)> {
-    let m = std::fs::symlink_metadata(p).ok()?;
-    Some((m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 /// Whether the kubelet's refusal of a Register says it is connected to our `endpoint` already:
@@ -265,141 +203,52 @@ fn connected_already(refusal: &str, endpoint: &str) -> bool {
     })
 }
 
-/// `Registration.Register` on `<dir>/kubelet.sock`, within `REGISTER_TIMEOUT`: one HTTP/2
-/// connection (hyper's client, not tonic's channel: no pool, balancer or reconnects to carry
-/// for one call), gRPC framing by tonic's client.
-pub async fn register(dir: &Path, endpoint: &str, resource: &str) -> Result<(), String> {
-    let sock = dir.join(api::KUBELET_SOCKET);
-    let call = async {
-        let io = tokio::net::UnixStream::connect(&sock)
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
-        let (send, conn) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(io),
-        )
-        .await
-        .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
-        let conn = tokio::spawn(conn);
-        let svc = tower::service_fn(move |req: http::Request<tonic::body::Body>| {
-            let mut send = send.clone();
-            async move { send.send_request(req).await }
-        });
-        let mut grpc =
-            tonic::client::Grpc::with_origin(svc, http::Uri::from_static("http://localhost"));
-        let req = api::RegisterRequest {
-            version: api::VERSION.into(),
-            endpoint: endpoint.into(),
-            resource_name: resource.into(),
-            options: Some(Plugin::options()),
-        };
-        let answer = grpc
-            .unary::<_, api::Empty, _>(
-                Request::new(req),
-                http::uri::PathAndQuery::from_static(path::REGISTER),
-                ProstCodec::default(),
-            )
-            .await
-            .map_err(|s| format!("the kubelet refused: {} ({:?})", s.message(), s.code()));
-        conn.abort();
-        answer.map(|_| ())
-    };
-    tokio::time::timeout(REGISTER_TIMEOUT, call)
-        .await
-        .map_err(|_| format!("no answer within {} s", REGISTER_TIMEOUT.as_secs()))?
-}
-
-/// Serve `plugin` on its socket in `dir` and keep it registered with the kubelet, forever.
+/// Serve `plugin` on its socket in `dir` and keep it registered with the kubelet, forever:
+/// `Registration.Register` on `<dir>/kubelet.sock` (within `REGISTER_TIMEOUT`), again at each
+/// new `kubelet.sock` (a kubelet restart).
 pub async fn supervise(plugin: Arc<Plugin>, dir: PathBuf) {
     let endpoint = plugin.endpoint();
     let resource = plugin.pool.resource_name.clone();
-    let ours = dir.join(&endpoint);
+    let served = socket::Plugin {
+        name: resource.clone(),
+        sockets: vec![(
+            dir.join(&endpoint),
+            kubelet_grpc::service(Service(plugin.clone())),
+        )],
+        tick: WATCH_TICK,
+    };
     let kubelet = dir.join(api::KUBELET_SOCKET);
-    loop {
-        let _ = std::fs::remove_file(&ours);
-        // Only root (the kubelet) connects: 0600 from the moment the socket exists.
-        let listener = match rdma_host_device_core::files::listen_unix(&ours, 0o600).and_then(|l| {
-            l.set_nonblocking(true)?;
-            tokio::net::UnixListener::from_std(l)
-        }) {
-            Ok(l) => l,
-            Err(e) => {
-                log::error!(
-                    "{resource}: cannot listen on {}: {e}; retrying in 1 s",
-                    ours.display()
-                );
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
+    let req = api::RegisterRequest {
+        version: api::VERSION.into(),
+        endpoint: endpoint.clone(),
+        resource_name: resource.clone(),
+        options: Some(Plugin::options()),
+    };
+    let call = Arc::new(registration::KubeletCall {
+        register: Arc::new({
+            let kubelet = kubelet.clone();
+            move || {
+                let (kubelet, req) = (kubelet.clone(), req.clone());
+                Box::pin(async move {
+                    registration::call::<_, api::Empty>(
+                        kubelet,
+                        path::REGISTER,
+                        req,
+                        REGISTER_TIMEOUT,
+                    )
+                    .await
+                    .map(|_| ())
+                })
             }
-        };
-        let mine = identity(&ours);
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = kubelet_grpc::serve(listener, Service(plugin.clone()), async {
-            let _ = stopped.await;
-        });
-        log::info!("{resource}: serving on {}", ours.display());
-        let mut registered_with = None;
-        let mut last_error = String::new();
-        // Refused registrations are tried again after a wait that doubles; a new kubelet
-        // socket (a kubelet restart) is tried at once.
-        let mut tried_with = None;
-        let mut retry = WATCH_TICK;
-        let mut next_try = tokio::time::Instant::now();
-        loop {
-            if identity(&ours) != mine {
-                log::info!(
-                    "{resource}: {} was removed (the kubelet restarted?); serving anew",
-                    ours.display()
-                );
-                break;
-            }
-            if server.is_finished() {
-                log::error!("{resource}: the gRPC server stopped; starting it again");
-                break;
-            }
-            let k = identity(&kubelet);
-            if k.is_none() && last_error.is_empty() {
-                last_error = format!("waiting for {}", kubelet.display());
-                log::info!("{resource}: {last_error}");
-            }
-            if k != tried_with {
-                tried_with = k;
-                retry = WATCH_TICK;
-                next_try = tokio::time::Instant::now();
-            }
-            if k.is_some() && k != registered_with && tokio::time::Instant::now() >= next_try {
-                match register(&dir, &endpoint, &resource).await {
-                    Ok(()) => {
-                        log::info!("{resource}: registered with the kubelet as {endpoint}");
-                        registered_with = k;
-                        last_error.clear();
-                    }
-                    Err(e) if connected_already(&e, &endpoint) => {
-                        log::info!(
-                            "{resource}: the kubelet is connected to {endpoint} already (it answered an earlier registration late): registered"
-                        );
-                        registered_with = k;
-                        last_error.clear();
-                    }
-                    Err(e) => {
-                        if e != last_error {
-                            log::warn!(
-                                "{resource}: registering with {}: {e}; retrying in up to {} s",
-                                kubelet.display(),
-                                REGISTER_RETRY_MAX.as_secs()
-                            );
-                        }
-                        last_error = e;
-                        next_try = tokio::time::Instant::now() + retry;
-                        retry = (retry * 2).min(REGISTER_RETRY_MAX);
-                    }
-                }
-            }
-            tokio::time::sleep(WATCH_TICK).await;
-        }
-        let _ = stop.send(());
-        let _ = server.await;
-    }
+        }),
+        kubelet,
+        name: resource,
+        endpoint,
+        done: connected_already,
+        retry: WATCH_TICK,
+        retry_max: REGISTER_RETRY_MAX,
+    });
+    socket::supervise(served, move || registration::KubeletSock::new(call.clone())).await
 }
 
 #[cfg(test)]

@@ -11,17 +11,16 @@
 
 use super::slices::name_for;
 use futures::future::BoxFuture;
+use rdma_host_device_core::inventory::{Identity, Nic};
 use rdma_host_device_core::link::{LinkInfo, Links};
 use rdma_host_device_core::node::{DraConfig, NicFacts, Node};
 use rdma_host_device_core::rdma::identity::Snapshot;
-use rdma_host_device_core::rdma::pair;
-use rdma_host_device_core::state::{Store, Tag};
-use rdma_host_device_core::sysfs;
+use rdma_host_device_core::state::Store;
 
 /// A NIC a claim's device is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NicRef {
-    /// `sysfs::device_id`: what ADD resolves as `deviceID`, and the checkpoint records.
+    /// `inventory::device_id`: what ADD resolves as `deviceID`, and the checkpoint records.
     pub device_id: String,
     /// Its RDMA device's uverbs char device (`uverbs0`), if it has one.
     pub uverbs: Option<String>,
@@ -57,28 +56,15 @@ impl HostNics {
     async fn find_now(&self, device: &str) -> rdma_host_device_core::error::Result<Option<NicRef>> {
         let host = Links::open()?;
         let store = Store::new(&self.node.state_dir);
-        // (link, device ID, PCI address, backed by a device: PCI or auxiliary-bus)
-        let mut hits: Vec<(LinkInfo, String, Option<String>, bool)> = Vec::new();
+        // Each host link whose device name is `device`, named as the slice names it.
+        let mut hits: Vec<(LinkInfo, Identity)> = Vec::new();
         for l in host.all().await? {
             if l.name == "lo" {
                 continue;
             }
-            let pci = sysfs::pci_of(&l.name);
-            let aux = l
-                .parent
-                .as_ref()
-                .filter(|(_, bus)| bus == "auxiliary")
-                .map(|(dev, _)| dev.clone());
-            // A NIC back from a dead pod may bear its pod-side name: named by its host name.
-            let name = l
-                .alias
-                .as_deref()
-                .and_then(Tag::decode)
-                .map_or_else(|| l.name.clone(), |t| t.host_name);
-            let id = sysfs::device_id(pci.as_deref(), aux.as_deref(), &name);
-            if name_for(pci.as_deref(), &id, &name) == device {
-                let backed = pci.is_some() || aux.is_some();
-                hits.push((l, id, pci, backed));
+            let who = Identity::of_link(&l);
+            if name_for(who.pci.as_deref(), &who.device_id, &who.name) == device {
+                hits.push((l, who));
             }
         }
         let records = store.all()?;
@@ -86,13 +72,13 @@ impl HostNics {
         let attached: Vec<(String, String, String)> = records
             .iter()
             .map(|r| {
-                let aux = r
-                    .parent
-                    .as_deref()
-                    .and_then(|p| p.strip_prefix("auxiliary/"));
-                let id = sysfs::device_id(r.pci.as_deref(), aux, &r.host_name);
-                let name = name_for(r.pci.as_deref(), &id, &r.host_name);
-                (id, name, format!("{}/{}", r.container_id, r.ifname))
+                let who = Identity::of_record(r);
+                let name = name_for(who.pci.as_deref(), &who.device_id, &who.name);
+                (
+                    who.device_id,
+                    name,
+                    format!("{}/{}", r.container_id, r.ifname),
+                )
             })
             .collect();
         match hits.as_slice() {
@@ -107,37 +93,20 @@ impl HostNics {
                         attached_to: Some(who),
                     }))
             }
-            [(l, id, pci, backed)] => {
-                let rdma = Snapshot::read()?.and_then(|snap| {
-                    snap.of(&pair::Nic {
-                        index: l.index,
-                        name: &l.name,
-                        mac: &l.mac,
-                    })
-                    .unwrap_or_else(|e| {
-                        log::warn!("{}", e.msg);
-                        None
-                    })
-                });
-                let mut uplink = host.node_uses(l).await?;
-                uplink.extend(rdma_host_device_core::uppers::riding(
-                    &self.node.uppers_socket,
-                    l,
-                )?);
-                let driver = sysfs::nic_driver(&l.name);
+            [(l, who)] => {
+                let id = &who.device_id;
+                let mut nic = Nic::on_host(l, Snapshot::read()?.as_ref());
+                nic.uplink =
+                    rdma_host_device_core::uppers::uses(&host, &self.node.uppers_socket, l).await?;
+                // The policy judges the link by the name it has now, and where it was made.
                 let facts = NicFacts {
                     name: &l.name,
-                    pci: pci.as_deref(),
-                    driver: driver.as_deref(),
-                    rdma_device: rdma.as_ref().map(|r| r.name.as_str()),
-                    rdma_guid: rdma.as_ref().and_then(|r| r.guid),
-                    rdma_name_is_the_nodes: rdma.as_ref().is_none_or(|r| r.name_is_the_nodes),
-                    uplink,
                     made_elsewhere: rdma_host_device::select::made_elsewhere(l),
+                    ..nic.facts()
                 };
                 let published = match &self.dra.nics {
                     Some(p) => p.matches(&facts),
-                    None => *backed,
+                    None => who.backed(),
                 };
                 if !published {
                     log::warn!(
@@ -150,9 +119,10 @@ impl HostNics {
                     log::warn!("{device} is {} ({id}): {}", l.name, e.msg);
                     return Ok(None);
                 }
+                drop(facts);
                 Ok(Some(NicRef {
                     device_id: id.clone(),
-                    uverbs: rdma.and_then(|r| r.uverbs),
+                    uverbs: nic.uverbs,
                     attached_to: attached
                         .into_iter()
                         .find(|(a, _, _)| a == id)
@@ -164,7 +134,7 @@ impl HostNics {
                 format!(
                     "device name {device} is that of several NICs ({})",
                     many.iter()
-                        .map(|(l, id, _, _)| format!("{} {id}", l.name))
+                        .map(|(l, who)| format!("{} {}", l.name, who.device_id))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),

@@ -26,17 +26,14 @@
 use super::api::{self, path};
 use super::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice};
 use super::nics::{NicRef, Nics};
-use crate::device_plugin::server::unary;
-use crate::kubelet_grpc;
+use crate::kubelet_grpc::registration::{PluginInfo, PluginWatcher};
+use crate::kubelet_grpc::{self, socket, unary};
 use futures::future::BoxFuture;
 use serde::Deserialize;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 use tonic::Status;
-use tonic::codegen::{BoxFuture as TonicFuture, StdError, http};
 
 /// How often the sockets are checked (removed by someone: served anew).
 const WATCH_TICK: Duration = Duration::from_millis(500);
@@ -418,86 +415,12 @@ impl Sockets {
     }
 }
 
-/// The `Registration` service on the registration socket.
-#[derive(Clone)]
-pub struct Registration {
-    pub driver: String,
-    pub endpoint: String,
-}
-
-impl tonic::server::NamedService for Registration {
-    const NAME: &'static str = "pluginregistration.Registration";
-}
-
-impl<B> tonic::codegen::Service<http::Request<B>> for Registration
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future = TonicFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let me = self.clone();
-        match req.uri().path() {
-            path::GET_INFO => Box::pin(async move {
-                Ok(unary(req, move |_: api::InfoRequest| {
-                    let info = api::PluginInfo {
-                        r#type: api::PLUGIN_TYPE.into(),
-                        name: me.driver.clone(),
-                        endpoint: me.endpoint.clone(),
-                        supported_versions: vec![api::SERVICE_V1.into()],
-                    };
-                    Box::pin(async move { Ok(info) })
-                })
-                .await)
-            }),
-            path::NOTIFY => Box::pin(async move {
-                Ok(unary(req, move |s: api::RegistrationStatus| {
-                    if s.plugin_registered {
-                        log::info!("the kubelet registered {}", me.driver);
-                    } else {
-                        log::error!("the kubelet refused {}: {}", me.driver, s.error);
-                    }
-                    Box::pin(async { Ok(api::RegistrationStatusResponse {}) })
-                })
-                .await)
-            }),
-            other => {
-                let s = Status::unimplemented(format!("{other} is not a method we serve"));
-                Box::pin(async move { Ok(s.into_http()) })
-            }
-        }
-    }
-}
-
 /// The `DRAPlugin` v1 service on the DRA socket.
 #[derive(Clone)]
 pub struct DraService(pub Arc<Driver>);
 
-impl tonic::server::NamedService for DraService {
-    const NAME: &'static str = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin";
-}
-
-impl<B> tonic::codegen::Service<http::Request<B>> for DraService
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future = TonicFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+impl kubelet_grpc::Routed for DraService {
+    fn route(&self, req: kubelet_grpc::Call) -> kubelet_grpc::Answer {
         let d = self.0.clone();
         match req.uri().path() {
             path::PREPARE => Box::pin(async move {
@@ -514,105 +437,32 @@ where
                 })
                 .await)
             }),
-            other => {
-                let s = Status::unimplemented(format!("{other} is not a method we serve"));
-                Box::pin(async move { Ok(s.into_http()) })
-            }
+            other => kubelet_grpc::unimplemented(other),
         }
-    }
-}
-
-/// What identifies a file across delete-and-recreate (inode numbers are reused).
-type FileId = Option<(u64, i64, i64)>;
-
-fn identity(p: &Path) -> FileId {
-    let m = std::fs::symlink_metadata(p).ok()?;
-    Some((m.ino(), m.ctime(), m.ctime_nsec()))
-}
-
-/// A server of `svc` on a fresh socket at `at`; the socket's identity, and the handle that
-/// stops it.
-fn serve<S: kubelet_grpc::KubeletService>(at: &Path, svc: S) -> std::io::Result<(FileId, Server)> {
-    if let Some(dir) = at.parent() {
-        rdma_host_device_core::files::create_dirs(dir, 0o750)?;
-    }
-    let _ = std::fs::remove_file(at);
-    // Only root (the kubelet) connects: 0600 from the moment the socket exists.
-    let listener = rdma_host_device_core::files::listen_unix(at, 0o600).and_then(|l| {
-        l.set_nonblocking(true)?;
-        tokio::net::UnixListener::from_std(l)
-    })?;
-    let id = identity(at);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = kubelet_grpc::serve(listener, svc, async {
-        let _ = stopped.await;
-    });
-    Ok((id, Server { stop, task }))
-}
-
-struct Server {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
-}
-
-impl Server {
-    async fn shut(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
     }
 }
 
 /// Serve the DRA service, then the registration (the kubelet calls the DRA socket as soon as it
-/// sees the registration one), forever; a socket someone removed is served anew.
+/// sees the registration one), forever; a socket someone removed is served anew
+/// (`kubelet_grpc::socket`). The plugin watcher finds the registration socket by itself.
 pub async fn supervise(driver: Arc<Driver>, sockets: Sockets) {
-    loop {
-        let dra = match serve(&sockets.dra, DraService(driver.clone())) {
-            Ok(s) => s,
-            Err(e) => {
-                log::error!(
-                    "cannot serve on {}: {e}; retrying in 1 s",
-                    sockets.dra.display()
-                );
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        let reg = Registration {
-            driver: driver.name.clone(),
+    let registration = PluginWatcher {
+        info: PluginInfo {
+            r#type: api::PLUGIN_TYPE.into(),
+            name: driver.name.clone(),
             endpoint: sockets.endpoint.clone(),
-        };
-        let reg = match serve(&sockets.registration, reg) {
-            Ok(s) => s,
-            Err(e) => {
-                log::error!(
-                    "cannot serve on {}: {e}; retrying in 1 s",
-                    sockets.registration.display()
-                );
-                dra.1.shut().await;
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        log::info!(
-            "serving {} on {}, registration on {}",
-            api::SERVICE_V1,
-            sockets.dra.display(),
-            sockets.registration.display()
-        );
-        loop {
-            tokio::time::sleep(WATCH_TICK).await;
-            if identity(&sockets.dra) != dra.0 || identity(&sockets.registration) != reg.0 {
-                log::info!("a socket of ours was removed; serving anew");
-                break;
-            }
-            if dra.1.task.is_finished() || reg.1.task.is_finished() {
-                log::error!("a gRPC server stopped; starting it again");
-                break;
-            }
-        }
-        dra.1.shut().await;
-        reg.1.shut().await;
-    }
+            supported_versions: vec![api::SERVICE_V1.into()],
+        },
+    };
+    let plugin = socket::Plugin {
+        name: driver.name.clone(),
+        sockets: vec![
+            (sockets.dra, kubelet_grpc::service(DraService(driver))),
+            (sockets.registration, kubelet_grpc::service(registration)),
+        ],
+        tick: WATCH_TICK,
+    };
+    socket::supervise(plugin, || socket::Found).await
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //! attributes claims select by, kept current.
 //!
 //! Which NICs: those `dra.nics` selects (default: every NIC backed by a device, PCI function or
-//! auxiliary-bus device), found as the device plugin finds them (`device_plugin::pool`: host
-//! NICs, then NICs in pods from their attachment records), minus what ADD's own node policy
+//! auxiliary-bus device), found by the node's inventory as the device plugin finds them
+//! (`rdma_host_device_core::inventory`: host NICs, then NICs in pods from their attachment
+//! records), minus what ADD's own node policy
 //! refuses (`Node::admit`: outside `allowedNics`, or an uplink not in `allowedUplinks`). So a
 //! claim can only be allocated a NIC that ADD will hand over.
 //!
@@ -29,13 +30,13 @@
 
 use super::DRIVER;
 use crate::device_plugin::health;
-use crate::device_plugin::pool::{self, Nic};
 use crate::kube::{ApiError, Kube, ResourceSlice, SliceEvent, SliceFilter};
 use futures::StreamExt;
 use k8s_openapi::api::resource::v1::{
     Device, DeviceAttribute, DeviceTaint, ResourcePool, ResourceSliceSpec,
 };
 use rdma_host_device_core::error::Result;
+use rdma_host_device_core::inventory::{self, Nic};
 use rdma_host_device_core::link::Links;
 use rdma_host_device_core::node::{DraConfig, Node};
 use rdma_host_device_core::rdma::identity::format_guid;
@@ -271,7 +272,7 @@ pub async fn discover(
         Some(p) => p.matches(&n.facts()),
         None => n.pci.is_some() || n.id != n.name,
     };
-    let nics = pool::gather_wanted(host, store, &wanted, &s.sys, &s.node.uppers_socket).await?;
+    let nics = inventory::gather(host, store, &wanted, &s.sys, &s.node.uppers_socket).await?;
     let links: HashMap<String, u32> = host
         .all()
         .await?

@@ -1,5 +1,13 @@
-//! Our gRPC servers on unix sockets, as the kubelet and its plugin watcher dial them: the device
-//! plugin's socket, the DRA service and its registration socket (one [`serve`] for all).
+//! The kubelet-plugin server under both the device plugin and the DRA driver: our gRPC
+//! services on unix sockets, as the kubelet and its plugin watcher dial them.
+//!
+//! - `socket.rs`: each socket created 0600 and served, and the supervision: a socket removed
+//!   (a kubelet restart) or a server stopped, and all are served anew and registered again;
+//! - `registration.rs`: how the kubelet learns of a plugin: the plugin watcher's registration
+//!   service (the DRA driver; its supported versions are the caller's), or a call on the
+//!   kubelet's socket made again at each kubelet restart (the device plugin's `Register`);
+//! - here: [`serve`], the unary-method helpers the services are routed with ([`unary`]), and
+//!   the wire fix below.
 //!
 //! A gRPC client dialling a unix socket by its path names the path as HTTP/2 `:authority`:
 //! grpc-go's passthrough resolver does (the kubelet's plugin watcher calls
@@ -13,6 +21,9 @@
 //! refuse replaced by `localhost`. Nothing reads the authority of a request to these sockets.
 //! What the server writes passes untouched. Every buffer is bounded: a header block larger than
 //! [`MAX_HEADER_BLOCK`] (encoded or decoded) closes the connection.
+
+pub mod registration;
+pub mod socket;
 
 use std::future::Future;
 use std::io;
@@ -49,41 +60,38 @@ const END_HEADERS: u8 = 0x4;
 const PADDED: u8 = 0x8;
 const PRIORITY: u8 = 0x20;
 
-/// A gRPC service we serve to the kubelet: what tonic's server asks of one, named once for
-/// [`serve`] and its callers.
-pub trait KubeletService:
-    tonic::codegen::Service<
-        http::Request<tonic::body::Body>,
-        Response = http::Response<tonic::body::Body>,
-        Error = std::convert::Infallible,
-        Future: Send + 'static,
-    > + tonic::server::NamedService
-    + Clone
-    + Send
-    + Sync
-    + 'static
-{
+/// A gRPC service we serve to the kubelet, boxed ([`service`]): one type for [`serve`] and the
+/// supervision, whatever the service.
+pub type Service = tower::util::BoxCloneSyncService<
+    http::Request<tonic::body::Body>,
+    http::Response<tonic::body::Body>,
+    std::convert::Infallible,
+>;
+
+/// A call to one of our services.
+pub type Call = http::Request<tonic::body::Body>;
+/// The answer to a [`Call`].
+pub type Answer =
+    tonic::codegen::BoxFuture<http::Response<tonic::body::Body>, std::convert::Infallible>;
+
+/// A gRPC service routed by hand, each method by its path, each unary one with [`unary`]: what
+/// tonic-build would generate, without a build step.
+pub trait Routed: Clone + Send + Sync + 'static {
+    /// The answer to `call`, whose path names the method ([`unimplemented`] for one it does
+    /// not serve).
+    fn route(&self, call: Call) -> Answer;
 }
 
-impl<S> KubeletService for S where
-    S: tonic::codegen::Service<
-            http::Request<tonic::body::Body>,
-            Response = http::Response<tonic::body::Body>,
-            Error = std::convert::Infallible,
-            Future: Send + 'static,
-        > + tonic::server::NamedService
-        + Clone
-        + Send
-        + Sync
-        + 'static
-{
+/// `routed` as a [`Service`].
+pub fn service(routed: impl Routed) -> Service {
+    Service::new(tower::service_fn(move |call: Call| routed.route(call)))
 }
 
 /// Serve `svc` on `listener` until `shutdown` completes, every connection read through
 /// [`KubeletStream`].
-pub fn serve<S: KubeletService>(
+pub fn serve(
     listener: UnixListener,
-    svc: S,
+    svc: Service,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
     let incoming = futures::stream::unfold(listener, |l| async move {
@@ -103,6 +111,50 @@ pub fn serve<S: KubeletService>(
             .serve_with_incoming_shutdown(svc, incoming, shutdown)
             .await
     })
+}
+
+/// A unary method answered by the async `f`.
+pub async fn unary<B, Q, A, F>(req: http::Request<B>, f: F) -> http::Response<tonic::body::Body>
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    Q: prost::Message + Default + Send + 'static,
+    A: prost::Message + Send + 'static,
+    F: Fn(Q) -> futures::future::BoxFuture<'static, Result<A, tonic::Status>>
+        + Send
+        + Clone
+        + 'static,
+{
+    let svc = tower::service_fn(move |r: tonic::Request<Q>| {
+        let f = f.clone();
+        async move { f(r.into_inner()).await.map(tonic::Response::new) }
+    });
+    tonic::server::Grpc::new(tonic_prost::ProstCodec::<A, Q>::default())
+        .unary(svc, req)
+        .await
+}
+
+/// [`unary`] for a method whose answer `f` computes at once.
+pub async fn unary_now<B, Q, A>(
+    req: http::Request<B>,
+    f: impl Fn(Q) -> Result<A, tonic::Status> + Send + Sync + Clone + 'static,
+) -> http::Response<tonic::body::Body>
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    Q: prost::Message + Default + Send + 'static,
+    A: prost::Message + Send + 'static,
+{
+    unary(req, move |q| -> futures::future::BoxFuture<'static, _> {
+        Box::pin(std::future::ready(f(q)))
+    })
+    .await
+}
+
+/// The answer to a method `path` a service does not serve.
+pub fn unimplemented(path: &str) -> Answer {
+    let s = tonic::Status::unimplemented(format!("{path} is not a method we serve"));
+    Box::pin(async move { Ok(s.into_http()) })
 }
 
 /// An accepted connection whose client-to-server HTTP/2 stream is read through [`Rewriter`].

@@ -65,7 +65,7 @@ pub struct PreparedDevice {
     /// The device's name in our ResourceSlice.
     pub device: String,
     /// The NIC: its PCI address, else its auxiliary-bus device, else (a virtual link) its
-    /// interface name; what ADD resolves as `deviceID` (`sysfs::device_id`).
+    /// interface name; what ADD resolves as `deviceID` (`inventory::device_id`).
     pub device_id: String,
     /// The CDI device IDs prepare returned.
     #[serde(default)]
