@@ -9,8 +9,9 @@
 //!   identity, the NIC's ifindex there): one RTM_GETLINK by index and, for an RDMA NIC, RDMA
 //!   netlink from there (the port whose netdev is that ifindex, whatever the device is called
 //!   now). Only our attachments' namespaces are entered, never another pod's. A namespace that
-//!   cannot be entered (gone with its pod, or the agent lacks CAP_SYS_ADMIN) is `Unknown` for
-//!   the link, and says why;
+//!   cannot be entered (gone with its pod, or the agent lacks CAP_SYS_ADMIN), or a NIC not in
+//!   it (on its way in or home: ADD saves the record first, DEL removes it last) is `Unknown`
+//!   for the link, and says why;
 //! - wherever it is: its PCI function in `/sys/bus/pci/devices/<bdf>` (not per netns): gone,
 //!   disabled, or its uncorrectable AER counters (`aer_dev_fatal`, `aer_dev_nonfatal`) rising.
 //!
@@ -338,7 +339,15 @@ fn look_in_pod(pod: &InPod, rdma: Option<&str>) -> Seen {
             seen.admin_up = l.admin_up;
             seen.carrier = l.admin_up.then_some(l.carrier);
         }
-        Err(crate::metrics::netdev::NetdevError::NotFound) => {}
+        // Not there: on its way in (ADD saved the record first) or home (DEL removes the record
+        // last), or deleted in the pod. Not a fault of the device to report; a NIC whose
+        // device went away is caught by its PCI function.
+        Err(crate::metrics::netdev::NetdevError::NotFound) => {
+            return unreachable(format!(
+                "its interface {} is not in its pod's network namespace (being attached or given back?)",
+                pod.ifname
+            ));
+        }
         Err(e) => return unreachable(format!("reading {} in its pod: {e}", pod.ifname)),
     }
     (seen.rdma_present, seen.port_down) = rdma.unwrap_or((true, false));
