@@ -10,8 +10,10 @@
 //!   (the call that failed with PROTOCOL_ERROR on a real kubelet), the real scheduler allocates
 //!   a claim from our ResourceSlice, the kubelet prepares it through our driver, Multus runs
 //!   conf/k8s/dra-claims.yaml's NAD rail-0 and our CNI takes the prepared NIC, the claim's status
-//!   carries the network data; a second claim for the only NIC waits; the pod deleted: the NIC
-//!   is home under its name and the claim unprepared;
+//!   carries the network data; the pod's status shows the device's health from our health
+//!   stream, Unhealthy with our sentence (and the slice tainted) while the NIC's wire is cut on
+//!   the node, Healthy again after; a second claim for the only NIC waits; the pod deleted: the
+//!   NIC is home under its name and the claim unprepared;
 //! - the device plugin path: an unprivileged pod (uid 1000, every capability dropped) asking for
 //!   `rdma-host-device.io/rail: 1` and the network of conf/multus/rdma-rail-device-plugin.yaml
 //!   gets the NIC the kubelet allocated, Multus' network-status names it; a second pod is not
@@ -230,6 +232,79 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
         devices[0]["networkData"]["interfaceName"], "net1",
         "{devices:?}"
     );
+
+    // KEP-4680 through the kubelet: the driver's health stream puts the device's health in
+    // the pod's status; the NIC's wire cut on the node (its veth peer down: net1 in the pod
+    // loses carrier) makes it Unhealthy with our sentence, and the slice's taint follows;
+    // the wire back, Healthy and untainted again.
+    let peer = format!("rhdpeer{}", NICS.iter().position(|n| n == nic).unwrap_or(0));
+    let health = |want: &str| {
+        let v = c.get(&["-n", "default", "pod", "dra-a"]);
+        let entries = v["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let claim = entries.iter().find(|e| e["name"] == "claim:rails")?;
+        let r = claim["resources"].as_array()?.first()?.clone();
+        (r["health"] == want).then_some(r)
+    };
+    let taint = || {
+        let v = c.get(&["resourceslices"]);
+        v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["spec"]["driver"] == "rdma-host-device.io")
+            .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+            .find(|d| d["name"] == dev.as_str())
+            .and_then(|d| d["taints"].as_array().cloned())
+            .and_then(|t| t.first().cloned())
+    };
+    let healthy = c.wait("the pod's status shows our device Healthy", 90, || {
+        health("Healthy")
+    });
+    assert_eq!(
+        healthy["resourceID"],
+        format!("rdma-host-device.io/{}/{dev}", c.node),
+        "{healthy}"
+    );
+    assert!(
+        taint().is_none(),
+        "a healthy device is tainted: {:?}",
+        taint()
+    );
+    c.ip(&["link", "set", &peer, "down"]);
+    let cut = std::time::Instant::now();
+    let sick = c.wait("the pod's status shows our device Unhealthy", 15, || {
+        health("Unhealthy")
+    });
+    let took = cut.elapsed();
+    assert_eq!(
+        sick["message"], "link-down: net1 in the pod is up without carrier",
+        "{sick}"
+    );
+    let t = c.wait("the slice's taint for the unhealthy device", 15, taint);
+    assert_eq!(t["key"], "rdma-host-device.io/unhealthy", "{t}");
+    assert_eq!(t["value"], "link-down", "{t}");
+    assert_eq!(t["effect"], "NoSchedule", "{t}");
+    eprintln!(
+        "Unhealthy in the pod's status {:.1} s after the wire was cut",
+        took.as_secs_f64()
+    );
+    c.ip(&["link", "set", &peer, "up"]);
+    let back = std::time::Instant::now();
+    c.wait(
+        "the pod's status shows our device Healthy again",
+        15,
+        || health("Healthy"),
+    );
+    eprintln!(
+        "Healthy again {:.1} s after the wire came back",
+        back.elapsed().as_secs_f64()
+    );
+    c.wait("the slice's taint gone", 15, || {
+        taint().is_none().then_some(())
+    });
 
     // A claim for two NICs while dra-a holds one of the two waits: the scheduler finds no
     // allocation, the pod is not started.

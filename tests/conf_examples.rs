@@ -346,6 +346,8 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
         ("/etc/rdma-host-device", true),
         ("/var/run/cdi", false),
         ("/run/rdma-host-device", true),
+        // The pods' namespaces, where the health judge looks at a NIC in a pod.
+        ("/run/netns", true),
     ] {
         assert!(
             mounts.contains(&(path.to_owned(), Some(path.to_owned()), ro)),
@@ -356,7 +358,12 @@ fn daemonset_runs_the_device_plugin_unprivileged_beside_the_kubelet() {
         mounts.contains(&("/host/dev".to_owned(), Some("/dev".to_owned()), true)),
         "the node's /dev at /host/dev, read-only: {mounts:?}"
     );
-    assert_eq!(mounts.len(), 7, "nothing more: {mounts:?}");
+    assert_eq!(mounts.len(), 8, "nothing more: {mounts:?}");
+    // setns(2) into those namespaces, and no other capability.
+    assert_eq!(
+        c["securityContext"]["capabilities"]["add"],
+        serde_json::json!(["SYS_ADMIN"])
+    );
     assert_eq!(spec["hostNetwork"], true, "it must see the host's NICs");
 }
 
@@ -1283,6 +1290,11 @@ fn the_dra_daemonset_runs_the_driver_for_its_node_with_the_token_in_its_containe
     assert_ne!(c["securityContext"]["privileged"], true);
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(
+        c["securityContext"]["capabilities"]["add"],
+        json!(["SYS_ADMIN"]),
+        "setns(2) into the pods holding our NICs, for their health, and nothing more"
+    );
     let volume = |name: &str| {
         spec["volumes"]
             .as_array()
@@ -1319,6 +1331,8 @@ fn the_dra_daemonset_runs_the_driver_for_its_node_with_the_token_in_its_containe
         ("/host/dev".to_owned(), "/dev".to_owned(), true),
         want("/etc/rdma-host-device", true),
         want("/run/rdma-host-device", true),
+        // The pods' namespaces, where the health judge looks at a NIC in a pod (SYS_ADMIN).
+        want("/run/netns", true),
         (
             "/var/run/secrets/kubernetes.io/serviceaccount".to_owned(),
             "projected".to_owned(),

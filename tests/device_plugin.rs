@@ -262,11 +262,11 @@ fn the_kubelet_gets_the_pools_nics_over_grpc_but_never_the_nodes_uplink() {
 }
 
 #[test]
-fn a_nic_losing_its_link_turns_unhealthy_within_a_second_but_one_in_a_pod_stays_healthy() {
+fn a_nic_losing_its_link_turns_unhealthy_within_a_second_on_the_host_and_in_its_pod() {
     let (rig, sockets, devinfo) = world(&[]);
     let (a, b) = (rig.nic(0), rig.nic(1));
     let pod = rig.netns(0);
-    for l in [&a.name, &a.peer] {
+    for l in [&a.name, &a.peer, &b.peer] {
         ip(&["link", "set", l, "up"]);
     }
     let (mut k, plugin) = serving(&rig, &sockets, &devinfo, &[&a.name, &b.name]);
@@ -279,22 +279,50 @@ fn a_nic_losing_its_link_turns_unhealthy_within_a_second_but_one_in_a_pod_stays_
         devices(&mut k, json!({&a.name: health}), 1.0, &plugin);
         took.push(t0.elapsed());
     }
-    // b goes into a pod through the CNI (ADD) and comes back (DEL): Healthy all along.
+    // b goes into a pod through the CNI (ADD): Healthy on its way there and in the pod, where
+    // it is judged (its pod's netns, as its record names it).
     let conf = rig.conf("1.0.0", json!({"device": b.name}));
     rig.call("ADD", &conf, &pod.path(), &rig.cid(0), "net1", &[])
         .ok();
     std::thread::sleep(Duration::from_millis(600)); // three health ticks with b in the pod
     devices(&mut k, json!({&b.name: "Healthy"}), 1.0, &plugin);
-    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[]);
-    std::thread::sleep(Duration::from_millis(600));
-    let h = k.ask(json!({"cmd": "history", "resource": RESOURCE}));
-    assert!(
-        !h["changes"]
+    let in_pod = |h: &Value| {
+        h["changes"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|c| c[0] == b.name.as_str() && c[1] == "Unhealthy"),
-        "a NIC in a pod, or on its way there and back, is never Unhealthy: {h}\n{}",
+            .filter(|c| c[0] == b.name.as_str() && c[1] == "Unhealthy")
+            .count()
+    };
+    let h = k.ask(json!({"cmd": "history", "resource": RESOURCE}));
+    assert_eq!(
+        in_pod(&h),
+        0,
+        "a NIC on its way into a pod is not Unhealthy: {h}"
+    );
+    // Its wire cut while it is in the pod: Unhealthy (net1 in the pod has no carrier), and
+    // Healthy again when the wire is back.
+    for (cmd, health) in [("down", "Unhealthy"), ("up", "Healthy")] {
+        let t0 = Instant::now();
+        ip(&["link", "set", &b.peer, cmd]);
+        devices(&mut k, json!({&b.name: health}), 1.0, &plugin);
+        took.push(t0.elapsed());
+    }
+    assert!(
+        plugin
+            .log()
+            .contains("net1 in the pod is up without carrier"),
+        "{}",
+        plugin.log()
+    );
+    // Home (DEL): never Unhealthy on the way.
+    rig.call("DEL", &conf, &pod.path(), &rig.cid(0), "net1", &[]);
+    std::thread::sleep(Duration::from_millis(600));
+    let h = k.ask(json!({"cmd": "history", "resource": RESOURCE}));
+    assert_eq!(
+        in_pod(&h),
+        1,
+        "Unhealthy once (the cut), not on its way into the pod or home: {h}\n{}",
         plugin.log()
     );
     // The NIC is deleted: Unhealthy, still listed (the kubelet must not lose track of it).
@@ -308,8 +336,8 @@ fn a_nic_losing_its_link_turns_unhealthy_within_a_second_but_one_in_a_pod_stays_
     );
     took.push(t0.elapsed());
     eprintln!(
-        "health to the ListAndWatch stream: peer down {:?}, up {:?}, deleted {:?}",
-        took[0], took[1], took[2]
+        "health to the ListAndWatch stream: peer down {:?}, up {:?}; in the pod: down {:?}, up {:?}; deleted {:?}",
+        took[0], took[1], took[2], took[3], took[4]
     );
     assert!(took.iter().all(|t| *t < Duration::from_secs(1)), "{took:?}");
     assert!(plugin.log().contains("without carrier"), "{}", plugin.log());
@@ -489,6 +517,11 @@ fn the_kubelets_allocation_reaches_add_as_multus_device_id_and_that_nic_lands_in
     let (rig, sockets, devinfo) = world(&[]);
     let (a, b) = (rig.nic(0), rig.nic(1));
     let (pod, other) = (rig.netns(0), rig.netns(1));
+    // Live wires: in the pod the NIC is judged where it is, and a veth whose peer is down has
+    // no carrier there.
+    for l in [&a.peer, &b.peer] {
+        ip(&["link", "set", l, "up"]);
+    }
     let (mut k, plugin) = serving(&rig, &sockets, &devinfo, &[&a.name, &b.name]);
 
     // The kubelet picks one device for the pod's request and allocates it.
@@ -518,7 +551,8 @@ fn the_kubelets_allocation_reaches_add_as_multus_device_id_and_that_nic_lands_in
     );
     assert!(mine.on_host().is_none(), "{add}");
     assert!(free.on_host().is_some(), "the other NIC stays home\n{add}");
-    // In the pod, it stays Healthy; a second pod's ADD with the same deviceID is refused.
+    // In the pod, its wire alive, it stays Healthy; a second pod's ADD with the same deviceID
+    // is refused.
     std::thread::sleep(Duration::from_millis(600));
     devices(&mut k, json!({&id: "Healthy"}), 1.0, &plugin);
     let again = rig.call("ADD", &conf, &other.path(), &rig.cid(1), "net1", &[]);

@@ -216,7 +216,15 @@ fn the_kubelet_registers_the_driver_and_gets_a_prepared_claim_once_however_often
         .join(DRIVER)
         .join("dra.sock");
     assert_eq!(r["endpoint"], endpoint.display().to_string());
-    assert_eq!(r["supported_versions"], json!(["v1.DRAPlugin"]));
+    // The DRA service, and the device health stream the kubelet watches when it knows it.
+    assert_eq!(
+        r["supported_versions"],
+        json!([
+            "v1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth"
+        ])
+    );
     assert!(
         d.log()
             .contains(&format!("the kubelet registered {DRIVER}")),

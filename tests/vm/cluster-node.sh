@@ -17,7 +17,9 @@
 #                  then starts with the node's memlock in kubectl exec
 #   dra            conf/k8s/dra.yaml, dra-claims.yaml's one-rail template and NAD rail-0 as
 #                  shipped: the scheduler allocates the NIC, the kubelet prepares it through our
-#                  driver, the CNI takes it; the same checks in the pod; home on delete
+#                  driver, the CNI takes it; the same checks in the pod; the pod's
+#                  allocatedResourcesStatus Healthy, Unhealthy with our message while rxe0 is
+#                  deleted in the pod's netns, Healthy when it is back there; home on delete
 #
 # Env (from tests/vm/cluster.sh): RHD_CLUSTER_DIR (the cluster's DIR), RHD_CLUSTER_IMAGE (the
 # DaemonSet's image as an OCI archive).
@@ -294,6 +296,44 @@ want = {("ResourceClaimTemplate", "one-rail"), ("NetworkAttachmentDefinition", "
 print(json.dumps({"apiVersion": "v1", "kind": "List",
   "items": [d for d in docs if (d["kind"], d["metadata"]["name"]) in want]}))
 EOF
+# health_is WANT [TEXT]: dra-a's allocatedResourcesStatus (KEP-4680, from our driver's health
+# stream through the kubelet) shows its claim's device as WANT, its message holding TEXT; prints
+# the resource ID and the message
+health_is() {
+  kc get pod dra-a -o json | python3 -c '
+import json, sys
+want, text = sys.argv[1], sys.argv[2]
+st = json.load(sys.stdin)["status"]["containerStatuses"][0].get("allocatedResourcesStatus") or []
+r = [x for e in st if e["name"] == "claim:rails" for x in e.get("resources") or []]
+assert r and r[0]["health"] == want and text in r[0].get("message", ""), r
+print(r[0]["resourceID"], repr(r[0].get("message", "")))
+' "$1" "${2:-}"
+}
+# The device's health in the pod's status; its RDMA device deleted in the pod's netns (where the
+# driver looks at it: exclusive mode) makes it Unhealthy with our sentence; made again and moved
+# into the pod's netns, Healthy.
+health_checks() {
+  local ns t
+  if wait_until 60 health_is Healthy; then ok "dra-a: allocatedResourcesStatus $(health_is Healthy)"
+  else bad "dra-a: not Healthy in allocatedResourcesStatus: $(health_is Healthy 2>&1 | tail -1)"; return; fi
+  ns=$(python3 -c 'import glob, json; print(*[json.load(open(f))["netns"] for f in glob.glob("/var/lib/cni/rdma-host-device/*.json")])')
+  t=$(up)
+  nsenter --net="$ns" rdma link delete rxe0 || { bad "rdma link delete rxe0 in dra-a's netns $ns"; return; }
+  local gone="rdma-device-gone: its RDMA device rxe0 is gone"
+  if wait_until 30 health_is Unhealthy "$gone"; then ok "rxe0 deleted in the pod: Unhealthy in $(since "$t") s: $(health_is Unhealthy "$gone")"
+  else bad "rxe0 deleted in the pod, after 30 s: $(health_is Unhealthy "$gone" 2>&1 | tail -1)"; fi
+  # Made again on net1, the new rxe0 registers in the node's namespace (rxe_ns keeps its
+  # sockets in init_net): the pod does not see it, so it is still gone there; moved into the
+  # pod's netns, as ADD moves it, it is back.
+  nsenter --net="$ns" rdma link add rxe0 type rxe_ns netdev net1 || { bad "rdma link add rxe0 on dra-a's net1"; return; }
+  sleep 3
+  if health_is Unhealthy "$gone" >/dev/null; then ok "rxe0 made again outside the pod: still gone in the pod"
+  else bad "rxe0 made again outside the pod: $(health_is Unhealthy "$gone" 2>&1 | tail -1)"; fi
+  t=$(up)
+  rdma dev set rxe0 netns "$(basename "$ns")" || { bad "rdma dev set rxe0 netns $(basename "$ns")"; return; }
+  if wait_until 30 health_is Healthy; then ok "rxe0 back in the pod's netns: Healthy in $(since "$t") s"
+  else bad "rxe0 back in the pod's netns, after 30 s: $(health_is Healthy 2>&1 | tail -1)"; fi
+}
 t=$(up)
 pod_json dra-a rail-0 '{"claims": [{"name": "rails"}]}' '[{"name": "rails", "resourceClaimTemplateName": "one-rail"}]' |
   kc apply -f - >/dev/null
@@ -302,6 +342,7 @@ if wait_until 240 ready dra-a; then
   # no device-info: Multus 4.3 passes a device-info path only with a deviceID (pkg/types/conf.go,
   # delegateRuntimeConfig), and a draRequest network gets none from it
   pod_checks dra-a 0
+  health_checks
 else bad "dra-a not Ready"; fi
 kc delete pod dra-a --wait=true --timeout=120s >/dev/null || bad "delete dra-a"
 home "dra"

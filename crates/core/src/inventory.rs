@@ -19,7 +19,7 @@ use crate::rdma::identity::{RdmaId, Snapshot};
 use crate::rdma::pair;
 use crate::state::{Record, Store, Tag};
 use crate::sysfs;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::Path;
 
 /// The ID a device plugin hands out for a NIC, which Multus passes to ADD as `deviceID`: its
@@ -109,8 +109,36 @@ pub struct Nic {
     pub pci_root: Option<String>,
     /// In a pod: its attachment record is in the state directory.
     pub attached: bool,
+    /// Where in its pod, as the attachment record says (the health judge looks there).
+    pub pod: Option<InPod>,
     /// Why the node itself uses it (default route, global address, ...), if it does.
     pub uplink: Vec<String>,
+}
+
+/// Where an attached NIC is, from its attachment record: all the health judge needs to look at
+/// it in its pod (one namespace, one ifindex; nothing about other pods).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InPod {
+    /// The pod's netns path as ADD got it (CNI_NETNS).
+    pub netns: String,
+    /// The namespace ADD found there (nsfs device, inode): a path retargeted since names
+    /// another pod's namespace, which is not looked into.
+    pub netns_id: Option<(u64, u64)>,
+    /// Its interface name in the pod (CNI_IFNAME) and its ifindex there, which a pod cannot
+    /// change (the name only for records older than the index).
+    pub ifname: String,
+    pub index: Option<u32>,
+}
+
+impl InPod {
+    pub fn of(r: &Record) -> InPod {
+        InPod {
+            netns: r.netns.clone(),
+            netns_id: r.netns_id,
+            ifname: r.ifname.clone(),
+            index: r.pod_index,
+        }
+    }
 }
 
 impl Nic {
@@ -130,6 +158,7 @@ impl Nic {
             numa: None,
             pci_root: None,
             attached: false,
+            pod: None,
             uplink: Vec::new(),
         }
     }
@@ -151,6 +180,7 @@ impl Nic {
             numa: None,
             pci_root: None,
             attached: false,
+            pod: None,
             uplink: Vec::new(),
         }
     }
@@ -222,6 +252,7 @@ pub async fn gather(
             rdma_name_is_the_nodes: true,
             uverbs: None,
             attached: true,
+            pod: Some(InPod::of(&r)),
             uplink: Vec::new(),
         };
         if wanted(&nic) {
@@ -231,14 +262,14 @@ pub async fn gather(
     Ok(out)
 }
 
-/// The device IDs of the NICs now in pods (read every health tick: ADD saves its record before
-/// the NIC leaves the host, so a NIC on its way into a pod never looks gone).
-pub fn attached_ids(store: &Store) -> HashSet<String> {
+/// The NICs now in pods, by device ID, and where (read every health tick: ADD saves its record
+/// before the NIC leaves the host, so a NIC on its way into a pod never looks gone).
+pub fn attached(store: &Store) -> HashMap<String, InPod> {
     store
         .all()
         .unwrap_or_default()
         .iter()
-        .map(|r| Identity::of_record(r).device_id)
+        .map(|r| (Identity::of_record(r).device_id, InPod::of(r)))
         .collect()
 }
 

@@ -6,7 +6,7 @@
 //!
 //! - `api.rs`: the v1beta1 messages, hand-written `prost::Message` structs.
 //! - `pool.rs`: which NICs each pool offers (selectors, node policy), their IDs and NUMA nodes.
-//! - `health.rs`: Healthy or Unhealthy, from sysfs.
+//! - `health.rs`: Healthy or Unhealthy (the judge the DRA driver shares), where the NIC is.
 //! - `allocate.rs`: `Allocate` (char devices, env, device-info files), `GetPreferredAllocation`.
 //! - `server.rs`: the gRPC service per pool, registration, kubelet restarts.
 //!
@@ -188,7 +188,9 @@ impl CdiKeeper {
 #[derive(Default)]
 struct Watcher {
     notes: Vec<String>,
+    /// The last verdict of each NIC that was not Healthy, to log changes only.
     unhealthy: BTreeMap<String, String>,
+    judge: health::Judge,
 }
 
 impl Watcher {
@@ -246,24 +248,29 @@ impl Watcher {
         }
     }
 
-    /// Judge every known NIC now and publish each pool's list if it changed.
+    /// Judge every known NIC now (where it is: a NIC in a pod is looked at in its pod's netns)
+    /// and publish each pool's list if it changed.
     fn health(&mut self, store: &Store, plugins: &[Arc<Plugin>], sys: &Path) {
-        let attached = rdma_host_device_core::inventory::attached_ids(store);
+        let attached = rdma_host_device_core::inventory::attached(store);
+        let now = std::time::Instant::now();
         for p in plugins {
             let known = p.nics.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let devices: Vec<api::Device> = known
                 .values()
                 .map(|nic| {
                     let mut nic = nic.clone();
-                    nic.attached = attached.contains(&nic.id);
-                    let verdict = health::judge(&nic, &health::look(sys, &nic));
+                    nic.pod = attached.get(&nic.id).cloned();
+                    nic.attached = nic.pod.is_some();
+                    let verdict = self.judge.judge(&nic, &health::look(sys, &nic), now);
                     self.note(&p.pool.resource_name, &nic, &verdict);
                     api::Device {
                         id: nic.id.clone(),
-                        health: if verdict.is_ok() {
-                            api::HEALTHY
-                        } else {
+                        // Unknown (a pod's netns out of reach) is not a fault the kubelet
+                        // should act on: ListAndWatch has no third value.
+                        health: if verdict.is_unhealthy() {
                             api::UNHEALTHY
+                        } else {
+                            api::HEALTHY
                         }
                         .into(),
                         topology: nic.numa.map(|n| api::TopologyInfo {
@@ -286,14 +293,22 @@ impl Watcher {
         &mut self,
         pool: &str,
         nic: &rdma_host_device_core::inventory::Nic,
-        verdict: &std::result::Result<(), String>,
+        verdict: &health::Health,
     ) {
-        match verdict {
-            Err(why) if self.unhealthy.get(&nic.id) != Some(why) => {
-                log::warn!("{pool}: {} ({}) is Unhealthy: {why}", nic.id, nic.name);
-                self.unhealthy.insert(nic.id.clone(), why.clone());
+        let why = match verdict {
+            health::Health::Healthy => None,
+            other => Some(other.message()),
+        };
+        match why {
+            Some(why) if self.unhealthy.get(&nic.id) != Some(&why) => {
+                if verdict.is_unhealthy() {
+                    log::warn!("{pool}: {} ({}) is Unhealthy: {why}", nic.id, nic.name);
+                } else {
+                    log::info!("{pool}: {} ({}) is not judged: {why}", nic.id, nic.name);
+                }
+                self.unhealthy.insert(nic.id.clone(), why);
             }
-            Ok(()) if self.unhealthy.remove(&nic.id).is_some() => {
+            None if self.unhealthy.remove(&nic.id).is_some() => {
                 log::info!("{pool}: {} ({}) is Healthy again", nic.id, nic.name);
             }
             _ => {}

@@ -102,6 +102,7 @@ mod tests {
             numa: None,
             pci_root: None,
             attached: false,
+            pod: None,
             uplink: Vec::new(),
         }
     }

@@ -8,6 +8,8 @@
 //!   and records the claim in the checkpoint (`rdma_host_device_core::dra::checkpoint`);
 //!   unprepare works from the checkpoint alone.
 //!   `api.rs` holds the kubelet's messages;
+//! - `health.rs`: the kubelet's device health stream (`v1.DRAResourceHealth`), fed by the slice
+//!   loop's verdicts (the device plugin's judge, which looks at a NIC in a pod in its netns);
 //! - `status.rs`: the network data of NICs that ADD attached (`draRequest`), from the CNI's
 //!   state records into their claims' `status.devices[]` (KEP-4817).
 //!
@@ -20,6 +22,7 @@
 //! `slices::run(kube, settings)` publishes until the process ends, with a clone of the client.
 
 pub mod api;
+pub mod health;
 pub mod nics;
 pub mod plugin;
 pub mod slices;
@@ -148,6 +151,7 @@ pub fn run(opts: &Options) -> Result<()> {
         .map_err(|e| io_error("cannot start the runtime", e))?;
     rt.block_on(async move {
         let kube = Kube::connect(&Endpoint::from_options(&opts.kube)).await?;
+        let (health, health_rx) = tokio::sync::watch::channel(Vec::new());
         let driver = Arc::new(plugin::Driver {
             name: DRIVER.into(),
             claims: Arc::new(kube.clone()),
@@ -155,10 +159,11 @@ pub fn run(opts: &Options) -> Result<()> {
             checkpoint,
             serial: tokio::sync::Mutex::new(()),
             cdi,
+            health: health_rx,
         });
         // The kubelet side first: unprepare must work even while the API server is away.
         tokio::spawn(plugin::supervise(driver, sockets));
         tokio::spawn(status::Reporter::new(kube.clone(), DRIVER, &settings.state_dir).run());
-        slices::run(kube, settings).await
+        slices::run(kube, settings, health).await
     })
 }

@@ -1,5 +1,6 @@
 //! The kubelet side of the DRA driver: `NodePrepareResources` and `NodeUnprepareResources`
-//! (DRA plugin API v1), and the registration that tells the kubelet where they are served.
+//! (DRA plugin API v1), the device health stream (`NodeWatchResources`, `health.rs`) on the same
+//! socket, and the registration that tells the kubelet where they are served.
 //!
 //! Prepare, per claim the kubelet names (references only: namespace, name, UID):
 //! 1. already in the checkpoint: the same answer again (idempotent; the pods it is reserved
@@ -136,6 +137,9 @@ pub struct Driver {
     /// The CDI spec brought up to date before a claim's CDI IDs are answered (`--cdi-spec`):
     /// an RDMA device loaded since the spec was written gets its entry first.
     pub cdi: Option<CdiSpec>,
+    /// Every published device's health, as the slice loop judged it last: what
+    /// `NodeWatchResources` streams (`health.rs`).
+    pub health: tokio::sync::watch::Receiver<Vec<super::slices::DeviceHealth>>,
 }
 
 /// Where the CDI spec is and what it says (`cdi::refresh`'s arguments).
@@ -437,6 +441,19 @@ impl kubelet_grpc::Routed for DraService {
                 })
                 .await)
             }),
+            path::WATCH_HEALTH | path::WATCH_HEALTH_V1ALPHA1 => Box::pin(async move {
+                let svc =
+                    tower::service_fn(move |_: tonic::Request<api::NodeWatchResourcesRequest>| {
+                        let s = super::health::watch(d.health.clone(), super::health::RESEND);
+                        async move { Ok::<_, Status>(tonic::Response::new(s)) }
+                    });
+                Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::<
+                    api::NodeWatchResourcesResponse,
+                    api::NodeWatchResourcesRequest,
+                >::default())
+                .server_streaming(svc, req)
+                .await)
+            }),
             other => kubelet_grpc::unimplemented(other),
         }
     }
@@ -451,7 +468,10 @@ pub async fn supervise(driver: Arc<Driver>, sockets: Sockets) {
             r#type: api::PLUGIN_TYPE.into(),
             name: driver.name.clone(),
             endpoint: sockets.endpoint.clone(),
-            supported_versions: vec![api::SERVICE_V1.into()],
+            supported_versions: std::iter::once(api::SERVICE_V1)
+                .chain(api::HEALTH_SERVICES)
+                .map(Into::into)
+                .collect(),
         },
     };
     let plugin = socket::Plugin {
@@ -565,6 +585,7 @@ mod tests {
                 checkpoint: super::super::checkpoint::path(&dir),
                 serial: tokio::sync::Mutex::new(()),
                 cdi: None,
+                health: tokio::sync::watch::channel(Vec::new()).1,
             },
             dir,
         }

@@ -16,15 +16,19 @@
 //! `k8s.cni.cncf.io/{deviceID, resourceName}` (deviceID is what ADD resolves, the device
 //! plugin's ID), and ours under `rdma-host-device.io/`: `ifName`, `driver`, `mtu`,
 //! `linkSpeed` (Mb/s), `linkUp`, `rdma`, `rdmaDevice`, `nodeGUID`, `transport` (InfiniBand,
-//! RoCE, iWARP), `rail`. Health follows the device plugin's rule (`device_plugin::health`): a NIC
-//! that is up without carrier, or whose RDMA device is gone or has a port down, gets the
-//! device taint `rdma-host-device.io/unhealthy` (NoSchedule: running pods stay) where the API
-//! server keeps taints (DRADeviceTaints); a 1.34 server without the gate drops them, which is
-//! noticed and logged once, and `linkUp` is then the only signal. `linkUp` is published only
+//! RoCE, iWARP), `rail`. Health is the device plugin's judge (`device_plugin::health`, which
+//! looks at a NIC in a pod inside its pod's netns): a NIC whose link is up without carrier,
+//! whose RDMA device is gone or has a port down, or whose PCI function is gone or reports
+//! uncorrectable errors, gets the device taint `rdma-host-device.io/unhealthy` (the value says
+//! why; NoSchedule: running pods stay) where the API server keeps taints (DRADeviceTaints); a
+//! 1.34 server without the gate drops them, which is noticed and logged once. The same
+//! verdict, with its sentence, goes to the kubelet's health stream (`dra::health`, fed through
+//! [`HealthSender`]), which shows it in the pod's status. `linkUp` is published only
 //! when it is known: an admin-down NIC (how free NICs wait) has no carrier to report.
 //!
-//! Kept current: a netlink link notification, a change in sysfs (NICs, RDMA devices and ports,
-//! carrier) seen every `TICK`, a change to our slice by someone else (a watch), and every
+//! Kept current: a netlink link notification, a change seen every `TICK` (sysfs: NICs, RDMA
+//! devices and ports, carrier, PCI functions and AER counters; a NIC in a pod in its netns), a
+//! change to our slice by someone else (a watch), and every
 //! `resync`. Publishing converges: create, update (pool generation + 1 on any change), delete
 //! our driver's other slices for this node; the same state twice writes nothing.
 
@@ -84,8 +88,9 @@ pub struct Facts {
     pub transport: Option<&'static str>,
     /// The carrier, when the NIC is up on the host (unknown while it is admin down or in a pod).
     pub link_up: Option<bool>,
-    /// Why the device plugin's health rule calls it unhealthy (the taint's value), if it does.
-    pub unhealthy: Option<&'static str>,
+    /// The health judge's verdict (`device_plugin::health`): the taint's value when unhealthy,
+    /// and what the kubelet's health stream reports.
+    pub health: health::Health,
     pub rail: Option<String>,
 }
 
@@ -199,10 +204,10 @@ pub fn device(f: &Facts, dra: &DraConfig, taints: bool) -> Device {
     Device {
         name: device_name(&f.nic),
         attributes: Some(a),
-        taints: (taints && f.unhealthy.is_some()).then(|| {
+        taints: (taints && f.health.is_unhealthy()).then(|| {
             vec![DeviceTaint {
                 key: UNHEALTHY_TAINT.into(),
-                value: f.unhealthy.map(Into::into),
+                value: f.health.word().map(Into::into),
                 effect: "NoSchedule".into(),
                 time_added: None,
             }]
@@ -239,26 +244,13 @@ fn speed(sys: &Path, ifname: &str) -> Option<i64> {
         .filter(|s| *s > 0)
 }
 
-/// The word a taint carries for why `seen` makes `nic` unhealthy (the device plugin's
-/// `health::judge` decides whether it is).
-fn unhealthy(nic: &Nic, seen: &health::Seen) -> Option<&'static str> {
-    health::judge(nic, seen).err()?;
-    Some(if !seen.on_host {
-        "gone"
-    } else if seen.admin_up && seen.carrier == Some(false) {
-        "link-down"
-    } else if !seen.rdma_present {
-        "rdma-device-gone"
-    } else {
-        "rdma-port-down"
-    })
-}
-
-/// Facts of NICs now in pods, kept from when they were last seen on the host: the host cannot
-/// read them there, and the slice should not flap because a NIC was attached.
+/// Facts of NICs now in pods, kept from when they were last seen on the host (the host cannot
+/// read them there, and the slice should not flap because a NIC was attached), and the health
+/// judge's memory (AER counters).
 #[derive(Debug, Default)]
 pub struct Memory {
     by_id: HashMap<String, Facts>,
+    judge: health::Judge,
 }
 
 /// Every NIC to publish, with its facts, sorted by device name.
@@ -280,6 +272,7 @@ pub async fn discover(
         .map(|l| (l.name, l.mtu))
         .collect();
     let mut out: Vec<Facts> = Vec::new();
+    let now = std::time::Instant::now();
     for nic in nics {
         if let Err(e) = s.node.admit(&nic.facts()) {
             log::debug!("not published: {}", e.msg);
@@ -291,6 +284,9 @@ pub async fn discover(
             .iter()
             .find(|r| r.selectors.matches(&nic.facts()))
             .map(|r| r.name.clone());
+        // Judged where it is: on the host, or in its pod's netns.
+        let seen = health::look(&s.sys, &nic);
+        let verdict = memory.judge.judge(&nic, &seen, now);
         let f = if nic.attached {
             match memory.by_id.get(&nic.id) {
                 Some(old) => Facts {
@@ -301,7 +297,7 @@ pub async fn discover(
                     },
                     rail,
                     link_up: old.link_up,
-                    unhealthy: None,
+                    health: verdict,
                     ..old.clone()
                 },
                 None => Facts {
@@ -310,12 +306,11 @@ pub async fn discover(
                     speed: None,
                     transport: None,
                     link_up: None,
-                    unhealthy: None,
+                    health: verdict,
                     rail,
                 },
             }
         } else {
-            let seen = health::look(&s.sys, &nic);
             let f = Facts {
                 mtu: links.get(&nic.name).copied(),
                 speed: speed(&s.sys, &nic.name),
@@ -324,7 +319,7 @@ pub async fn discover(
                     .as_deref()
                     .and_then(|d| transport(&s.sys, d)),
                 link_up: if seen.admin_up { seen.carrier } else { None },
-                unhealthy: unhealthy(&nic, &seen),
+                health: verdict,
                 rail,
                 nic,
             };
@@ -346,15 +341,18 @@ pub async fn discover(
     Ok(out)
 }
 
-/// What `sysfs` shows of the NICs and RDMA devices now, to notice a change cheaply.
-fn fingerprint(sys: &Path, nics: &[Facts]) -> Vec<String> {
+/// What `sysfs` shows of the NICs and RDMA devices now, what the health judge sees of each
+/// (a NIC in a pod, in its pod's netns) and which AER hold-downs run, to notice a change
+/// cheaply.
+fn fingerprint(sys: &Path, nics: &[Facts], judge: &health::Judge) -> Vec<String> {
     let mut fp = rdma_host_device_core::sysfs::list_dir(&sys.join("class/net"));
     fp.extend(rdma_host_device_core::sysfs::list_dir(
         &sys.join("class/infiniband"),
     ));
-    for f in nics.iter().filter(|f| !f.nic.attached) {
+    for f in nics {
         fp.push(format!("{:?}", health::look(sys, &f.nic)));
     }
+    fp.extend(judge.holding(std::time::Instant::now()));
     fp
 }
 
@@ -541,6 +539,46 @@ pub fn is_fatal(e: &ApiError) -> bool {
     matches!(e.code, Some(401) | Some(403)) || (e.code == Some(404) && e.reason != "NotFound")
 }
 
+/// Where the publishing loop puts every device's verdict for the kubelet's health stream
+/// (`dra::health`): what it publishes as taints, at the same moment, before the API server is
+/// asked (health reaches the kubelet while the API server is away).
+pub type HealthSender = tokio::sync::watch::Sender<Vec<DeviceHealth>>;
+
+/// One device's verdict, as the health stream names it (pool and device as in the slice).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceHealth {
+    pub pool: String,
+    pub device: String,
+    pub health: health::Health,
+}
+
+fn report_health(tx: &HealthSender, pool: &str, facts: &[Facts]) {
+    let now: Vec<DeviceHealth> = facts
+        .iter()
+        .map(|f| DeviceHealth {
+            pool: pool.to_owned(),
+            device: device_name(&f.nic),
+            health: f.health.clone(),
+        })
+        .collect();
+    tx.send_if_modified(|old| {
+        let changed = *old != now;
+        if changed {
+            for d in now.iter().filter(|d| !old.contains(d)) {
+                match &d.health {
+                    health::Health::Healthy => log::info!("{}: Healthy", d.device),
+                    h @ health::Health::Unhealthy { .. } => {
+                        log::warn!("{}: Unhealthy: {}", d.device, h.message())
+                    }
+                    h => log::info!("{}: Unknown: {}", d.device, h.message()),
+                }
+            }
+            *old = now;
+        }
+        changed
+    });
+}
+
 /// A wake-up for the publishing loop.
 enum Wake {
     Link,
@@ -553,7 +591,7 @@ enum Wake {
 /// when the first publication fails for a reason retrying cannot fix (`is_fatal`: a wrong
 /// token, missing RBAC, no resource.k8s.io/v1); every other failure is logged and retried.
 /// Runs on the caller's Tokio runtime (current-thread is enough).
-pub async fn run(kube: Kube, s: Settings) -> Result<()> {
+pub async fn run(kube: Kube, s: Settings, health: HealthSender) -> Result<()> {
     let host = Links::open()?;
     let store = Store::new(&s.state_dir);
     let mut memory = Memory::default();
@@ -576,7 +614,8 @@ pub async fn run(kube: Kube, s: Settings) -> Result<()> {
                 continue;
             }
         };
-        let fp = fingerprint(&s.sys, &facts);
+        let fp = fingerprint(&s.sys, &facts, &memory.judge);
+        report_health(&health, &s.node_name, &facts);
         let devices: Vec<Device> = facts
             .iter()
             .map(|f| device(f, &s.dra, publisher.taints))
@@ -618,7 +657,7 @@ pub async fn run(kube: Kube, s: Settings) -> Result<()> {
             match wake {
                 Wake::Tick => {
                     ticks = ticks.wrapping_add(1);
-                    if fingerprint(&s.sys, &facts) != fp {
+                    if fingerprint(&s.sys, &facts, &memory.judge) != fp {
                         relooks = RELOOKS;
                         break;
                     }
@@ -733,7 +772,7 @@ mod tests {
             speed: Some(200000),
             transport: Some("RoCE"),
             link_up: Some(true),
-            unhealthy: None,
+            health: health::Health::Healthy,
             rail: Some("3".into()),
         }
     }
@@ -805,7 +844,10 @@ mod tests {
     fn an_unhealthy_nic_is_tainted_only_where_the_server_keeps_taints() {
         let mut f = facts(Nic::for_test("0000:3b:00.1", "ens1f1", None));
         f.link_up = Some(false);
-        f.unhealthy = Some("link-down");
+        f.health = health::Health::Unhealthy {
+            word: "link-down",
+            why: "ens1f1 is up without carrier".into(),
+        };
         let d = device(&f, &DraConfig::default(), true);
         let t = d.taints.unwrap();
         assert_eq!(
@@ -822,44 +864,6 @@ mod tests {
             d.attributes.unwrap()["rdma-host-device.io/linkUp"].bool,
             Some(false)
         );
-    }
-
-    #[test]
-    fn health_words_follow_the_device_plugins_rule() {
-        let nic = Nic::for_test("0000:3b:00.1", "ens1f1", Some("mlx5_1"));
-        let ok = health::Seen {
-            on_host: true,
-            admin_up: true,
-            carrier: Some(true),
-            rdma_present: true,
-            port_down: false,
-        };
-        assert_eq!(unhealthy(&nic, &ok), None);
-        let dead = health::Seen {
-            carrier: Some(false),
-            ..ok.clone()
-        };
-        assert_eq!(unhealthy(&nic, &dead), Some("link-down"));
-        let waiting = health::Seen {
-            admin_up: false,
-            carrier: None,
-            ..ok.clone()
-        };
-        assert_eq!(
-            unhealthy(&nic, &waiting),
-            None,
-            "admin down: free, not broken"
-        );
-        let port = health::Seen {
-            port_down: true,
-            ..ok.clone()
-        };
-        assert_eq!(unhealthy(&nic, &port), Some("rdma-port-down"));
-        let gone = health::Seen {
-            rdma_present: false,
-            ..ok
-        };
-        assert_eq!(unhealthy(&nic, &gone), Some("rdma-device-gone"));
     }
 
     #[test]

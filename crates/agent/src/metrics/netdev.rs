@@ -4,7 +4,7 @@
 
 use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
 use netlink_packet_route::RouteNetlinkMessage;
-use netlink_packet_route::link::{LinkAttribute, LinkMessage, State};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage, State};
 use netlink_sys::protocols::NETLINK_ROUTE;
 use std::time::Duration;
 
@@ -16,6 +16,10 @@ pub struct NetdevStats {
     pub name: String,
     pub index: u32,
     pub oper_up: bool,
+    /// IFF_UP: set up by whoever holds it.
+    pub admin_up: bool,
+    /// IFF_LOWER_UP: the carrier (the device health judge reads it in the pod's netns).
+    pub carrier: bool,
     pub mtu: u32,
     pub rx_bytes: u64,
     pub tx_bytes: u64,
@@ -95,6 +99,8 @@ pub fn stats(
 fn from_message(m: &LinkMessage) -> NetdevStats {
     let mut s = NetdevStats {
         index: m.header.index,
+        admin_up: m.header.flags.contains(LinkFlags::Up),
+        carrier: m.header.flags.contains(LinkFlags::LowerUp),
         ..Default::default()
     };
     for a in &m.attributes {
