@@ -67,73 +67,18 @@ pub fn runtimes(proc: &Path, paths: Paths<'_>) -> Vec<RuntimeMemlock> {
         } else {
             MemlockPath::Neither
         };
-        // containerd's fail-closed setting (docs/deploy.md), read from its configuration as it
-        // sees it: the file its command line names, else the default.
-        let nri_validator = (comm == "containerd" && visible)
-            .then(|| {
-                let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
-                let config = containerd_config(&cmdline);
-                let text = std::fs::read_to_string(seen(Path::new(&config))).ok()?;
-                Some(nri_validator_enabled(&text))
-            })
-            .flatten();
         out.push(RuntimeMemlock {
             runtime: comm.to_owned(),
             pid: pid.parse().unwrap_or(0),
             memlock_bytes: soft,
             nri_socket: paths.nri_socket.display().to_string(),
             nri,
-            nri_validator,
             memlock_path: path,
             advice: advice(comm, soft, path),
         });
     }
     out.sort_by_key(|r| r.pid);
     out
-}
-
-/// The configuration file of a containerd whose `/proc/PID/cmdline` is `cmdline`: its
-/// `--config`/`-c` value, else the default `/etc/containerd/config.toml`.
-fn containerd_config(cmdline: &[u8]) -> String {
-    let args: Vec<String> = cmdline
-        .split(|b| *b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    for (i, a) in args.iter().enumerate() {
-        if let Some(v) = a.strip_prefix("--config=") {
-            return v.to_owned();
-        }
-        if (a == "--config" || a == "-c")
-            && let Some(v) = args.get(i + 1)
-        {
-            return v.clone();
-        }
-    }
-    "/etc/containerd/config.toml".to_owned()
-}
-
-/// Whether a containerd configuration turns on NRI's default validator (the section
-/// `[plugins."io.containerd.nri.v1.nri".default_validator]`, either quoting, with `enable =
-/// true`): what makes a pod conf/k8s/fail-closed.yaml marks wait for our NRI plugin. Read as
-/// text, not as TOML: a file it `imports` is not followed (it then says off).
-pub fn nri_validator_enabled(config: &str) -> bool {
-    let mut inside = false;
-    for line in config.lines() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.starts_with('[') {
-            let header: String = line.chars().filter(|c| !c.is_whitespace()).collect();
-            inside = header == "[plugins.\"io.containerd.nri.v1.nri\".default_validator]"
-                || header == "[plugins.'io.containerd.nri.v1.nri'.default_validator]";
-            continue;
-        }
-        if inside
-            && let Some((k, v)) = line.split_once('=')
-            && k.trim() == "enable"
-        {
-            return v.trim() == "true";
-        }
-    }
-    false
 }
 
 /// The soft "Max locked memory" of a `/proc/<pid>/limits` text: `None` if absent, `u64::MAX`
@@ -206,37 +151,6 @@ Max cpu time              unlimited            unlimited            seconds
 Max locked memory         8388608              8388608              bytes     
 Max address space         unlimited            unlimited            bytes     
 ";
-
-    #[test]
-    fn the_nri_validator_is_read_from_containerds_configuration() {
-        let on = "version = 3\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  [plugins.\"io.containerd.nri.v1.nri\".default_validator]\n    enable = true\n";
-        assert!(nri_validator_enabled(on));
-        assert!(nri_validator_enabled(
-            "[plugins.'io.containerd.nri.v1.nri'.default_validator]\nenable=true # fail closed\n"
-        ));
-        for off in [
-            "",
-            "[plugins.\"io.containerd.nri.v1.nri\"]\n  enable = true\n",
-            "[plugins.\"io.containerd.nri.v1.nri\".default_validator]\n  enable = false\n",
-            "[plugins.\"io.containerd.nri.v1.nri\".default_validator]\n# enable = true\n",
-            "[plugins.\"io.containerd.nri.v1.nri\".default_validator]\n[other]\nenable = true\n",
-        ] {
-            assert!(!nri_validator_enabled(off), "{off}");
-        }
-        assert_eq!(
-            containerd_config(b"/usr/bin/containerd\0--config\0/run/c.toml\0"),
-            "/run/c.toml"
-        );
-        assert_eq!(containerd_config(b"containerd\0-c\0/x.toml\0"), "/x.toml");
-        assert_eq!(
-            containerd_config(b"containerd\0--config=/y.toml\0"),
-            "/y.toml"
-        );
-        assert_eq!(
-            containerd_config(b"/usr/bin/containerd\0"),
-            "/etc/containerd/config.toml"
-        );
-    }
 
     #[test]
     fn the_soft_memlock_limit_is_read_and_a_small_one_gets_advice() {
