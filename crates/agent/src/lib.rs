@@ -15,6 +15,7 @@ pub mod device_plugin;
 pub mod dra;
 pub mod flags;
 pub mod gc;
+pub mod health;
 pub mod inspect;
 pub mod kube;
 pub mod kubelet_grpc;

@@ -5,7 +5,7 @@
 //! (`rdma/verbs/sysfs.rs`, through a private sysfs mount inside the pod's netns), uverbs char
 //! devices (`cdi.rs`, `device_plugin/allocate.rs`), RDMA port counters (`metrics/collect.rs`,
 //! which `inspect` reuses) and the device plugin's per-tick link and port state
-//! (`device_plugin/health.rs`); those take the sysfs root as a parameter, so tests give them a
+//! (the agent's `health.rs`); those take the sysfs root as a parameter, so tests give them a
 //! fake tree.
 
 use std::path::{Path, PathBuf};

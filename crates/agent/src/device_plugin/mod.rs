@@ -6,9 +6,10 @@
 //!
 //! - `api.rs`: the v1beta1 messages, hand-written `prost::Message` structs.
 //! - `pool.rs`: which NICs each pool offers (selectors, node policy), their IDs and NUMA nodes.
-//! - `health.rs`: Healthy or Unhealthy (the judge the DRA driver shares), where the NIC is.
 //! - `allocate.rs`: `Allocate` (char devices, env, device-info files), `GetPreferredAllocation`.
 //! - `server.rs`: the gRPC service per pool, registration, kubelet restarts.
+//!
+//! Healthy or Unhealthy is `crate::health`'s verdict, the one judge the DRA driver serves too.
 //!
 //! Why hand-written messages and routing rather than tonic-build: tonic-build needs `protoc`
 //! (or protox and a build script) at build time, for twenty small messages and five methods
@@ -22,11 +23,11 @@
 
 pub mod allocate;
 pub mod api;
-pub mod health;
 pub mod pool;
 pub mod server;
 
 use crate::flags::absolute_path;
+use crate::health;
 use rdma_host_device_core::error::{Result, invalid_config, io_error};
 use rdma_host_device_core::link::Links;
 use rdma_host_device_core::node::{DevicePluginConfig, Node};

@@ -8,7 +8,7 @@
 //!   and records the claim in the checkpoint (`rdma_host_device_core::dra::checkpoint`);
 //!   unprepare works from the checkpoint alone.
 //!   `api.rs` holds the kubelet's messages;
-//! - `health.rs`: the kubelet's device health stream (`v1.DRAResourceHealth`), fed by the slice
+//! - `resource_health.rs`: the kubelet's device health stream (`v1.DRAResourceHealth`), fed by the slice
 //!   loop's verdicts (the device plugin's judge, which looks at a NIC in a pod in its netns);
 //! - `status.rs`: the network data of NICs that ADD attached (`draRequest`), from the CNI's
 //!   state records into their claims' `status.devices[]` (KEP-4817).
@@ -22,9 +22,9 @@
 //! `slices::run(kube, settings)` publishes until the process ends, with a clone of the client.
 
 pub mod api;
-pub mod health;
 pub mod nics;
 pub mod plugin;
+pub mod resource_health;
 pub mod slices;
 pub mod status;
 

@@ -444,7 +444,10 @@ impl kubelet_grpc::Routed for DraService {
             path::WATCH_HEALTH | path::WATCH_HEALTH_V1ALPHA1 => Box::pin(async move {
                 let svc =
                     tower::service_fn(move |_: tonic::Request<api::NodeWatchResourcesRequest>| {
-                        let s = super::health::watch(d.health.clone(), super::health::RESEND);
+                        let s = super::resource_health::watch(
+                            d.health.clone(),
+                            super::resource_health::RESEND,
+                        );
                         async move { Ok::<_, Status>(tonic::Response::new(s)) }
                     });
                 Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::<

@@ -16,13 +16,13 @@
 //! `k8s.cni.cncf.io/{deviceID, resourceName}` (deviceID is what ADD resolves, the device
 //! plugin's ID), and ours under `rdma-host-device.io/`: `ifName`, `driver`, `mtu`,
 //! `linkSpeed` (Mb/s), `linkUp`, `rdma`, `rdmaDevice`, `nodeGUID`, `transport` (InfiniBand,
-//! RoCE, iWARP), `rail`. Health is the device plugin's judge (`device_plugin::health`, which
+//! RoCE, iWARP), `rail`. Health is the device plugin's judge (`crate::health`, which
 //! looks at a NIC in a pod inside its pod's netns): a NIC whose link is up without carrier,
 //! whose RDMA device is gone or has a port down, or whose PCI function is gone or reports
 //! uncorrectable errors, gets the device taint `rdma-host-device.io/unhealthy` (the value says
 //! why; NoSchedule: running pods stay) where the API server keeps taints (DRADeviceTaints); a
 //! 1.34 server without the gate drops them, which is noticed and logged once. The same
-//! verdict, with its sentence, goes to the kubelet's health stream (`dra::health`, fed through
+//! verdict, with its sentence, goes to the kubelet's health stream (`dra::resource_health`, fed through
 //! [`HealthSender`]), which shows it in the pod's status. `linkUp` is published only
 //! when it is known: an admin-down NIC (how free NICs wait) has no carrier to report.
 //!
@@ -33,7 +33,7 @@
 //! our driver's other slices for this node; the same state twice writes nothing.
 
 use super::DRIVER;
-use crate::device_plugin::health;
+use crate::health;
 use crate::kube::{ApiError, Kube, ResourceSlice, SliceEvent, SliceFilter};
 use futures::StreamExt;
 use k8s_openapi::api::resource::v1::{
@@ -88,7 +88,7 @@ pub struct Facts {
     pub transport: Option<&'static str>,
     /// The carrier, when the NIC is up on the host (unknown while it is admin down or in a pod).
     pub link_up: Option<bool>,
-    /// The health judge's verdict (`device_plugin::health`): the taint's value when unhealthy,
+    /// The health judge's verdict (`crate::health`): the taint's value when unhealthy,
     /// and what the kubelet's health stream reports.
     pub health: health::Health,
     pub rail: Option<String>,
@@ -540,7 +540,7 @@ pub fn is_fatal(e: &ApiError) -> bool {
 }
 
 /// Where the publishing loop puts every device's verdict for the kubelet's health stream
-/// (`dra::health`): what it publishes as taints, at the same moment, before the API server is
+/// (`dra::resource_health`): what it publishes as taints, at the same moment, before the API server is
 /// asked (health reaches the kubelet while the API server is away).
 pub type HealthSender = tokio::sync::watch::Sender<Vec<DeviceHealth>>;
 

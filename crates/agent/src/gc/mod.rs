@@ -21,9 +21,11 @@
 //! Only the runtime's answer decides what is leaked, never the API server: a pod the API server
 //! no longer knows keeps its NIC as long as the runtime has its sandbox.
 
+pub mod counters;
 pub mod cri;
 
-use crate::metrics::encode::GcCounters;
+pub use counters::Counters;
+
 use rdma_host_device::cni::env::{Command, Env};
 use rdma_host_device::cni::netconf::{NetConf, ValidAttachment};
 use rdma_host_device_core::node::{GcConfig, Node};
@@ -83,7 +85,7 @@ pub enum Round {
 }
 
 /// One round: ask the runtime, pick the leaked attachments, give each back.
-pub fn round(cfg: &GcConfig, node: &Node, counters: &GcCounters) -> Round {
+pub fn round(cfg: &GcConfig, node: &Node, counters: &Counters) -> Round {
     let asked_at = SystemTime::now();
     let deadline = Duration::from_secs(cfg.timeout_seconds);
     let answer = tokio::runtime::Builder::new_current_thread()
@@ -157,7 +159,7 @@ fn collect_network(
     node: &Node,
     network: &str,
     leaked: &[&Record],
-    counters: &GcCounters,
+    counters: &Counters,
 ) -> usize {
     for r in leaked {
         log::info!(
@@ -245,7 +247,7 @@ fn pod_of(r: &Record) -> String {
 
 /// Run rounds for ever on a thread of its own: one now, then one every period. Without a `gc`
 /// section, says once that leaks are not collected and returns.
-pub fn spawn(node: Node, counters: GcCounters) {
+pub fn spawn(node: Node, counters: Counters) {
     let cfg = match node.gc() {
         Ok(Some(c)) => c,
         Ok(None) => {

@@ -107,7 +107,7 @@ fn config(socket: std::path::PathBuf) -> GcConfig {
 #[test]
 fn a_runtime_that_cannot_be_asked_collects_nothing() {
     let (d, node) = stale_store();
-    let counters = GcCounters::default();
+    let counters = Counters::default();
     // No socket at all.
     let none = config(d.path().join("no-such.sock"));
     assert_eq!(round(&none, &node, &counters), Round::RuntimeUnavailable);

@@ -41,59 +41,6 @@ impl ScrapeErrors {
     }
 }
 
-/// The agent's GC counters (`gc::run`): live as long as the exporter, shared with the GC
-/// thread. Labels are networks (bounded by the node's NADs) and two outcomes, never pods.
-#[derive(Debug, Clone)]
-pub struct GcCounters {
-    collected: Family<Labels, Counter>,
-    failed: Family<Labels, Counter>,
-    rounds: Family<Labels, Counter>,
-}
-
-impl Default for GcCounters {
-    fn default() -> Self {
-        let rounds = Family::<Labels, Counter>::default();
-        for o in ["done", "runtime_unavailable"] {
-            drop(rounds.get_or_create(&vec![("outcome", o.to_string())]));
-        }
-        GcCounters {
-            collected: Family::default(),
-            failed: Family::default(),
-            rounds,
-        }
-    }
-}
-
-impl GcCounters {
-    /// One attachment of `network` given back.
-    pub fn collected(&self, network: &str) {
-        self.collected
-            .get_or_create(&vec![("network", network.to_string())])
-            .inc();
-    }
-
-    /// One attachment of `network` found leaked but not given back this round.
-    pub fn failed(&self, network: &str) {
-        self.failed
-            .get_or_create(&vec![("network", network.to_string())])
-            .inc();
-    }
-
-    /// One round ended: `done`, or `runtime_unavailable`.
-    pub fn round(&self, outcome: &'static str) {
-        self.rounds
-            .get_or_create(&vec![("outcome", outcome.to_string())])
-            .inc();
-    }
-
-    /// How many of `network`'s attachments were collected so far (tests).
-    pub fn collected_of(&self, network: &str) -> u64 {
-        self.collected
-            .get_or_create(&vec![("network", network.to_string())])
-            .get()
-    }
-}
-
 #[derive(Debug)]
 struct SnapshotCollector(Snapshot);
 
@@ -160,14 +107,15 @@ fn encode_value(e: MetricEncoder, kind: Kind, v: Value) -> Result<(), std::fmt::
 pub fn render(
     snap: Snapshot,
     errors: &ScrapeErrors,
-    gc: &GcCounters,
+    gc: &crate::gc::Counters,
 ) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SnapshotCollector(snap)));
     registry.register(SCRAPE_ERRORS.name, SCRAPE_ERRORS.help, errors.0.clone());
-    registry.register(GC_COLLECTED.name, GC_COLLECTED.help, gc.collected.clone());
-    registry.register(GC_FAILED.name, GC_FAILED.help, gc.failed.clone());
-    registry.register(GC_ROUNDS.name, GC_ROUNDS.help, gc.rounds.clone());
+    let (collected, failed, rounds) = gc.families();
+    registry.register(GC_COLLECTED.name, GC_COLLECTED.help, collected.clone());
+    registry.register(GC_FAILED.name, GC_FAILED.help, failed.clone());
+    registry.register(GC_ROUNDS.name, GC_ROUNDS.help, rounds.clone());
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)?;
     Ok(out)
@@ -191,7 +139,7 @@ mod tests {
         s.put(&m::NETDEV_UP, l, Value::Float(1.0));
         let errors = ScrapeErrors::default();
         errors.add("netns", 2);
-        let text = render(s, &errors, &GcCounters::default()).unwrap();
+        let text = render(s, &errors, &crate::gc::Counters::default()).unwrap();
         assert!(
             text.contains("# TYPE rdma_host_device_netdev_receive_bytes counter"),
             "{text}"

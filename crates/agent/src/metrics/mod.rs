@@ -20,7 +20,7 @@ pub mod server;
 pub mod snapshot;
 
 use collect::Source;
-use encode::{GcCounters, ScrapeErrors};
+use encode::ScrapeErrors;
 use rdma_host_device_core::error::{Result, invalid_config, io_error};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,7 +39,7 @@ pub struct Exporter {
     pub errors: ScrapeErrors,
     /// The GC's counters (`crate::gc`, run by this process when the node configuration has
     /// `gc`).
-    pub gc: GcCounters,
+    pub gc: crate::gc::Counters,
     /// One scrape at a time: a second scraper waits instead of doubling the work.
     busy: Mutex<()>,
 }
@@ -53,7 +53,7 @@ impl Exporter {
                 timeout: QUERY_TIMEOUT,
             },
             errors: ScrapeErrors::default(),
-            gc: GcCounters::default(),
+            gc: crate::gc::Counters::default(),
             busy: Mutex::new(()),
         }
     }

@@ -4,7 +4,7 @@
 //! pod's `status.containerStatuses[].allocatedResourcesStatus`.
 //!
 //! The verdicts are the slice loop's (`slices::run` judges every published device with
-//! `device_plugin::health` and puts the result in a watch channel), so the taint and the
+//! `crate::health` and puts the result in a watch channel), so the taint and the
 //! stream never disagree. Each stream sends the full report when it opens, again on every
 //! change, and at least every [`RESEND`] (the kubelet forgets a device it has not heard of for
 //! its timeout, [`TIMEOUT_SECONDS`]). Unhealthy devices carry the judge's sentence
@@ -13,7 +13,7 @@
 
 use super::api;
 use super::slices::DeviceHealth;
-use crate::device_plugin::health::Health;
+use crate::health::Health;
 use futures::Stream;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

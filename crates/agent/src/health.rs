@@ -1,5 +1,5 @@
 //! Is a device usable: the one judge behind `ListAndWatch`'s `Healthy`/`Unhealthy`, the DRA
-//! slice's taint (`dra::slices`) and the kubelet's device health stream (`dra::health`,
+//! slice's taint (`dra::slices`) and the kubelet's device health stream (`dra::resource_health`,
 //! KEP-4680), so the three never disagree. Every unhealthy verdict carries a word (the taint's
 //! value) and a sentence (what the kubelet shows in the pod's `allocatedResourcesStatus`).
 //!
