@@ -128,12 +128,18 @@ struct FakeRuntime {
 
 impl FakeRuntime {
     fn start(rig: &Rig, name: &str) -> FakeRuntime {
+        FakeRuntime::start_as(rig, name, "/bin/sleep", &["30"])
+    }
+
+    /// `program` copied under the runtime's `name`, run with `args` (a shell, so that the
+    /// command line can carry a runtime's own flags such as containerd's `--config FILE`).
+    fn start_as(rig: &Rig, name: &str, program: &str, args: &[&str]) -> FakeRuntime {
         let fake = rig.dir.path().join(name);
-        std::fs::copy("/bin/sleep", &fake).unwrap();
+        std::fs::copy(program, &fake).unwrap();
         let child = Command::new("prlimit")
             .args(["--memlock=4194304:4194304"])
             .arg(&fake)
-            .arg("30")
+            .args(args)
             .spawn()
             .expect("prlimit (util-linux)");
         let pid = child.id();
@@ -165,7 +171,27 @@ impl Drop for FakeRuntime {
 fn inspect_names_each_runtimes_memlock_path_and_the_setting_to_change() {
     require_root();
     let rig = Rig::new();
-    let containerd = FakeRuntime::start(&rig, "containerd");
+    // containerd's configuration, named on its command line: NRI's default validator on (the
+    // fail-closed setting of docs/deploy.md), which the report names.
+    let config = rig.dir.path().join("containerd.toml");
+    std::fs::write(
+        &config,
+        "version = 3\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  [plugins.\"io.containerd.nri.v1.nri\".default_validator]\n    enable = true\n",
+    )
+    .unwrap();
+    // (A script, not `sh -c`: containerd's own `-c` is `--config`.)
+    let script = rig.dir.path().join("runtime.sh");
+    std::fs::write(&script, "sleep 30\n").unwrap();
+    let containerd = FakeRuntime::start_as(
+        &rig,
+        "containerd",
+        "/bin/sh",
+        &[
+            script.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
     let crio = FakeRuntime::start(&rig, "crio");
     let nri = rig.dir.path().join("nri/nri.sock");
     let cdi = rig.dir.path().join("cdi/rdma-host-device.json");
@@ -200,15 +226,21 @@ fn inspect_names_each_runtimes_memlock_path_and_the_setting_to_change() {
             &c["runtime"],
             &c["memlockBytes"],
             &c["nri"],
+            &c["nriValidator"],
             &c["memlockPath"]
         ),
         (
             &json!("containerd"),
             &json!(4194304),
             &json!(false),
+            &json!(true),
             &json!("neither")
         ),
         "{c}"
+    );
+    assert!(
+        of(&r, crio.pid).get("nriValidator").is_none(),
+        "a containerd setting"
     );
     let advice = c["advice"].as_str().unwrap_or("");
     for setting in [
@@ -226,7 +258,7 @@ fn inspect_names_each_runtimes_memlock_path_and_the_setting_to_change() {
     }
     assert!(
         text.contains(&format!(
-            "Runtime: containerd (pid {}), containers inherit memlock 4096 KiB; NRI socket {} absent; memlock path: neither",
+            "Runtime: containerd (pid {}), containers inherit memlock 4096 KiB; NRI socket {} absent; NRI validator on (pods fail-closed.yaml marks wait for the nri container); memlock path: neither",
             containerd.pid,
             nri.display()
         )),
@@ -256,7 +288,7 @@ fn inspect_names_each_runtimes_memlock_path_and_the_setting_to_change() {
     assert!(c.get("advice").is_none(), "{c}");
     assert!(
         text.contains(&format!(
-            "NRI socket {} there; memlock path: NRI",
+            "NRI socket {} there; NRI validator on (pods fail-closed.yaml marks wait for the nri container); memlock path: NRI",
             nri.display()
         )),
         "{text}"

@@ -220,8 +220,17 @@ pub fn render_table(r: &Report, color: bool) -> String {
         } else {
             format!("{} KiB", rt.memlock_bytes / 1024)
         };
+        let validator = match rt.nri_validator {
+            Some(true) => {
+                "; NRI validator on (pods fail-closed.yaml marks wait for the nri container)"
+            }
+            Some(false) => {
+                "; NRI validator off (a pod may start while the nri container is away: docs/deploy.md, \"Fail-closed\")"
+            }
+            None => "",
+        };
         let line = format!(
-            "Runtime: {} (pid {}), containers inherit memlock {limit}; NRI socket {} {}; memlock path: {}\n",
+            "Runtime: {} (pid {}), containers inherit memlock {limit}; NRI socket {} {}{validator}; memlock path: {}\n",
             rt.runtime,
             rt.pid,
             rt.nri_socket,

@@ -82,6 +82,11 @@ pub struct RuntimeMemlock {
     pub nri_socket: String,
     /// Whether that socket is there (NRI on).
     pub nri: bool,
+    /// containerd only: whether its NRI default validator is on, which makes the pods
+    /// conf/k8s/fail-closed.yaml marks wait for our NRI plugin (`None`: not containerd, or its
+    /// configuration is not readable here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nri_validator: Option<bool>,
     /// Which path gives containers with an RDMA device the node's memlock.
     pub memlock_path: MemlockPath,
     /// What to do when what its containers' processes get is too small for RDMA.

@@ -34,6 +34,12 @@ pub struct Paths<'a> {
 /// what to do about it.
 pub fn runtimes(proc: &Path, paths: Paths<'_>) -> Vec<RuntimeMemlock> {
     let mut out = Vec::new();
+    // The node's root as init sees it (the node report shares the host's pids and may read
+    // init's root); where init's cannot be read (a sandbox whose init is not ours to trace),
+    // our own: then only a runtime beside us is read, and a real one elsewhere is not.
+    let node_root = std::fs::metadata(proc.join("1").join("root"))
+        .or_else(|_| std::fs::metadata(proc.join("self").join("root")))
+        .ok();
     for pid in rdma_host_device_core::sysfs::list_dir(proc)
         .into_iter()
         .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
@@ -67,18 +73,94 @@ pub fn runtimes(proc: &Path, paths: Paths<'_>) -> Vec<RuntimeMemlock> {
         } else {
             MemlockPath::Neither
         };
+        // containerd's fail-closed setting (docs/deploy.md), read from its configuration as it
+        // sees it: the file its command line names, else the default. Only of a containerd
+        // whose root is the node's (PID 1's): any process may call itself containerd and name
+        // any file on its command line, and a pod's process has a root of its own. And then
+        // only a regular file, bounded, opened without waiting: never a FIFO or /dev/zero.
+        let nri_validator = (comm == "containerd"
+            && visible
+            && same_root(&dir, node_root.as_ref()))
+        .then(|| {
+            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+            let config = containerd_config(&cmdline);
+            let text =
+                rdma_host_device_core::files::read_regular(&seen(Path::new(&config)), CONFIG_MAX)
+                    .ok()?;
+            Some(nri_validator_enabled(&String::from_utf8_lossy(&text)))
+        })
+        .flatten();
         out.push(RuntimeMemlock {
             runtime: comm.to_owned(),
             pid: pid.parse().unwrap_or(0),
             memlock_bytes: soft,
             nri_socket: paths.nri_socket.display().to_string(),
             nri,
+            nri_validator,
             memlock_path: path,
             advice: advice(comm, soft, path),
         });
     }
     out.sort_by_key(|r| r.pid);
     out
+}
+
+/// The most of a containerd configuration read (they are a few KiB).
+const CONFIG_MAX: u64 = 1 << 20;
+
+/// Whether the process at `dir` (`/proc/PID`) has the node's root (`node_root`, PID 1's, see
+/// [`runtimes`]): the
+/// same directory, by device and inode, so paths it names mean what they mean on the node.
+fn same_root(dir: &Path, node_root: Option<&std::fs::Metadata>) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Some(node), Ok(its)) = (node_root, std::fs::metadata(dir.join("root"))) else {
+        return false;
+    };
+    (node.dev(), node.ino()) == (its.dev(), its.ino())
+}
+
+/// The configuration file of a containerd whose `/proc/PID/cmdline` is `cmdline`: its
+/// `--config`/`-c` value, else the default `/etc/containerd/config.toml`.
+fn containerd_config(cmdline: &[u8]) -> String {
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    for (i, a) in args.iter().enumerate() {
+        if let Some(v) = a.strip_prefix("--config=") {
+            return v.to_owned();
+        }
+        if (a == "--config" || a == "-c")
+            && let Some(v) = args.get(i + 1)
+        {
+            return v.clone();
+        }
+    }
+    "/etc/containerd/config.toml".to_owned()
+}
+
+/// Whether a containerd configuration turns on NRI's default validator (the section
+/// `[plugins."io.containerd.nri.v1.nri".default_validator]`, either quoting, with `enable =
+/// true`): what makes a pod conf/k8s/fail-closed.yaml marks wait for our NRI plugin. Read as
+/// text, not as TOML: a file it `imports` is not followed (it then says off).
+pub fn nri_validator_enabled(config: &str) -> bool {
+    let mut inside = false;
+    for line in config.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.starts_with('[') {
+            let header: String = line.chars().filter(|c| !c.is_whitespace()).collect();
+            inside = header == "[plugins.\"io.containerd.nri.v1.nri\".default_validator]"
+                || header == "[plugins.'io.containerd.nri.v1.nri'.default_validator]";
+            continue;
+        }
+        if inside
+            && let Some((k, v)) = line.split_once('=')
+            && k.trim() == "enable"
+        {
+            return v.trim() == "true";
+        }
+    }
+    false
 }
 
 /// The soft "Max locked memory" of a `/proc/<pid>/limits` text: `None` if absent, `u64::MAX`
@@ -151,6 +233,87 @@ Max cpu time              unlimited            unlimited            seconds
 Max locked memory         8388608              8388608              bytes     
 Max address space         unlimited            unlimited            bytes     
 ";
+
+    /// A /proc of four processes called containerd: two with the node's root (PID 1's), one
+    /// with a root of its own (a pod's), one whose configuration is a FIFO.
+    #[test]
+    fn the_validator_is_read_only_of_a_containerd_with_the_nodes_root_and_never_waits() {
+        let tmp = std::env::temp_dir().join(format!("rhd-inspect-rt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let (node, pod, proc) = (tmp.join("node"), tmp.join("pod"), tmp.join("proc"));
+        let on = "[plugins.\"io.containerd.nri.v1.nri\".default_validator]\nenable = true\n";
+        for root in [&node, &pod] {
+            std::fs::create_dir_all(root.join("etc/containerd")).unwrap();
+            std::fs::write(root.join("etc/containerd/config.toml"), on).unwrap();
+        }
+        nix::unistd::mkfifo(&node.join("fifo.toml"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let process = |pid: &str, comm: &str, root: &Path, cmdline: &[u8]| {
+            let d = proc.join(pid);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
+            std::fs::write(d.join("limits"), LIMITS).unwrap();
+            std::fs::write(d.join("cmdline"), cmdline).unwrap();
+            std::os::unix::fs::symlink(root, d.join("root")).unwrap();
+        };
+        process("1", "init", &node, b"/sbin/init\0");
+        process("10", "containerd", &node, b"/usr/bin/containerd\0");
+        process("11", "containerd", &pod, b"/usr/bin/containerd\0");
+        process(
+            "12",
+            "containerd",
+            &node,
+            b"containerd\0--config\0/fifo.toml\0",
+        );
+        let paths = Paths {
+            nri_socket: Path::new("/run/nri/nri.sock"),
+            cdi_spec: Path::new("/run/cdi/rdma-host-device.json"),
+        };
+        let seen: Vec<(u32, Option<bool>)> = runtimes(&proc, paths)
+            .iter()
+            .map(|r| (r.pid, r.nri_validator))
+            .collect();
+        let _ = std::fs::remove_dir_all(&tmp);
+        assert!(seen.contains(&(10, Some(true))), "{seen:?}");
+        assert!(
+            seen.contains(&(11, None)),
+            "a root not the node's: {seen:?}"
+        );
+        assert!(
+            seen.contains(&(12, None)),
+            "a FIFO, not waited on: {seen:?}"
+        );
+    }
+
+    #[test]
+    fn the_nri_validator_is_read_from_containerds_configuration() {
+        let on = "version = 3\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  [plugins.\"io.containerd.nri.v1.nri\".default_validator]\n    enable = true\n";
+        assert!(nri_validator_enabled(on));
+        assert!(nri_validator_enabled(
+            "[plugins.'io.containerd.nri.v1.nri'.default_validator]\nenable=true # fail closed\n"
+        ));
+        for off in [
+            "",
+            "[plugins.\"io.containerd.nri.v1.nri\"]\n  enable = true\n",
+            "[plugins.\"io.containerd.nri.v1.nri\".default_validator]\n  enable = false\n",
+            "[plugins.\"io.containerd.nri.v1.nri\".default_validator]\n# enable = true\n",
+            "[plugins.\"io.containerd.nri.v1.nri\".default_validator]\n[other]\nenable = true\n",
+        ] {
+            assert!(!nri_validator_enabled(off), "{off}");
+        }
+        assert_eq!(
+            containerd_config(b"/usr/bin/containerd\0--config\0/run/c.toml\0"),
+            "/run/c.toml"
+        );
+        assert_eq!(containerd_config(b"containerd\0-c\0/x.toml\0"), "/x.toml");
+        assert_eq!(
+            containerd_config(b"containerd\0--config=/y.toml\0"),
+            "/y.toml"
+        );
+        assert_eq!(
+            containerd_config(b"/usr/bin/containerd\0"),
+            "/etc/containerd/config.toml"
+        );
+    }
 
     #[test]
     fn the_soft_memlock_limit_is_read_and_a_small_one_gets_advice() {
