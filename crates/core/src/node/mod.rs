@@ -12,7 +12,7 @@ mod gc;
 mod memlock;
 use crate::error::{Code, Error, Result};
 use crate::rdma::identity::{format_guid, parse_guid};
-pub use device_plugin::{CharDevices, DevicePluginConfig, Pool};
+pub use device_plugin::{CharDevices, DevicePluginConfig, Pool, check_resource_name};
 pub use dra::{DraConfig, Rail};
 pub use gc::GcConfig;
 pub use memlock::Memlock;
@@ -348,6 +348,22 @@ const SYSTEM_TREES: [&str; 8] = [
 /// Why `dir` cannot be one of the plugin's own directories (`stateDir`, `logDir`,
 /// `deviceInfoDir`): a NUL byte (no path has one), a system directory itself, anything under
 /// /proc, /sys or /dev, or inside a tree of the system's own files ([`SYSTEM_TREES`]).
+/// A node serves an extended resource one way: the scheduler asks the DRA driver for it (a
+/// DeviceClass's `extendedResourceName`) only on nodes whose allocatable has none of it, so a
+/// device plugin offering the same name on a node meant for DRA would take every such pod, and
+/// the DRA half would never be asked. Refused in both halves' configuration, with the fix.
+fn one_way(dp: &DevicePluginConfig, d: &DraConfig) -> std::result::Result<(), String> {
+    let Some(name) = &d.extended_resource_name else {
+        return Ok(());
+    };
+    match dp.pools.iter().position(|p| &p.resource_name == name) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "devicePlugin.pools[{i}] offers {name}, which dra.extendedResourceName says this node serves through DRA; a node serves an extended resource one way only (the scheduler asks DRA for it only where the device plugin offers none). For DRA on this node remove that pool (or devicePlugin); for the device plugin remove dra.extendedResourceName"
+        )),
+    }
+}
+
 fn check_own_dir(key: &str, dir: &Path) -> std::result::Result<(), String> {
     use std::os::unix::ffi::OsStrExt;
     if dir.as_os_str().as_bytes().contains(&0) {
@@ -676,8 +692,34 @@ impl Node {
         }
     }
 
-    /// The `devicePlugin` section, parsed and checked; `None` without one.
+    /// The `devicePlugin` section, parsed and checked (also against `dra`: a node serves an extended resource one way);
+    /// `None` without one.
     pub fn device_plugin(&self) -> Result<Option<DevicePluginConfig>> {
+        let dp = self.device_plugin_alone()?;
+        if let (Some(dp), Ok(Some(d))) = (&dp, self.dra_alone()) {
+            one_way(dp, &d).map_err(|e| self.invalid(e))?;
+        }
+        Ok(dp)
+    }
+
+    /// The `dra` section, parsed and checked (also against `devicePlugin`, the same way);
+    /// `None` without one.
+    pub fn dra(&self) -> Result<Option<DraConfig>> {
+        let d = self.dra_alone()?;
+        if let (Some(d), Ok(Some(dp))) = (&d, self.device_plugin_alone()) {
+            one_way(&dp, d).map_err(|e| self.invalid(e))?;
+        }
+        Ok(d)
+    }
+
+    fn invalid(&self, what: String) -> Error {
+        Error::new(
+            Code::InvalidConfig,
+            format!("node configuration {}: {what}", self.source),
+        )
+    }
+
+    fn device_plugin_alone(&self) -> Result<Option<DevicePluginConfig>> {
         let Some(text) = &self.device_plugin_json else {
             return Ok(None);
         };
@@ -692,8 +734,7 @@ impl Node {
         Ok(Some(dp))
     }
 
-    /// The `dra` section, parsed and checked; `None` without one.
-    pub fn dra(&self) -> Result<Option<DraConfig>> {
+    fn dra_alone(&self) -> Result<Option<DraConfig>> {
         let Some(text) = &self.dra_json else {
             return Ok(None);
         };
