@@ -6,7 +6,9 @@
 //!   file and a rename (a reader sees the old record or the new one, never half), and reads it
 //!   at start: unprepare works from it alone, after a restart or in a new DaemonSet pod;
 //! - the CNI plugin reads it on ADD for a network configuration with `draRequest`: the NIC the
-//!   driver prepared for *this* pod, the pod being the UID the runtime puts in CNI_ARGS.
+//!   driver prepared for *this* pod, the pod being the UID the runtime puts in CNI_ARGS; and,
+//!   with `draExtendedResource` and no `deviceID`, the NIC of the claim the scheduler made for
+//!   the pod's extended resource ([`Checkpoint::extended_for_pod`]), the same way.
 //!
 //! So this module stays small: serde and the file, nothing of the driver's (no gRPC, no API
 //! client), so the core crate holds it: the CNI plugin reads it without linking the driver.
