@@ -72,19 +72,11 @@ fn installed(c: &Cluster) {
             &c.node,
             "feature.node.kubernetes.io/rdma.capable=true",
         ]);
-        let mut ds = conf_docs("conf/k8s/daemonset.yaml");
-        for d in ds.iter_mut().filter(|d| d["kind"] == "ConfigMap") {
-            let mut node: Value =
-                serde_json::from_str(d["data"]["node.json"].as_str().expect("node.json"))
-                    .expect("node.json parses");
-            node["allowedNics"] = json!({"names": NICS});
-            node["devicePlugin"]["pools"][0]["selectors"] = json!({"names": NICS});
-            node["dra"] = json!({"nics": {"names": NICS}});
-            d["data"]["node.json"] = json!(node.to_string());
-        }
+        let ds = daemonset_docs(RailBy::DevicePlugin);
         for d in ds.iter().chain(conf_docs("conf/k8s/dra.yaml").iter()) {
             c.apply(&d.to_string());
         }
+        *RAIL_BY.lock().unwrap_or_else(|e| e.into_inner()) = RailBy::DevicePlugin;
         for ds in ["rdma-host-device", "rdma-host-device-dra"] {
             c.wait(&format!("DaemonSet {ds} ready on the node"), 240, || {
                 let v = c.get(&["-n", "kube-system", "daemonset", ds]);
@@ -92,6 +84,131 @@ fn installed(c: &Cluster) {
             });
         }
     });
+}
+
+/// Who serves `rdma-host-device.io/rail` on the node: the device plugin (daemonset.yaml's
+/// node.json as shipped), or the DRA driver through the DeviceClass's extendedResourceName
+/// (node.json's `dra.extendedResourceName`, no devicePlugin: what an operator sets on a DRA
+/// node). Either way the rail is the one NIC `NICS[0]`; the DRA driver also publishes
+/// `NICS[1]` for claims when the device plugin serves the rail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RailBy {
+    DevicePlugin,
+    Dra,
+}
+
+static RAIL_BY: std::sync::Mutex<RailBy> = std::sync::Mutex::new(RailBy::DevicePlugin);
+
+/// conf/k8s/daemonset.yaml with its ConfigMap's node.json edited as an operator would for this
+/// node's NICs and for who serves the rail.
+fn daemonset_docs(by: RailBy) -> Vec<Value> {
+    let mut ds = conf_docs("conf/k8s/daemonset.yaml");
+    for d in ds.iter_mut().filter(|d| d["kind"] == "ConfigMap") {
+        let mut node: Value =
+            serde_json::from_str(d["data"]["node.json"].as_str().expect("node.json"))
+                .expect("node.json parses");
+        node["allowedNics"] = json!({"names": NICS});
+        match by {
+            RailBy::DevicePlugin => {
+                node["devicePlugin"]["pools"][0]["selectors"] = json!({"names": [NICS[0]]});
+                node["dra"] = json!({"nics": {"names": NICS}});
+            }
+            RailBy::Dra => {
+                let obj = node.as_object_mut().expect("node.json is an object");
+                obj.remove("devicePlugin");
+                node["dra"] = json!({"nics": {"names": [NICS[0]]},
+                    "extendedResourceName": "rdma-host-device.io/rail"});
+            }
+        }
+        d["data"]["node.json"] = json!(node.to_string());
+    }
+    ds
+}
+
+/// Have `by` serve the rail: the ConfigMap's node.json changed, both DaemonSets restarted
+/// (their pods read node.json at start), then the kubelet's allocatable and our slice as that
+/// mode makes them. Nothing when it serves it already.
+fn rail_served_by(c: &Cluster, by: RailBy) {
+    let mut now = RAIL_BY.lock().unwrap_or_else(|e| e.into_inner());
+    if *now == by {
+        return;
+    }
+    let t = std::time::Instant::now();
+    for d in daemonset_docs(by)
+        .iter()
+        .filter(|d| d["kind"] == "ConfigMap")
+    {
+        c.apply(&d.to_string());
+    }
+    for ds in ["rdma-host-device", "rdma-host-device-dra"] {
+        c.k(&["-n", "kube-system", "rollout", "restart", "daemonset", ds]);
+    }
+    for ds in ["rdma-host-device", "rdma-host-device-dra"] {
+        c.k(&[
+            "-n",
+            "kube-system",
+            "rollout",
+            "status",
+            "daemonset",
+            ds,
+            "--timeout=240s",
+        ]);
+    }
+    let want = match by {
+        RailBy::DevicePlugin => Some(1),
+        RailBy::Dra => None,
+    };
+    c.wait(
+        &format!("the node's allocatable rail as {by:?} makes it"),
+        120,
+        || {
+            let v = c.get(&["node", &c.node]);
+            let n = v["status"]["allocatable"]["rdma-host-device.io/rail"]
+                .as_str()
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n > 0);
+            (n == want).then_some(())
+        },
+    );
+    let published = if by == RailBy::Dra { 1 } else { NICS.len() };
+    c.wait("our ResourceSlice as node.json says", 120, || {
+        let v = c.get(&["resourceslices"]);
+        let n = v["items"]
+            .as_array()?
+            .iter()
+            .filter(|s| s["spec"]["driver"] == "rdma-host-device.io")
+            .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+            .count();
+        (n == published).then_some(())
+    });
+    eprintln!(
+        "the rail is served by {by:?} after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    *now = by;
+}
+
+/// conf/multus/rdma-rail-device-plugin.yaml as shipped, but host-local for whereabouts (not
+/// built here) on the NAD's own range: the one NAD for both paths.
+fn rail_nad() -> String {
+    let mut nad = conf_docs("conf/multus/rdma-rail-device-plugin.yaml")[0].clone();
+    let mut conf: Value =
+        serde_json::from_str(nad["spec"]["config"].as_str().expect("config")).expect("json");
+    let range = conf["ipam"]["range"].clone();
+    conf["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": range}]]});
+    nad["spec"]["config"] = json!(conf.to_string());
+    nad.to_string()
+}
+
+/// The one pod spec for both paths: an unprivileged pod asking for one
+/// `rdma-host-device.io/rail` and attaching the network `rdma-rail` as net1.
+fn rail_pod(name: &str) -> String {
+    unprivileged_pod(
+        name,
+        "rdma-rail",
+        json!({"limits": {"rdma-host-device.io/rail": "1"}}),
+        json!([]),
+    )
 }
 
 /// The DRA driver's pod (the DaemonSet of conf/k8s/dra.yaml).
@@ -147,6 +264,8 @@ fn driver_log(c: &Cluster, pod: &str) -> String {
 fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() {
     let (c, _turn) = Cluster::shared();
     installed(c);
+    // The node as shipped: the device plugin serves the rail, the slice has both NICs.
+    rail_served_by(c, RailBy::DevicePlugin);
     // The kubelet's own registration client (grpc-go, the socket's path as :authority) reached
     // GetInfo, accepted the driver and said so (NotifyRegistrationStatus, which our driver
     // logs).
@@ -387,34 +506,21 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
 fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
     let (c, _turn) = Cluster::shared();
     installed(c);
+    rail_served_by(c, RailBy::DevicePlugin);
     // The kubelet lists the pool as the node's allocatable resource.
     c.wait("the node offers rdma-host-device.io/rail", 90, || {
         let v = c.get(&["node", &c.node]);
         (v["status"]["allocatable"]["rdma-host-device.io/rail"]
             .as_str()
             .and_then(|n| n.parse::<usize>().ok())
-            == Some(NICS.len()))
+            == Some(1))
         .then_some(())
     });
-    // conf/multus/rdma-rail-device-plugin.yaml as shipped, but host-local for whereabouts (not
-    // built here) on the NAD's own range.
-    let mut nad = conf_docs("conf/multus/rdma-rail-device-plugin.yaml")[0].clone();
-    let mut conf: Value =
-        serde_json::from_str(nad["spec"]["config"].as_str().expect("config")).expect("json");
-    let range = conf["ipam"]["range"].clone();
-    conf["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": range}]]});
-    nad["spec"]["config"] = json!(conf.to_string());
-    c.apply(&nad.to_string());
-    let pod = |name: &str| {
-        unprivileged_pod(
-            name,
-            "rdma-rail",
-            json!({"limits": {"rdma-host-device.io/rail": "2"}}),
-            json!([]),
-        )
-    };
-    // Both NICs to the first pod: the second cannot be admitted while it holds them.
-    c.apply(&pod("dp-a"));
+    // The same NAD and pod spec as the DRA node's test
+    // (one_pod_spec_gets_its_nic_from_dra_on_a_node_whose_device_plugin_offers_none).
+    c.apply(&rail_nad());
+    // The pool's one NIC to the first pod: the second cannot be admitted while it holds it.
+    c.apply(&rail_pod("dp-a"));
     c.wait("pod dp-a running", 180, || {
         c.pod_running("default", "dp-a").then_some(())
     });
@@ -429,26 +535,29 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
         ip.starts_with("192.168.120."),
         "net1's address {ip}: {net1}"
     );
-    // The container's environment names the NICs the kubelet allocated.
+    // The container's environment names the NIC the kubelet allocated: the device plugin's,
+    // not a claim (deviceID came, and won over the NAD's draExtendedResource).
+    let a = c.get(&["-n", "default", "pod", "dp-a"]);
+    assert!(
+        a["status"]["extendedResourceClaimStatus"].is_null(),
+        "a device plugin's pod has no extended-resource claim: {}",
+        a["status"]
+    );
     let env = c.k(&["-n", "default", "exec", "dp-a", "--", "env"]);
     let ids = env
         .lines()
         .find_map(|l| l.strip_prefix("RDMA_HOST_DEVICE_RAIL_IDS="))
         .unwrap_or_else(|| panic!("no RDMA_HOST_DEVICE_RAIL_IDS in {env}"));
     let gone: Vec<&str> = NICS.iter().copied().filter(|n| !c.nic_in_node(n)).collect();
-    assert_eq!(gone.len(), 1, "one NIC moved into the pod (net1): {gone:?}");
-    assert!(
-        ids.split(',').any(|i| i == gone[0]),
-        "{ids} names {}",
-        gone[0]
-    );
+    assert_eq!(gone, [NICS[0]], "the pool's NIC moved into the pod (net1)");
+    assert_eq!(ids, NICS[0]);
 
-    c.apply(&pod("dp-b"));
+    c.apply(&rail_pod("dp-b"));
     std::thread::sleep(std::time::Duration::from_secs(5));
     let b = c.get(&["-n", "default", "pod", "dp-b"]);
     assert_eq!(
         b["status"]["phase"], "Pending",
-        "dp-b got NICs held by dp-a: {b}"
+        "dp-b got the NIC dp-a holds: {b}"
     );
 
     c.k(&[
@@ -467,6 +576,134 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
     for n in NICS {
         c.assert_home(n);
     }
+}
+
+/// Issue 38 item 3 through the real scheduler, kubelet, containerd and Multus 4.3: on a node
+/// whose DRA driver serves `rdma-host-device.io/rail` (the DeviceClass's extendedResourceName;
+/// node.json's dra.extendedResourceName, no device-plugin pool), the device plugin test's very
+/// pod spec and NAD (`rail_pod`, `rail_nad`): the scheduler makes the pod's claim, the kubelet
+/// prepares it through our driver, Multus passes no deviceID, and the NAD's
+/// draExtendedResource takes the NIC prepared for this pod. A second such pod waits while the
+/// first holds the only NIC; delete: the NIC is home, the claim unprepared and gone.
+#[test]
+fn one_pod_spec_gets_its_nic_from_dra_on_a_node_whose_device_plugin_offers_none() {
+    let (c, _turn) = Cluster::shared();
+    installed(c);
+    rail_served_by(c, RailBy::Dra);
+    let nic = NICS[0];
+    c.apply(&rail_nad());
+    c.apply(&rail_pod("er-a"));
+    c.wait(
+        "pod er-a running with its extended-resource claim",
+        180,
+        || c.pod_running("default", "er-a").then_some(()),
+    );
+    let pod = c.get(&["-n", "default", "pod", "er-a"]);
+    let ext = &pod["status"]["extendedResourceClaimStatus"];
+    let claim_name = ext["resourceClaimName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no extendedResourceClaimStatus: {}", pod["status"]))
+        .to_owned();
+    assert!(
+        claim_name.starts_with("er-a-extended-resources-"),
+        "{claim_name}"
+    );
+    assert_eq!(
+        ext["requestMappings"],
+        json!([{"containerName": "c", "resourceName": "rdma-host-device.io/rail",
+            "requestName": "container-0-request-0"}]),
+        "{ext}"
+    );
+    let claim = c.get(&["-n", "default", "resourceclaim", &claim_name]);
+    assert_eq!(
+        claim["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"], "true",
+        "{claim}"
+    );
+    assert_eq!(
+        claim["status"]["reservedFor"][0]["uid"], pod["metadata"]["uid"],
+        "{claim}"
+    );
+    let result = &claim["status"]["allocation"]["devices"]["results"][0];
+    assert_eq!(result["request"], "container-0-request-0", "{claim}");
+    assert!(
+        result["device"].as_str().unwrap_or_default().ends_with(nic),
+        "{claim}"
+    );
+    eprintln!(
+        "er-a: claim {claim_name}, request {}, device {}",
+        result["request"], result["device"]
+    );
+    // Multus ran the NAD; our CNI took the NIC of that claim (no deviceID came).
+    let status = c.network_status("default", "er-a");
+    let net1 = status
+        .iter()
+        .find(|s| s["interface"] == "net1")
+        .unwrap_or_else(|| panic!("no net1 in network-status: {status:?}"));
+    assert_eq!(net1["name"], "default/rdma-rail", "{net1}");
+    assert!(
+        !c.nic_in_node(nic),
+        "{nic} is still in the node's namespace"
+    );
+    let driver = driver_pod(c);
+    assert!(
+        driver_log(c, &driver).contains(&format!("prepared default/{claim_name}")),
+        "the driver's log: {}",
+        driver_log(c, &driver)
+    );
+    // The attachment's record names the claim, so the driver reports net1 in its status.
+    let devices = c.wait("the claim's status.devices", 30, || {
+        let v = c.get(&["-n", "default", "resourceclaim", &claim_name]);
+        v["status"]["devices"]
+            .as_array()
+            .filter(|d| !d.is_empty())
+            .cloned()
+    });
+    assert_eq!(
+        devices[0]["networkData"]["interfaceName"], "net1",
+        "{devices:?}"
+    );
+
+    // The same spec again: the only NIC is held, the scheduler finds none, the pod waits.
+    c.apply(&rail_pod("er-b"));
+    let why = c.wait("er-b reported unschedulable", 60, || {
+        let v = c.get(&["-n", "default", "pod", "er-b"]);
+        let cond = v["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodScheduled")?
+            .clone();
+        (cond["status"] == "False").then_some(cond)
+    });
+    eprintln!("er-b: {why}");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let b = c.get(&["-n", "default", "pod", "er-b"]);
+    assert_eq!(b["status"]["phase"], "Pending", "{b}");
+
+    c.k(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        "er-a",
+        "er-b",
+        "--wait=true",
+        "--timeout=120s",
+    ]);
+    c.wait(&format!("{nic} home after the pod's deletion"), 60, || {
+        c.nic_in_node(nic).then_some(())
+    });
+    c.assert_home(nic);
+    c.wait("the claim unprepared by our driver", 60, || {
+        driver_log(c, &driver)
+            .contains(&format!("unprepared default/{claim_name}"))
+            .then_some(())
+    });
+    c.wait("the claim of the deleted pod gone", 60, || {
+        (!c.kubectl(&["-n", "default", "get", "resourceclaim", &claim_name])
+            .status
+            .success())
+        .then_some(())
+    });
 }
 
 #[test]
@@ -563,6 +800,7 @@ fn nri_plugin_pids() -> Vec<i32> {
 fn a_rail_pod_waits_for_the_nri_plugin_rather_than_start_without_it() {
     let (c, _turn) = Cluster::shared();
     installed(c);
+    rail_served_by(c, RailBy::DevicePlugin);
     for d in conf_docs("conf/k8s/fail-closed.yaml") {
         c.apply(&d.to_string());
     }

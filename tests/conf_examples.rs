@@ -559,6 +559,26 @@ fn nccl_pod_uses_a_network_conf_defines_and_its_interface() {
         pool.resource_name.as_str(),
         "the pod's network must name the resource it requests"
     );
+    // The same pod on a node whose DRA driver serves the resource (issue 38 item 3): the
+    // DeviceClass names it as its extendedResourceName, and the same NAD finds the NIC of the
+    // scheduler's claim when no deviceID came.
+    let nad_conf: Value =
+        serde_json::from_str(nad["spec"]["config"].as_str().expect("the NAD's config")).unwrap();
+    assert_eq!(
+        nad_conf["draExtendedResource"],
+        pool.resource_name.as_str(),
+        "the pod's network finds the NIC on a DRA node too"
+    );
+    let class = docs
+        .iter()
+        .find(|(f, d)| f.ends_with("k8s/dra.yaml") && d["kind"] == "DeviceClass")
+        .map(|(_, d)| d)
+        .expect("conf/k8s/dra.yaml's DeviceClass");
+    assert_eq!(
+        class["spec"]["extendedResourceName"],
+        pool.resource_name.as_str(),
+        "the DeviceClass serves the pod's resource on DRA nodes"
+    );
     assert!(
         env.iter().all(|(n, _)| n != "NCCL_IB_HCA"),
         "NCCL_IB_HCA comes from the allocation, not the pod spec"

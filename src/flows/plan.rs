@@ -12,6 +12,7 @@ use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, Selector};
 use crate::lock;
 use crate::select::{self, Resolved};
+use rdma_host_device_core::dra::checkpoint::{PreparedClaim, PreparedDevice};
 use rdma_host_device_core::error::{Code, Error, Result};
 use rdma_host_device_core::fault;
 use rdma_host_device_core::inventory::Identity;
@@ -51,9 +52,12 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     // Our DRA driver's record of prepared claims, read once (absent: empty): `draRequest`
     // selects from it, and every ADD checks the NIC it resolves against it.
     let prepared = Prepared::read(node)?;
-    let from_dra = match &conf.dra_request {
-        Some(request) => Some(dra_selector(env, node, &prepared, request)?),
-        None => None,
+    let from_dra = match from_claim(conf) {
+        FromClaim::Request(request) => Some(dra_selector(env, node, &prepared, request)?),
+        FromClaim::ExtendedResource(resource) => {
+            Some(dra_extended_selector(env, node, &prepared, resource)?)
+        }
+        FromClaim::No => None,
     };
     let selector = match &from_dra {
         Some((s, _)) => s,
@@ -178,6 +182,29 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     })
 }
 
+/// Whether ADD takes its NIC from a claim our DRA driver prepared, and how.
+#[derive(Debug, PartialEq, Eq)]
+enum FromClaim<'a> {
+    Request(&'a str),
+    ExtendedResource(&'a str),
+    No,
+}
+
+/// `draRequest` always; `draExtendedResource` only when no `deviceID` came: "deviceID wins;
+/// without it, the checkpoint" (the one NAD serves a node whose device plugin hands out the
+/// resource, through Multus, and a node whose DRA driver does).
+fn from_claim(conf: &NetConf) -> FromClaim<'_> {
+    match (
+        &conf.dra_request,
+        &conf.selector,
+        &conf.dra_extended_resource,
+    ) {
+        (Some(request), _, _) => FromClaim::Request(request),
+        (None, None, Some(resource)) => FromClaim::ExtendedResource(resource),
+        _ => FromClaim::No,
+    }
+}
+
 /// The DRA driver's checkpoint as ADD reads it, with where it was read from (for messages).
 struct Prepared {
     cp: rdma_host_device_core::dra::checkpoint::Checkpoint,
@@ -270,18 +297,40 @@ fn dra_selector(
             ),
         ));
     }
-    let attached: Vec<String> = Store::new(&node.state_dir)
+    first_unattached(
+        &format!("draRequest {request}"),
+        &uid,
+        &devices,
+        &attached_ids(node)?,
+    )
+}
+
+/// The device IDs of every NIC attached now (the records), as `inventory` names them.
+fn attached_ids(node: &Node) -> Result<Vec<String>> {
+    Ok(Store::new(&node.state_dir)
         .all()?
         .iter()
         .map(|r| Identity::of_record(r).device_id)
-        .collect();
+        .collect())
+}
+
+/// Of `devices` (prepared for pod `uid`, found by `what`), the first whose NIC is not in
+/// `attached` (one ADD per NIC), as a `deviceID` selector, with which claim and allocation
+/// result it is, for the record (the driver reports the NIC's network data in that claim's
+/// status). All attached: 102.
+fn first_unattached(
+    what: &str,
+    uid: &str,
+    devices: &[(&str, &PreparedClaim, &PreparedDevice)],
+    attached: &[String],
+) -> Result<(Selector, DraAttachment)> {
     match devices
         .iter()
         .find(|(_, _, d)| !attached.contains(&d.device_id))
     {
         Some((claim_uid, claim, d)) => {
             log::info!(
-                "draRequest {request} of pod {uid}: device {} ({}), pool {}, claim {}/{}",
+                "{what} of pod {uid}: device {} ({}), pool {}, claim {}/{}",
                 d.device,
                 d.device_id,
                 d.pool,
@@ -303,7 +352,7 @@ fn dra_selector(
         None => Err(Error::new(
             Code::DeviceBusy,
             format!(
-                "draRequest {request}: every NIC prepared for pod {uid} under it is attached already ({})",
+                "{what}: every NIC prepared for pod {uid} is attached already ({})",
                 devices
                     .iter()
                     .map(|(_, _, d)| d.device_id.as_str())
@@ -312,6 +361,51 @@ fn dra_selector(
             ),
         )),
     }
+}
+
+/// `draExtendedResource`, when no `deviceID` came: the NIC our DRA driver prepared for this
+/// pod in the claim the scheduler made for its extended resources (KEP-5004: a container's
+/// `resources.limits` of a DeviceClass's `extendedResourceName`, on a node whose allocatable
+/// has none of it). Multus 4.x passes no `deviceID` for such a claim (its pod-resources entry
+/// is keyed by the claim's generated name, not the resource's), so the claim is found as
+/// `draRequest` finds one: by the UID the runtime puts in CNI_ARGS, never by anything the NAD
+/// says, among the claims the driver recorded as extended-resource claims reserved for that
+/// pod. Of several NICs (several networks, or `limits` > 1), the first not attached.
+fn dra_extended_selector(
+    env: &Env,
+    node: &Node,
+    prepared: &Prepared,
+    resource: &str,
+) -> Result<(Selector, DraAttachment)> {
+    let Prepared { cp, path } = prepared;
+    let what = format!("draExtendedResource {resource}");
+    let uid = env.pod().map(|p| p.uid).unwrap_or_default();
+    if uid.is_empty() {
+        return Err(Error::new(
+            Code::InvalidEnv,
+            format!(
+                "{what}: no deviceID came and CNI_ARGS names no pod UID (K8S_POD_UID), which the runtime passes for a Kubernetes pod; the NIC of its extended-resource claim is found by it"
+            ),
+        ));
+    }
+    let devices = cp.extended_for_pod(&uid);
+    if devices.is_empty() {
+        return Err(Error::new(
+            Code::DeviceNotFound,
+            format!(
+                "{what}: no deviceID came (on a node whose device plugin serves it, Multus passes one when the NAD's k8s.v1.cni.cncf.io/resourceName annotation names it), and the DRA driver prepared no extended-resource claim for pod {uid} ({}; {})",
+                if cp.requests_of(&uid).is_empty() {
+                    format!(
+                        "does the pod's container have {resource} in resources.limits, and does this node serve it through DRA?"
+                    )
+                } else {
+                    "this pod's claims are ones it names itself: use draRequest".to_owned()
+                },
+                path.display()
+            ),
+        ));
+    }
+    first_unattached(&what, &uid, &devices, &attached_ids(node)?)
 }
 
 /// Resolve the selector and lock the NIC it names (by its original host name); what decides is
@@ -436,6 +530,155 @@ fn ipam_recorded(conf: &NetConf) -> Option<serde_json::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdma_host_device_core::dra::checkpoint::Checkpoint;
+
+    fn nad(extra: &str) -> NetConf {
+        NetConf::parse(
+            format!(r#"{{"cniVersion":"1.0.0","name":"rail","type":"rdma-host-device"{extra}}}"#)
+                .into_bytes(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_device_id_wins_over_the_extended_resource_claim() {
+        let key = r#","draExtendedResource":"rdma-host-device.io/rail""#;
+        assert_eq!(
+            from_claim(&nad(key)),
+            FromClaim::ExtendedResource("rdma-host-device.io/rail")
+        );
+        // What Multus adds on a device-plugin node: deviceID, pciBusID, runtimeConfig.deviceID.
+        let multus = r#","deviceID":"0000:3b:00.0","pciBusID":"0000:3b:00.0","runtimeConfig":{"deviceID":"0000:3b:00.0"}"#;
+        let c = nad(&format!("{key}{multus}"));
+        assert_eq!(from_claim(&c), FromClaim::No);
+        assert_eq!(c.selector, Some(Selector::DeviceId("0000:3b:00.0".into())));
+        assert_eq!(
+            from_claim(&nad(r#","draRequest":"nic""#)),
+            FromClaim::Request("nic")
+        );
+        assert_eq!(from_claim(&nad(r#","device":"eth1""#)), FromClaim::No);
+    }
+
+    /// Pod a: an extended-resource claim of two NICs and a claim of its own; pod b: an
+    /// extended-resource claim of one.
+    fn extended_claims() -> Prepared {
+        let dev = |request: &str, id: &str| PreparedDevice {
+            request: request.into(),
+            pool: "node-a".into(),
+            device: id.replace([':', '.'], "-"),
+            device_id: id.into(),
+            cdi_device_ids: vec![],
+        };
+        let mut cp = Checkpoint::empty();
+        for (uid, name, pod, ext, devices) in [
+            (
+                "uid-1",
+                "a-extended-resources-x1",
+                "pod-a",
+                true,
+                vec![
+                    dev("container-0-request-0", "0000:3b:00.0"),
+                    dev("container-1-request-0", "0000:3b:00.1"),
+                ],
+            ),
+            (
+                "uid-2",
+                "rails",
+                "pod-a",
+                false,
+                vec![dev("nic", "0000:af:00.0")],
+            ),
+            (
+                "uid-3",
+                "b-extended-resources-x2",
+                "pod-b",
+                true,
+                vec![dev("container-0-request-0", "0000:5e:00.0")],
+            ),
+            (
+                "uid-4",
+                "own",
+                "pod-c",
+                false,
+                vec![dev("nic", "0000:d8:00.0")],
+            ),
+        ] {
+            cp.claims.insert(
+                uid.into(),
+                PreparedClaim {
+                    namespace: "team".into(),
+                    name: name.into(),
+                    pods: vec![pod.into()],
+                    devices,
+                    extended_resource: ext,
+                },
+            );
+        }
+        Prepared {
+            cp,
+            path: "/nonexistent/dra/checkpoint.json".into(),
+        }
+    }
+
+    fn env_of(args: &str) -> Env {
+        Env {
+            command: crate::cni::env::Command::Add,
+            container_id: "c1".into(),
+            netns: "/run/netns/x".into(),
+            ifname: "net1".into(),
+            args: args.into(),
+            path: vec![],
+        }
+    }
+
+    #[test]
+    fn the_extended_resource_claim_gives_its_own_pods_nics_only_each_once() {
+        let state = std::env::temp_dir().join(format!("rhd-plan-ext-{}", std::process::id()));
+        let node = Node {
+            state_dir: state.clone(),
+            ..Node::default()
+        };
+        let p = extended_claims();
+        let pod = |uid: &str| {
+            env_of(&format!(
+                "K8S_POD_NAMESPACE=team;K8S_POD_NAME=p;K8S_POD_UID={uid}"
+            ))
+        };
+        let r = "rdma-host-device.io/rail";
+        let (sel, dra) = dra_extended_selector(&pod("pod-b"), &node, &p, r).unwrap();
+        assert_eq!(sel, Selector::DeviceId("0000:5e:00.0".into()));
+        assert_eq!(
+            (dra.name.as_str(), dra.uid.as_str(), dra.request.as_str()),
+            ("b-extended-resources-x2", "uid-3", "container-0-request-0")
+        );
+        // Pod a: its extended claim's first NIC, never its own claim's (that is draRequest's).
+        let (sel, _) = dra_extended_selector(&pod("pod-a"), &node, &p, r).unwrap();
+        assert_eq!(sel, Selector::DeviceId("0000:3b:00.0".into()));
+        // The next ADD of the pod (another network) gets the next NIC; then none is left.
+        let devices = p.cp.extended_for_pod("pod-a");
+        let (sel, dra) =
+            first_unattached("x", "pod-a", &devices, &["0000:3b:00.0".to_owned()]).unwrap();
+        assert_eq!(sel, Selector::DeviceId("0000:3b:00.1".into()));
+        assert_eq!(dra.request, "container-1-request-0");
+        let all = ["0000:3b:00.0".to_owned(), "0000:3b:00.1".to_owned()];
+        let e = first_unattached("x", "pod-a", &devices, &all).unwrap_err();
+        assert_eq!(e.code, Code::DeviceBusy);
+        // A pod with only claims it names, a pod with none, a call with no pod UID.
+        let e = dra_extended_selector(&pod("pod-c"), &node, &p, r).unwrap_err();
+        assert_eq!(e.code, Code::DeviceNotFound);
+        assert!(e.msg.contains("use draRequest"), "{}", e.msg);
+        let e = dra_extended_selector(&pod("pod-z"), &node, &p, r).unwrap_err();
+        assert_eq!(e.code, Code::DeviceNotFound);
+        assert!(
+            e.msg
+                .contains("rdma-host-device.io/rail in resources.limits"),
+            "{}",
+            e.msg
+        );
+        let e = dra_extended_selector(&env_of("K8S_POD_NAME=p"), &node, &p, r).unwrap_err();
+        assert_eq!(e.code, Code::InvalidEnv);
+        let _ = std::fs::remove_dir_all(&state);
+    }
 
     #[test]
     fn mtu_outside_the_drivers_range_is_refused_before_any_change() {

@@ -24,6 +24,7 @@ pub const SELECTOR_KEYS: &[&str] = &[
     "deviceID",
     "rdmaDevice",
     "draRequest",
+    "draExtendedResource",
     "runtimeConfig",
 ];
 
@@ -163,6 +164,7 @@ struct GivenConf {
     device_id: Option<String>,
     rdma_device: Option<String>,
     dra_request: Option<String>,
+    dra_extended_resource: Option<String>,
     mtu: Option<u32>,
     rdma: Option<RdmaConf>,
     log_file: Option<PathBuf>,
@@ -194,6 +196,11 @@ pub struct NetConf {
     /// `draRequest`: the NIC our DRA driver prepared for this pod under that request of its
     /// claim (`flows::plan::dra_selector`); exclusive with the selectors above.
     pub dra_request: Option<String>,
+    /// `draExtendedResource`: when no `deviceID` came (a device plugin's, through Multus'
+    /// `resourceName`), the next NIC not yet attached of this pod's extended-resource claim,
+    /// the claim the scheduler made for the pod's `resources.limits` of this name on a node
+    /// that serves it through DRA (`flows::plan::dra_extended_selector`). `deviceID` wins.
+    pub dra_extended_resource: Option<String>,
     pub mtu: Option<u32>,
     pub rdma: RdmaConf,
     /// The log file inside the node's log directory, when the config names one.
@@ -413,6 +420,33 @@ impl NetConf {
                 ));
             }
         }
+        if let Some(r) = &given.dra_extended_resource {
+            validate_extended_resource_name(r)?;
+            if let Some(q) = &given.dra_request {
+                return Err(Error::new(
+                    Code::DeviceAmbiguous,
+                    format!(
+                        "draExtendedResource {} and draRequest {} both select a NIC from a claim; give one",
+                        shown(r),
+                        shown(q)
+                    ),
+                ));
+            }
+            // Only a deviceID (what Multus passes from a device plugin) may come beside it, and
+            // wins; a selector the NAD fixes itself would always win, leaving it dead.
+            if let Some(sel) = selector
+                .as_ref()
+                .filter(|s| !matches!(s, Selector::DeviceId(_)))
+            {
+                return Err(Error::new(
+                    Code::DeviceAmbiguous,
+                    format!(
+                        "draExtendedResource {} and {sel} both select a NIC; {sel} would always win: give one (only a deviceID, which Multus passes from a device plugin, may come beside it)",
+                        shown(r)
+                    ),
+                ));
+            }
+        }
         Ok(NetConf {
             cni_version,
             name,
@@ -421,6 +455,7 @@ impl NetConf {
             prev_result,
             selector,
             dra_request: given.dra_request,
+            dra_extended_resource: given.dra_extended_resource,
             mtu: given.mtu,
             rdma,
             log_file,
@@ -435,7 +470,7 @@ impl NetConf {
     pub fn require_selector(&self) -> Result<&Selector> {
         self.selector.as_ref().ok_or_else(|| {
             invalid_config(
-                "no device selected: set one of \"device\", \"hwaddr\", \"kernelpath\", \"pciBusID\", \"rdmaDevice\", \"deviceID\" (top level or runtimeConfig), or \"draRequest\"",
+                "no device selected: set one of \"device\", \"hwaddr\", \"kernelpath\", \"pciBusID\", \"rdmaDevice\", \"deviceID\" (top level or runtimeConfig), \"draRequest\" or \"draExtendedResource\"",
             )
         })
     }
@@ -589,6 +624,34 @@ fn validate_request_name(v: &str) -> Result<()> {
             shown(v)
         )))
     }
+}
+
+/// `draExtendedResource`: an extended resource's name as a DeviceClass's
+/// `extendedResourceName` gives it (`vendor-domain/name`, the rule the device plugin's pools
+/// follow), or the name every class answers to, `deviceclass.resource.kubernetes.io/<class>`.
+fn validate_extended_resource_name(v: &str) -> Result<()> {
+    let implicit = v
+        .strip_prefix("deviceclass.resource.kubernetes.io/")
+        .is_some_and(|class| {
+            !class.is_empty()
+                && class.len() <= 253
+                && class.split('.').all(|l| {
+                    !l.is_empty()
+                        && !l.starts_with('-')
+                        && !l.ends_with('-')
+                        && l.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                })
+        });
+    if implicit {
+        return Ok(());
+    }
+    rdma_host_device_core::node::check_resource_name(v).map_err(|e| {
+        invalid_config(format!(
+            "draExtendedResource {}",
+            e.strip_prefix("resourceName ").unwrap_or(&e)
+        ))
+    })
 }
 
 /// A PCI (`0000:3b:00.1`) or auxiliary-bus (`mlx5_core.sf.4`) device name, or (`deviceID`

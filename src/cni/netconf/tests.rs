@@ -302,3 +302,79 @@ fn dra_request_names_a_claims_request_and_only_it_selects() {
     .unwrap();
     assert_eq!(c.dra_request, None);
 }
+
+#[test]
+fn dra_extended_resource_names_a_resource_and_lets_only_a_device_id_beside_it() {
+    let base = r#""cniVersion":"1.0.0","name":"n""#;
+    let key = r#""draExtendedResource":"rdma-host-device.io/rail""#;
+    let c = parse(&format!("{{{base},{key}}}")).unwrap();
+    assert_eq!(
+        c.dra_extended_resource.as_deref(),
+        Some("rdma-host-device.io/rail")
+    );
+    assert_eq!(c.selector, None);
+    // The name every DeviceClass answers to.
+    parse(&format!(
+        "{{{base},\"draExtendedResource\":\"deviceclass.resource.kubernetes.io/rdma-host-device.io\"}}"
+    ))
+    .unwrap();
+    // What Multus adds from a device plugin: one deviceID, which wins (flows::plan).
+    let c = parse(&format!(
+        "{{{base},{key},\"deviceID\":\"0000:3b:00.0\",\"pciBusID\":\"0000:3b:00.0\",\"runtimeConfig\":{{\"deviceID\":\"0000:3b:00.0\"}}}}"
+    ))
+    .unwrap();
+    assert_eq!(c.selector, Some(Selector::DeviceId("0000:3b:00.0".into())));
+    for (input, code, says) in [
+        (
+            format!("{{{base},\"draExtendedResource\":\"rail\"}}"),
+            Code::InvalidConfig,
+            "draExtendedResource \"rail\" must be vendor-domain/name",
+        ),
+        (
+            format!("{{{base},\"draExtendedResource\":\"kubernetes.io/rail\"}}"),
+            Code::InvalidConfig,
+            "Kubernetes' own",
+        ),
+        (
+            format!("{{{base},\"draExtendedResource\":\"deviceclass.resource.kubernetes.io/\"}}"),
+            Code::InvalidConfig,
+            "draExtendedResource",
+        ),
+        (
+            format!("{{{base},\"draExtendedResource\":\"\"}}"),
+            Code::InvalidConfig,
+            "draExtendedResource",
+        ),
+        (
+            format!("{{{base},\"draExtendedResource\":7}}"),
+            Code::InvalidConfig,
+            "expected a string",
+        ),
+        (
+            format!("{{{base},{key},\"draRequest\":\"nic\"}}"),
+            Code::DeviceAmbiguous,
+            "give one",
+        ),
+        (
+            format!("{{{base},{key},\"device\":\"eth1\"}}"),
+            Code::DeviceAmbiguous,
+            "device \"eth1\" would always win",
+        ),
+        (
+            format!("{{{base},{key},\"pciBusID\":\"0000:3b:00.0\"}}"),
+            Code::DeviceAmbiguous,
+            "would always win",
+        ),
+    ] {
+        let err = parse(&input).expect_err(&input);
+        assert_eq!(err.code, code, "{input}: {err}");
+        assert!(err.msg.contains(says), "{input}: {}", err.msg);
+    }
+    // DEL works from its record: the key (even a bad value) is not needed there.
+    let (c, _) = NetConf::parse_lenient(
+        format!("{{{base},\"draExtendedResource\":\"bad\"}}").into_bytes(),
+        &Node::default(),
+    )
+    .unwrap();
+    assert_eq!(c.dra_extended_resource, None);
+}

@@ -76,8 +76,20 @@ pub fn run(opts: &Options) -> Result<()> {
     rdma_host_device_core::logging::init(log::LevelFilter::Info, None, " device-plugin".into());
     let node = Node::load()?;
     let Some(dp) = node.device_plugin()? else {
+        // A node that serves its extended resource through DRA has no pools, and must offer
+        // none (the scheduler would never ask DRA): nothing to do, and not an error, so the
+        // DaemonSet's container stays up rather than restarting for ever.
+        if let Some(name) = node.dra()?.and_then(|d| d.extended_resource_name) {
+            log::info!(
+                "no devicePlugin in {}: this node serves {name} through DRA (dra.extendedResourceName); offering nothing",
+                node.source
+            );
+            loop {
+                std::thread::park();
+            }
+        }
         return Err(invalid_config(format!(
-            "the node configuration ({}) has no devicePlugin: no pool to offer (see docs/devices.md, \"Device plugin\")",
+            "the node configuration ({}) has no devicePlugin: no pool to offer (see docs/devices.md, \"Device plugin\"; a node whose extended resource DRA serves says so with dra.extendedResourceName, and this then idles)",
             node.source
         )));
     };

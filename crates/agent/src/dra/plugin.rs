@@ -66,7 +66,13 @@ pub struct ResourceClaim {
 pub struct Metadata {
     #[serde(default)]
     pub uid: String,
+    #[serde(default)]
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
+
+/// The annotation the scheduler puts on the claim it makes for a pod's DRA-backed extended
+/// resources (`resource.kubernetes.io/extended-resource-claim`, KEP-5004).
+pub const EXTENDED_RESOURCE_CLAIM: &str = "resource.kubernetes.io/extended-resource-claim";
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -121,6 +127,14 @@ impl ResourceClaim {
             .filter(|c| c.api_group.is_empty() && c.resource == "pods" && !c.uid.is_empty())
             .map(|c| c.uid.clone())
             .collect()
+    }
+
+    /// Whether the scheduler made it for a pod's extended resources (its annotation `"true"`).
+    pub fn is_extended_resource(&self) -> bool {
+        self.metadata
+            .annotations
+            .get(EXTENDED_RESOURCE_CLAIM)
+            .is_some_and(|v| v == "true")
     }
 }
 
@@ -190,11 +204,14 @@ impl Driver {
         if let Some(known) = cp.claims.get(&c.uid) {
             let mut known = known.clone();
             // Who the claim is reserved for may have grown (a shared claim); the devices never
-            // change for one UID.
+            // change for one UID. A claim prepared by a driver that did not record extended
+            // resource claims learns it here.
             if let Ok(claim) = &read
-                && claim.pods() != known.pods
+                && (claim.pods() != known.pods
+                    || claim.is_extended_resource() != known.extended_resource)
             {
                 known.pods = claim.pods();
+                known.extended_resource = claim.is_extended_resource();
                 cp.claims.insert(c.uid.clone(), known.clone());
                 self.save(cp)?;
             }
@@ -244,6 +261,7 @@ impl Driver {
             name: c.name.clone(),
             pods: claim.pods(),
             devices,
+            extended_resource: claim.is_extended_resource(),
         };
         cp.claims.insert(c.uid.clone(), prepared.clone());
         if let Err(e) = self.save(cp) {
@@ -725,6 +743,44 @@ mod tests {
         let cp = Checkpoint::read(&d.checkpoint).unwrap();
         assert_eq!(cp.claims["uid-s"].pods, ["pod-1", "pod-2"]);
         assert_eq!(cp.for_pod("pod-2", "nic").len(), 1);
+    }
+
+    #[test]
+    fn an_extended_resource_claim_is_recorded_as_one_and_an_older_record_learns_it() {
+        let mut ext = claim(
+            "pod-x-extended-resources-abcde",
+            "uid-x",
+            json!([ours("0000-3b-00-0")]),
+            &["pod-x"],
+        );
+        ext["metadata"]["annotations"] = json!({EXTENDED_RESOURCE_CLAIM: "true"});
+        ext["status"]["allocation"]["devices"]["results"][0]["request"] =
+            json!("container-0-request-0");
+        let d = driver("ext", vec![ext]);
+        let r = prepare(&d, &[("pod-x-extended-resources-abcde", "uid-x")]);
+        assert_eq!(r.claims["uid-x"].error, "");
+        let cp = Checkpoint::read(&d.checkpoint).unwrap();
+        assert!(cp.claims["uid-x"].extended_resource);
+        assert_eq!(cp.extended_for_pod("pod-x").len(), 1);
+        // The record an older driver left (no flag): the kubelet's next prepare sets it.
+        let mut old = cp.clone();
+        old.claims.get_mut("uid-x").unwrap().extended_resource = false;
+        old.write(&d.checkpoint).unwrap();
+        prepare(&d, &[("pod-x-extended-resources-abcde", "uid-x")]);
+        assert_eq!(Checkpoint::read(&d.checkpoint).unwrap(), cp);
+        // A claim without the annotation (or with another value) is an ordinary one.
+        let plain = driver(
+            "plain",
+            vec![claim(
+                "a",
+                "uid-a",
+                json!([ours("0000-3b-00-0")]),
+                &["pod-1"],
+            )],
+        );
+        prepare(&plain, &[("a", "uid-a")]);
+        let cp = Checkpoint::read(&plain.checkpoint).unwrap();
+        assert!(!cp.claims["uid-a"].extended_resource);
     }
 
     #[test]

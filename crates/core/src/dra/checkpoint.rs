@@ -6,7 +6,9 @@
 //!   file and a rename (a reader sees the old record or the new one, never half), and reads it
 //!   at start: unprepare works from it alone, after a restart or in a new DaemonSet pod;
 //! - the CNI plugin reads it on ADD for a network configuration with `draRequest`: the NIC the
-//!   driver prepared for *this* pod, the pod being the UID the runtime puts in CNI_ARGS.
+//!   driver prepared for *this* pod, the pod being the UID the runtime puts in CNI_ARGS; and,
+//!   with `draExtendedResource` and no `deviceID`, the NIC of the claim the scheduler made for
+//!   the pod's extended resource ([`Checkpoint::extended_for_pod`]), the same way.
 //!
 //! So this module stays small: serde and the file, nothing of the driver's (no gRPC, no API
 //! client), so the core crate holds it: the CNI plugin reads it without linking the driver.
@@ -53,6 +55,13 @@ pub struct PreparedClaim {
     /// Our devices of the claim (results of other drivers are not ours to record).
     #[serde(default)]
     pub devices: Vec<PreparedDevice>,
+    /// The scheduler made this claim for a pod's extended resource (KEP-5004: a DeviceClass's
+    /// `extendedResourceName` in a container's `resources.limits`): the claim carries
+    /// `resource.kubernetes.io/extended-resource-claim: "true"`. A NAD's `draExtendedResource`
+    /// takes its pod's NICs from such claims only. Absent in checkpoints written before it
+    /// existed (read as false; the driver sets it when the kubelet prepares the claim again).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub extended_resource: bool,
 }
 
 /// One device of a claim: the allocation result, the NIC it is, what the kubelet was told.
@@ -178,6 +187,21 @@ impl Checkpoint {
             .collect()
     }
 
+    /// The devices prepared for pod `pod_uid` in its extended-resource claims
+    /// ([`PreparedClaim::extended_resource`]), in claim then device order. As with
+    /// [`for_pod`](Self::for_pod), only claims reserved for that pod are looked at, and no UID
+    /// is nobody's.
+    pub fn extended_for_pod(&self, pod_uid: &str) -> Vec<(&str, &PreparedClaim, &PreparedDevice)> {
+        if pod_uid.is_empty() {
+            return Vec::new();
+        }
+        self.claims
+            .iter()
+            .filter(|(_, c)| c.extended_resource && c.pods.iter().any(|p| p == pod_uid))
+            .flat_map(|(uid, c)| c.devices.iter().map(move |d| (uid.as_str(), c, d)))
+            .collect()
+    }
+
     /// Every request name prepared for pod `pod_uid`, for a message.
     pub fn requests_of(&self, pod_uid: &str) -> Vec<&str> {
         let mut out: Vec<&str> = self
@@ -218,6 +242,7 @@ mod tests {
                     device("nic", "0000:3b:00.0"),
                     device("gpu-nic/rail0", "0000:3b:00.1"),
                 ],
+                extended_resource: false,
             },
         );
         c.claims.insert(
@@ -227,9 +252,71 @@ mod tests {
                 name: "rail".into(),
                 pods: vec!["pod-b".into()],
                 devices: vec![device("nic", "0000:5e:00.0")],
+                extended_resource: false,
             },
         );
         c
+    }
+
+    /// [`two_pods`] and the scheduler's extended-resource claims of pods b and c.
+    fn with_extended() -> Checkpoint {
+        let mut c = two_pods();
+        for (uid, pod, ids) in [
+            ("claim-3", "pod-b", &["0000:af:00.0", "0000:af:00.1"][..]),
+            ("claim-4", "pod-c", &["0000:d8:00.0"][..]),
+        ] {
+            c.claims.insert(
+                uid.into(),
+                PreparedClaim {
+                    namespace: "team-b".into(),
+                    name: format!("{pod}-extended-resources-x7k2p"),
+                    pods: vec![pod.into()],
+                    devices: ids
+                        .iter()
+                        .enumerate()
+                        .map(|(j, id)| device(&format!("container-0-request-{j}"), id))
+                        .collect(),
+                    extended_resource: true,
+                },
+            );
+        }
+        c
+    }
+
+    #[test]
+    fn a_pod_finds_only_its_own_extended_resource_claims_devices() {
+        let c = with_extended();
+        let ids = |pod| {
+            c.extended_for_pod(pod)
+                .iter()
+                .map(|(uid, _, d)| format!("{uid} {}", d.device_id))
+                .collect::<Vec<_>>()
+        };
+        // Pod b's claim-2 (a claim it named) is not an extended-resource claim.
+        assert_eq!(
+            ids("pod-b"),
+            ["claim-3 0000:af:00.0", "claim-3 0000:af:00.1"]
+        );
+        assert_eq!(ids("pod-c"), ["claim-4 0000:d8:00.0"]);
+        assert!(ids("pod-a").is_empty(), "pod a has claims, none extended");
+        assert!(ids("").is_empty(), "no UID is nobody's");
+        assert!(ids("pod-z").is_empty());
+    }
+
+    #[test]
+    fn a_checkpoint_of_the_previous_format_reads_as_no_extended_claims_and_round_trips() {
+        // What the driver wrote before `extendedResource` existed: the same version.
+        let old = br#"{"version": 1, "claims": {"claim-1": {"namespace": "t", "name": "r",
+            "pods": ["pod-a"], "devices": [{"request": "nic", "pool": "n", "device": "d",
+            "deviceId": "0000:3b:00.0", "cdiDeviceIds": []}]}}}"#;
+        let c = Checkpoint::parse(old).unwrap();
+        assert!(!c.claims["claim-1"].extended_resource);
+        assert_eq!(c.for_pod("pod-a", "nic").len(), 1);
+        // An ordinary claim is written as before (an older driver reads it), an extended one
+        // with the key (an older driver ignores it).
+        let body = serde_json::to_string(&with_extended()).unwrap();
+        assert_eq!(body.matches("extendedResource").count(), 2, "{body}");
+        assert_eq!(Checkpoint::parse(body.as_bytes()).unwrap(), with_extended());
     }
 
     #[test]

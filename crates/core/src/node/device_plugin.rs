@@ -66,7 +66,7 @@ pub struct CharDevices {
 /// `vendor-domain/name` as the kubelet accepts an extended resource: a DNS subdomain (not
 /// Kubernetes' own), then a name of letters, digits, `-`, `_`, `.` (63 at most) that starts and
 /// ends with a letter or digit.
-pub(super) fn check_resource_name(r: &str) -> std::result::Result<(), String> {
+pub fn check_resource_name(r: &str) -> std::result::Result<(), String> {
     let (domain, name) = r
         .split_once('/')
         .ok_or_else(|| format!("resourceName {r:?} must be vendor-domain/name"))?;

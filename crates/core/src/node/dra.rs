@@ -25,6 +25,13 @@ pub struct DraConfig {
     /// Rails: the first whose selectors match a NIC names its `rdma-host-device.io/rail`.
     #[serde(default)]
     pub rails: Vec<Rail>,
+    /// The extended resource this node serves through DRA: the `spec.extendedResourceName` of
+    /// the DeviceClass (conf/k8s/dra.yaml), so that a pod's `resources.limits` of it gets a
+    /// claim the scheduler makes (KEP-5004). The scheduler uses DRA for it only on nodes whose
+    /// allocatable has none of it, so `devicePlugin` may not offer the same name here (both
+    /// halves refuse to start), and the device plugin, with no pools, idles.
+    #[serde(default)]
+    pub extended_resource_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -47,6 +54,9 @@ impl DraConfig {
                     "dra.resourceName {r:?} is longer than {MAX_ATTRIBUTE_STRING} characters (the API's limit for an attribute)"
                 ));
             }
+        }
+        if let Some(r) = &self.extended_resource_name {
+            check_resource_name(r).map_err(|e| format!("dra.extended{}", capitalised(&e)))?;
         }
         if let Some(n) = &self.nics
             && n.is_empty()
@@ -85,6 +95,17 @@ impl DraConfig {
         if let Some(r) = &self.resource_name {
             v["resourceName"] = r.clone().into();
         }
+        if let Some(r) = &self.extended_resource_name {
+            v["extendedResourceName"] = r.clone().into();
+        }
         v
     }
+}
+
+/// `resourceName ...` as `ResourceName ...`, for a message about `extendedResourceName`.
+fn capitalised(e: &str) -> String {
+    let mut c = e.chars();
+    c.next()
+        .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+        .unwrap_or_default()
 }

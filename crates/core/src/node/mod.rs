@@ -21,7 +21,7 @@ mod ipam;
 mod memlock;
 mod nics;
 use crate::error::{Code, Error, Result};
-pub use device_plugin::{CharDevices, DevicePluginConfig, Pool};
+pub use device_plugin::{CharDevices, DevicePluginConfig, Pool, check_resource_name};
 pub use dirs::{RUN_DIR, path_under};
 use dirs::{check_own_dir, has_dotdot};
 pub use dra::{DraConfig, Rail};
@@ -186,6 +186,22 @@ impl Default for Node {
     }
 }
 
+/// A node serves an extended resource one way: the scheduler asks the DRA driver for it (a
+/// DeviceClass's `extendedResourceName`) only on nodes whose allocatable has none of it, so a
+/// device plugin offering the same name on a node meant for DRA would take every such pod, and
+/// the DRA half would never be asked. Refused in both halves' configuration, with the fix.
+fn one_way(dp: &DevicePluginConfig, d: &DraConfig) -> std::result::Result<(), String> {
+    let Some(name) = &d.extended_resource_name else {
+        return Ok(());
+    };
+    match dp.pools.iter().position(|p| &p.resource_name == name) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "devicePlugin.pools[{i}] offers {name}, which dra.extendedResourceName says this node serves through DRA; a node serves an extended resource one way only (the scheduler asks DRA for it only where the device plugin offers none). For DRA on this node remove that pool (or devicePlugin); for the device plugin remove dra.extendedResourceName"
+        )),
+    }
+}
+
 impl Node {
     /// The node configuration: the file named by the environment or the default path; the
     /// built-in defaults when the default file does not exist.
@@ -309,8 +325,34 @@ impl Node {
         Ok(node)
     }
 
-    /// The `devicePlugin` section, parsed and checked; `None` without one.
+    /// The `devicePlugin` section, parsed and checked (also against `dra`: a node serves an
+    /// extended resource one way); `None` without one.
     pub fn device_plugin(&self) -> Result<Option<DevicePluginConfig>> {
+        let dp = self.device_plugin_alone()?;
+        if let (Some(dp), Ok(Some(d))) = (&dp, self.dra_alone()) {
+            one_way(dp, &d).map_err(|e| self.invalid(e))?;
+        }
+        Ok(dp)
+    }
+
+    /// The `dra` section, parsed and checked (also against `devicePlugin`, the same way);
+    /// `None` without one.
+    pub fn dra(&self) -> Result<Option<DraConfig>> {
+        let d = self.dra_alone()?;
+        if let (Some(d), Ok(Some(dp))) = (&d, self.device_plugin_alone()) {
+            one_way(&dp, d).map_err(|e| self.invalid(e))?;
+        }
+        Ok(d)
+    }
+
+    fn invalid(&self, what: String) -> Error {
+        Error::new(
+            Code::InvalidConfig,
+            format!("node configuration {}: {what}", self.source),
+        )
+    }
+
+    fn device_plugin_alone(&self) -> Result<Option<DevicePluginConfig>> {
         let Some(text) = &self.device_plugin_json else {
             return Ok(None);
         };
@@ -325,8 +367,7 @@ impl Node {
         Ok(Some(dp))
     }
 
-    /// The `dra` section, parsed and checked; `None` without one.
-    pub fn dra(&self) -> Result<Option<DraConfig>> {
+    fn dra_alone(&self) -> Result<Option<DraConfig>> {
         let Some(text) = &self.dra_json else {
             return Ok(None);
         };

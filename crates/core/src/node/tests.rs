@@ -483,6 +483,14 @@ fn a_bad_dra_section_is_an_error_naming_the_file_and_the_key() {
             "named twice",
         ),
         (r#"{"dra":{"rail":[]}}"#, "unknown field"),
+        (
+            r#"{"dra":{"extendedResourceName":"rail"}}"#,
+            "dra.extendedResourceName \"rail\" must be vendor-domain/name",
+        ),
+        (
+            r#"{"dra":{"extendedResourceName":"kubernetes.io/rail"}}"#,
+            "Kubernetes' own",
+        ),
     ] {
         let p = write(body);
         let e = Node::from_file(&p, true).and_then(|n| n.dra()).unwrap_err();
@@ -492,6 +500,62 @@ fn a_bad_dra_section_is_an_error_naming_the_file_and_the_key() {
         let _ = std::fs::remove_file(p);
     }
     assert_eq!(Node::default().dra().unwrap(), None);
+}
+
+#[test]
+fn a_resource_served_through_dra_may_not_be_a_device_plugin_pool_too() {
+    let pool = |name: &str| {
+        let nic = name.rsplit('/').next().unwrap_or(name);
+        format!(r#"{{"resourceName":"{name}","selectors":{{"names":["{nic}0"]}}}}"#)
+    };
+    let both = format!(
+        r#"{{"devicePlugin":{{"pools":[{},{}]}},"dra":{{"extendedResourceName":"rdma-host-device.io/rail"}}}}"#,
+        pool("rdma-host-device.io/storage"),
+        pool("rdma-host-device.io/rail")
+    );
+    let p = write(&both);
+    let n = Node::from_file(&p, true).unwrap();
+    // Both halves refuse (each checks its own section against the other), naming the file,
+    // the pool, and both ways out.
+    for e in [n.device_plugin().unwrap_err(), n.dra().unwrap_err()] {
+        assert_eq!(e.code, Code::InvalidConfig);
+        for says in [
+            p.display().to_string().as_str(),
+            "devicePlugin.pools[1] offers rdma-host-device.io/rail",
+            "dra.extendedResourceName",
+            "remove that pool",
+            "remove dra.extendedResourceName",
+        ] {
+            assert!(e.msg.contains(says), "{says}: {}", e.msg);
+        }
+    }
+    let _ = std::fs::remove_file(p);
+    // Another pool beside it, or the name on one side only: accepted.
+    for ok in [
+        format!(
+            r#"{{"devicePlugin":{{"pools":[{}]}},"dra":{{"extendedResourceName":"rdma-host-device.io/rail"}}}}"#,
+            pool("rdma-host-device.io/storage")
+        ),
+        format!(
+            r#"{{"devicePlugin":{{"pools":[{}]}},"dra":{{}}}}"#,
+            pool("rdma-host-device.io/rail")
+        ),
+        r#"{"dra":{"extendedResourceName":"rdma-host-device.io/rail"}}"#.to_owned(),
+    ] {
+        let p = write(&ok);
+        let n = Node::from_file(&p, true).unwrap();
+        n.device_plugin().unwrap();
+        n.dra().unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&n.to_json()).unwrap()["dra"]
+                ["extendedResourceName"]
+                .as_str()
+                .is_some(),
+            ok.contains("extendedResourceName"),
+            "node-config prints it"
+        );
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 #[test]
