@@ -33,7 +33,6 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// The node's NICs for pods: veths whose peers stay in the node's namespace.
@@ -52,26 +51,10 @@ fn installed(c: &Cluster) {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
         c.add_nics(&NICS);
-        // The image, as README's step 1 makes and loads it (from the release build; a
-        // developer may name other binaries, e.g. target/debug's, with RHD_CLUSTER_PLUGIN).
-        let bin = std::env::var_os("RHD_CLUSTER_PLUGIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(release_binary);
-        let podman = Podman::new("cluster-image");
-        let report = build_image(&podman, &bin);
-        let image = report
-            .lines()
-            .find_map(|l| l.strip_prefix("image: "))
-            .expect("build-image.sh names its image")
-            .to_owned();
-        c.import_image(&podman, &image, IMAGE_ARCHIVE);
-        // README's step 2: the label, and node.json edited for this node's NICs.
-        c.k(&[
-            "label",
-            "node",
-            &c.node,
-            "feature.node.kubernetes.io/rdma.capable=true",
-        ]);
+        // README's step 1, the image; step 2, the label, and node.json edited for this
+        // node's NICs.
+        c.image_from_this_build("cluster-image", IMAGE_ARCHIVE);
+        c.label_rdma_capable();
         let ds = daemonset_docs(RailBy::DevicePlugin);
         for d in ds.iter().chain(conf_docs("conf/k8s/dra.yaml").iter()) {
             c.apply(&d.to_string());
@@ -188,16 +171,23 @@ fn rail_served_by(c: &Cluster, by: RailBy) {
     *now = by;
 }
 
-/// conf/multus/rdma-rail-device-plugin.yaml as shipped, but host-local for whereabouts (not
-/// built here) on the NAD's own range: the one NAD for both paths.
-fn rail_nad() -> String {
-    let mut nad = conf_docs("conf/multus/rdma-rail-device-plugin.yaml")[0].clone();
-    let mut conf: Value =
-        serde_json::from_str(nad["spec"]["config"].as_str().expect("config")).expect("json");
-    let range = conf["ipam"]["range"].clone();
-    conf["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": range}]]});
-    nad["spec"]["config"] = json!(conf.to_string());
+/// conf/multus/rdma-rail-device-plugin.yaml as shipped (host-local for whereabouts), named
+/// `name`: the one NAD for both paths.
+fn rail_nad(name: &str) -> String {
+    let mut nad = with_host_local(&conf_docs("conf/multus/rdma-rail-device-plugin.yaml")[0]);
+    nad["metadata"]["name"] = json!(name);
     nad.to_string()
+}
+
+/// The claim's `status.devices` (KEP-4817) once our driver has written them.
+fn claim_status_devices(c: &Cluster, claim: &str) -> Vec<Value> {
+    c.wait("the claim's status.devices", 30, || {
+        let v = c.get(&["-n", "default", "resourceclaim", claim]);
+        v["status"]["devices"]
+            .as_array()
+            .filter(|d| !d.is_empty())
+            .cloned()
+    })
 }
 
 /// The one pod spec for both paths: an unprivileged pod asking for one
@@ -312,11 +302,7 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
     c.wait("pod dra-a running with its claim prepared", 180, || {
         c.pod_running("default", "dra-a").then_some(())
     });
-    let status = c.network_status("default", "dra-a");
-    let net1 = status
-        .iter()
-        .find(|s| s["interface"] == "net1")
-        .unwrap_or_else(|| panic!("no net1 in network-status: {status:?}"));
+    let net1 = c.net1_status("default", "dra-a");
     assert_eq!(net1["name"], "default/rail-0", "{net1}");
     // The NIC the driver prepared left the node: it is net1 in the pod.
     let claim_name = c.get(&["-n", "default", "pod", "dra-a"])["status"]["resourceClaimStatuses"]
@@ -338,13 +324,7 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
         "{nic} is still in the node's namespace"
     );
     // KEP-4817: the claim's status carries the network data ADD applied.
-    let devices = c.wait("the claim's status.devices", 30, || {
-        let v = c.get(&["-n", "default", "resourceclaim", &claim_name]);
-        v["status"]["devices"]
-            .as_array()
-            .filter(|d| !d.is_empty())
-            .cloned()
-    });
+    let devices = claim_status_devices(c, &claim_name);
     assert_eq!(devices[0]["driver"], "rdma-host-device.io");
     assert_eq!(devices[0]["device"], dev.as_str());
     assert_eq!(
@@ -481,19 +461,7 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
     });
 
     // Delete: the NIC comes home, the claim is unprepared and deallocated.
-    c.k(&[
-        "-n",
-        "default",
-        "delete",
-        "pod",
-        "dra-a",
-        "--wait=true",
-        "--timeout=120s",
-    ]);
-    c.wait(&format!("{nic} home after the pod's deletion"), 60, || {
-        c.nic_in_node(nic).then_some(())
-    });
-    c.assert_home(nic);
+    c.delete_pods_and_see_nic_home("default", &["dra-a"], nic);
     c.wait("the claim of the deleted pod gone", 60, || {
         (!c.kubectl(&["-n", "default", "get", "resourceclaim", &claim_name])
             .status
@@ -518,17 +486,13 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
     });
     // The same NAD and pod spec as the DRA node's test
     // (one_pod_spec_gets_its_nic_from_dra_on_a_node_whose_device_plugin_offers_none).
-    c.apply(&rail_nad());
+    c.apply(&rail_nad("rdma-rail"));
     // The pool's one NIC to the first pod: the second cannot be admitted while it holds it.
     c.apply(&rail_pod("dp-a"));
     c.wait("pod dp-a running", 180, || {
         c.pod_running("default", "dp-a").then_some(())
     });
-    let status = c.network_status("default", "dp-a");
-    let net1 = status
-        .iter()
-        .find(|s| s["interface"] == "net1")
-        .unwrap_or_else(|| panic!("no net1 in network-status: {status:?}"));
+    let net1 = c.net1_status("default", "dp-a");
     assert_eq!(net1["name"], "default/rdma-rail", "{net1}");
     let ip = net1["ips"][0].as_str().unwrap_or_default();
     assert!(
@@ -591,7 +555,7 @@ fn one_pod_spec_gets_its_nic_from_dra_on_a_node_whose_device_plugin_offers_none(
     installed(c);
     rail_served_by(c, RailBy::Dra);
     let nic = NICS[0];
-    c.apply(&rail_nad());
+    c.apply(&rail_nad("rdma-rail"));
     c.apply(&rail_pod("er-a"));
     c.wait(
         "pod er-a running with its extended-resource claim",
@@ -634,11 +598,7 @@ fn one_pod_spec_gets_its_nic_from_dra_on_a_node_whose_device_plugin_offers_none(
         result["request"], result["device"]
     );
     // Multus ran the NAD; our CNI took the NIC of that claim (no deviceID came).
-    let status = c.network_status("default", "er-a");
-    let net1 = status
-        .iter()
-        .find(|s| s["interface"] == "net1")
-        .unwrap_or_else(|| panic!("no net1 in network-status: {status:?}"));
+    let net1 = c.net1_status("default", "er-a");
     assert_eq!(net1["name"], "default/rdma-rail", "{net1}");
     assert!(
         !c.nic_in_node(nic),
@@ -651,13 +611,7 @@ fn one_pod_spec_gets_its_nic_from_dra_on_a_node_whose_device_plugin_offers_none(
         driver_log(c, &driver)
     );
     // The attachment's record names the claim, so the driver reports net1 in its status.
-    let devices = c.wait("the claim's status.devices", 30, || {
-        let v = c.get(&["-n", "default", "resourceclaim", &claim_name]);
-        v["status"]["devices"]
-            .as_array()
-            .filter(|d| !d.is_empty())
-            .cloned()
-    });
+    let devices = claim_status_devices(c, &claim_name);
     assert_eq!(
         devices[0]["networkData"]["interfaceName"], "net1",
         "{devices:?}"
@@ -679,20 +633,7 @@ fn one_pod_spec_gets_its_nic_from_dra_on_a_node_whose_device_plugin_offers_none(
     let b = c.get(&["-n", "default", "pod", "er-b"]);
     assert_eq!(b["status"]["phase"], "Pending", "{b}");
 
-    c.k(&[
-        "-n",
-        "default",
-        "delete",
-        "pod",
-        "er-a",
-        "er-b",
-        "--wait=true",
-        "--timeout=120s",
-    ]);
-    c.wait(&format!("{nic} home after the pod's deletion"), 60, || {
-        c.nic_in_node(nic).then_some(())
-    });
-    c.assert_home(nic);
+    c.delete_pods_and_see_nic_home("default", &["er-a", "er-b"], nic);
     c.wait("the claim unprepared by our driver", 60, || {
         driver_log(c, &driver)
             .contains(&format!("unprepared default/{claim_name}"))
@@ -835,15 +776,8 @@ fn a_rail_pod_waits_for_the_nri_plugin_rather_than_start_without_it() {
         dry_run(&plain.to_string())["metadata"]["annotations"][required].is_null(),
         "a pod without RDMA is not marked"
     );
-    // The device plugin's NAD, host-local for whereabouts (as the device plugin test does).
-    let mut nad = conf_docs("conf/multus/rdma-rail-device-plugin.yaml")[0].clone();
-    let mut conf: Value =
-        serde_json::from_str(nad["spec"]["config"].as_str().expect("config")).expect("json");
-    let range = conf["ipam"]["range"].clone();
-    conf["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": range}]]});
-    nad["spec"]["config"] = json!(conf.to_string());
-    nad["metadata"]["name"] = json!("rdma-rail-fc");
-    c.apply(&nad.to_string());
+    // The one NAD of both paths, under a name of its own.
+    c.apply(&rail_nad("rdma-rail-fc"));
     c.wait("the NRI plugin running", 120, || {
         (!nri_plugin_pids().is_empty()).then_some(())
     });

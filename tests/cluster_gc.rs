@@ -38,23 +38,8 @@ const GRACE: u64 = 10;
 /// The image, daemonset.yaml applied with node.json's gc period short, and its pod ready.
 fn install(c: &Cluster) {
     c.add_nics(&NICS);
-    let bin = std::env::var_os("RHD_CLUSTER_PLUGIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(release_binary);
-    let podman = Podman::new("cluster-gc-image");
-    let report = build_image(&podman, &bin);
-    let image = report
-        .lines()
-        .find_map(|l| l.strip_prefix("image: "))
-        .expect("build-image.sh names its image")
-        .to_owned();
-    c.import_image(&podman, &image, "rdma-host-device-image.tar");
-    c.k(&[
-        "label",
-        "node",
-        &c.node,
-        "feature.node.kubernetes.io/rdma.capable=true",
-    ]);
+    c.image_from_this_build("cluster-gc-image", "rdma-host-device-image.tar");
+    c.label_rdma_capable();
     let mut ds = conf_docs("conf/k8s/daemonset.yaml");
     for d in ds.iter_mut() {
         if d["kind"] == "ConfigMap" {

@@ -198,11 +198,7 @@ fn attach(c: &Cluster, pod: &str, by: &str) -> Attachment {
     c.wait(&format!("pod {pod} running ({by})"), 180, || {
         c.pod_running("default", pod).then_some(())
     });
-    let status = c.network_status("default", pod);
-    let net1 = status
-        .iter()
-        .find(|s| s["interface"] == "net1")
-        .unwrap_or_else(|| panic!("{by}: no net1 in {pod}'s network-status: {status:?}"));
+    let net1 = c.net1_status("default", pod);
     assert_eq!(net1["name"], "default/rdma-rail", "{by}: {net1}");
     let ip = net1["ips"][0].as_str().unwrap_or_default().to_owned();
     assert!(
@@ -317,12 +313,7 @@ fn a_rolling_update_and_a_rollback_hand_a_pods_nic_over_through_the_kubelet() {
     c.import_image(&podman, PREVIOUS_IMAGE, "previous-image.tar");
     build_image_tagged(&podman, &cur, &agent, CURRENT_IMAGE);
     c.import_image(&podman, CURRENT_IMAGE, "current-image.tar");
-    c.k(&[
-        "label",
-        "node",
-        &c.node,
-        "feature.node.kubernetes.io/rdma.capable=true",
-    ]);
+    c.label_rdma_capable();
     // daemonset.yaml as a user of the previous release runs it: every image the previous one,
     // the node configuration that release reads.
     let mut ds = conf_docs("conf/k8s/daemonset.yaml");
@@ -352,14 +343,12 @@ fn a_rolling_update_and_a_rollback_hand_a_pods_nic_over_through_the_kubelet() {
     // user of the previous release has it: without draExtendedResource, which that release's
     // strict parser refuses (2, unknown key; README's upgrade note: the key goes into a NAD
     // only once every node runs a build that knows it, and out of it before a rollback).
-    let mut nad = conf_docs("conf/multus/rdma-rail-device-plugin.yaml")[0].clone();
+    let mut nad = with_host_local(&conf_docs("conf/multus/rdma-rail-device-plugin.yaml")[0]);
     let mut conf: Value =
         serde_json::from_str(nad["spec"]["config"].as_str().expect("config")).expect("json");
     if let Some(o) = conf.as_object_mut() {
         o.remove("draExtendedResource");
     }
-    let range = conf["ipam"]["range"].clone();
-    conf["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": range}]]});
     nad["spec"]["config"] = json!(conf.to_string());
     c.apply(&nad.to_string());
 

@@ -337,20 +337,6 @@ fn node_json_for_this_node(cm: &Value) -> (Value, Value) {
     (cm, cfg)
 }
 
-/// conf/multus/rdma-rail-device-plugin.yaml's NAD, but host-local for whereabouts (which is
-/// not built here: scripts/cluster-parts.sh builds the CNI plugins and Multus only) on the
-/// NAD's own range.
-fn nad_for_this_cluster(nad: &Value) -> Value {
-    let mut nad = nad.clone();
-    let mut conf: Value =
-        serde_json::from_str(nad["spec"]["config"].as_str().expect("config")).expect("json");
-    assert_eq!(conf["ipam"]["type"], "whereabouts", "{conf}");
-    let range = conf["ipam"]["range"].clone();
-    conf["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": range}]]});
-    nad["spec"]["config"] = json!(conf.to_string());
-    nad
-}
-
 /// conf/k8s/pod-nccl.yaml for this machine, each change for a thing it lacks; its name, its
 /// networks annotation, its NIC limit, its env and IPC_LOCK are as shipped.
 fn pod_for_this_machine(p: &Value) -> Value {
@@ -764,7 +750,7 @@ fn apply_daemonset(c: &Cluster, docs: &[Value]) {
 /// the kubelet allocates the NIC through the device plugin, Multus attaches rdma-rail with
 /// it. Returns the pod's name.
 fn apply_nad_and_pod(c: &Cluster, nad: &Value, p: &Value) -> String {
-    c.apply(&nad_for_this_cluster(nad).to_string());
+    c.apply(&with_host_local(nad).to_string());
     let p = pod_for_this_machine(p);
     let name = p["metadata"]["name"].as_str().expect("a name").to_owned();
     c.apply(&p.to_string());

@@ -294,6 +294,48 @@ impl Cluster {
         self.import(&archive);
     }
 
+    /// The DaemonSet's image as README's step 1 makes it (deploy/build-image.sh, from the
+    /// release build; a developer may name other binaries, e.g. target/debug's, with
+    /// RHD_CLUSTER_PLUGIN), built in `podman_store`'s storage and imported into the node's
+    /// containerd through `archive`. Its name.
+    pub fn image_from_this_build(&self, podman_store: &str, archive: &str) -> String {
+        let bin = std::env::var_os("RHD_CLUSTER_PLUGIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(release_binary);
+        let podman = Podman::new(podman_store);
+        let report = build_image(&podman, &bin);
+        let image = report
+            .lines()
+            .find_map(|l| l.strip_prefix("image: "))
+            .expect("build-image.sh names its image")
+            .to_owned();
+        self.import_image(&podman, &image, archive);
+        image
+    }
+
+    /// The node labelled as README's step 2 says: the DaemonSets' nodeSelector.
+    pub fn label_rdma_capable(&self) {
+        self.k(&[
+            "label",
+            "node",
+            &self.node,
+            "feature.node.kubernetes.io/rdma.capable=true",
+        ]);
+    }
+
+    /// `pods` of `ns` deleted (their CNI DEL runs), then `nic` back in the node under its
+    /// name, with its MTU.
+    pub fn delete_pods_and_see_nic_home(&self, ns: &str, pods: &[&str], nic: &str) {
+        let mut args = vec!["-n", ns, "delete", "pod"];
+        args.extend_from_slice(pods);
+        args.extend(["--wait=true", "--timeout=120s"]);
+        self.k(&args);
+        self.wait(&format!("{nic} home after the pod's deletion"), 60, || {
+            self.nic_in_node(nic).then_some(())
+        });
+        self.assert_home(nic);
+    }
+
     /// Is the NIC in the node's network namespace (under this name)?
     pub fn nic_in_node(&self, nic: &str) -> bool {
         Command::new("ip")
@@ -312,6 +354,17 @@ impl Cluster {
         );
     }
 
+    /// The entry of Multus' network-status for the pod's `net1`, the interface our CNI gave
+    /// it (a test fails naming what the pod has when there is none).
+    pub fn net1_status(&self, ns: &str, pod: &str) -> Value {
+        let status = self.network_status(ns, pod);
+        status
+            .iter()
+            .find(|s| s["interface"] == "net1")
+            .cloned()
+            .unwrap_or_else(|| panic!("no net1 in {ns}/{pod}'s network-status: {status:?}"))
+    }
+
     /// The network-status annotation Multus wrote on the pod.
     pub fn network_status(&self, ns: &str, pod: &str) -> Vec<Value> {
         let v = self.get(&["-n", ns, "pod", pod]);
@@ -320,6 +373,19 @@ impl Cluster {
             .unwrap_or("[]");
         serde_json::from_str(s).unwrap_or_default()
     }
+}
+
+/// A NAD of conf/multus as shipped, but host-local in place of whereabouts (which
+/// scripts/cluster-parts.sh does not build) on the NAD's own range.
+pub fn with_host_local(nad: &Value) -> Value {
+    let mut nad = nad.clone();
+    let mut conf: Value =
+        serde_json::from_str(nad["spec"]["config"].as_str().expect("config")).expect("json");
+    assert_eq!(conf["ipam"]["type"], "whereabouts", "{conf}");
+    let range = conf["ipam"]["range"].clone();
+    conf["ipam"] = json!({"type": "host-local", "ranges": [[{"subnet": range}]]});
+    nad["spec"]["config"] = json!(conf.to_string());
+    nad
 }
 
 /// The YAML documents of a file under conf/.
