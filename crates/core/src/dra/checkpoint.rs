@@ -53,6 +53,11 @@ pub struct PreparedClaim {
     /// Our devices of the claim (results of other drivers are not ours to record).
     #[serde(default)]
     pub devices: Vec<PreparedDevice>,
+    /// Prepare wrote the KEP-5304 metadata file and CDI specs of each request
+    /// (`dra::metadata`, where the node configuration's `dra.deviceMetadata` says): ADD
+    /// completes them, unprepare removes them. Absent (false) in a checkpoint of an older driver.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub metadata: bool,
 }
 
 /// One device of a claim: the allocation result, the NIC it is, what the kubelet was told.
@@ -218,6 +223,7 @@ mod tests {
                     device("nic", "0000:3b:00.0"),
                     device("gpu-nic/rail0", "0000:3b:00.1"),
                 ],
+                metadata: true,
             },
         );
         c.claims.insert(
@@ -227,6 +233,7 @@ mod tests {
                 name: "rail".into(),
                 pods: vec!["pod-b".into()],
                 devices: vec![device("nic", "0000:5e:00.0")],
+                metadata: false,
             },
         );
         c
@@ -271,6 +278,11 @@ mod tests {
         let c = two_pods();
         c.write(&p).unwrap();
         assert_eq!(Checkpoint::read(&p).unwrap(), c);
+        // The metadata flag is written only when set, and read as false when absent (an
+        // older driver's checkpoint).
+        let text = fs::read_to_string(&p).unwrap();
+        assert_eq!(text.matches("\"metadata\": true").count(), 1, "{text}");
+        assert!(!text.contains("\"metadata\": false"), "{text}");
         use std::os::unix::fs::PermissionsExt;
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&p), 0o600);

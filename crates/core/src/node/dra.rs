@@ -25,6 +25,82 @@ pub struct DraConfig {
     /// Rails: the first whose selectors match a NIC names its `rdma-host-device.io/rail`.
     #[serde(default)]
     pub rails: Vec<Rail>,
+    /// Where the KEP-5304 device metadata goes (`dra::metadata`); absent: none is written.
+    #[serde(default)]
+    pub device_metadata: Option<DeviceMetadataConfig>,
+}
+
+/// `dra.deviceMetadata`: where prepare writes each request's metadata file and CDI specs, and
+/// where ADD (which reads only this key of `dra`) completes them. The paths ADD writes come
+/// from here and from the claim's names, never from a network configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeviceMetadataConfig {
+    /// Off (or no `deviceMetadata`): no metadata file, no CDI spec, no env.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The driver's plugin data directory; the files go in its `dra-device-metadata/`.
+    #[serde(default = "default_plugin_data_dir")]
+    pub plugin_data_dir: std::path::PathBuf,
+    /// Where the runtime reads CDI specs.
+    #[serde(default = "default_cdi_dir")]
+    pub cdi_dir: std::path::PathBuf,
+}
+
+fn yes() -> bool {
+    true
+}
+pub const DEFAULT_PLUGIN_DATA_DIR: &str = "/var/lib/kubelet/plugins/rdma-host-device.io";
+pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
+fn default_plugin_data_dir() -> std::path::PathBuf {
+    DEFAULT_PLUGIN_DATA_DIR.into()
+}
+fn default_cdi_dir() -> std::path::PathBuf {
+    DEFAULT_CDI_DIR.into()
+}
+
+impl Default for DeviceMetadataConfig {
+    fn default() -> Self {
+        DeviceMetadataConfig {
+            enabled: true,
+            plugin_data_dir: default_plugin_data_dir(),
+            cdi_dir: default_cdi_dir(),
+        }
+    }
+}
+
+impl DeviceMetadataConfig {
+    pub(super) fn check(&self) -> std::result::Result<(), String> {
+        for (key, dir) in [
+            ("dra.deviceMetadata.pluginDataDir", &self.plugin_data_dir),
+            ("dra.deviceMetadata.cdiDir", &self.cdi_dir),
+        ] {
+            if !dir.is_absolute() || super::has_dotdot(dir) {
+                return Err(format!(
+                    "{key} {} must be an absolute path without '..'",
+                    dir.display()
+                ));
+            }
+            super::check_own_dir(key, dir)?;
+        }
+        Ok(())
+    }
+
+    /// Where the files go, when enabled.
+    pub fn place(&self) -> Option<crate::dra::metadata::Place> {
+        self.enabled.then(|| crate::dra::metadata::Place {
+            plugin_data_dir: self.plugin_data_dir.clone(),
+            cdi_dir: self.cdi_dir.clone(),
+        })
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "enabled": self.enabled,
+            "pluginDataDir": self.plugin_data_dir,
+            "cdiDir": self.cdi_dir,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -40,6 +116,9 @@ pub const MAX_ATTRIBUTE_STRING: usize = 64;
 
 impl DraConfig {
     pub(super) fn check(&self) -> std::result::Result<(), String> {
+        if let Some(m) = &self.device_metadata {
+            m.check()?;
+        }
         if let Some(r) = &self.resource_name {
             check_resource_name(r).map_err(|e| format!("dra.{e}"))?;
             if r.len() > MAX_ATTRIBUTE_STRING {
@@ -84,6 +163,9 @@ impl DraConfig {
         }
         if let Some(r) = &self.resource_name {
             v["resourceName"] = r.clone().into();
+        }
+        if let Some(m) = &self.device_metadata {
+            v["deviceMetadata"] = m.to_json();
         }
         v
     }

@@ -13,7 +13,7 @@ mod memlock;
 use crate::error::{Code, Error, Result};
 use crate::rdma::identity::{format_guid, parse_guid};
 pub use device_plugin::{CharDevices, DevicePluginConfig, Pool};
-pub use dra::{DraConfig, Rail};
+pub use dra::{DeviceMetadataConfig, DraConfig, Rail};
 pub use gc::GcConfig;
 pub use memlock::Memlock;
 use serde::Deserialize;
@@ -706,6 +706,32 @@ impl Node {
         let d: DraConfig = serde_json::from_str(text).map_err(|e| bad(format!("dra: {e}")))?;
         d.check().map_err(bad)?;
         Ok(Some(d))
+    }
+
+    /// `dra.deviceMetadata` alone, parsed and checked; `None` without it (no device metadata):
+    /// what ADD and DEL read of `dra` (the rest is the agent's, and not parsed on every CNI
+    /// call).
+    pub fn dra_metadata(&self) -> Result<Option<DeviceMetadataConfig>> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Only {
+            #[serde(default)]
+            device_metadata: Option<DeviceMetadataConfig>,
+        }
+        let Some(text) = &self.dra_json else {
+            return Ok(None);
+        };
+        let bad = |what: String| {
+            Error::new(
+                Code::InvalidConfig,
+                format!("node configuration {}: {what}", self.source),
+            )
+        };
+        let only: Only = serde_json::from_str(text).map_err(|e| bad(format!("dra: {e}")))?;
+        if let Some(m) = &only.device_metadata {
+            m.check().map_err(bad)?;
+        }
+        Ok(only.device_metadata)
     }
 
     /// The `gc` section, parsed and checked; `None` without one.
