@@ -469,6 +469,7 @@ fn write_metadata(
     }
     let mut ids = Vec::new();
     let mut written = Vec::new();
+    let mut last = None;
     for request in &requests {
         let files = place
             .files(&claim, request)
@@ -491,6 +492,14 @@ fn write_metadata(
                 ));
             }
         }
+        last = Some(files);
+    }
+    // The claim's env, from every request's file (`NCCL_IB_HCA` known now).
+    if let Some(files) = &last
+        && let Err(e) = metadata::write_env(files)
+    {
+        let _ = metadata::remove(place, &claim, &written);
+        return Err(format!("writing the claim's CDI env spec: {e}"));
     }
     for (request, i) in ids {
         if let Some(first) = prepared
@@ -832,7 +841,7 @@ mod tests {
             [
                 "rdma-host-device.io/rdma=uverbs1",
                 "rdma-host-device.io/metadata=uid-m_nic",
-                "rdma-host-device.io/claim=uid-m_nic"
+                "rdma-host-device.io/claim=uid-m"
             ]
         );
         let cp = Checkpoint::read(&d.checkpoint).unwrap();

@@ -11,9 +11,12 @@
 //!   `rdma-host-device.io/metadata`, device `<claimUID>_<request>`) bind-mounting that file
 //!   read-only at `/var/run/kubernetes.io/dra-device-attributes/{resourceclaims/<claim>,
 //!   resourceclaimtemplates/<podClaimName>}/<request>/rdma-host-device.io-metadata.json`;
-//! - a CDI spec of our own, `<cdiDir>/rdma-host-device.io_claim_<claimUID>_<request>.json`
-//!   (kind `rdma-host-device.io/claim`), whose `containerEdits.env` sets `NCCL_IB_HCA` and,
-//!   once ADD verified the GIDs, `NCCL_IB_GID_INDEX` ([`env_of`]).
+//! - per claim, a CDI spec of our own, `<cdiDir>/rdma-host-device.io_claim_<claimUID>.json`
+//!   (kind `rdma-host-device.io/claim`, device `<claimUID>`), whose `containerEdits.env` sets
+//!   `NCCL_IB_HCA` for every device of the claim (requests by name) and, once ADD verified
+//!   the GIDs, `NCCL_IB_GID_INDEX` ([`env_of`]). Per claim, not per request: NCCL takes one
+//!   list, and a CDI env edit of the same name replaces the previous one, so a container using
+//!   a claim of eight one-NIC requests would otherwise see one NIC.
 //!
 //! The driver's prepare writes all three (generation 1: what is known before the pod exists)
 //! and appends both CDI IDs to the request's first device; ADD, inside RunPodSandbox and so
@@ -248,9 +251,12 @@ pub struct Files {
     /// `<request_dir>/metadata.json`.
     pub file: PathBuf,
     pub metadata_spec: PathBuf,
+    /// The claim's env spec (one for all its requests).
     pub env_spec: PathBuf,
-    /// `<claimUID>_<request>`: the CDI device's name in both specs.
+    /// `<claimUID>_<request>`: the metadata CDI device's name.
     pub cdi_name: String,
+    /// `<claimUID>`: the env CDI device's name.
+    pub env_name: String,
 }
 
 impl Files {
@@ -258,7 +264,7 @@ impl Files {
         format!("{CDI_METADATA_KIND}={}", self.cdi_name)
     }
     pub fn env_cdi_id(&self) -> String {
-        format!("{CDI_ENV_KIND}={}", self.cdi_name)
+        format!("{CDI_ENV_KIND}={}", self.env_name)
     }
 }
 
@@ -302,7 +308,10 @@ impl Place {
             metadata_spec: self
                 .cdi_dir
                 .join(format!("{DRIVER}_metadata_{cdi_name}.json")),
-            env_spec: self.cdi_dir.join(format!("{DRIVER}_claim_{cdi_name}.json")),
+            env_spec: self
+                .cdi_dir
+                .join(format!("{DRIVER}_claim_{}.json", claim.uid)),
+            env_name: claim.uid.to_owned(),
             claim_dir,
             request_dir,
             cdi_name,
@@ -348,17 +357,23 @@ fn plain(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
 }
 
-/// The request's environment from its metadata:
-/// - `RDMA_HOST_DEVICE_METADATA_GENERATION`: the file's generation (always there, so the CDI
-///   device is never empty, which CDI refuses);
+/// The claim's environment from its requests' metadata (in request-name order):
+/// - `RDMA_HOST_DEVICE_METADATA_GENERATION`: the newest generation of its files (always
+///   there, so the CDI device is never empty, which CDI refuses);
 /// - `NCCL_IB_HCA==dev0,dev1`: every device's RDMA device, in order, exact match (`=`);
 /// - `NCCL_IB_GID_INDEX`: the RoCE v2 GID index of the first address, when every device has one
 ///   and they agree; otherwise `RDMA_HOST_DEVICE_GID_INDEX_<i>` for each i-th device that has
 ///   one (the i of `NCCL_IB_HCA`'s list), and no `NCCL_IB_GID_INDEX`.
-pub fn env_of(dm: &DeviceMetadata) -> Vec<String> {
-    let mut out = vec![format!("{}={}", env::GENERATION, dm.metadata.generation)];
-    let hcas: Vec<(&str, Option<i64>)> = dm
-        .devices()
+pub fn env_of(requests: &[DeviceMetadata]) -> Vec<String> {
+    let generation = requests
+        .iter()
+        .map(|d| d.metadata.generation)
+        .max()
+        .unwrap_or_default();
+    let mut out = vec![format!("{}={generation}", env::GENERATION)];
+    let hcas: Vec<(&str, Option<i64>)> = requests
+        .iter()
+        .flat_map(|dm| dm.devices())
         .filter_map(|d| {
             let name = d.attributes.get(attr::RDMA_DEVICE)?.string.as_deref()?;
             plain(name).then_some((name, d.attributes.get(attr::GID_INDEX).and_then(|a| a.int)))
@@ -385,16 +400,71 @@ pub fn env_of(dm: &DeviceMetadata) -> Vec<String> {
     out
 }
 
-/// Our CDI spec with the request's environment.
-pub fn env_spec(files: &Files, dm: &DeviceMetadata) -> serde_json::Value {
+/// Our CDI spec with the claim's environment.
+pub fn env_spec(files: &Files, requests: &[DeviceMetadata]) -> serde_json::Value {
     serde_json::json!({
         "cdiVersion": CDI_VERSION,
         "kind": CDI_ENV_KIND,
         "devices": [{
-            "name": files.cdi_name,
-            "containerEdits": {"env": env_of(dm)},
+            "name": files.env_name,
+            "containerEdits": {"env": env_of(requests)},
         }],
     })
+}
+
+/// Every request's metadata of the claim `files` is of, by request name. Bounded by the
+/// claim's requests, nothing else on the node.
+fn claim_requests(files: &Files) -> io::Result<Vec<DeviceMetadata>> {
+    let mut names: Vec<String> = fs::read_dir(&files.claim_dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for n in names {
+        let f = files.claim_dir.join(&n).join("metadata.json");
+        let body = match crate::files::read_regular_nofollow(&f, MAX_BYTES) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", f.display()))),
+        };
+        out.push(DeviceMetadata::decode(&body).map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", f.display()))
+        })?);
+    }
+    Ok(out)
+}
+
+/// Rewrite the claim's env spec from every request's metadata file.
+pub fn write_env(files: &Files) -> io::Result<()> {
+    let requests = claim_requests(files)?;
+    write(&files.env_spec, &pretty(&env_spec(files, &requests)))
+}
+
+/// The claim's directory, locked (flock, released when the returned file closes): ADD and
+/// DEL of the claim's devices (two pods of a shared claim) rewrite its files one at a time.
+/// `None` when there is no such directory.
+fn lock_claim(files: &Files) -> io::Result<Option<fs::File>> {
+    let dir = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags_dir()
+        .open(&files.claim_dir)
+    {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("{}: {e}", files.claim_dir.display()),
+            ));
+        }
+    };
+    // SAFETY: flock on a descriptor we own; released when it closes.
+    if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Some(dir))
 }
 
 fn write(path: &Path, body: &[u8]) -> io::Result<()> {
@@ -402,8 +472,9 @@ fn write(path: &Path, body: &[u8]) -> io::Result<()> {
         .map_err(|e| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
 }
 
-/// Prepare's part: the metadata file (generation 1), its CDI spec and the env spec. Returns
-/// the two CDI IDs to append to the request's first device.
+/// Prepare's part for one request: the metadata file (generation 1) and its CDI spec; then,
+/// once for the claim, [`write_env`]. Returns the two CDI IDs to append to the request's first
+/// device (the env one is the claim's, the same for each of its requests).
 pub fn prepare(
     files: &Files,
     dm: &DeviceMetadata,
@@ -411,8 +482,12 @@ pub fn prepare(
 ) -> io::Result<[String; 2]> {
     crate::files::create_dirs(&files.request_dir, 0o755)?;
     write(&files.file, &dm.encode())?;
-    let cpath = container_path(pod_claim_name, &dm.metadata.name, &dm.requests[0].name);
-    write(&files.env_spec, &pretty(&env_spec(files, dm)))?;
+    let request = dm
+        .requests
+        .first()
+        .map(|r| r.name.as_str())
+        .unwrap_or_default();
+    let cpath = container_path(pod_claim_name, &dm.metadata.name, request);
     write(&files.metadata_spec, &pretty(&metadata_spec(files, &cpath)))?;
     Ok([files.metadata_cdi_id(), files.env_cdi_id()])
 }
@@ -428,17 +503,19 @@ pub fn remove(place: &Place, claim: &ClaimRef<'_>, requests: &[&str]) -> io::Res
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     };
-    let mut claim_dir = None;
+    let mut last = None;
     for r in requests {
         let f = place
             .files(claim, r)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         gone(fs::remove_file(&f.metadata_spec))?;
-        gone(fs::remove_file(&f.env_spec))?;
-        claim_dir = Some(f.claim_dir);
+        last = Some(f);
     }
-    match claim_dir {
-        Some(d) => gone(fs::remove_dir_all(d)),
+    match last {
+        Some(f) => {
+            gone(fs::remove_file(&f.env_spec))?;
+            gone(fs::remove_dir_all(&f.claim_dir))
+        }
         None => Ok(()),
     }
 }
@@ -514,9 +591,9 @@ pub fn apply(
     true
 }
 
-/// ADD's and DEL's rewrite of one request's metadata file and env spec, under a lock on the
-/// request's directory (two pods of a shared claim, each with a device of it): read the file,
-/// [`apply`], write both through a temp file and a rename. `Ok(None)` when there is no file
+/// ADD's and DEL's rewrite of one request's metadata file and the claim's env spec, under a
+/// lock on the claim's directory (two pods of a shared claim, each with a device of it): read
+/// the file, [`apply`], write both through a temp file and a rename. `Ok(None)` when there is no file
 /// (unprepared already, or a driver that wrote none); `Ok(Some(generation))` when written.
 pub fn update_device(
     files: &Files,
@@ -524,24 +601,9 @@ pub fn update_device(
     device: &str,
     attached: Option<&Attached>,
 ) -> io::Result<Option<i64>> {
-    let dir = match fs::OpenOptions::new()
-        .read(true)
-        .custom_flags_dir()
-        .open(&files.request_dir)
-    {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(io::Error::new(
-                e.kind(),
-                format!("{}: {e}", files.request_dir.display()),
-            ));
-        }
+    let Some(_locked) = lock_claim(files)? else {
+        return Ok(None);
     };
-    // SAFETY: flock on a descriptor we own; released when it closes.
-    if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
     let body = match crate::files::read_regular_nofollow(&files.file, MAX_BYTES) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -567,9 +629,8 @@ pub fn update_device(
             ),
         ));
     }
-    // The env first: a reader of the file at generation N finds the env of N or later.
-    write(&files.env_spec, &pretty(&env_spec(files, &dm)))?;
     write(&files.file, &dm.encode())?;
+    write_env(files)?;
     Ok(Some(dm.metadata.generation))
 }
 

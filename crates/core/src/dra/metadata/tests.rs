@@ -153,7 +153,12 @@ fn paths_are_the_helpers_layout_and_refuse_what_is_not_a_name() {
     );
     assert_eq!(
         f.env_cdi_id(),
-        "rdma-host-device.io/claim=0f6e5c1a-2b3c-4d5e-8f90-a1b2c3d4e5f6_nic"
+        "rdma-host-device.io/claim=0f6e5c1a-2b3c-4d5e-8f90-a1b2c3d4e5f6",
+        "one env per claim"
+    );
+    assert_eq!(
+        f.env_spec,
+        Path::new("/k/cdi/rdma-host-device.io_claim_0f6e5c1a-2b3c-4d5e-8f90-a1b2c3d4e5f6.json")
     );
     assert_eq!(
         container_path(Some("rail"), "pod-rail-x7k2p", "nic/rail0"),
@@ -192,8 +197,9 @@ fn the_cdi_specs_mount_the_file_read_only_and_carry_our_env() {
                "options": ["ro", "bind"]})
     );
     let mut dm = DeviceMetadata::new(&CLAIM, None, "nic", vec![prepared_device("a", "mlx5_0")]);
-    let e = env_spec(&f, &dm);
+    let e = env_spec(&f, std::slice::from_ref(&dm));
     assert_eq!(e["kind"], "rdma-host-device.io/claim");
+    assert_eq!(e["devices"][0]["name"], CLAIM.uid);
     assert_eq!(
         e["devices"][0]["containerEdits"]["env"],
         json!([
@@ -204,12 +210,18 @@ fn the_cdi_specs_mount_the_file_read_only_and_carry_our_env() {
     );
     // No RDMA device (a veth): still one env, so the CDI device is never empty.
     dm.requests[0].devices[0].attributes.clear();
-    assert_eq!(env_of(&dm), ["RDMA_HOST_DEVICE_METADATA_GENERATION=1"]);
+    assert_eq!(
+        env_of(std::slice::from_ref(&dm)),
+        ["RDMA_HOST_DEVICE_METADATA_GENERATION=1"]
+    );
     // A name that is not plain is not put in the env.
     dm.requests[0].devices[0]
         .attributes
         .insert(attr::RDMA_DEVICE.into(), Attribute::string("x,y=z"));
-    assert_eq!(env_of(&dm), ["RDMA_HOST_DEVICE_METADATA_GENERATION=1"]);
+    assert_eq!(
+        env_of(std::slice::from_ref(&dm)),
+        ["RDMA_HOST_DEVICE_METADATA_GENERATION=1"]
+    );
 }
 
 #[test]
@@ -240,7 +252,7 @@ fn add_bumps_the_generation_and_sets_the_gid_index_del_takes_it_out() {
     assert_eq!(a.network_data.as_ref().unwrap().interface_name, "net1");
     // One of two devices verified: no common index yet, the per-device one.
     assert_eq!(
-        env_of(&dm),
+        env_of(std::slice::from_ref(&dm)),
         [
             "RDMA_HOST_DEVICE_METADATA_GENERATION=2",
             "NCCL_IB_HCA==mlx5_0,mlx5_1",
@@ -254,7 +266,7 @@ fn add_bumps_the_generation_and_sets_the_gid_index_del_takes_it_out() {
         Some(&attached("net2", &[("10.0.1.5", 3)]))
     ));
     assert_eq!(
-        env_of(&dm),
+        env_of(std::slice::from_ref(&dm)),
         [
             "RDMA_HOST_DEVICE_METADATA_GENERATION=3",
             "NCCL_IB_HCA==mlx5_0,mlx5_1",
@@ -268,7 +280,7 @@ fn add_bumps_the_generation_and_sets_the_gid_index_del_takes_it_out() {
         Some(&attached("net2", &[("10.0.1.5", 4)]))
     ));
     assert_eq!(
-        env_of(&dm)[2..],
+        env_of(std::slice::from_ref(&dm))[2..],
         [
             "RDMA_HOST_DEVICE_GID_INDEX_0=3",
             "RDMA_HOST_DEVICE_GID_INDEX_1=4"
@@ -316,6 +328,28 @@ fn prepare_update_and_remove_through_the_files() {
     );
     let ids = prepare(&f, &dm, Some("rail")).unwrap();
     assert_eq!(ids, [f.metadata_cdi_id(), f.env_cdi_id()]);
+    // A second request of the same claim, then the claim's env from both, by request name.
+    let f2 = p.files(&CLAIM, "nic2").unwrap();
+    let dm2 = DeviceMetadata::new(
+        &CLAIM,
+        Some("rail".into()),
+        "nic2",
+        vec![prepared_device("b", "mlx5_1")],
+    );
+    assert_eq!(
+        prepare(&f2, &dm2, Some("rail")).unwrap()[1],
+        ids[1],
+        "the same env ID"
+    );
+    write_env(&f).unwrap();
+    let env: serde_json::Value = serde_json::from_slice(&fs::read(&f.env_spec).unwrap()).unwrap();
+    assert_eq!(
+        env["devices"][0]["containerEdits"]["env"],
+        json!([
+            "RDMA_HOST_DEVICE_METADATA_GENERATION=1",
+            "NCCL_IB_HCA==mlx5_0,mlx5_1"
+        ])
+    );
     let spec: serde_json::Value =
         serde_json::from_slice(&fs::read(&f.metadata_spec).unwrap()).unwrap();
     assert_eq!(
@@ -344,9 +378,28 @@ fn prepare_update_and_remove_through_the_files() {
         env["devices"][0]["containerEdits"]["env"],
         json!([
             "RDMA_HOST_DEVICE_METADATA_GENERATION=2",
-            "NCCL_IB_HCA==mlx5_0",
+            "NCCL_IB_HCA==mlx5_0,mlx5_1",
+            "RDMA_HOST_DEVICE_GID_INDEX_0=3"
+        ]),
+        "one of the claim's two devices verified"
+    );
+    let g = update_device(
+        &f2,
+        "node-a",
+        "b",
+        Some(&attached("net2", &[("10.0.1.5", 3)])),
+    )
+    .unwrap();
+    assert_eq!(g, Some(2));
+    let env: serde_json::Value = serde_json::from_slice(&fs::read(&f.env_spec).unwrap()).unwrap();
+    assert_eq!(
+        env["devices"][0]["containerEdits"]["env"],
+        json!([
+            "RDMA_HOST_DEVICE_METADATA_GENERATION=2",
+            "NCCL_IB_HCA==mlx5_0,mlx5_1",
             "NCCL_IB_GID_INDEX=3"
-        ])
+        ]),
+        "both verified at the same index"
     );
     assert!(
         update_device(&f, "node-a", "zzz", None).is_err(),
@@ -359,8 +412,10 @@ fn prepare_update_and_remove_through_the_files() {
         .collect();
     assert_eq!(leftovers, ["metadata.json"], "no temp file left");
 
-    remove(&p, &CLAIM, &["nic"]).unwrap();
+    remove(&p, &CLAIM, &["nic", "nic2"]).unwrap();
     assert!(!f.claim_dir.exists() && !f.env_spec.exists() && !f.metadata_spec.exists());
+    assert!(!f2.metadata_spec.exists());
+    assert_eq!(fs::read_dir(&p.cdi_dir).unwrap().count(), 0);
     remove(&p, &CLAIM, &["nic"]).unwrap();
     assert_eq!(
         update_device(&f, "node-a", "a", None).unwrap(),
