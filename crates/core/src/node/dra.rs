@@ -1,7 +1,8 @@
 //! `dra` in the node configuration: what `rdma-host-device-agent dra` publishes as this node's
 //! ResourceSlice (`dra::slices`): which NICs, the `k8s.cni.cncf.io/resourceName` attribute
 //! Multus matches a NAD's `resourceName` against, and the rail each NIC is on. Written by the
-//! node operator; parsed only by the agent and `node-config`, never by the CNI verbs.
+//! node operator; parsed by the agent and `node-config`; the CNI verbs read `deviceMetadata` alone
+//! (`Node::dra_metadata`).
 
 use super::NicPolicy;
 use super::device_plugin::check_resource_name;
