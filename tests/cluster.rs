@@ -322,9 +322,15 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
     let healthy = c.wait("the pod's status shows our device Healthy", 90, || {
         health("Healthy")
     });
+    // The kubelet names the device by its first CDI ID: a veth has no uverbs one, so it is the
+    // claim's device metadata (KEP-5304, as the Go helper appends it too); without CDI IDs
+    // it would be rdma-host-device.io/<pool>/<device>.
     assert_eq!(
         healthy["resourceID"],
-        format!("rdma-host-device.io/{}/{dev}", c.node),
+        format!(
+            "rdma-host-device.io/metadata={}_nic-0",
+            claim["metadata"]["uid"].as_str().unwrap_or_default()
+        ),
         "{healthy}"
     );
     assert!(
