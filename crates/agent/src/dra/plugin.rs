@@ -208,6 +208,30 @@ impl Driver {
                 cp.claims.insert(c.uid.clone(), known.clone());
                 self.save(cp)?;
             }
+            // Its CDI specs gone (the node restarted: /var/run/cdi is a tmpfs), the kubelet
+            // preparing it again: written again from the metadata files, or the answer's CDI
+            // IDs would not resolve.
+            if known.metadata
+                && let Some(place) = &self.metadata
+            {
+                let claim = metadata::ClaimRef {
+                    namespace: &known.namespace,
+                    name: &known.name,
+                    uid: &c.uid,
+                };
+                let requests: Vec<&str> =
+                    known.devices.iter().map(|d| d.request.as_str()).collect();
+                match metadata::ensure_specs(place, &claim, &requests) {
+                    Ok(0) => {}
+                    Ok(n) => log::info!(
+                        "prepare {}/{} ({}): {n} device metadata CDI spec(s) written again",
+                        c.namespace,
+                        c.name,
+                        c.uid
+                    ),
+                    Err(e) => return Err(format!("the claim's device metadata: {e}")),
+                }
+            }
             return Ok(answer(&known));
         }
         let claim = read?;
@@ -871,11 +895,19 @@ mod tests {
             spec["devices"][0]["containerEdits"]["mounts"][0]["containerPath"],
             "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/rail/nic/rdma-host-device.io-metadata.json"
         );
-        // Prepared again: the same answer, nothing rewritten (ADD may have completed it).
+        // Prepared again: the same answer, nothing rewritten (ADD may have completed it); after
+        // a node restart emptied the CDI directory, the specs are written again.
         assert_eq!(
             prepare(&d, &[("pod-rail-abc", "uid-m")]).claims["uid-m"],
             *a
         );
+        std::fs::remove_file(&files.metadata_spec).unwrap();
+        std::fs::remove_file(&files.env_spec).unwrap();
+        assert_eq!(
+            prepare(&d, &[("pod-rail-abc", "uid-m")]).claims["uid-m"],
+            *a
+        );
+        assert!(files.metadata_spec.exists() && files.env_spec.exists());
         let u = unprepare(&d, &[("pod-rail-abc", "uid-m")]);
         assert_eq!(u.claims["uid-m"].error, "");
         assert!(

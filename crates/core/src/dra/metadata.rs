@@ -520,6 +520,42 @@ pub fn remove(place: &Place, claim: &ClaimRef<'_>, requests: &[&str]) -> io::Res
     }
 }
 
+/// After the node restarted (`/var/run/cdi` is a tmpfs) the kubelet prepares its claims again,
+/// and the checkpoint answers the same CDI IDs: their specs are written again from the metadata
+/// files, which live on (`pluginDataDir`). Specs still there are left as they are. Returns how
+/// many were written.
+pub fn ensure_specs(place: &Place, claim: &ClaimRef<'_>, requests: &[&str]) -> io::Result<usize> {
+    let mut written = 0;
+    let mut last = None;
+    for r in requests {
+        let f = place
+            .files(claim, r)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        if !f.metadata_spec.exists() {
+            let body = crate::files::read_regular_nofollow(&f.file, MAX_BYTES)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", f.file.display())))?;
+            let dm = DeviceMetadata::decode(&body).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}: {e}", f.file.display()),
+                )
+            })?;
+            let cpath = container_path(dm.pod_claim_name.as_deref(), claim.name, r);
+            write(&f.metadata_spec, &pretty(&metadata_spec(&f, &cpath)))?;
+            written += 1;
+        }
+        last = Some(f);
+    }
+    if let Some(f) = last
+        && !f.env_spec.exists()
+    {
+        let _locked = lock_claim(&f)?;
+        write_env(&f)?;
+        written += 1;
+    }
+    Ok(written)
+}
+
 /// What ADD applied and verified for one device: what [`update_device`] adds to its entry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Attached {

@@ -412,6 +412,21 @@ fn prepare_update_and_remove_through_the_files() {
         .collect();
     assert_eq!(leftovers, ["metadata.json"], "no temp file left");
 
+    // The node restarted: /var/run/cdi is empty, the metadata files live on; prepared again,
+    // the specs are written again from them, ADD's generation kept.
+    let before = fs::read(&f.env_spec).unwrap();
+    for s in [&f.metadata_spec, &f2.metadata_spec, &f.env_spec] {
+        fs::remove_file(s).unwrap();
+    }
+    assert_eq!(ensure_specs(&p, &CLAIM, &["nic", "nic2"]).unwrap(), 3);
+    assert_eq!(fs::read(&f.env_spec).unwrap(), before);
+    let spec: serde_json::Value =
+        serde_json::from_slice(&fs::read(&f2.metadata_spec).unwrap()).unwrap();
+    assert_eq!(
+        spec["devices"][0]["containerEdits"]["mounts"][0]["containerPath"],
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/rail/nic2/rdma-host-device.io-metadata.json"
+    );
+    assert_eq!(ensure_specs(&p, &CLAIM, &["nic", "nic2"]).unwrap(), 0);
     remove(&p, &CLAIM, &["nic", "nic2"]).unwrap();
     assert!(!f.claim_dir.exists() && !f.env_spec.exists() && !f.metadata_spec.exists());
     assert!(!f2.metadata_spec.exists());
