@@ -94,13 +94,14 @@ fn daemonset_docs(by: RailBy) -> Vec<Value> {
         match by {
             RailBy::DevicePlugin => {
                 node["devicePlugin"]["pools"][0]["selectors"] = json!({"names": [NICS[0]]});
-                node["dra"] = json!({"nics": {"names": NICS}});
+                // dra.deviceMetadata as shipped; the NICs this node has.
+                node["dra"]["nics"] = json!({"names": NICS});
             }
             RailBy::Dra => {
                 let obj = node.as_object_mut().expect("node.json is an object");
                 obj.remove("devicePlugin");
-                node["dra"] = json!({"nics": {"names": [NICS[0]]},
-                    "extendedResourceName": "rdma-host-device.io/rail"});
+                node["dra"]["nics"] = json!({"names": [NICS[0]]});
+                node["dra"]["extendedResourceName"] = json!("rdma-host-device.io/rail");
             }
         }
         d["data"]["node.json"] = json!(node.to_string());
@@ -332,6 +333,64 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
         "{devices:?}"
     );
 
+    // KEP-5304: the container reads the device metadata prepare wrote and ADD completed
+    // (generation 2: the interface name and the addresses; a veth has no RDMA device, so no
+    // GID index), at the path the helper's layout gives a claim made from a template; and the
+    // env of our CDI device, written at the same generation.
+    let meta_path = "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/rails/nic-0/rdma-host-device.io-metadata.json";
+    let meta_text = c.k(&["-n", "default", "exec", "dra-a", "--", "cat", meta_path]);
+    eprintln!("{meta_path} in the container:\n{meta_text}");
+    let meta: Value = serde_json::Deserializer::from_str(&meta_text)
+        .into_iter::<Value>()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("no JSON object in {meta_text}"));
+    assert_eq!(meta["kind"], "DeviceMetadata", "{meta}");
+    assert_eq!(
+        meta["apiVersion"], "metadata.resource.k8s.io/v1beta1",
+        "{meta}"
+    );
+    assert_eq!(meta["metadata"]["name"], claim_name.as_str(), "{meta}");
+    assert_eq!(meta["metadata"]["uid"], claim["metadata"]["uid"], "{meta}");
+    assert_eq!(
+        meta["metadata"]["generation"], 2,
+        "prepare's 1, ADD's 2: {meta}"
+    );
+    assert_eq!(meta["podClaimName"], "rails", "{meta}");
+    let mdev = &meta["requests"][0]["devices"][0];
+    assert_eq!(meta["requests"][0]["name"], "nic-0", "{meta}");
+    assert_eq!(mdev["driver"], "rdma-host-device.io", "{meta}");
+    assert_eq!(mdev["name"], dev.as_str(), "{meta}");
+    assert_eq!(
+        mdev["attributes"]["rdma-host-device.io/ifName"],
+        json!({"string": "net1"}),
+        "{meta}"
+    );
+    assert_eq!(mdev["networkData"]["interfaceName"], "net1", "{meta}");
+    assert_eq!(
+        mdev["networkData"]["ips"], devices[0]["networkData"]["ips"],
+        "the addresses the claim's status has: {meta}"
+    );
+    // Veths: no PCI address, no NUMA node, no RDMA device, so none of those attributes.
+    for absent in [
+        "resource.kubernetes.io/pciBusID",
+        "resource.kubernetes.io/numaNode",
+        "rdma-host-device.io/rdmaDevice",
+        "rdma-host-device.io/gidIndex",
+    ] {
+        assert!(mdev["attributes"].get(absent).is_none(), "{absent}: {meta}");
+    }
+    let env = c.k(&["-n", "default", "exec", "dra-a", "--", "env"]);
+    assert!(
+        env.lines()
+            .any(|l| l == "RDMA_HOST_DEVICE_METADATA_GENERATION=2"),
+        "{env}"
+    );
+    assert!(
+        !env.contains("NCCL_IB_HCA") && !env.contains("NCCL_IB_GID_INDEX"),
+        "no RDMA device, no NCCL env: {env}"
+    );
+
     // KEP-4680 through the kubelet: the driver's health stream puts the device's health in
     // the pod's status; the NIC's wire cut on the node (its veth peer down: net1 in the pod
     // loses carrier) makes it Unhealthy with our sentence, and the slice's taint follows;
@@ -362,9 +421,15 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
     let healthy = c.wait("the pod's status shows our device Healthy", 90, || {
         health("Healthy")
     });
+    // The kubelet names the device by its first CDI ID: a veth has no uverbs one, so it is the
+    // claim's device metadata (KEP-5304, as the Go helper appends it too); without CDI IDs
+    // it would be rdma-host-device.io/<pool>/<device>.
     assert_eq!(
         healthy["resourceID"],
-        format!("rdma-host-device.io/{}/{dev}", c.node),
+        format!(
+            "rdma-host-device.io/metadata={}_nic-0",
+            claim["metadata"]["uid"].as_str().unwrap_or_default()
+        ),
         "{healthy}"
     );
     assert!(
@@ -467,6 +532,23 @@ fn dra_driver_registers_with_the_real_kubelet_and_a_pod_gets_the_prepared_nic() 
             .status
             .success())
         .then_some(())
+    });
+    // Unprepared: its metadata file and both CDI specs are gone from the node.
+    let uid = claim["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    c.wait("the claim's device metadata removed", 30, || {
+        let left = c.on_node(
+            "sh",
+            &[
+                "-c",
+                &format!(
+                    "ls /var/run/cdi/ /var/lib/kubelet/plugins/rdma-host-device.io/dra-device-metadata/ 2>/dev/null | grep -e {uid} -e default_{claim_name} || true"
+                ),
+            ],
+        );
+        left.trim().is_empty().then_some(())
     });
 }
 

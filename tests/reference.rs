@@ -9,7 +9,7 @@ mod conf_yaml;
 
 use rdma_host_device::cni::netconf::{OTHER_KEYS, RdmaConf, SELECTOR_KEYS};
 use rdma_host_device_core::node::{
-    CharDevices, DevicePluginConfig, DraConfig, NicPolicy, Node, Pool, Rail,
+    CharDevices, DeviceMetadataConfig, DevicePluginConfig, DraConfig, NicPolicy, Node, Pool, Rail,
 };
 use serde::de::DeserializeOwned;
 
@@ -86,6 +86,7 @@ fn every_node_configuration_key_the_parser_accepts_is_in_the_reference() {
         ("devicePlugin.charDevices", fields::<CharDevices>()),
         ("dra", fields::<DraConfig>()),
         ("dra.rails[]", fields::<Rail>()),
+        ("dra.deviceMetadata", fields::<DeviceMetadataConfig>()),
     ] {
         assert!(!sub.is_empty(), "{parent}");
         // A nested key is named as itself in its parent's paragraph or example.

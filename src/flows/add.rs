@@ -14,6 +14,7 @@ use crate::cni::result::{CniResult, Interface};
 use crate::ipam::Ipam;
 use futures::FutureExt;
 use rdma_host_device_core::device_info::{self, DeviceInfo};
+use rdma_host_device_core::dra::metadata;
 use rdma_host_device_core::error::{Code, Error, Result};
 use rdma_host_device_core::fault;
 use rdma_host_device_core::link::Arrival;
@@ -211,11 +212,15 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
     fault::hit("add:after-addresses")?;
 
     // 7. The RDMA device, seen from inside the pod, has a RoCE v2 GID for every address.
-    if let Some(p) = &plan.rdma
-        && let Err(e) = rdma::verify(p.device(), &ours_ips, conf.rdma.gid_timeout_ms, pod_ns)
-    {
-        let netdev = pod.by_index(inside.index).await.ok().flatten();
-        return Err(rdma::with_netdev_state(e, netdev.as_ref()));
+    let mut gid_indices = Vec::new();
+    if let Some(p) = &plan.rdma {
+        match rdma::verify(p.device(), &ours_ips, conf.rdma.gid_timeout_ms, pod_ns) {
+            Ok(g) => gid_indices = g,
+            Err(e) => {
+                let netdev = pod.by_index(inside.index).await.ok().flatten();
+                return Err(rdma::with_netdev_state(e, netdev.as_ref()));
+            }
+        }
     }
 
     // 8. The device-info file Multus asked for: which PCI function and RDMA device are the
@@ -241,19 +246,69 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
             log::info!("device-info: {} written ({info:?})", path.display());
         }
     }
-    // 9. A NIC of a DRA claim: what ADD applied (the pod's name for it, its addresses, its
+    // Our addresses as IPAM gave them (address/prefix), for the claim's network data.
+    let ours_cidrs: Vec<String> = result
+        .ips
+        .iter()
+        .filter(|ip| ip.interface == Some(ours))
+        .map(|ip| ip.address.to_string())
+        .collect();
+    // 9. The claim's KEP-5304 device metadata and its env (`NCCL_IB_GID_INDEX`): this
+    //     device's entry completed with what ADD applied and verified. Containers are
+    //     created after ADD, so they mount and read this generation.
+    if let (Some(files), Some(dra)) = (&plan.metadata, &record.dra) {
+        let attached = metadata::Attached {
+            rdma_device: plan.rdma.as_ref().map(|p| p.device().to_owned()),
+            gid_indices,
+            network: metadata::NetworkData {
+                interface_name: env.ifname.clone(),
+                ips: ours_cidrs.clone(),
+                hardware_address: inside.mac.clone(),
+            },
+        };
+        undo.push(Undo::ResetMetadata {
+            files: Box::new(files.clone()),
+            pool: dra.pool.clone(),
+            device: dra.device.clone(),
+        });
+        let generation = metadata::update_device(files, &dra.pool, &dra.device, Some(&attached))
+            .map_err(|e| {
+                Error::new(
+                    Code::Io,
+                    format!(
+                        "completing the device metadata of claim {}/{}: {e}",
+                        dra.namespace, dra.name
+                    ),
+                )
+            })?;
+        match generation {
+            Some(g) => log::info!(
+                "device metadata {} at generation {g}: ifName {}, GID indices {:?}",
+                files.file.display(),
+                env.ifname,
+                attached.gid_indices
+            ),
+            None => {
+                return Err(Error::new(
+                    Code::Io,
+                    format!(
+                        "the device metadata {} the DRA driver recorded for claim {}/{} is missing",
+                        files.file.display(),
+                        dra.namespace,
+                        dra.name
+                    ),
+                ));
+            }
+        }
+    }
+    // 10. A NIC of a DRA claim: what ADD applied (the pod's name for it, its addresses, its
     //    MAC on arrival), for the driver to report in the claim's status. Written last, so a
     //    record with it is an attachment that succeeded; the pod may change any of it later,
     //    and what is reported stays what ADD did.
     if let Some(dra) = &mut record.dra {
         dra.network = Some(NetworkData {
             interface_name: env.ifname.clone(),
-            ips: result
-                .ips
-                .iter()
-                .filter(|ip| ip.interface == Some(ours))
-                .map(|ip| ip.address.to_string())
-                .collect(),
+            ips: ours_cidrs,
             hardware_address: inside.mac.clone(),
         });
         // Like the NIC's index, worth something only while the pod's netns lives: no fsync.

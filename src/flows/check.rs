@@ -122,6 +122,7 @@ pub async fn check(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     {
         let addrs: Vec<IpAddr> = ours.iter().map(|ip| ip.address.addr()).collect();
         super::rdma::verify(&device, &addrs, conf.rdma.gid_timeout_ms, &pod_ns)
+            .map(drop)
             .map_err(|e| mismatch(super::rdma::with_netdev_state(e, Some(&link)).msg))?;
     }
     if let Some(t) = &conf.ipam_type {

@@ -39,6 +39,9 @@ pub struct Plan {
     pub rdma: Option<RdmaPlan>,
     /// What DEL needs, written before the first change.
     pub record: Record,
+    /// The KEP-5304 device metadata of the DRA claim this NIC is for, which ADD completes:
+    /// where the node configuration (`dra.deviceMetadata`) and the claim's names put it.
+    pub metadata: Option<rdma_host_device_core::dra::metadata::Files>,
     /// The host's link notifications since before the policy check: what touched the NIC
     /// until it left (checked on arrival, `uppers::arrival`).
     pub sentry: Sentry,
@@ -167,6 +170,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     if let Some(p) = &rdma {
         p.record_into(&mut record);
     }
+    let metadata = metadata_files(node, record.dra.as_ref())?;
     Ok(Plan {
         host_ns,
         pod_ns,
@@ -177,6 +181,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         pci: resolved.pci,
         rdma,
         record,
+        metadata,
         sentry,
         _locks: (attachment, nic_lock),
     })
@@ -203,6 +208,43 @@ fn from_claim(conf: &NetConf) -> FromClaim<'_> {
         (None, None, Some(resource)) => FromClaim::ExtendedResource(resource),
         _ => FromClaim::No,
     }
+}
+
+/// The device metadata files of `dra`'s claim and request, when the driver recorded writing
+/// them: made from the node configuration's directories (never from the network
+/// configuration) and the claim's names, which must be Kubernetes names. Checked before
+/// anything changes; a node configuration that no longer has `dra.deviceMetadata` leaves the
+/// files as prepare wrote them, with a warning.
+pub fn metadata_files(
+    node: &Node,
+    dra: Option<&DraAttachment>,
+) -> Result<Option<rdma_host_device_core::dra::metadata::Files>> {
+    let Some(dra) = dra.filter(|d| d.metadata) else {
+        return Ok(None);
+    };
+    let Some(place) = node.dra_metadata()?.and_then(|m| m.place()) else {
+        log::warn!(
+            "the DRA driver wrote device metadata for claim {}/{}, but the node configuration {} has no dra.deviceMetadata now: not completed",
+            dra.namespace,
+            dra.name,
+            node.source
+        );
+        return Ok(None);
+    };
+    let claim = rdma_host_device_core::dra::metadata::ClaimRef {
+        namespace: &dra.namespace,
+        name: &dra.name,
+        uid: &dra.uid,
+    };
+    place.files(&claim, &dra.request).map(Some).map_err(|e| {
+        Error::new(
+            Code::InvalidConfig,
+            format!(
+                "the device metadata of claim {}/{}: {e}",
+                dra.namespace, dra.name
+            ),
+        )
+    })
 }
 
 /// The DRA driver's checkpoint as ADD reads it, with where it was read from (for messages).
@@ -346,6 +388,7 @@ fn first_unattached(
                 pool: d.pool.clone(),
                 device: d.device.clone(),
                 network: None,
+                metadata: claim.metadata,
             };
             Ok((Selector::DeviceId(d.device_id.clone()), dra))
         }
@@ -611,6 +654,7 @@ mod tests {
                     pods: vec![pod.into()],
                     devices,
                     extended_resource: ext,
+                    metadata: false,
                 },
             );
         }

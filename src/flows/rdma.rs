@@ -337,7 +337,14 @@ pub fn create_soft(kind: SoftDevice, name: &str, ifname: &str, pod_ns: &Netns) -
 
 /// Verify inside the pod: the device is visible, its port ACTIVE, and its GID table holds a
 /// RoCE v2 GID for every address (iWARP: port state only). Waits up to the configured deadline.
-pub fn verify(device: &str, addrs: &[IpAddr], timeout_ms: u64, pod_ns: &Netns) -> Result<()> {
+/// Returns the index of the RoCE v2 GID of each address in `addrs` (in order; none for iWARP
+/// or InfiniBand), which the device metadata and `NCCL_IB_GID_INDEX` report.
+pub fn verify(
+    device: &str,
+    addrs: &[IpAddr],
+    timeout_ms: u64,
+    pod_ns: &Netns,
+) -> Result<Vec<(IpAddr, u32)>> {
     let report = pod_ns
         .within(|| verbs::wait_for_gids(device, addrs, Duration::from_millis(timeout_ms)))?
         .map_err(verbs_error)?;
@@ -361,7 +368,26 @@ pub fn verify(device: &str, addrs: &[IpAddr], timeout_ms: u64, pod_ns: &Netns) -
                 .join(", ")
         ),
     }
-    Ok(())
+    Ok(gid_indices(&report, addrs))
+}
+
+/// The index of the RoCE v2 GID of each address (the first port's that has one), in order.
+pub fn gid_indices(report: &verbs::DeviceReport, addrs: &[IpAddr]) -> Vec<(IpAddr, u32)> {
+    addrs
+        .iter()
+        .filter_map(|a| {
+            let want = match a {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                IpAddr::V6(v6) => *v6,
+            };
+            report
+                .gids
+                .iter()
+                .filter(|g| g.gid_type == verbs::GidType::RoceV2 && g.gid == want)
+                .min_by_key(|g| (g.port, g.index))
+                .map(|g| (*a, g.index))
+        })
+        .collect()
 }
 
 /// A failed verification says what the paired netdev looks like: a RoCE port follows its

@@ -25,6 +25,12 @@ pub enum Undo {
     ReleaseIpam,
     /// Remove the device-info file ADD wrote.
     RemoveDeviceInfo { path: std::path::PathBuf },
+    /// Take ADD's part out of a DRA claim's device metadata.
+    ResetMetadata {
+        files: Box<rdma_host_device_core::dra::metadata::Files>,
+        pool: String,
+        device: String,
+    },
 }
 
 #[derive(Default)]
@@ -91,5 +97,14 @@ async fn apply(step: &Undo, places: &Places<'_>) -> Result<()> {
             None => Ok(()),
         },
         Undo::RemoveDeviceInfo { path } => rdma_host_device_core::device_info::remove(path),
+        Undo::ResetMetadata {
+            files,
+            pool,
+            device,
+        } => rdma_host_device_core::dra::metadata::update_device(files, pool, device, None)
+            .map(drop)
+            .map_err(|e| {
+                rdma_host_device_core::error::io_error("resetting the device metadata", e)
+            }),
     }
 }

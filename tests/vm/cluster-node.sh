@@ -97,7 +97,7 @@ for d in docs:
         sel = {"pciAddresses": [sys.argv[2]]}
         n["allowedNics"] = sel
         n["devicePlugin"]["pools"][0]["selectors"] = sel
-        n["dra"] = {"nics": sel}
+        n["dra"]["nics"] = sel
         d["data"]["node.json"] = json.dumps(n)
 print(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
 EOF
@@ -334,6 +334,44 @@ health_checks() {
   if wait_until 30 health_is Healthy; then ok "rxe0 back in the pod's netns: Healthy in $(since "$t") s"
   else bad "rxe0 back in the pod's netns, after 30 s: $(health_is Healthy 2>&1 | tail -1)"; fi
 }
+# KEP-5304 (issue 38 item 2): dra-a's container reads its device metadata, which prepare wrote
+# and ADD completed (generation 2, ifName net1, the RoCE v2 GID index of its address), and
+# NCCL_IB_HCA / NCCL_IB_GID_INDEX from our CDI env; ibv_devinfo -v and the GID table in sysfs,
+# read in the same container, agree that this index holds the RoCE v2 GID of its address.
+META=/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/rails/nic-0/rdma-host-device.io-metadata.json
+meta_checks() {
+  local st ip m idx env hca genv sysgid systype
+  st=$(kc get pod dra-a -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}')
+  ip=$(python3 -c 'import json,sys; n=[s for s in json.loads(sys.argv[1]) if s.get("interface")=="net1"]; print(n[0]["ips"][0] if n else "")' "$st")
+  m=$(in_pod dra-a cat "$META") || { bad "dra-a: cannot read $META"; return; }
+  echo "--- $META in dra-a:"; echo "$m"
+  # generation, ifName, gidIndex, gidIndices, rdmaDevice, uverbs, pciBusID of the first device
+  read -r gen ifn idx idxs rdev uv pci < <(python3 -c '
+import json, sys
+d = json.JSONDecoder().raw_decode(sys.stdin.read().lstrip())[0]
+dev = d["requests"][0]["devices"][0]
+a = dev.get("attributes", {})
+v = lambda k: str(list(a.get(k, {"-": "-"}).values())[0])
+print(d["metadata"]["generation"], v("rdma-host-device.io/ifName"), v("rdma-host-device.io/gidIndex"),
+      v("rdma-host-device.io/gidIndices"), v("rdma-host-device.io/rdmaDevice"), v("rdma-host-device.io/uverbs"),
+      v("resource.kubernetes.io/pciBusID"))' <<<"$m")
+  if [[ $gen == 2 && $ifn == net1 && $rdev == rxe0 && $uv == uverbs0 && $pci == "$PCI" && $idxs == "$ip=$idx" ]]; then
+    ok "dra-a: metadata generation $gen, ifName $ifn, rdmaDevice $rdev, uverbs $uv, pciBusID $pci, gidIndex $idx, gidIndices $idxs"
+  else bad "dra-a: metadata generation=$gen ifName=$ifn rdmaDevice=$rdev uverbs=$uv pciBusID=$pci gidIndex=$idx gidIndices=$idxs (address $ip)"; fi
+  env=$(in_pod dra-a env | grep -E '^(NCCL_|RDMA_HOST_DEVICE_METADATA)' | sort | xargs)
+  hca=$(in_pod dra-a sh -c 'echo "$NCCL_IB_HCA"')
+  genv=$(in_pod dra-a sh -c 'echo "$NCCL_IB_GID_INDEX"')
+  if [[ $hca == "=rxe0" && $genv == "$idx" ]]; then ok "dra-a: env $env"
+  else bad "dra-a: env '$env' (metadata gidIndex $idx)"; fi
+  if in_pod dra-a ibv_devinfo -v -d rxe0 | grep -E "GID\[ *$genv\]:[[:space:]]*::ffff:$ip, RoCE v2" >/dev/null; then
+    ok "dra-a: ibv_devinfo -v: GID[$genv] is ::ffff:$ip, RoCE v2"
+  else bad "dra-a: ibv_devinfo -v has no RoCE v2 GID of $ip at index $genv: $(in_pod dra-a ibv_devinfo -v -d rxe0 | grep GID | xargs)"; fi
+  sysgid=$(in_pod dra-a cat "/sys/class/infiniband/rxe0/ports/1/gids/$genv" 2>/dev/null)
+  systype=$(in_pod dra-a cat "/sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$genv" 2>/dev/null)
+  want_gid=$(python3 -c 'import ipaddress,sys; b=ipaddress.IPv6Address("::ffff:"+sys.argv[1]).packed.hex(); print(":".join(b[i:i+4] for i in range(0,32,4)))' "$ip")
+  if [[ $sysgid == "$want_gid" && $systype == "RoCE v2" ]]; then ok "dra-a: sysfs gids/$genv $sysgid, types/$genv $systype"
+  else bad "dra-a: sysfs gids/$genv '$sysgid' types/$genv '$systype' (want $want_gid, RoCE v2)"; fi
+}
 t=$(up)
 pod_json dra-a rail-0 '{"claims": [{"name": "rails"}]}' '[{"name": "rails", "resourceClaimTemplateName": "one-rail"}]' |
   kc apply -f - >/dev/null
@@ -342,6 +380,7 @@ if wait_until 240 ready dra-a; then
   # no device-info: Multus 4.3 passes a device-info path only with a deviceID (pkg/types/conf.go,
   # delegateRuntimeConfig), and a draRequest network gets none from it
   pod_checks dra-a 0
+  meta_checks
   health_checks
 else bad "dra-a not Ready"; fi
 kc delete pod dra-a --wait=true --timeout=120s >/dev/null || bad "delete dra-a"

@@ -216,6 +216,10 @@ pub struct DraAttachment {
     /// What ADD applied, recorded as its last step; `None` while ADD is under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkData>,
+    /// The driver wrote the claim's KEP-5304 device metadata (the checkpoint says so): ADD
+    /// completed this device's entry, DEL takes ADD's part out again (`dra::metadata`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub metadata: bool,
 }
 
 /// KEP-4817's `networkData` as ADD applied it: the interface name in the pod (CNI_IFNAME),
@@ -877,6 +881,7 @@ mod tests {
                     ips: vec!["10.0.0.5/24".into()],
                     hardware_address: "aa:bb:cc:dd:ee:ff".into(),
                 }),
+                metadata: false,
             }),
             ..r
         };

@@ -132,6 +132,30 @@ pub async fn release_attachment(
     {
         errors.push(e);
     }
+    // ADD's part of a DRA claim's device metadata (ifName, addresses, GID indices): the pod no
+    // longer has them. Lenient: a file that is gone (the claim unprepared) or cannot be
+    // rewritten is logged, and DEL goes on; unprepare removes the files in any case.
+    if let Some(dra) = record.and_then(|r| r.dra.as_ref()) {
+        match super::plan::metadata_files(node, Some(dra)) {
+            Ok(Some(files)) => {
+                match rdma_host_device_core::dra::metadata::update_device(
+                    &files,
+                    &dra.pool,
+                    &dra.device,
+                    None,
+                ) {
+                    Ok(Some(g)) => log::info!(
+                        "device metadata {}: ADD's part taken out (generation {g})",
+                        files.file.display()
+                    ),
+                    Ok(None) => {}
+                    Err(e) => log::warn!("device metadata {}: {e}", files.file.display()),
+                }
+            }
+            Ok(None) => {}
+            Err(e) => log::warn!("device metadata: {e}"),
+        }
+    }
     match return_nic(&places, record).await {
         Ok(true) => {
             log::info!("NIC returned to the host");

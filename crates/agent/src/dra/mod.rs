@@ -122,6 +122,7 @@ pub fn run(opts: &Options) -> Result<()> {
                 .map_err(|e| e.context(&node.source))?,
         }),
     };
+    let metadata = dra.device_metadata.as_ref().and_then(|m| m.place());
     let checkpoint = checkpoint::path(&state_dir);
     // A checkpoint this build cannot read stops the start: unprepare depends on it.
     let held =
@@ -160,6 +161,7 @@ pub fn run(opts: &Options) -> Result<()> {
             serial: tokio::sync::Mutex::new(()),
             cdi,
             health: health_rx,
+            metadata,
         });
         // The kubelet side first: unprepare must work even while the API server is away.
         tokio::spawn(plugin::supervise(driver, sockets));

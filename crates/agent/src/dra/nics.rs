@@ -18,7 +18,7 @@ use rdma_host_device_core::rdma::identity::Snapshot;
 use rdma_host_device_core::state::Store;
 
 /// A NIC a claim's device is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NicRef {
     /// `inventory::device_id`: what ADD resolves as `deviceID`, and the checkpoint records.
     pub device_id: String,
@@ -26,6 +26,11 @@ pub struct NicRef {
     pub uverbs: Option<String>,
     /// The attachment holding it now (`container/ifname`), if it is in a pod.
     pub attached_to: Option<String>,
+    /// What the device metadata says of it before ADD: its RDMA device (ADD's pairing), its
+    /// PCI address and NUMA node (as the slice publishes them).
+    pub rdma_device: Option<String>,
+    pub pci: Option<String>,
+    pub numa: Option<i64>,
 }
 
 impl NicRef {
@@ -89,8 +94,8 @@ impl HostNics {
                     .find(|(_, name, _)| name == device)
                     .map(|(device_id, _, who)| NicRef {
                         device_id,
-                        uverbs: None,
                         attached_to: Some(who),
+                        ..NicRef::default()
                     }))
             }
             [(l, who)] => {
@@ -123,6 +128,9 @@ impl HostNics {
                 Ok(Some(NicRef {
                     device_id: id.clone(),
                     uverbs: nic.uverbs,
+                    rdma_device: nic.rdma_device,
+                    pci: nic.pci,
+                    numa: nic.numa,
                     attached_to: attached
                         .into_iter()
                         .find(|(a, _, _)| a == id)
@@ -173,7 +181,7 @@ mod tests {
         let n = NicRef {
             device_id: "0000:3b:00.1".into(),
             uverbs: Some("uverbs2".into()),
-            attached_to: None,
+            ..NicRef::default()
         };
         assert_eq!(n.cdi_device_ids(), ["rdma-host-device.io/rdma=uverbs2"]);
         let none = NicRef { uverbs: None, ..n };

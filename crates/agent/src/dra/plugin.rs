@@ -30,6 +30,7 @@ use super::nics::{NicRef, Nics};
 use crate::kubelet_grpc::registration::{PluginInfo, PluginWatcher};
 use crate::kubelet_grpc::{self, socket, unary};
 use futures::future::BoxFuture;
+use rdma_host_device_core::dra::metadata;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -73,6 +74,9 @@ pub struct Metadata {
 /// The annotation the scheduler puts on the claim it makes for a pod's DRA-backed extended
 /// resources (`resource.kubernetes.io/extended-resource-claim`, KEP-5004).
 pub const EXTENDED_RESOURCE_CLAIM: &str = "resource.kubernetes.io/extended-resource-claim";
+/// The annotation a claim made from a pod's template carries: the pod's name for the claim,
+/// which names the metadata file's directory in the container.
+pub const POD_CLAIM_NAME: &str = "resource.kubernetes.io/pod-claim-name";
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -154,6 +158,9 @@ pub struct Driver {
     /// Every published device's health, as the slice loop judged it last: what
     /// `NodeWatchResources` streams (`health.rs`).
     pub health: tokio::sync::watch::Receiver<Vec<super::slices::DeviceHealth>>,
+    /// Where the KEP-5304 device metadata goes (node configuration `dra.deviceMetadata`);
+    /// `None`: written by no one.
+    pub metadata: Option<metadata::Place>,
 }
 
 /// Where the CDI spec is and what it says (`cdi::refresh`'s arguments).
@@ -215,6 +222,30 @@ impl Driver {
                 cp.claims.insert(c.uid.clone(), known.clone());
                 self.save(cp)?;
             }
+            // Its CDI specs gone (the node restarted: /var/run/cdi is a tmpfs), the kubelet
+            // preparing it again: written again from the metadata files, or the answer's CDI
+            // IDs would not resolve.
+            if known.metadata
+                && let Some(place) = &self.metadata
+            {
+                let claim = metadata::ClaimRef {
+                    namespace: &known.namespace,
+                    name: &known.name,
+                    uid: &c.uid,
+                };
+                let requests: Vec<&str> =
+                    known.devices.iter().map(|d| d.request.as_str()).collect();
+                match metadata::ensure_specs(place, &claim, &requests) {
+                    Ok(0) => {}
+                    Ok(n) => log::info!(
+                        "prepare {}/{} ({}): {n} device metadata CDI spec(s) written again",
+                        c.namespace,
+                        c.name,
+                        c.uid
+                    ),
+                    Err(e) => return Err(format!("the claim's device metadata: {e}")),
+                }
+            }
             return Ok(answer(&known));
         }
         let claim = read?;
@@ -224,6 +255,7 @@ impl Driver {
             .as_ref()
             .ok_or_else(|| format!("claim {}/{} is not allocated", c.namespace, c.name))?;
         let mut devices = Vec::new();
+        let mut nics = Vec::new();
         for r in alloc
             .devices
             .results
@@ -231,6 +263,7 @@ impl Driver {
             .filter(|r| r.driver == self.name)
         {
             let nic = self.nic_for(cp, c, r).await?;
+            nics.push(nic.clone());
             devices.push(PreparedDevice {
                 request: r.request.clone(),
                 pool: r.pool.clone(),
@@ -256,16 +289,24 @@ impl Driver {
             crate::cdi::refresh(&spec.path, sys, &spec.dev, spec.memlock, &spec.hook)
                 .map_err(|e| format!("{}: the runtime could not resolve its CDI IDs", e.msg))?;
         }
-        let prepared = PreparedClaim {
+        let mut prepared = PreparedClaim {
             namespace: c.namespace.clone(),
             name: c.name.clone(),
             pods: claim.pods(),
             devices,
             extended_resource: claim.is_extended_resource(),
+            metadata: false,
         };
+        if let Some(place) = &self.metadata {
+            let pod_claim_name = claim.metadata.annotations.get(POD_CLAIM_NAME).cloned();
+            write_metadata(place, &c.uid, &mut prepared, &nics, pod_claim_name)?;
+        }
         cp.claims.insert(c.uid.clone(), prepared.clone());
         if let Err(e) = self.save(cp) {
             cp.claims.remove(&c.uid);
+            if let Some(place) = &self.metadata {
+                remove_metadata(place, &c.uid, &prepared);
+            }
             return Err(e);
         }
         log::info!(
@@ -367,7 +408,31 @@ impl Driver {
                 gone.push((c, p));
             }
         }
-        let error = match gone.is_empty() {
+        // The metadata files first: a claim whose files stay is kept, and the kubelet asks again.
+        let mut kept = std::collections::BTreeMap::new();
+        if let Some(place) = &self.metadata {
+            gone.retain(|(c, p)| {
+                if !p.metadata {
+                    return true;
+                }
+                let claim = metadata::ClaimRef {
+                    namespace: &p.namespace,
+                    name: &p.name,
+                    uid: &c.uid,
+                };
+                let requests: Vec<&str> = p.devices.iter().map(|d| d.request.as_str()).collect();
+                match metadata::remove(place, &claim, &requests) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        log::warn!("unprepare {}/{} ({}): {e}", p.namespace, p.name, c.uid);
+                        kept.insert(c.uid.clone(), format!("removing its device metadata: {e}"));
+                        cp.claims.insert(c.uid.clone(), p.clone());
+                        false
+                    }
+                }
+            });
+        }
+        let error = match gone.is_empty() && kept.is_empty() {
             true => String::new(),
             false => self.save(&cp).err().unwrap_or_default(),
         };
@@ -391,7 +456,11 @@ impl Driver {
             .iter()
             .map(|c| {
                 let failed = gone.iter().any(|(g, _)| g.uid == c.uid);
-                let error = if failed { error.clone() } else { String::new() };
+                let error = match kept.get(&c.uid) {
+                    Some(e) => e.clone(),
+                    None if failed => error.clone(),
+                    None => String::new(),
+                };
                 (c.uid.clone(), api::NodeUnprepareResourceResponse { error })
             })
             .collect();
@@ -410,6 +479,120 @@ fn answer(p: &PreparedClaim) -> Vec<api::Device> {
             cdi_device_ids: d.cdi_device_ids.clone(),
         })
         .collect()
+}
+
+/// Prepare's part of the device metadata (`rdma_host_device_core::dra::metadata`): per
+/// request, the metadata file with what is known of each device before the pod exists (its
+/// RDMA and uverbs devices, PCI address, NUMA node), its CDI spec and our env spec; both CDI
+/// IDs appended to the request's first device, which is what the kubelet hands the container.
+/// ADD adds the interface name, the addresses and the GID indices. A failure removes what was
+/// written and fails the claim (the kubelet retries).
+fn write_metadata(
+    place: &metadata::Place,
+    uid: &str,
+    prepared: &mut PreparedClaim,
+    nics: &[NicRef],
+    pod_claim_name: Option<String>,
+) -> Result<(), String> {
+    let claim = metadata::ClaimRef {
+        namespace: &prepared.namespace,
+        name: &prepared.name,
+        uid,
+    };
+    let mut requests: Vec<&str> = Vec::new();
+    for d in &prepared.devices {
+        let r = metadata::base_request(&d.request);
+        if !requests.contains(&r) {
+            requests.push(r);
+        }
+    }
+    let mut ids = Vec::new();
+    let mut written = Vec::new();
+    let mut last = None;
+    for request in &requests {
+        let files = place
+            .files(&claim, request)
+            .map_err(|e| format!("device metadata: {e}"))?;
+        let devices = prepared
+            .devices
+            .iter()
+            .zip(nics)
+            .filter(|(d, _)| metadata::base_request(&d.request) == *request)
+            .map(|(d, nic)| metadata_device(d, nic))
+            .collect();
+        let dm = metadata::DeviceMetadata::new(&claim, pod_claim_name.clone(), request, devices);
+        written.push(*request);
+        match metadata::prepare(&files, &dm, pod_claim_name.as_deref()) {
+            Ok(i) => ids.push((request.to_string(), i)),
+            Err(e) => {
+                let _ = metadata::remove(place, &claim, &written);
+                return Err(format!(
+                    "writing the device metadata of request {request}: {e}"
+                ));
+            }
+        }
+        last = Some(files);
+    }
+    // The claim's env, from every request's file (`NCCL_IB_HCA` known now).
+    if let Some(files) = &last
+        && let Err(e) = metadata::write_env(files)
+    {
+        let _ = metadata::remove(place, &claim, &written);
+        return Err(format!("writing the claim's CDI env spec: {e}"));
+    }
+    for (request, i) in ids {
+        if let Some(first) = prepared
+            .devices
+            .iter_mut()
+            .find(|d| metadata::base_request(&d.request) == request)
+        {
+            first.cdi_device_ids.extend(i);
+        }
+    }
+    prepared.metadata = true;
+    Ok(())
+}
+
+/// One device's entry in the metadata file, as prepare knows it.
+fn metadata_device(d: &PreparedDevice, nic: &NicRef) -> metadata::Device {
+    use metadata::{Attribute, attr};
+    let mut attributes = std::collections::BTreeMap::new();
+    if let Some(r) = &nic.rdma_device {
+        attributes.insert(attr::RDMA_DEVICE.to_owned(), Attribute::string(r.clone()));
+    }
+    if let Some(u) = &nic.uverbs {
+        attributes.insert(attr::UVERBS.to_owned(), Attribute::string(u.clone()));
+    }
+    if let Some(p) = &nic.pci {
+        attributes.insert(attr::PCI_BUS_ID.to_owned(), Attribute::string(p.clone()));
+    }
+    if let Some(n) = nic.numa {
+        attributes.insert(attr::NUMA_NODE.to_owned(), Attribute::int(n));
+    }
+    metadata::Device {
+        driver: rdma_host_device_core::dra::DRIVER.to_owned(),
+        pool: d.pool.clone(),
+        name: d.device.clone(),
+        attributes,
+        network_data: None,
+    }
+}
+
+/// Undo [`write_metadata`], logging what could not be removed.
+fn remove_metadata(place: &metadata::Place, uid: &str, p: &PreparedClaim) {
+    let claim = metadata::ClaimRef {
+        namespace: &p.namespace,
+        name: &p.name,
+        uid,
+    };
+    let requests: Vec<&str> = p.devices.iter().map(|d| d.request.as_str()).collect();
+    if let Err(e) = metadata::remove(place, &claim, &requests) {
+        log::warn!(
+            "removing the device metadata of {}/{} ({uid}): {e}",
+            p.namespace,
+            p.name
+        );
+    }
 }
 
 /// Where the two sockets are and what the registration says.
@@ -542,12 +725,15 @@ mod tests {
                 "0000-3b-00-0" => Some(NicRef {
                     device_id: "0000:3b:00.0".into(),
                     uverbs: Some("uverbs1".into()),
+                    rdma_device: Some("mlx5_1".into()),
+                    pci: Some("0000:3b:00.0".into()),
+                    numa: Some(0),
                     attached_to: None,
                 }),
                 "0000-5e-00-0" => Some(NicRef {
                     device_id: "0000:5e:00.0".into(),
-                    uverbs: None,
                     attached_to: Some("c9/net1".into()),
+                    ..NicRef::default()
                 }),
                 _ => None,
             };
@@ -607,6 +793,7 @@ mod tests {
                 serial: tokio::sync::Mutex::new(()),
                 cdi: None,
                 health: tokio::sync::watch::channel(Vec::new()).1,
+                metadata: None,
             },
             dir,
         }
@@ -671,6 +858,79 @@ mod tests {
         let again = prepare(&d, &[("a", "uid-a")]);
         assert_eq!(again.claims["uid-a"], *a);
         assert_eq!(Checkpoint::read(&d.checkpoint).unwrap(), cp);
+    }
+
+    #[test]
+    fn prepare_writes_the_device_metadata_and_unprepare_removes_it() {
+        let mut c = claim(
+            "pod-rail-abc",
+            "uid-m",
+            json!([ours("0000-3b-00-0")]),
+            &["pod-1"],
+        );
+        c["metadata"]["annotations"] = json!({"resource.kubernetes.io/pod-claim-name": "rail"});
+        let mut d = driver("meta", vec![c]);
+        let place = metadata::Place {
+            plugin_data_dir: d.dir.join("plugins/rdma-host-device.io"),
+            cdi_dir: d.dir.join("cdi"),
+        };
+        d.driver.metadata = Some(place.clone());
+        let r = prepare(&d, &[("pod-rail-abc", "uid-m")]);
+        let a = &r.claims["uid-m"];
+        assert_eq!(a.error, "");
+        assert_eq!(
+            a.devices[0].cdi_device_ids,
+            [
+                "rdma-host-device.io/rdma=uverbs1",
+                "rdma-host-device.io/metadata=uid-m_nic",
+                "rdma-host-device.io/claim=uid-m"
+            ]
+        );
+        let cp = Checkpoint::read(&d.checkpoint).unwrap();
+        assert!(cp.claims["uid-m"].metadata);
+        let claim_ref = metadata::ClaimRef {
+            namespace: "team",
+            name: "pod-rail-abc",
+            uid: "uid-m",
+        };
+        let files = place.files(&claim_ref, "nic").unwrap();
+        let dm = metadata::DeviceMetadata::decode(&std::fs::read(&files.file).unwrap()).unwrap();
+        assert_eq!(dm.pod_claim_name.as_deref(), Some("rail"));
+        assert_eq!(dm.metadata.generation, 1);
+        let dev = &dm.requests[0].devices[0];
+        assert_eq!(
+            (dev.pool.as_str(), dev.name.as_str()),
+            ("node-a", "0000-3b-00-0")
+        );
+        let s = |k: &str| dev.attributes[k].string.clone().unwrap_or_default();
+        assert_eq!(s(metadata::attr::RDMA_DEVICE), "mlx5_1");
+        assert_eq!(s(metadata::attr::UVERBS), "uverbs1");
+        assert_eq!(s(metadata::attr::PCI_BUS_ID), "0000:3b:00.0");
+        assert_eq!(dev.attributes[metadata::attr::NUMA_NODE].int, Some(0));
+        let spec: Value =
+            serde_json::from_slice(&std::fs::read(&files.metadata_spec).unwrap()).unwrap();
+        assert_eq!(
+            spec["devices"][0]["containerEdits"]["mounts"][0]["containerPath"],
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/rail/nic/rdma-host-device.io-metadata.json"
+        );
+        // Prepared again: the same answer, nothing rewritten (ADD may have completed it); after
+        // a node restart emptied the CDI directory, the specs are written again.
+        assert_eq!(
+            prepare(&d, &[("pod-rail-abc", "uid-m")]).claims["uid-m"],
+            *a
+        );
+        std::fs::remove_file(&files.metadata_spec).unwrap();
+        std::fs::remove_file(&files.env_spec).unwrap();
+        assert_eq!(
+            prepare(&d, &[("pod-rail-abc", "uid-m")]).claims["uid-m"],
+            *a
+        );
+        assert!(files.metadata_spec.exists() && files.env_spec.exists());
+        let u = unprepare(&d, &[("pod-rail-abc", "uid-m")]);
+        assert_eq!(u.claims["uid-m"].error, "");
+        assert!(
+            !files.claim_dir.exists() && !files.metadata_spec.exists() && !files.env_spec.exists()
+        );
     }
 
     #[test]

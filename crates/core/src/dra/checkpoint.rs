@@ -62,6 +62,11 @@ pub struct PreparedClaim {
     /// existed (read as false; the driver sets it when the kubelet prepares the claim again).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub extended_resource: bool,
+    /// Prepare wrote the KEP-5304 metadata file and CDI specs of each request
+    /// (`dra::metadata`, where the node configuration's `dra.deviceMetadata` says): ADD
+    /// completes them, unprepare removes them. Absent (false) in a checkpoint of an older driver.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub metadata: bool,
 }
 
 /// One device of a claim: the allocation result, the NIC it is, what the kubelet was told.
@@ -243,6 +248,7 @@ mod tests {
                     device("gpu-nic/rail0", "0000:3b:00.1"),
                 ],
                 extended_resource: false,
+                metadata: true,
             },
         );
         c.claims.insert(
@@ -253,6 +259,7 @@ mod tests {
                 pods: vec!["pod-b".into()],
                 devices: vec![device("nic", "0000:5e:00.0")],
                 extended_resource: false,
+                metadata: false,
             },
         );
         c
@@ -277,6 +284,7 @@ mod tests {
                         .map(|(j, id)| device(&format!("container-0-request-{j}"), id))
                         .collect(),
                     extended_resource: true,
+                    metadata: false,
                 },
             );
         }
@@ -358,6 +366,11 @@ mod tests {
         let c = two_pods();
         c.write(&p).unwrap();
         assert_eq!(Checkpoint::read(&p).unwrap(), c);
+        // The metadata flag is written only when set, and read as false when absent (an
+        // older driver's checkpoint).
+        let text = fs::read_to_string(&p).unwrap();
+        assert_eq!(text.matches("\"metadata\": true").count(), 1, "{text}");
+        assert!(!text.contains("\"metadata\": false"), "{text}");
         use std::os::unix::fs::PermissionsExt;
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&p), 0o600);

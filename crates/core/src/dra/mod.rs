@@ -3,6 +3,7 @@
 //! both programs, so the plugin reads it without linking the driver.
 
 pub mod checkpoint;
+pub mod metadata;
 
 /// The driver's name: the ResourceSlices' `spec.driver`, the DeviceClass's selector, the
 /// domain of our device attributes, and the allocation results prepare takes as ours.

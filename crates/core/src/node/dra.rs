@@ -1,7 +1,8 @@
 //! `dra` in the node configuration: what `rdma-host-device-agent dra` publishes as this node's
 //! ResourceSlice (`dra::slices`): which NICs, the `k8s.cni.cncf.io/resourceName` attribute
 //! Multus matches a NAD's `resourceName` against, and the rail each NIC is on. Written by the
-//! node operator; parsed only by the agent and `node-config`, never by the CNI verbs.
+//! node operator; parsed by the agent and `node-config`; the CNI verbs read `deviceMetadata` alone
+//! (`Node::dra_metadata`).
 
 use super::NicPolicy;
 use super::device_plugin::check_resource_name;
@@ -32,6 +33,82 @@ pub struct DraConfig {
     /// halves refuse to start), and the device plugin, with no pools, idles.
     #[serde(default)]
     pub extended_resource_name: Option<String>,
+    /// Where the KEP-5304 device metadata goes (`dra::metadata`); absent: none is written.
+    #[serde(default)]
+    pub device_metadata: Option<DeviceMetadataConfig>,
+}
+
+/// `dra.deviceMetadata`: where prepare writes each request's metadata file and CDI specs, and
+/// where ADD (which reads only this key of `dra`) completes them. The paths ADD writes come
+/// from here and from the claim's names, never from a network configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeviceMetadataConfig {
+    /// Off (or no `deviceMetadata`): no metadata file, no CDI spec, no env.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The driver's plugin data directory; the files go in its `dra-device-metadata/`.
+    #[serde(default = "default_plugin_data_dir")]
+    pub plugin_data_dir: std::path::PathBuf,
+    /// Where the runtime reads CDI specs.
+    #[serde(default = "default_cdi_dir")]
+    pub cdi_dir: std::path::PathBuf,
+}
+
+fn yes() -> bool {
+    true
+}
+pub const DEFAULT_PLUGIN_DATA_DIR: &str = "/var/lib/kubelet/plugins/rdma-host-device.io";
+pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
+fn default_plugin_data_dir() -> std::path::PathBuf {
+    DEFAULT_PLUGIN_DATA_DIR.into()
+}
+fn default_cdi_dir() -> std::path::PathBuf {
+    DEFAULT_CDI_DIR.into()
+}
+
+impl Default for DeviceMetadataConfig {
+    fn default() -> Self {
+        DeviceMetadataConfig {
+            enabled: true,
+            plugin_data_dir: default_plugin_data_dir(),
+            cdi_dir: default_cdi_dir(),
+        }
+    }
+}
+
+impl DeviceMetadataConfig {
+    pub(super) fn check(&self) -> std::result::Result<(), String> {
+        for (key, dir) in [
+            ("dra.deviceMetadata.pluginDataDir", &self.plugin_data_dir),
+            ("dra.deviceMetadata.cdiDir", &self.cdi_dir),
+        ] {
+            if !dir.is_absolute() || super::has_dotdot(dir) {
+                return Err(format!(
+                    "{key} {} must be an absolute path without '..'",
+                    dir.display()
+                ));
+            }
+            super::check_own_dir(key, dir)?;
+        }
+        Ok(())
+    }
+
+    /// Where the files go, when enabled.
+    pub fn place(&self) -> Option<crate::dra::metadata::Place> {
+        self.enabled.then(|| crate::dra::metadata::Place {
+            plugin_data_dir: self.plugin_data_dir.clone(),
+            cdi_dir: self.cdi_dir.clone(),
+        })
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "enabled": self.enabled,
+            "pluginDataDir": self.plugin_data_dir,
+            "cdiDir": self.cdi_dir,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -47,6 +124,9 @@ pub const MAX_ATTRIBUTE_STRING: usize = 64;
 
 impl DraConfig {
     pub(super) fn check(&self) -> std::result::Result<(), String> {
+        if let Some(m) = &self.device_metadata {
+            m.check()?;
+        }
         if let Some(r) = &self.resource_name {
             check_resource_name(r).map_err(|e| format!("dra.{e}"))?;
             if r.len() > MAX_ATTRIBUTE_STRING {
@@ -97,6 +177,9 @@ impl DraConfig {
         }
         if let Some(r) = &self.extended_resource_name {
             v["extendedResourceName"] = r.clone().into();
+        }
+        if let Some(m) = &self.device_metadata {
+            v["deviceMetadata"] = m.to_json();
         }
         v
     }

@@ -24,7 +24,7 @@ use crate::error::{Code, Error, Result};
 pub use device_plugin::{CharDevices, DevicePluginConfig, Pool, check_resource_name};
 pub use dirs::{RUN_DIR, path_under};
 use dirs::{check_own_dir, has_dotdot};
-pub use dra::{DraConfig, Rail};
+pub use dra::{DeviceMetadataConfig, DraConfig, Rail};
 pub use gc::GcConfig;
 pub use ipam::{
     Confinement, DEFAULT_IPAM_PATHS, DEFAULT_IPAM_PLUGINS, DEFAULT_IPAM_READ_PATHS,
@@ -380,6 +380,32 @@ impl Node {
         let d: DraConfig = serde_json::from_str(text).map_err(|e| bad(format!("dra: {e}")))?;
         d.check().map_err(bad)?;
         Ok(Some(d))
+    }
+
+    /// `dra.deviceMetadata` alone, parsed and checked; `None` without it (no device metadata):
+    /// what ADD and DEL read of `dra` (the rest is the agent's, and not parsed on every CNI
+    /// call).
+    pub fn dra_metadata(&self) -> Result<Option<DeviceMetadataConfig>> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Only {
+            #[serde(default)]
+            device_metadata: Option<DeviceMetadataConfig>,
+        }
+        let Some(text) = &self.dra_json else {
+            return Ok(None);
+        };
+        let bad = |what: String| {
+            Error::new(
+                Code::InvalidConfig,
+                format!("node configuration {}: {what}", self.source),
+            )
+        };
+        let only: Only = serde_json::from_str(text).map_err(|e| bad(format!("dra: {e}")))?;
+        if let Some(m) = &only.device_metadata {
+            m.check().map_err(bad)?;
+        }
+        Ok(only.device_metadata)
     }
 
     /// The `gc` section, parsed and checked; `None` without one.

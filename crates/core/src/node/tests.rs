@@ -491,6 +491,18 @@ fn a_bad_dra_section_is_an_error_naming_the_file_and_the_key() {
             r#"{"dra":{"extendedResourceName":"kubernetes.io/rail"}}"#,
             "Kubernetes' own",
         ),
+        (
+            r#"{"dra":{"deviceMetadata":{"cdiDir":"/etc/cdi"}}}"#,
+            "dra.deviceMetadata.cdiDir /etc/cdi is inside /etc",
+        ),
+        (
+            r#"{"dra":{"deviceMetadata":{"pluginDataDir":"var/lib/x"}}}"#,
+            "must be an absolute path",
+        ),
+        (
+            r#"{"dra":{"deviceMetadata":{"dir":"/x"}}}"#,
+            "unknown field",
+        ),
     ] {
         let p = write(body);
         let e = Node::from_file(&p, true).and_then(|n| n.dra()).unwrap_err();
@@ -500,6 +512,37 @@ fn a_bad_dra_section_is_an_error_naming_the_file_and_the_key() {
         let _ = std::fs::remove_file(p);
     }
     assert_eq!(Node::default().dra().unwrap(), None);
+}
+
+/// What ADD reads of `dra`: `deviceMetadata` alone (a bad rail is the agent's to refuse), the
+/// same checks, and no metadata without the key.
+#[test]
+fn add_reads_only_dra_device_metadata() {
+    let dir = std::env::temp_dir().join(format!("rhd-node-meta-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("node.json");
+    let load = |body: &str| {
+        std::fs::write(&p, body).unwrap();
+        Node::from_file(&p, true).unwrap().dra_metadata()
+    };
+    assert_eq!(load("{}").unwrap(), None);
+    assert_eq!(load(r#"{"dra":{"nics":{"names":["a"]}}}"#).unwrap(), None);
+    let m = load(r#"{"dra":{"rails":[{"name":"","selectors":{}}],"deviceMetadata":{}}}"#)
+        .unwrap()
+        .unwrap();
+    assert_eq!(m, DeviceMetadataConfig::default());
+    let place = m.place().unwrap();
+    assert_eq!(
+        place.plugin_data_dir,
+        Path::new("/var/lib/kubelet/plugins/rdma-host-device.io")
+    );
+    assert_eq!(place.cdi_dir, Path::new("/var/run/cdi"));
+    let off = load(r#"{"dra":{"deviceMetadata":{"enabled":false}}}"#)
+        .unwrap()
+        .unwrap();
+    assert_eq!(off.place(), None);
+    assert!(load(r#"{"dra":{"deviceMetadata":{"cdiDir":"/"}}}"#).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
