@@ -320,10 +320,12 @@ impl Place {
 }
 
 /// Where the file is in a container: under `resourceclaimtemplates/<podClaimName>` for a claim
-/// made from a template, else under `resourceclaims/<claim>`.
+/// made from a template, else under `resourceclaims/<claim>`. The pod claim name is the claim's
+/// annotation, which whoever writes the claim may set to anything: only a Kubernetes name is
+/// taken (the claim's own name and the request are checked by [`Place::files`] before this).
 pub fn container_path(pod_claim_name: Option<&str>, claim: &str, request: &str) -> String {
     let request = base_request(request);
-    match pod_claim_name.filter(|p| !p.is_empty()) {
+    match pod_claim_name.filter(|p| check_name("pod claim name", p).is_ok()) {
         Some(p) => {
             format!("{CONTAINER_DIR}/resourceclaimtemplates/{p}/{request}/{DRIVER}-metadata.json")
         }

@@ -168,6 +168,14 @@ fn paths_are_the_helpers_layout_and_refuse_what_is_not_a_name() {
         container_path(None, "shared", "nic"),
         "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/shared/nic/rdma-host-device.io-metadata.json"
     );
+    // The annotation is the claim writer's: anything but a name is not a path component.
+    for bad in ["../../etc", "a/b", "", "x\ny"] {
+        assert_eq!(
+            container_path(Some(bad), "shared", "nic"),
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/shared/nic/rdma-host-device.io-metadata.json",
+            "{bad:?}"
+        );
+    }
     for bad in ["..", "a/b", "", ".x", "x.", "a..b", "a b"] {
         let c = ClaimRef { name: bad, ..CLAIM };
         assert!(p.files(&c, "nic").is_err(), "{bad:?}");
