@@ -64,17 +64,17 @@ if [[ $SKIP_BUILD == 0 ]]; then
   rustup target list --installed 2>/dev/null | grep -qx "$ARCH_TARGET" ||
     die "rust target $ARCH_TARGET is not installed (rustup target add $ARCH_TARGET)"
 
-  say "building $ARCH_TARGET.$GLIBC (profile dist: full LTO) into $CARGO_TARGET_DIR"
+  say "building $ARCH_TARGET.$GLIBC (release, LTO) into $CARGO_TARGET_DIR"
   start=$(date +%s)
   # rdma-mummy-sys compiles its C with cmake: cargo-zigbuild points CC/CXX (and thus cmake)
   # at `zig cc`, so that C is linked against the same glibc baseline. bindgen only reads
   # headers (libclang), it links nothing.
-  nice -n 10 cargo zigbuild --profile dist --locked -j "${RELEASE_JOBS:-2}" \
+  nice -n 10 cargo zigbuild --release --locked -j "${RELEASE_JOBS:-2}" \
     --target "$ARCH_TARGET.$GLIBC" --bin rdma-host-device --bin rdma-host-device-agent
   secs=$(( $(date +%s) - start ))
   mkdir -p "$DIST"
   for name in "${BINS[@]}"; do
-    install -m 0755 "$CARGO_TARGET_DIR/$ARCH_TARGET/dist/$name" "$DIST/$name.tmp"
+    install -m 0755 "$CARGO_TARGET_DIR/$ARCH_TARGET/release/$name" "$DIST/$name.tmp"
     mv -f "$DIST/$name.tmp" "$DIST/$name"
   done
   say "built in ${secs}s"
