@@ -371,12 +371,7 @@ impl Node {
         let Some(text) = &self.dra_json else {
             return Ok(None);
         };
-        let bad = |what: String| {
-            Error::new(
-                Code::InvalidConfig,
-                format!("node configuration {}: {what}", self.source),
-            )
-        };
+        let bad = |what: String| self.invalid(what);
         let d: DraConfig = serde_json::from_str(text).map_err(|e| bad(format!("dra: {e}")))?;
         d.check().map_err(bad)?;
         Ok(Some(d))
@@ -395,12 +390,7 @@ impl Node {
         let Some(text) = &self.dra_json else {
             return Ok(None);
         };
-        let bad = |what: String| {
-            Error::new(
-                Code::InvalidConfig,
-                format!("node configuration {}: {what}", self.source),
-            )
-        };
+        let bad = |what: String| self.invalid(what);
         let only: Only = serde_json::from_str(text).map_err(|e| bad(format!("dra: {e}")))?;
         if let Some(m) = &only.device_metadata {
             m.check().map_err(bad)?;
@@ -413,12 +403,7 @@ impl Node {
         let Some(text) = &self.gc_json else {
             return Ok(None);
         };
-        let bad = |what: String| {
-            Error::new(
-                Code::InvalidConfig,
-                format!("node configuration {}: {what}", self.source),
-            )
-        };
+        let bad = |what: String| self.invalid(what);
         let g: GcConfig = serde_json::from_str(text).map_err(|e| bad(format!("gc: {e}")))?;
         g.check().map_err(bad)?;
         Ok(Some(g))
