@@ -15,5 +15,4 @@ pub mod lock;
 pub mod memlock_hook;
 #[path = "fuzz/mutate.rs"]
 pub mod mutate;
-pub mod orphan;
 pub mod select;

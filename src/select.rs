@@ -20,10 +20,10 @@ pub struct Resolved {
     /// The NIC's PCI address, when it has one.
     pub pci: Option<String>,
     /// Set when the NIC came back from a dead pod without a DEL: it carries our tag and may
-    /// bear the pod-side name. The caller restores it before use.
+    /// bear the pod-side name. The caller gives it back before use.
     pub lost: Option<Tag>,
     /// The attachments' records as `resolve` read them, right after the host lookup: one
-    /// snapshot for the caller's policy check and a lost NIC's restoration.
+    /// snapshot for the caller's policy check and a lost NIC's record_for_lost.
     pub records: Vec<Record>,
 }
 
@@ -214,7 +214,7 @@ pub fn made_elsewhere(l: &LinkInfo) -> Option<String> {
 
 /// A link found on the host. One that carries our tag is lost (our tag only leaves the pod
 /// with a dead netns: every move sets or clears it in the same request), so it is free even
-/// when its old attachment's record is still there; the caller restores it.
+/// when its old attachment's record is still there; the caller gives it back.
 fn found_on_host(link: LinkInfo, records: &[Record], sel: &Selector) -> Result<Resolved> {
     // The loopback device (which `"hwaddr": "00:00:00:00:00:00"` also selects) is no NIC: the
     // kernel refuses to move it, and a record naming index 1 could never be undone.
@@ -316,7 +316,7 @@ async fn find_lost(sel: &Selector, host: &Links, records: &[Record]) -> Result<O
             && wanted(&l, &tag)
         {
             log::info!(
-                "{} is {sel}, back from a pod that was deleted without DEL (was {}); restoring it",
+                "{} is {sel}, back from a pod that was deleted without DEL (was {}); giving it back",
                 l.name,
                 tag.host_name
             );

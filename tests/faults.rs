@@ -123,7 +123,7 @@ fn add_killed_during_rollback() {
     let w = world();
     let mut n = 1;
     loop {
-        let fault = format!("add:after-addresses:error,add:undo:kill@{n}");
+        let fault = format!("add:after-addresses:error,add:give-back:kill@{n}");
         let add = w.at("ADD", Some(&fault));
         if !add.killed() {
             // Past the last undo step: the rollback finished by itself.

@@ -328,7 +328,7 @@ fn gc_removes_temp_files_left_by_killed_writes() {
 // ---------------------------------------------------------------- lost NICs (tests/lost_nic.rs)
 
 #[test]
-fn gc_restores_lost_nic_of_stale_attachment() {
+fn gc_gives_back_lost_nic_of_stale_attachment() {
     let w = World::losing("1.0.0", 1, 1);
     w.attach_and_lose(0, 0);
     let gc = w.gc(&[], &[]);
@@ -337,7 +337,7 @@ fn gc_restores_lost_nic_of_stale_attachment() {
 }
 
 #[test]
-fn gc_restores_lost_nic_without_record() {
+fn gc_gives_back_lost_nic_without_record() {
     let w = World::losing("1.0.0", 1, 1);
     w.lose_after_del(0, 0);
     // Some other attachment is valid; this NIC's is not.

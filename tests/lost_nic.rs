@@ -98,12 +98,12 @@ fn add_takes_lost_nic(selector: impl FnOnce(&World) -> Value) {
 }
 
 #[test]
-fn add_by_original_name_restores_lost_nic() {
+fn add_by_original_name_gives_back_lost_nic() {
     add_takes_lost_nic(|w| json!({"device": w.nics[0].name}));
 }
 
 #[test]
-fn add_by_mac_restores_lost_nic() {
+fn add_by_mac_gives_back_lost_nic() {
     add_takes_lost_nic(|w| json!({"hwaddr": w.nics[0].mac.to_uppercase()}));
 }
 
@@ -111,7 +111,7 @@ fn add_by_mac_restores_lost_nic() {
 /// before it is back: DEL finds nothing, releases the IP and forgets the attachment. The NIC
 /// then shows up tagged, with no record left; ADD must still recognise it.
 #[test]
-fn add_restores_nic_that_returned_after_del() {
+fn add_gives_back_nic_that_returned_after_del() {
     let w = world();
     w.lose_after_del(0, 0);
     let add = w.call("ADD", 0, 1, &[]);
@@ -125,7 +125,7 @@ fn add_restores_nic_that_returned_after_del() {
 // ---------------------------------------------------------------- DEL, STATUS (GC: tests/gc.rs)
 
 #[test]
-fn del_restores_its_lost_nic() {
+fn del_gives_back_its_lost_nic() {
     let w = world();
     w.attach_and_lose(0, 0);
     let del = w.call("DEL", 0, 0, &[]);
@@ -135,7 +135,7 @@ fn del_restores_its_lost_nic() {
 }
 
 #[test]
-fn status_restores_a_lost_nic_and_is_ready() {
+fn status_gives_back_a_lost_nic_and_is_ready() {
     let w = world();
     let st = w.status();
     st.ok();
@@ -154,7 +154,7 @@ fn status_restores_a_lost_nic_and_is_ready() {
 }
 
 #[test]
-fn status_restores_a_lost_nic_without_record() {
+fn status_gives_back_a_lost_nic_without_record() {
     let w = world();
     w.lose_after_del(0, 0);
     let st = w.status();

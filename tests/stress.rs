@@ -240,7 +240,7 @@ fn maybe_fault(rng: &mut Rng, points: &[&str], f: &Mutex<Figures>) -> Option<Str
         let n = 1 + rng.below(3);
         (
             "error+kill-in-rollback",
-            format!("{point}:error,add:undo:kill@{n}"),
+            format!("{point}:error,add:give-back:kill@{n}"),
         )
     } else {
         (action, format!("{point}:{action}"))

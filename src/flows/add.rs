@@ -1,13 +1,13 @@
 //! ADD: build the plan (flows/plan.rs: which NIC, which RDMA device, the record), then act on
 //! it step by step: remember, move the RDMA device and the NIC into the pod renamed, get
 //! addresses from IPAM and apply them, verify the GIDs, answer with the result. Every step
-//! registers its undo before it acts; any failure takes back every step already done.
+//! writes what it takes into ADD's ledger before it acts; any failure gives back everything taken.
 
 use super::give_back::Places;
-use super::lost;
+use super::give_back::ledger::{Ledger, Taken};
+use super::give_back::lost;
 use super::plan::{self, Plan, check_ipv6_mtu};
 use super::rdma::{self, RdmaPlan};
-use super::undo::{Undo, UndoStack};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, SoftDevice};
 use crate::cni::result::{CniResult, Interface};
@@ -23,7 +23,7 @@ use rdma_host_device_core::state::{NetworkData, Store};
 use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
 
-/// ADD: plan, then attach; on failure (or a panic) undo what was done.
+/// ADD: plan, then attach; on failure (or a panic) give back what was taken.
 pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
     let plan = plan::plan(env, conf, node).await?;
     let places = Places {
@@ -35,44 +35,44 @@ pub async fn add(env: &Env, conf: &NetConf, node: &Node) -> Result<CniResult> {
         pod_ns: Some(&plan.pod_ns),
         pod: Some(&plan.pod),
     };
-    let mut undo = UndoStack::default();
+    let mut ledger = Ledger::default();
     // A panic is a bug, but it must not strand the NIC in the pod: roll back, then let the
     // panic go on to the hook in main.rs, which prints error 999.
-    let attached = AssertUnwindSafe(attach(&places, &plan, &mut undo))
+    let attached = AssertUnwindSafe(attach(&places, &plan, &mut ledger))
         .catch_unwind()
         .await;
     match attached {
         Ok(Ok(result)) => {
-            undo.disarm();
+            ledger.settle();
             log::info!("done");
             Ok(result)
         }
         Ok(Err(e)) => {
             log::error!("failed: {e}; rolling back");
-            undo.unwind(&places).await;
+            ledger.give_back(&places).await;
             Err(e)
         }
         Err(panic) => {
             log::error!("panicked; rolling back");
-            undo.unwind(&places).await;
+            ledger.give_back(&places).await;
             std::panic::resume_unwind(panic)
         }
     }
 }
 
-/// The steps that change the node, each registering its undo before it acts.
-async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Result<CniResult> {
+/// The steps that change the node, each writing what it takes into the ledger before it acts.
+async fn attach(places: &Places<'_>, plan: &Plan, ledger: &mut Ledger) -> Result<CniResult> {
     let (env, conf) = (places.env, places.conf);
     let (pod_ns, pod, nic) = (&plan.pod_ns, &plan.pod, &plan.nic);
     let mut record = plan.record.clone();
 
     // 1. A NIC lost to a dead pod gets its own name, MTU and MAC back first.
-    if let Some(r) = &plan.restore {
-        lost::restore(&plan.host, nic, r, "ADD").await?;
+    if let Some(r) = &plan.lost {
+        lost::give_back_now(&plan.host, nic, r, "ADD").await?;
     }
 
     // 2. Remember, before the first change, what DEL needs.
-    undo.push(Undo::ForgetState {
+    ledger.took(Taken::StateFile {
         container_id: env.container_id.clone(),
         ifname: env.ifname.clone(),
     });
@@ -81,7 +81,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
 
     // 3. Exclusive mode: the RDMA device goes first (see flows/rdma.rs for why).
     if let Some(RdmaPlan::Move { device, index }) = &plan.rdma {
-        undo.push(Undo::ReturnRdma {
+        ledger.took(Taken::RdmaDevice {
             device: device.clone(),
         });
         rdma::move_in(device, *index, pod_ns)?;
@@ -90,7 +90,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
 
     // 4. Move, rename, MTU, tag and up, in one request.
     let tag = record.tag().encode();
-    undo.push(Undo::ReturnNic {
+    ledger.took(Taken::Nic {
         record: Box::new(record.clone()),
     });
     let moved = places
@@ -117,7 +117,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
                 .find(|l| record.is_its_device(l) || (l.mac == nic.mac && l.kind == nic.kind))
         {
             record.pod_index = Some(l.index);
-            undo.update_record(&record);
+            ledger.update_record(&record);
             if let Err(u) = Store::new(&places.node.state_dir).update(&record) {
                 log::warn!("noting {}'s index in the pod: {u}", nic.name);
             }
@@ -137,7 +137,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
     // From now on DEL knows the NIC by its index in the pod, which the pod cannot change.
     record.pod_index = Some(inside.index);
     Store::new(&places.node.state_dir).update(&record)?;
-    undo.update_record(&record);
+    ledger.update_record(&record);
     // Nothing of another namespace came with it (stacked on it between the policy check and
     // the move, through a namespace id): else it goes home and ADD fails naming what.
     rdma_host_device_core::uppers::arrival::check(&plan.sentry, pod_ns, inside.index, &env.ifname)?;
@@ -188,7 +188,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
     if let Some(t) = &conf.ipam_type {
         let ipam = Ipam::new(t, env, places.node)?;
         // Registered first: a plugin may allocate and then fail.
-        undo.push(Undo::ReleaseIpam);
+        ledger.took(Taken::Lease);
         let got = ipam.add(&conf.raw)?;
         fault::hit("add:after-ipam")?;
         if got.ips.iter().any(|ip| ip.address.addr().is_ipv6()) {
@@ -241,7 +241,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
                 path.display()
             );
         } else {
-            undo.push(Undo::RemoveDeviceInfo { path: path.clone() });
+            ledger.took(Taken::DeviceInfo { path: path.clone() });
             device_info::write(path, &info)?;
             log::info!("device-info: {} written ({info:?})", path.display());
         }
@@ -266,7 +266,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
                 hardware_address: inside.mac.clone(),
             },
         };
-        undo.push(Undo::ResetMetadata {
+        ledger.took(Taken::Metadata {
             files: Box::new(files.clone()),
             pool: dra.pool.clone(),
             device: dra.device.clone(),
@@ -313,7 +313,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, undo: &mut UndoStack) -> Resul
         });
         // Like the NIC's index, worth something only while the pod's netns lives: no fsync.
         Store::new(&places.node.state_dir).update(&record)?;
-        undo.update_record(&record);
+        ledger.update_record(&record);
     }
     fault::hit("add:before-result")?;
     Ok(result)

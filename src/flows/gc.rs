@@ -1,4 +1,4 @@
-//! GC: undo every attachment of this network that the runtime no longer lists in
+//! GC: give back every attachment of this network that the runtime no longer lists in
 //! `cni.dev/valid-attachments`, and give lost NICs (back on the host from a dead pod, still
 //! bearing our tag) their names back. Keeps going past individual failures and reports them
 //! all: the first as the error, the others in its details.
@@ -11,8 +11,8 @@
 //! [`collect`] is the same job for the node agent, which has no runtime's list (containerd
 //! never calls GC): it names the attachments to release, and everything else counts as valid.
 
+use super::give_back::lost::give_back_all_lost;
 use super::give_back::release_attachment;
-use super::lost::recover_lost;
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, ValidAttachment};
 use crate::ipam::Ipam;
@@ -25,7 +25,7 @@ use rdma_host_device_core::node::Node;
 use rdma_host_device_core::state::{Record, Store};
 use std::collections::HashSet;
 
-/// GC: release every attachment of this network not in `cni.dev/valid-attachments`, restore
+/// GC: release every attachment of this network not in `cni.dev/valid-attachments`, give back
 /// lost NICs, remove stale temp files; report every failure, the first as the error.
 pub async fn gc(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     // Without the list, every attachment would look stale: refuse rather than guess.
@@ -108,7 +108,7 @@ async fn release_all_but(
         .map(Record::owner)
         .collect();
     remove_stale_temps(node, store, &others, &mut errors);
-    if let Err(e) = recover_lost(valid, &tried, &others, &records, &mut errors).await {
+    if let Err(e) = give_back_all_lost(valid, &tried, &others, &records, &mut errors).await {
         errors.push(e.context("GC: looking for lost NICs"));
     }
     if let Some(t) = &conf.ipam_type {

@@ -7,12 +7,10 @@ mod check;
 mod del;
 mod gc;
 mod give_back;
-mod lost;
-mod ours;
+mod metadata;
 mod plan;
 mod rdma;
 mod status;
-mod undo;
 
 pub use give_back::orphaned_nic;
 

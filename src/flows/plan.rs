@@ -1,12 +1,12 @@
-//! ADD's plan: which NIC (and how a lost one is restored), which RDMA device, which
+//! ADD's plan: which NIC (and how a lost one is given back), which RDMA device, which
 //! namespaces, and the record DEL will need, all decided and checked before the first change
 //! (the only repairs it makes: a stale temp state file removed, lost NICs whose names are not
 //! UTF-8 given readable ones).
 //! `add::attach` only acts on it. Planning takes the attachment's and the NIC's locks and
 //! keeps them in the plan, so nothing it decided can change under it.
 
-use super::lost;
-use super::ours::restoration;
+use super::give_back::decide::record_for_lost;
+use super::give_back::lost;
 use super::rdma::{self, RdmaPlan};
 use crate::cni::env::Env;
 use crate::cni::netconf::{NetConf, Selector};
@@ -32,8 +32,8 @@ pub struct Plan {
     pub pod: Links,
     /// The NIC as it is on the host now (a lost one still bears its pod-side name).
     pub nic: LinkInfo,
-    /// A NIC lost to a pod deleted without DEL: the record to restore it from, first.
-    pub restore: Option<Record>,
+    /// A NIC lost to a pod deleted without DEL: the record to give it back from, first.
+    pub lost: Option<Record>,
     /// The NIC's PCI address, for the result's `pciID`.
     pub pci: Option<String>,
     pub rdma: Option<RdmaPlan>,
@@ -120,12 +120,12 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             ),
         ));
     }
-    let restore = resolved
+    let lost = resolved
         .lost
         .as_ref()
-        .and_then(|tag| restoration(&resolved.link, tag, records, "ADD"));
-    // The NIC as it will be once restored: what the record remembers as its own.
-    let home = match &restore {
+        .and_then(|tag| record_for_lost(&resolved.link, tag, records, "ADD"));
+    // The NIC as it will be once given back: what the record remembers as its own.
+    let home = match &lost {
         Some(r) => LinkInfo {
             name: r.host_name.clone(),
             mtu: r.host_mtu,
@@ -170,14 +170,14 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     if let Some(p) = &rdma {
         p.record_into(&mut record);
     }
-    let metadata = metadata_files(node, record.dra.as_ref())?;
+    let metadata = super::metadata::files(node, record.dra.as_ref())?;
     Ok(Plan {
         host_ns,
         pod_ns,
         host,
         pod,
         nic: resolved.link.clone(),
-        restore,
+        lost,
         pci: resolved.pci,
         rdma,
         record,
@@ -208,43 +208,6 @@ fn from_claim(conf: &NetConf) -> FromClaim<'_> {
         (None, None, Some(resource)) => FromClaim::ExtendedResource(resource),
         _ => FromClaim::No,
     }
-}
-
-/// The device metadata files of `dra`'s claim and request, when the driver recorded writing
-/// them: made from the node configuration's directories (never from the network
-/// configuration) and the claim's names, which must be Kubernetes names. Checked before
-/// anything changes; a node configuration that no longer has `dra.deviceMetadata` leaves the
-/// files as prepare wrote them, with a warning.
-pub fn metadata_files(
-    node: &Node,
-    dra: Option<&DraAttachment>,
-) -> Result<Option<rdma_host_device_core::dra::metadata::Files>> {
-    let Some(dra) = dra.filter(|d| d.metadata) else {
-        return Ok(None);
-    };
-    let Some(place) = node.dra_metadata()?.and_then(|m| m.place()) else {
-        log::warn!(
-            "the DRA driver wrote device metadata for claim {}/{}, but the node configuration {} has no dra.deviceMetadata now: not completed",
-            dra.namespace,
-            dra.name,
-            node.source
-        );
-        return Ok(None);
-    };
-    let claim = rdma_host_device_core::dra::metadata::ClaimRef {
-        namespace: &dra.namespace,
-        name: &dra.name,
-        uid: &dra.uid,
-    };
-    place.files(&claim, &dra.request).map(Some).map_err(|e| {
-        Error::new(
-            Code::InvalidConfig,
-            format!(
-                "the device metadata of claim {}/{}: {e}",
-                dra.namespace, dra.name
-            ),
-        )
-    })
 }
 
 /// The DRA driver's checkpoint as ADD reads it, with where it was read from (for messages).

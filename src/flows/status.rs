@@ -1,5 +1,5 @@
 //! STATUS: ready when the configured NIC can be attached (or already is, to a pod) and the IPAM
-//! plugin is there and ready. A NIC back from a pod deleted without DEL is restored first.
+//! plugin is there and ready. A NIC back from a pod deleted without DEL is given back first.
 
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
@@ -10,7 +10,7 @@ use rdma_host_device_core::link::Links;
 use rdma_host_device_core::node::Node;
 use rdma_host_device_core::state::Store;
 
-use super::lost::{name_lost_unreadable, restore_lost};
+use super::give_back::lost::{give_back_lost, name_lost_unreadable};
 
 /// STATUS: ready (Ok) when the configured NIC can be attached or already is, the node policy
 /// allows it, and the IPAM plugin answers; otherwise 50 with the reason.
@@ -27,7 +27,7 @@ pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
                     .await
                     .map_err(|e| Error::new(Code::NotAvailable, format!("not ready: {}", e.msg)))?;
                 if let Some(tag) = &r.lost {
-                    restore_lost(&host, &r.link, tag, records, "STATUS").await?;
+                    give_back_lost(&host, &r.link, tag, records, "STATUS").await?;
                 }
                 if let Some(why) = super::rdma::not_ready_on_host(conf, &r.link)? {
                     return Err(Error::new(

@@ -93,7 +93,7 @@ pub fn tag() -> String {
 }
 
 /// The fault points (src/fault.rs) an ADD of a NIC without RDMA passes, in order (the RDMA
-/// steps' points are not reached without RDMA, `add:undo` only after a failure).
+/// steps' points are not reached without RDMA, `add:give-back` only after a failure).
 pub const ADD_FAULT_POINTS: &[&str] = &[
     "add:locked",
     "add:after-state",

@@ -30,7 +30,7 @@ pub const POINTS: &[&str] = &[
     "add:after-addresses",
     "add:before-result",
     // ADD rolling back: before each undo step
-    "add:undo",
+    "add:give-back",
     // DEL
     "del:locked",
     "del:after-ipam-release",

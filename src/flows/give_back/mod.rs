@@ -1,7 +1,17 @@
-//! Releasing an attachment and giving its NIC back to the host: one place for DEL, GC and ADD's
-//! rollback (lost NICs that ADD, GC and STATUS meet are lost.rs's). What decides which link is
-//! the attachment's NIC is its state record (a hardware NIC's parent device; a virtual one's
-//! kind, pod ifindex and permanent MAC: `ours.rs`), never the pod-writable alias tag alone.
+//! Giving back: everything that returns what an attachment took (its NIC, its RDMA device, its
+//! IP lease, its state), whoever asks. One word for it throughout, and one place:
+//! - this file: releasing one attachment, the NIC sent home (DEL, GC, and a failed ADD's
+//!   [`ledger`]);
+//! - `rdma.rs`: its RDMA device deleted or sent home, never blocking on a held one;
+//! - `lost.rs`: NICs back on the host from a pod that died without DEL (ADD, DEL, GC, STATUS);
+//! - `decide/`: the pure decisions (which link is the attachment's NIC, how a lost one comes
+//!   back), on plain data, unit-tested without a kernel;
+//! - `holders.rs`: who keeps a pod's network namespace alive once its path is gone;
+//! - `ledger.rs`: what ADD took, written down before it acts, given back if ADD fails.
+//!
+//! What decides which link is the attachment's NIC is its state record (a hardware NIC's
+//! parent device; a virtual one's kind, pod ifindex and permanent MAC), never the
+//! pod-writable alias tag alone.
 
 use crate::cni::env::Env;
 use crate::cni::netconf::NetConf;
@@ -14,14 +24,18 @@ use rdma_host_device_core::netns::Netns;
 use rdma_host_device_core::node::Node;
 use rdma_host_device_core::state::{Record, Store, Tag, parent_key};
 
-use super::ours::{
-    Where, find_ours, is_orphaned_nic, legacy, lost_under_another_tag, restored, tagged_by,
+use decide::{
+    Where, find_nic, given_back, is_orphaned_nic, legacy, lost_under_another_tag, tagged_by,
     unreadable_is_ours,
 };
 
+pub(in crate::flows) mod decide;
+mod holders;
+pub(in crate::flows) mod ledger;
+pub(in crate::flows) mod lost;
 pub mod rdma;
 
-use super::lost::restore_lost;
+use lost::give_back_lost;
 
 /// Where giving back acts: the call's environment and config, the host and, when it still
 /// exists, the pod (namespace and an rtnetlink socket in each).
@@ -136,7 +150,7 @@ pub async fn release_attachment(
     // longer has them. Lenient: a file that is gone (the claim unprepared) or cannot be
     // rewritten is logged, and DEL goes on; unprepare removes the files in any case.
     if let Some(dra) = record.and_then(|r| r.dra.as_ref()) {
-        match super::plan::metadata_files(node, Some(dra)) {
+        match super::metadata::files(node, Some(dra)) {
             Ok(Some(files)) => {
                 match rdma_host_device_core::dra::metadata::update_device(
                     &files,
@@ -156,7 +170,7 @@ pub async fn release_attachment(
             Err(e) => log::warn!("device metadata: {e}"),
         }
     }
-    match return_nic(&places, record).await {
+    match give_back_nic(&places, record).await {
         Ok(true) => {
             log::info!("NIC returned to the host");
             fault::hit("del:after-nic-return")?;
@@ -183,7 +197,7 @@ pub fn refuse_if_not_adds(ns: &Netns, record: Option<&Record>) -> Result<()> {
 /// Fail (11, retryable) if `r`'s NIC sits in a living network namespace the plugin can reach
 /// only through a process in it (see [`orphaned_nic`]): the pod's, whose path `netns` is gone.
 /// Its IP and the attachment's state are kept: once the holders exit, a hardware NIC comes
-/// back to the host (and the retry restores it) and a virtual one is gone with the netns.
+/// back to the host (and the retry gives it back) and a virtual one is gone with the netns.
 async fn orphaned(r: &Record, netns: &str) -> Result<()> {
     let Some((l, held_by)) = orphaned_nic(r).await else {
         return Ok(());
@@ -238,7 +252,7 @@ pub async fn orphaned_nic(r: &Record) -> Option<(LinkInfo, String)> {
         let Some(l) = links.into_iter().find(|l| is_orphaned_nic(l, r, &owner)) else {
             continue;
         };
-        let holders = crate::orphan::holders(&ns);
+        let holders = holders::holders(&ns);
         let held_by = if holders.is_empty() {
             label
         } else {
@@ -281,7 +295,7 @@ fn ipam_of(conf: &NetConf, record: Option<&Record>) -> Option<(String, Vec<u8>)>
 /// Looks in the pod first (by the record: parent device, or pod ifindex and permanent MAC), then on
 /// the host (a NIC that came back from a dead pod). Without a record nothing is touched: ADD
 /// writes it before its first change, so no record means nothing of ours is out.
-pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<bool> {
+pub async fn give_back_nic(places: &Places<'_>, record: Option<&Record>) -> Result<bool> {
     let Some(r) = record else {
         log::info!("no state record for this attachment: nothing of ours to give back");
         return Ok(false);
@@ -295,7 +309,7 @@ pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<
         pod.name_unreadable(pod_ns, |u| unreadable_is_ours(u, r, &owner))
             .await?;
         let links = pod.all().await?;
-        let ours = find_ours(&links, r, &owner, Where::Pod);
+        let ours = find_nic(&links, r, &owner, Where::Pod);
         // The RDMA side first, while the NIC is in the pod: a software device dies with its
         // netdev's move, and a moved device must not be left behind. Without the NIC there
         // (ADD killed between moving the RDMA device and the NIC) the device may be alone.
@@ -325,7 +339,7 @@ pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<
             let how = Arrival {
                 name: &home.name,
                 alias: home.alias(original_alias),
-                ..restored(r, original_alias, &link)
+                ..given_back(r, original_alias, &link)
             };
             log::info!(
                 "returning {} (index {} in the pod) to the host as {} (mtu {})",
@@ -335,7 +349,7 @@ pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<
                 r.host_mtu
             );
             pod.move_to(link.index, places.host_ns, &how).await?;
-            if let Some(still) = find_ours(&pod.all().await?, r, &owner, Where::Pod) {
+            if let Some(still) = find_nic(&pod.all().await?, r, &owner, Where::Pod) {
                 return Err(still_in_pod(r, &still));
             }
             home.report(places.host, r, link.index).await;
@@ -347,7 +361,7 @@ pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<
         .name_unreadable(places.host_ns, |u| tagged_by(u, Some(&owner)))
         .await?;
     let on_host = places.host.all().await?;
-    let lost = match find_ours(&on_host, r, &owner, Where::Host) {
+    let lost = match find_nic(&on_host, r, &owner, Where::Host) {
         Some(l) => Some(l),
         None if r.parent.is_some() => {
             let records = Store::new(&places.node.state_dir).all()?;
@@ -357,7 +371,7 @@ pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<
     };
     if let Some(link) = lost {
         log::info!(
-            "{} is back on the host without a DEL{}; restoring its name {}",
+            "{} is back on the host without a DEL{}; giving it back under its name {}",
             link.name,
             if link
                 .alias
@@ -380,7 +394,7 @@ pub async fn return_nic(places: &Places<'_>, record: Option<&Record>) -> Result<
         let how = Arrival {
             name: &home.name,
             alias: home.alias(original_alias),
-            ..restored(r, original_alias, &link)
+            ..given_back(r, original_alias, &link)
         };
         places.host.restore_in_place(link.index, &how).await?;
         home.report(places.host, r, link.index).await;
@@ -435,13 +449,13 @@ async fn free_home_name(places: &Places<'_>, r: &Record, owner: &str) -> Result<
         return Ok(());
     }
     log::info!(
-        "{} is an altname of {}, a NIC back from a dead pod (originally {}); restoring that NIC first",
+        "{} is an altname of {}, a NIC back from a dead pod (originally {}); giving that NIC back first",
         r.host_name,
         l.name,
         tag.host_name
     );
     let records = Store::new(&places.node.state_dir).all()?;
-    restore_lost(places.host, &l, &tag, &records, "DEL").await
+    give_back_lost(places.host, &l, &tag, &records, "DEL").await
 }
 
 fn still_in_pod(r: &Record, l: &LinkInfo) -> Error {

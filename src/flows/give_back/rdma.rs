@@ -59,7 +59,7 @@ pub fn refuse_releasing_a_used_soft_device(pod_ns: &Netns, record: &Record) -> R
     })?
 }
 
-/// DEL/undo, before the NIC (pod index `nic_index`, if it is in the pod) leaves: delete the
+/// DEL or a failed ADD, before the NIC (pod index `nic_index`, if it is in the pod) leaves: delete the
 /// software device we created, and give a moved device back to the host. Without the NIC in
 /// the pod (ADD killed between moving the RDMA device and the NIC) only the recorded moved
 /// device is looked for.
@@ -157,8 +157,8 @@ pub fn release(
     })?
 }
 
-/// Undo of `move_in` when the NIC never reached the pod.
-pub fn return_device(device: &str, pod_ns: &Netns, host_ns: &Netns) -> Result<()> {
+/// Gives back `move_in`'s device when the NIC never reached the pod.
+pub fn give_back_device(device: &str, pod_ns: &Netns, host_ns: &Netns) -> Result<()> {
     pod_ns.within(|| -> Result<()> {
         let mut sock =
             RdmaSocket::open().map_err(|e| rdma_error("opening RDMA netlink in the pod", e))?;

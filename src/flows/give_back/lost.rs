@@ -1,8 +1,8 @@
 //! Lost NICs: back on the host from a pod's netns that died without DEL, still bearing our
-//! tag. They are restored (name, MTU, MAC, settings) from their attachment's record, under the
-//! NIC's lock, by whichever verb meets them first: ADD, DEL, GC or STATUS.
+//! tag. They are given back (name, MTU, MAC, settings) from their attachment's record, under
+//! the NIC's lock, by whichever verb meets them first: ADD, DEL, GC or STATUS.
 
-use super::ours::{Where, find_ours, lost_to_restore, restoration, restored, tagged_by};
+use super::decide::{Where, find_nic, given_back, lost_to_give_back, record_for_lost, tagged_by};
 use crate::cni::netconf::ValidAttachment;
 use crate::lock;
 use rdma_host_device_core::error::{Error, Result};
@@ -13,55 +13,60 @@ use rdma_host_device_core::state::{Record, Tag, owner_key};
 use std::collections::HashSet;
 
 /// Give every NIC lost to a dead pod (back on the host, bearing our tag) whose name is not
-/// UTF-8 a readable name, so that ADD, GC and STATUS see it and restore it from its record.
-pub(super) async fn name_lost_unreadable(host: &Links, host_ns: &Netns) -> Result<()> {
+/// UTF-8 a readable name, so that ADD, GC and STATUS see it and give it back from its record.
+pub(in crate::flows) async fn name_lost_unreadable(host: &Links, host_ns: &Netns) -> Result<()> {
     host.name_unreadable(host_ns, |u| tagged_by(u, None))
         .await
         .map(drop)
 }
 
-/// Restore lost NIC `l` as `r` says, where it is (on the host).
-pub(super) async fn restore(host: &Links, l: &LinkInfo, r: &Record, who: &str) -> Result<()> {
+/// Give lost NIC `l` back as `r` says, where it is (on the host).
+pub(in crate::flows) async fn give_back_now(
+    host: &Links,
+    l: &LinkInfo,
+    r: &Record,
+    who: &str,
+) -> Result<()> {
     log::info!(
-        "{who}: {} is a lost NIC (back from a pod deleted without DEL); restoring it as {} (mtu {})",
+        "{who}: {} is a lost NIC (back from a pod deleted without DEL); giving it back as {} (mtu {})",
         l.name,
         r.host_name,
         r.host_mtu
     );
     host.restore_settings(l.index, &r.settings()).await?;
-    host.restore_in_place(l.index, &restored(r, r.host_alias.as_deref(), l))
+    host.restore_in_place(l.index, &given_back(r, r.host_alias.as_deref(), l))
         .await
 }
 
-/// Give a lost NIC its own name, MTU and admin state back (see [`restoration`]), under its
+/// Give a lost NIC its own name, MTU and admin state back (see [`record_for_lost`]), under its
 /// lock, if it is still lost once the lock is held (an ADD, DEL, GC or STATUS may have
-/// restored it meanwhile). GC, STATUS and DEL (a lost NIC holding the home name as an
+/// given it back meanwhile). GC, STATUS and DEL (a lost NIC holding the home name as an
 /// altname) call this; ADD plans and acts in two steps.
-pub(super) async fn restore_lost(
+pub(in crate::flows) async fn give_back_lost(
     host: &Links,
     l: &LinkInfo,
     tag: &Tag,
     records: &[Record],
     who: &str,
 ) -> Result<()> {
-    let Some(r) = restoration(l, tag, records, who) else {
+    let Some(r) = record_for_lost(l, tag, records, who) else {
         return Ok(());
     };
     let _nic = lock::device(&r.host_name)?;
     let Some(now) = host.by_index(l.index).await? else {
         return Ok(());
     };
-    if find_ours(std::slice::from_ref(&now), &r, &tag.owner, Where::Host).is_none() {
+    if find_nic(std::slice::from_ref(&now), &r, &tag.owner, Where::Host).is_none() {
         return Ok(());
     }
-    restore(host, &now, &r, who).await
+    give_back_now(host, &now, &r, who).await
 }
 
 /// Tagged links on the host whose attachment is not valid (and not another network's, in
 /// `others`): NICs that came back from a pod
-/// deleted without DEL (or after a DEL that ran before the kernel returned them). Restore each
-/// under its original name, MTU and admin state.
-pub(super) async fn recover_lost(
+/// deleted without DEL (or after a DEL that ran before the kernel returned them). Give each
+/// back under its original name, MTU and admin state.
+pub(in crate::flows) async fn give_back_all_lost(
     valid: &[ValidAttachment],
     tried: &HashSet<String>,
     others: &HashSet<String>,
@@ -75,7 +80,7 @@ pub(super) async fn recover_lost(
     let host = Links::open()?;
     name_lost_unreadable(&host, &rdma_host_device_core::netns::Netns::current()?).await?;
     for l in host.all().await? {
-        let Some(tag) = lost_to_restore(&l, &valid, tried) else {
+        let Some(tag) = lost_to_give_back(&l, &valid, tried) else {
             continue;
         };
         if others.contains(&tag.owner) {
@@ -85,13 +90,13 @@ pub(super) async fn recover_lost(
             );
             continue;
         }
-        let restored = match fault::hit("gc:lost-nic") {
-            Ok(()) => restore_lost(&host, &l, &tag, records, "GC").await,
+        let given = match fault::hit("gc:lost-nic") {
+            Ok(()) => give_back_lost(&host, &l, &tag, records, "GC").await,
             Err(e) => Err(e),
         };
-        if let Err(e) = restored {
+        if let Err(e) = given {
             errors.push(e.context(format!(
-                "GC: restoring lost NIC {} (originally {})",
+                "GC: giving back lost NIC {} (originally {})",
                 l.name, tag.host_name
             )));
         }

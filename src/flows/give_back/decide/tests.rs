@@ -84,7 +84,7 @@ fn veth_record() -> Record {
 }
 
 fn found(links: &[LinkInfo], r: &Record, place: Where) -> Option<u32> {
-    find_ours(links, r, &owner(), place).map(|l| l.index)
+    find_nic(links, r, &owner(), place).map(|l| l.index)
 }
 
 #[test]
@@ -226,7 +226,10 @@ fn a_lost_nic_is_restored_from_its_attachments_record() {
     let l = tagged(hardware(7, IFNAME, MAC), &owner());
     let tag = Tag::decode(l.alias.as_deref().unwrap()).unwrap();
     let other = record(json!({"containerId": "pod-b", "hostName": "ens2"}));
-    assert_eq!(restoration(&l, &tag, &[other, r.clone()], "test"), Some(r));
+    assert_eq!(
+        record_for_lost(&l, &tag, &[other, r.clone()], "test"),
+        Some(r)
+    );
 }
 
 #[test]
@@ -235,7 +238,7 @@ fn a_lost_nic_without_a_record_is_restored_from_its_tag_but_never_to_another_nic
     let tag = Tag::decode(l.alias.as_deref().unwrap()).unwrap();
     // No record (a DEL ran while the NIC was on its way home): the tag's name, MTU and state,
     // the link's own identity.
-    let r = restoration(&l, &tag, &[], "test").expect("restored from the tag");
+    let r = record_for_lost(&l, &tag, &[], "test").expect("restored from the tag");
     assert_eq!(
         (r.host_name.as_str(), r.host_mtu, r.host_up),
         ("ens1f1", 1500, true)
@@ -245,7 +248,7 @@ fn a_lost_nic_without_a_record_is_restored_from_its_tag_but_never_to_another_nic
     assert_eq!(r.host_index, 7);
     // The tag names the NIC another attachment holds: the pod wrote it; leave the link alone.
     let holder = record(json!({"containerId": "pod-b"}));
-    assert_eq!(restoration(&l, &tag, &[holder], "test"), None);
+    assert_eq!(record_for_lost(&l, &tag, &[holder], "test"), None);
 }
 
 #[test]
@@ -265,7 +268,7 @@ fn a_tag_the_pod_forged_on_its_hardware_nic_yields_to_the_record_whose_device_it
     let mine = hardware_record();
     let other =
         record(json!({"containerId": "pod-b", "hostName": "ens2", "parent": "pci/0000:5e:00.0"}));
-    let r = restoration(&l, &forged, &[other, mine.clone()], "test").expect("restored");
+    let r = record_for_lost(&l, &forged, &[other, mine.clone()], "test").expect("restored");
     assert_eq!((r.host_name.as_str(), r.host_mtu), ("ens1f1", 1500));
     assert_eq!(r, mine);
     // A virtual NIC has no device to tell it by: the tag rule stays (never another NIC's name).
@@ -273,7 +276,7 @@ fn a_tag_the_pod_forged_on_its_hardware_nic_yields_to_the_record_whose_device_it
         alias: Some(forged.encode()),
         ..veth(7, IFNAME, MAC)
     };
-    let r = restoration(&v, &forged, &[veth_record()], "test").expect("from the tag");
+    let r = record_for_lost(&v, &forged, &[veth_record()], "test").expect("from the tag");
     assert_eq!(r.host_name, "victim0");
 }
 
@@ -334,7 +337,7 @@ fn a_forged_tag_naming_another_live_attachment_yields_to_the_record_whose_device
         .as_deref()
         .and_then(Tag::decode)
         .expect("our tag");
-    let r = restoration(&forged, &tag, &records, "test").expect("restored");
+    let r = record_for_lost(&forged, &tag, &records, "test").expect("restored");
     assert_eq!(r.host_name, "ens1f1", "not the other attachment's ens2");
     let hit = lost_under_another_tag(std::slice::from_ref(&forged), &mine, &records);
     assert_eq!(hit.map(|l| l.index), Some(9));

@@ -1,4 +1,4 @@
-//! Which link is an attachment's NIC, and how a lost NIC is to be restored: the pure decisions
+//! Which link is an attachment's NIC, and how a lost NIC is to be given back: the pure decisions
 //! of giving back, on plain data (links as netlink reported them, records, tags), so that they
 //! can be tested without a kernel. What a pod cannot forge decides: a hardware NIC is its
 //! parent device; a virtual one its kind and where it is; our alias tag is a hint only.
@@ -7,10 +7,10 @@ use rdma_host_device_core::link::{Arrival, LinkInfo, Unreadable};
 use rdma_host_device_core::state::{Record, Tag, record_of_lost};
 use std::collections::HashSet;
 
-/// Where [`find_ours`] looks: the pod (any state of the NIC) or the host (only a lost NIC,
+/// Where [`find_nic`] looks: the pod (any state of the NIC) or the host (only a lost NIC,
 /// which still bears our tag; an untagged one there is simply at home).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Where {
+pub(in crate::flows) enum Where {
     Pod,
     Host,
 }
@@ -19,7 +19,7 @@ pub(super) enum Where {
 /// (a PCI function, an SF, a virtio device) is that device: no link a pod creates has one. A
 /// virtual "NIC" (tests' veths) can only be matched by its kind, the permanent MAC where it
 /// has one, and where it is; a pod can imitate those, so virtual NICs are not protected.
-pub(super) fn is_the_nic(l: &LinkInfo, r: &Record) -> bool {
+pub(in crate::flows) fn is_the_nic(l: &LinkInfo, r: &Record) -> bool {
     match &r.parent {
         Some(_) => r.is_its_device(l),
         None => {
@@ -32,13 +32,13 @@ pub(super) fn is_the_nic(l: &LinkInfo, r: &Record) -> bool {
 
 /// Records written before ADD noted the NIC's identity (host index, parent, kind): DEL falls
 /// back to the alias tag and MAC for them, as those versions did.
-pub(super) fn legacy(r: &Record) -> bool {
+pub(in crate::flows) fn legacy(r: &Record) -> bool {
     r.host_index == 0
 }
 
 /// The NIC of `r` among `links`, by what a pod cannot forge. A link bearing our tag that is
 /// not the NIC is ignored, and said so.
-pub(super) fn find_ours(
+pub(in crate::flows) fn find_nic(
     links: &[LinkInfo],
     r: &Record,
     owner: &str,
@@ -69,7 +69,7 @@ pub(super) fn find_ours(
                     && l.mac == r.mac
                     && (l.index == r.host_index || tagged(l) || l.alias.is_none())
             }),
-            // On the host only a lost NIC (still tagged) is ours to restore.
+            // On the host only a lost NIC (still tagged) is ours to give back.
             (Where::Host, _, _) => links
                 .iter()
                 .find(|l| tagged(l) && is_the_nic(l, r) && (r.parent.is_some() || l.mac == r.mac)),
@@ -93,11 +93,11 @@ pub(super) fn find_ours(
 }
 
 /// `r`'s hardware NIC back on the host under a tag that is not `r`'s: its pod rewrote the alias
-/// before it died (attack review L1), and this DEL came before any call that restores lost
+/// before it died (attack review L1), and this DEL came before any call that gives back lost
 /// NICs. Whose NIC it is follows the rule those calls use ([`record_of_lost`] over every
 /// record): the tag's owner's if that attachment has a record (a later attachment's NIC,
 /// legitimately), else the record whose device it is. A virtual NIC has no device to tell.
-pub(super) fn lost_under_another_tag(
+pub(in crate::flows) fn lost_under_another_tag(
     links: &[LinkInfo],
     r: &Record,
     records: &[Record],
@@ -120,16 +120,16 @@ pub(super) fn lost_under_another_tag(
 
 /// Does unreadable link `u` (a name that is not UTF-8) bear a tag of ours: `owner`'s, or any
 /// attachment's when `None`?
-pub(super) fn tagged_by(u: &Unreadable, owner: Option<&str>) -> bool {
+pub(in crate::flows) fn tagged_by(u: &Unreadable, owner: Option<&str>) -> bool {
     u.alias
         .as_deref()
         .and_then(Tag::decode)
         .is_some_and(|t| owner.is_none_or(|o| t.owner == o))
 }
 
-/// Is unreadable link `u`, in the pod, the NIC of `r`? As [`find_ours`] decides: a hardware
+/// Is unreadable link `u`, in the pod, the NIC of `r`? As [`find_nic`] decides: a hardware
 /// NIC by its device, a virtual one by its pod index and kind; a legacy record by our tag.
-pub(super) fn unreadable_is_ours(u: &Unreadable, r: &Record, owner: &str) -> bool {
+pub(in crate::flows) fn unreadable_is_ours(u: &Unreadable, r: &Record, owner: &str) -> bool {
     if legacy(r) {
         return tagged_by(u, Some(owner));
     }
@@ -150,7 +150,7 @@ pub(super) fn unreadable_is_ours(u: &Unreadable, r: &Record, owner: &str) -> boo
 /// device; a virtual one must also be at the recorded pod index and bear our tag or the
 /// recorded MAC (any namespace may have a veth at that index). Either way, not one bearing
 /// another attachment's tag: the NIC may have come home and gone to another pod since.
-pub(super) fn is_orphaned_nic(l: &LinkInfo, r: &Record, owner: &str) -> bool {
+pub(in crate::flows) fn is_orphaned_nic(l: &LinkInfo, r: &Record, owner: &str) -> bool {
     let tag = l.alias.as_deref().and_then(Tag::decode);
     let tagged = tag.as_ref().is_some_and(|t| t.owner == owner);
     if tag.is_some() && !tagged {
@@ -163,8 +163,8 @@ pub(super) fn is_orphaned_nic(l: &LinkInfo, r: &Record, owner: &str) -> bool {
         && (r.parent.is_some() || (Some(l.index) == r.pod_index && (tagged || l.mac == r.mac)))
 }
 
-/// How the NIC of `r` looks once restored: its original name, MTU, admin state, alias and MAC.
-pub(super) fn restored<'a>(
+/// How the NIC of `r` looks once given back: its original name, MTU, admin state, alias and MAC.
+pub(in crate::flows) fn given_back<'a>(
     r: &'a Record,
     original_alias: Option<&'a str>,
     now: &LinkInfo,
@@ -178,12 +178,12 @@ pub(super) fn restored<'a>(
     }
 }
 
-/// How a lost NIC (back on the host from a pod's dead netns, still tagged) is to be restored:
+/// How a lost NIC (back on the host from a pod's dead netns, still tagged) is to be given back:
 /// from its attachment's record when there is one. Without a record (a DEL ran while the NIC
 /// was still on its way home) only the tag is left, and the pod could have written it: it may
 /// then only rename this NIC, never to a name another attachment's NIC had. `None`: leave the
 /// link as it is. `who` names the caller in the log.
-pub(super) fn restoration(
+pub(in crate::flows) fn record_for_lost(
     l: &LinkInfo,
     tag: &Tag,
     records: &[Record],
@@ -192,7 +192,7 @@ pub(super) fn restoration(
     if let Some(r) = record_of_lost(l, tag, records) {
         if r.owner() != tag.owner {
             log::warn!(
-                "{who}: {} bears a tag naming {} ({}), but it is the NIC of attachment {}/{} ({}): restoring it from that record",
+                "{who}: {} bears a tag naming {} ({}), but it is the NIC of attachment {}/{} ({}): giving it back from that record",
                 l.name,
                 tag.host_name,
                 tag.owner,
@@ -227,10 +227,10 @@ pub(super) fn restoration(
     })
 }
 
-/// The tag of host link `l` if GC is to restore it as a lost NIC: it bears an attachment's tag
+/// The tag of host link `l` if GC is to give it back as a lost NIC: it bears an attachment's tag
 /// (an operator's alias does not decode as one), that attachment is not in `valid` (its DEL
 /// will come), and this GC has not just released it (`tried`: its NIC was looked for then).
-pub(super) fn lost_to_restore(
+pub(in crate::flows) fn lost_to_give_back(
     l: &LinkInfo,
     valid: &HashSet<String>,
     tried: &HashSet<String>,

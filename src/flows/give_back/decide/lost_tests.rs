@@ -1,4 +1,4 @@
-//! Which links on the host GC restores as lost NICs ([`lost_to_restore`]): plain data in, no netlink, no root.
+//! Which links on the host GC restores as lost NICs ([`lost_to_give_back`]): plain data in, no netlink, no root.
 
 use super::*;
 use rdma_host_device_core::state::owner_key;
@@ -28,7 +28,7 @@ fn set(cids: &[&str]) -> HashSet<String> {
 
 #[test]
 fn a_nic_tagged_by_an_attachment_the_runtime_no_longer_lists_is_restored_under_its_tag() {
-    let tag = lost_to_restore(&tagged_by("gone"), &set(&["running"]), &set(&[]));
+    let tag = lost_to_give_back(&tagged_by("gone"), &set(&["running"]), &set(&[]));
     assert_eq!(tag.map(|t| t.host_name), Some("ens1f1".to_owned()));
 }
 
@@ -36,17 +36,20 @@ fn a_nic_tagged_by_an_attachment_the_runtime_no_longer_lists_is_restored_under_i
 fn a_valid_attachments_nic_an_untagged_link_and_an_operators_alias_are_left_alone() {
     let valid = set(&["running"]);
     let none = set(&[]);
-    assert_eq!(lost_to_restore(&tagged_by("running"), &valid, &none), None);
-    assert_eq!(lost_to_restore(&link(None), &valid, &none), None);
+    assert_eq!(
+        lost_to_give_back(&tagged_by("running"), &valid, &none),
+        None
+    );
+    assert_eq!(lost_to_give_back(&link(None), &valid, &none), None);
     let operators = link(Some("uplink to rack 3".to_owned()));
-    assert_eq!(lost_to_restore(&operators, &valid, &none), None);
+    assert_eq!(lost_to_give_back(&operators, &valid, &none), None);
 }
 
 #[test]
 fn an_attachment_this_gc_already_released_is_not_restored_twice() {
     let tried = set(&["stale"]);
     assert_eq!(
-        lost_to_restore(&tagged_by("stale"), &set(&[]), &tried),
+        lost_to_give_back(&tagged_by("stale"), &set(&[]), &tried),
         None
     );
 }
