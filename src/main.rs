@@ -125,10 +125,12 @@ STATUS, GC, VERSION) and the network configuration on stdin; install it in /opt/
 name it as \"type\" in a network config. It takes no options: it reads its environment and stdin.
 By hand:
 
-  rdma-host-device memlock-hook BYTES|unlimited
+  rdma-host-device memlock-hook BYTES|unlimited [--fail-closed]
       The OCI createRuntime hook the CDI spec names: sets RLIMIT_MEMLOCK of the container
       process whose OCI state is on stdin (its first; processes exec'd into the container
       later do not get it: rdma-host-device-agent nri puts it in the container's spec).
+      --fail-closed (node.json memlockFailClosed): refuse the container if its spec does not
+      already give it that limit, so it waits for the NRI plugin.
   rdma-host-device --version   the version and the CNI versions it speaks
   rdma-host-device --help      this text
 
@@ -177,11 +179,11 @@ fn by_hand(args: &[String]) -> i32 {
             0
         }
         Some("memlock-hook") => {
-            let limit = match memlock_hook::hook_options(&args[1..]) {
-                Ok(l) => l,
+            let options = match memlock_hook::hook_options(&args[1..]) {
+                Ok(o) => o,
                 Err(e) => return usage(&e.msg),
             };
-            match memlock_hook::run_hook(&limit) {
+            match memlock_hook::run_hook(&options) {
                 Ok(()) => 0,
                 Err(e) => {
                     let why = match e.details.as_str() {

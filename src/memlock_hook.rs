@@ -5,7 +5,7 @@
 //! The hook's input is the runtime's OCI state on stdin (a pid), read within a bound.
 
 use rdma_host_device_core::error::{Code, Error, Result, invalid_config};
-use rdma_host_device_core::node::{DEFAULT_CDI_SPEC, Memlock};
+use rdma_host_device_core::node::{DEFAULT_CDI_SPEC, FAIL_CLOSED_ARG, Memlock};
 use serde_json::Value;
 use std::io::Read;
 use std::path::Path;
@@ -13,22 +13,69 @@ use std::path::Path;
 /// The most of the OCI state read from stdin.
 const MAX_STATE: u64 = 1 << 20;
 
-/// `memlock-hook BYTES|unlimited`: the limit the hook sets.
-pub fn hook_options(args: &[String]) -> Result<Memlock> {
-    match args {
-        [limit] => Memlock::parse(limit).map_err(|e| e.context("memlock-hook")),
-        [] => Err(invalid_config(
-            "memlock-hook needs a LIMIT (bytes or unlimited)",
-        )),
-        [_, extra, ..] => Err(invalid_config(format!(
-            "memlock-hook takes one LIMIT, not also {extra:?}"
-        ))),
-    }
+/// What the CDI spec asks of the hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookOptions {
+    /// The limit the hook sets.
+    pub limit: Memlock,
+    /// Refuse a container whose OCI spec does not already give it `limit` (node.json
+    /// `memlockFailClosed`): the NRI plugin puts it there, for every process of the container.
+    pub fail_closed: bool,
+}
+
+/// `memlock-hook BYTES|unlimited [--fail-closed]`.
+pub fn hook_options(args: &[String]) -> Result<HookOptions> {
+    let (limit, fail_closed) = match args {
+        [limit] => (limit, false),
+        [limit, flag] if flag == FAIL_CLOSED_ARG => (limit, true),
+        [] => {
+            return Err(invalid_config(
+                "memlock-hook needs a LIMIT (bytes or unlimited)",
+            ));
+        }
+        [_, extra, ..] => {
+            return Err(invalid_config(format!(
+                "memlock-hook takes a LIMIT and optionally {FAIL_CLOSED_ARG}, not also {extra:?}"
+            )));
+        }
+    };
+    Ok(HookOptions {
+        limit: Memlock::parse(limit).map_err(|e| e.context("memlock-hook"))?,
+        fail_closed,
+    })
 }
 
 /// `memlock-hook`: as the runtime runs it, with the container's OCI state on stdin.
-pub fn run_hook(limit: &Memlock) -> Result<()> {
-    memlock_hook(*limit, &mut std::io::stdin())
+pub fn run_hook(o: &HookOptions) -> Result<()> {
+    memlock_hook(o, &mut std::io::stdin())
+}
+
+/// The container's RLIMIT_MEMLOCK as its OCI spec (`process.rlimits`) gives it, soft and hard;
+/// `None` when the spec gives none (the runtime's default then: containerd's 8 MiB).
+pub fn spec_memlock(config: &Value) -> Option<(u64, u64)> {
+    config["process"]["rlimits"]
+        .as_array()?
+        .iter()
+        .find(|r| r["type"].as_str() == Some("RLIMIT_MEMLOCK"))
+        .and_then(|r| Some((r["soft"].as_u64()?, r["hard"].as_u64()?)))
+}
+
+/// Why a container whose OCI spec is `config` must not start under `memlockFailClosed`, if so:
+/// its spec does not give every process of it at least `limit`.
+pub fn fail_closed_refusal(config: &Value, limit: Memlock) -> Option<String> {
+    let want = limit.as_rlim();
+    let has = spec_memlock(config);
+    if has.is_some_and(|(soft, hard)| soft >= want && hard >= want) {
+        return None;
+    }
+    let has = match has {
+        None => "none, so the runtime's default".to_string(),
+        Some((soft, hard)) => format!("soft {soft}, hard {hard}"),
+    };
+    Some(format!(
+        "its OCI spec gives it no RLIMIT_MEMLOCK of {} ({has}): the node's NRI plugin (rdma-host-device-agent nri), which puts it there for every process of the container, did not see this container (restarting, being upgraded, or not running); refusing to start it rather than let processes exec'd into it run without the node's memlock (node.json memlockFailClosed); the runtime retries, and it starts once the NRI plugin is back",
+        limit.as_arg()
+    ))
 }
 
 /// The OCI hook: the container's process (the `pid` of the runtime's state on stdin) gets
@@ -38,7 +85,8 @@ pub fn run_hook(limit: &Memlock) -> Result<()> {
 /// `createRuntime` hook) and its pid a process in that container's namespaces as its bundle's
 /// `config.json` gives them (`namespace_mismatch`), held by a pidfd from before the check until
 /// after the limit is set, so a pid the process left and another took is never acted on.
-pub fn memlock_hook(limit: Memlock, state: &mut dyn Read) -> Result<()> {
+pub fn memlock_hook(o: &HookOptions, state: &mut dyn Read) -> Result<()> {
+    let limit = o.limit;
     let mut body = Vec::new();
     state
         .take(MAX_STATE)
@@ -89,6 +137,14 @@ pub fn memlock_hook(limit: Memlock, state: &mut dyn Read) -> Result<()> {
                 rdma_host_device_core::logging::shown(config_path.as_os_str().as_encoded_bytes())
             ))
         })?;
+    if o.fail_closed
+        && let Some(why) = fail_closed_refusal(&config, limit)
+    {
+        return Err(Error::new(
+            Code::NotAllowed,
+            format!("refusing container {id}: {why}"),
+        ));
+    }
     let pidfd = Pidfd::open(pid).map_err(|e| refuse(format!("no such process: {e}")))?;
     if let Some(why) = namespace_mismatch(pid, &config) {
         return Err(refuse(why));
@@ -249,8 +305,70 @@ mod tests {
 
     #[test]
     fn the_hook_refuses_a_state_without_a_pid() {
+        let o = HookOptions {
+            limit: Memlock::Unlimited,
+            fail_closed: false,
+        };
         for bad in [&b"{}"[..], b"not json", br#"{"pid": 0}"#, br#"{"pid": -5}"#] {
-            assert!(memlock_hook(Memlock::Unlimited, &mut &bad[..]).is_err());
+            assert!(memlock_hook(&o, &mut &bad[..]).is_err());
         }
+    }
+
+    #[test]
+    fn the_options_are_a_limit_and_optionally_fail_closed() {
+        let args = |a: &[&str]| hook_options(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            args(&["unlimited"]).unwrap(),
+            HookOptions {
+                limit: Memlock::Unlimited,
+                fail_closed: false
+            }
+        );
+        assert_eq!(
+            args(&["1048576", "--fail-closed"]).unwrap(),
+            HookOptions {
+                limit: Memlock::Bytes(1 << 20),
+                fail_closed: true
+            }
+        );
+        for bad in [
+            &[][..],
+            &["unlimited", "--fail-open"],
+            &["--fail-closed", "unlimited"],
+        ] {
+            assert!(args(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// What decides under `memlockFailClosed`: the container's OCI spec, as the NRI plugin
+    /// (or anything else) left it, must give soft and hard at least the node's limit.
+    #[test]
+    fn fail_closed_wants_the_limit_in_the_spec_soft_and_hard() {
+        let spec = |rlimits: Value| serde_json::json!({"process": {"rlimits": rlimits}});
+        let memlock = |soft: u64, hard: u64| {
+            spec(serde_json::json!([
+                {"type": "RLIMIT_NOFILE", "soft": 1024, "hard": 1024},
+                {"type": "RLIMIT_MEMLOCK", "soft": soft, "hard": hard},
+            ]))
+        };
+        let gb = Memlock::Bytes(1 << 30);
+        // What the NRI plugin writes for `unlimited`: RLIM_INFINITY.
+        assert_eq!(
+            fail_closed_refusal(&memlock(u64::MAX, u64::MAX), Memlock::Unlimited),
+            None
+        );
+        assert_eq!(fail_closed_refusal(&memlock(1 << 30, 1 << 31), gb), None);
+        // The runtime's default (no entry), a lower soft or hard, no process at all: refused.
+        let none = fail_closed_refusal(&spec(serde_json::json!([])), gb).unwrap();
+        assert!(none.contains("none, so the runtime's default"), "{none}");
+        assert!(none.contains("memlockFailClosed"), "{none}");
+        let low = fail_closed_refusal(&memlock(8 << 20, 8 << 20), gb).unwrap();
+        assert!(low.contains("soft 8388608, hard 8388608"), "{low}");
+        assert!(fail_closed_refusal(&memlock(1 << 30, 8 << 20), gb).is_some());
+        assert!(fail_closed_refusal(&memlock(1 << 30, 1 << 30), Memlock::Unlimited).is_some());
+        assert!(fail_closed_refusal(&serde_json::json!({}), gb).is_some());
+        // A hostile spec's odd types are no limit.
+        let odd = spec(serde_json::json!([{"type": "RLIMIT_MEMLOCK", "soft": "max", "hard": -1}]));
+        assert!(fail_closed_refusal(&odd, gb).is_some());
     }
 }

@@ -71,9 +71,14 @@ impl World {
 
     /// `cdi` with the node configuration naming `hook` as cdiHook.
     fn cdi_with_hook(&self, memlock: &str, hook: &str) -> Output {
+        self.cdi_with_node(memlock, serde_json::json!({ "cdiHook": hook }))
+    }
+
+    /// `cdi` with node configuration `node`.
+    fn cdi_with_node(&self, memlock: &str, node_json: Value) -> Output {
         let d = self.dir();
         let node = d.join("node.json");
-        fs::write(&node, serde_json::json!({ "cdiHook": hook }).to_string()).unwrap();
+        fs::write(&node, node_json.to_string()).unwrap();
         Command::new(AGENT)
             .args(["cdi", "--out"])
             .arg(&self.spec)
@@ -99,8 +104,19 @@ impl World {
 
     /// `sh -c SCRIPT` in a podman container, with `devices` (CDI names) added.
     fn podman(&self, devices: &[String], script: &str) -> Result<String, String> {
+        self.podman_with(&[], devices, script)
+    }
+
+    /// `podman`, with `extra` options for `podman run`.
+    fn podman_with(
+        &self,
+        extra: &[&str],
+        devices: &[String],
+        script: &str,
+    ) -> Result<String, String> {
         let mut args: Vec<String> = ["run", "--rm", "--network=none"].map(String::from).into();
         args.extend(PODMAN_RUN_LIMITS.map(String::from));
+        args.extend(extra.iter().map(|s| s.to_string()));
         for dev in devices {
             args.extend(["--device".into(), dev.clone()]);
         }
@@ -190,6 +206,55 @@ fn unlimited_memlock_and_nothing_without_the_cdi_name() {
         !without.contains("memlock=unlimited"),
         "the runtime's default stays: {without}"
     );
+}
+
+/// Fail-closed (node.json `memlockFailClosed`, issue 38 item 4): the hook refuses a container
+/// whose OCI spec does not already give it the node's memlock, which on a node is the NRI
+/// plugin's doing; here podman's `--ulimit` puts it in the spec the same way, and the runtime
+/// (runc) is the real one that must not start the refused container.
+#[test]
+fn fail_closed_refuses_a_container_whose_spec_lacks_the_memlock_and_starts_one_whose_spec_has_it() {
+    let w = World::new("f");
+    // 4 MiB: below the 8 MiB the runtime gives, so the hook may set it without CAP_SYS_RESOURCE.
+    let out = w.cdi_with_node(
+        "4194304",
+        serde_json::json!({ "cdiHook": PLUGIN, "memlockFailClosed": true }),
+    );
+    assert!(
+        out.status.success(),
+        "cdi: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("refuses a container whose OCI spec lacks it"),
+        "{said}"
+    );
+    // Without the limit in its spec (the NRI plugin away): not started, and the error says why.
+    let err = w
+        .podman(&[w.cdi_name()], "echo started")
+        .expect_err("a container without the memlock in its spec must not start");
+    assert!(!err.contains("started\n"), "{err}");
+    assert!(
+        err.contains("memlock-hook: refusing container")
+            && err.contains("gives it no RLIMIT_MEMLOCK of 4194304")
+            && err.contains("memlockFailClosed"),
+        "{err}"
+    );
+    // With it (as the NRI plugin writes it): started, with that limit.
+    let inside = w
+        .podman_with(&["--ulimit=memlock=4194304:4194304"], &[w.cdi_name()], SHOW)
+        .unwrap();
+    assert!(inside.contains("memlock=4096"), "{inside}");
+    // A lower one in the spec is no better than none.
+    let low = w.podman_with(&["--ulimit=memlock=1048576:1048576"], &[w.cdi_name()], SHOW);
+    assert!(
+        low.as_ref()
+            .is_err_and(|e| e.contains("soft 1048576, hard 1048576")),
+        "{low:?}"
+    );
+    // Containers without our CDI name are not the hook's: they start as before.
+    assert!(w.podman(&[], "echo plain").unwrap().contains("plain"));
 }
 
 #[test]

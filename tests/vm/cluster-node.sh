@@ -15,6 +15,11 @@
 #   fail-closed    conf/k8s/fail-closed.yaml with containerd's NRI validator: a rail pod created
 #                  while the NRI plugin is killed again and again waits (its event says why),
 #                  then starts with the node's memlock in kubectl exec
+#   fail-closed-hook  node.json memlockFailClosed (and the device plugin's CDI names, which it
+#                  needs), no validator: a rail pod (restartPolicy
+#                  Always) created while the NRI plugin is killed again and again is refused by
+#                  the CDI spec's memlock hook (its event says why), then starts with the node's
+#                  memlock in kubectl exec (run last: the DaemonSets restart with it)
 #   dra            conf/k8s/dra.yaml, dra-claims.yaml's one-rail template and NAD rail-0 as
 #                  shipped: the scheduler allocates the NIC, the kubelet prepares it through our
 #                  driver, the CNI takes it; the same checks in the pod; the pod's
@@ -400,6 +405,48 @@ else bad "rxe0 deleted, the slice after 5 s: $(slice_has "${without[@]}" 2>&1 | 
 rdma link add rxe0 type rxe_ns netdev "$NIC" || bad "rdma link add rxe0 again"
 if wait_until 15 slice_has "rdma-host-device.io/rdmaDevice=rxe0" "rdma-host-device.io/rdma=true"; then ok "rxe0 added again: back in the slice"
 else bad "rxe0 added again, the slice: $(slice_has "rdma-host-device.io/rdmaDevice=rxe0" 2>&1 | tail -1)"; fi
+
+# ---- fail-closed by the hook (node.json memlockFailClosed, docs/deploy.md): no validator, no
+# admission policy; the CDI spec's hook refuses a rail container whose OCI spec lacks the node's
+# memlock (the NRI plugin away), so it cannot start the way the validator's gap lets one start.
+case_ "fail-closed-hook"
+cm=$(kc -n kube-system get cm rdma-host-device-install -o json)
+python3 -c 'import json,sys; c=json.loads(sys.argv[1]); n=json.loads(c["data"]["node.json"]); n["memlockFailClosed"]=True; n["devicePlugin"].setdefault("charDevices", {})["cdi"]=True; c["data"]["node.json"]=json.dumps(n); print(json.dumps(c))' "$cm" |
+  kc apply -f - >/dev/null || bad "memlockFailClosed into the ConfigMap"
+t=$(up)
+for ds in rdma-host-device rdma-host-device-dra; do
+  kc -n kube-system rollout restart ds "$ds" >/dev/null || bad "rollout restart $ds"
+  kc -n kube-system rollout status ds "$ds" --timeout=300s >/dev/null || bad "rollout status $ds"
+done
+spec_closed() { grep -q -- '"--fail-closed"' /var/run/cdi/rdma-host-device.json; }
+if wait_until 60 spec_closed; then ok "DaemonSets restarted with memlockFailClosed in $(since "$t") s: the CDI spec's hook has --fail-closed"
+else bad "the CDI spec's hook: $(grep -A3 '"args"' /var/run/cdi/rdma-host-device.json | xargs)"; fi
+: >"$KILLS"
+touch "$KILLING"
+(end=$(($(date +%s) + 150)); while [[ -e $KILLING ]] && (($(date +%s) < end)); do nri_kill >>"$KILLS"; sleep 0.2; done) &
+KILLER=$!
+t=$(up)
+# restartPolicy Always, as a Deployment's: the kubelet starts the refused container again
+pod_json fh-a rdma-rail '{"limits": {"rdma-host-device.io/rail": "1"}}' '[]' |
+  python3 -c 'import json,sys; p=json.load(sys.stdin); p["spec"]["restartPolicy"]="Always"; print(json.dumps(p))' |
+  kc apply -f - >/dev/null
+hook_refused() {
+  kc get events --field-selector involvedObject.name=fh-a -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' |
+    grep -m1 'memlockFailClosed'
+}
+if wait_until 140 hook_refused; then ok "fh-a refused by the hook while the NRI plugin is away: $(hook_refused | grep -o 'memlock-hook: refusing container[^:]*: its OCI spec gives it no RLIMIT_MEMLOCK of [^ ]* ([^)]*)' | head -1)"
+else bad "fh-a: no refusal by the hook in its events: $(kc get events --field-selector involvedObject.name=fh-a 2>&1 | tail -5)"; fi
+rm -f "$KILLING"
+wait "$KILLER"
+echo "  ..   the NRI plugin killed $(wc -l <"$KILLS") time(s) in $(since "$t") s"
+if wait_until 300 ready fh-a; then
+  ok "fh-a Ready $(since "$t") s after apply, once the NRI plugin was back"
+  l2=$(in_pod fh-a sh -c 'ulimit -l')
+  if [[ $l2 == "$(want_l)" ]]; then ok "fh-a: ulimit -l in kubectl exec: $l2"
+  else bad "fh-a: ulimit -l in kubectl exec: $l2, node.json says $MEMLOCK"; fi
+else bad "fh-a not Ready after the NRI plugin came back"; fi
+kc delete pod fh-a --wait=true --timeout=120s >/dev/null || bad "delete fh-a"
+home "fail-closed-hook"
 
 echo "=== the whole job: $(since "$T0") s"
 finish

@@ -119,18 +119,70 @@ pub fn verbs_devices(sysfs: &Path, dev: &DevDir) -> Vec<VerbsDevice> {
     out
 }
 
+/// The spec's `createRuntime` hook, all from the node configuration: the program (`cdiHook`),
+/// the limit it gives (`memlock`, or `cdi --memlock`), and whether it refuses a container whose
+/// OCI spec does not already carry that limit (`memlockFailClosed`: what the NRI plugin puts
+/// there, so such a container waits for the plugin rather than run its exec'd processes with
+/// the runtime's 8 MiB).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hook {
+    pub path: PathBuf,
+    pub memlock: Memlock,
+    pub fail_closed: bool,
+}
+
+impl Hook {
+    /// The node's hook; `memlock` overrides the node's limit (`cdi --memlock`).
+    pub fn of(node: &rdma_host_device_core::node::Node, memlock: Option<Memlock>) -> Result<Hook> {
+        let memlock = match memlock {
+            Some(m) => m,
+            None => Memlock::parse(&node.memlock).map_err(|e| e.context(&node.source))?,
+        };
+        Ok(Hook {
+            path: node.cdi_hook.clone(),
+            memlock,
+            fail_closed: node.memlock_fail_closed,
+        })
+    }
+
+    /// The hook's command line (`memlock-hook LIMIT [--fail-closed]`, the plugin's
+    /// `memlock_hook::hook_options`).
+    pub fn args(&self) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "rdma-host-device".into(),
+            "memlock-hook".into(),
+            self.memlock.as_arg(),
+        ];
+        if self.fail_closed {
+            a.push(rdma_host_device_core::node::FAIL_CLOSED_ARG.into());
+        }
+        a
+    }
+
+    /// For the line said wherever the spec is written.
+    pub fn describe(&self) -> String {
+        if self.fail_closed {
+            format!(
+                "memlock {} by the hook {}, which refuses a container whose OCI spec lacks it (memlockFailClosed: it waits for the NRI plugin)",
+                self.memlock.as_arg(),
+                self.path.display()
+            )
+        } else {
+            format!(
+                "memlock {} by the hook {}; {HOOK_REACH}",
+                self.memlock.as_arg(),
+                self.path.display()
+            )
+        }
+    }
+}
+
 /// The CDI spec for `devices`: one entry per uverbs char device, named after it. `previous`
 /// (the spec written before) keeps the entries of char devices gone from sysfs (a device moved
 /// into a pod in exclusive mode) while their node exists; an entry is rebuilt from its name,
 /// never copied, and a name that is not a uverbs char device's (an RDMA device name an older
 /// version wrote, or anything else) is dropped.
-pub fn spec(
-    devices: &[VerbsDevice],
-    dev: &DevDir,
-    memlock: Memlock,
-    hook: &Path,
-    previous: Option<&Value>,
-) -> Value {
+pub fn spec(devices: &[VerbsDevice], dev: &DevDir, hook: &Hook, previous: Option<&Value>) -> Value {
     let mut all: Vec<VerbsDevice> = devices.to_vec();
     let kept = previous
         .and_then(|p| p["devices"].as_array())
@@ -158,8 +210,8 @@ pub fn spec(
     let mut common = json!({
         "hooks": [{
             "hookName": "createRuntime",
-            "path": hook,
-            "args": ["rdma-host-device", "memlock-hook", memlock.as_arg()],
+            "path": hook.path,
+            "args": hook.args(),
         }]
     });
     if let Some(rdma_cm) = dev.infiniband("rdma_cm") {
@@ -190,25 +242,13 @@ pub fn write_spec(path: &Path, spec: &Value) -> Result<()> {
 
 /// The spec for the devices now under `sysfs`/`dev`, and the one at `out` it replaces (whose
 /// entries of devices moved into pods are kept, as `spec` says).
-fn current(
-    out: Option<&Path>,
-    sysfs: &Path,
-    dev: &DevDir,
-    memlock: Memlock,
-    hook: &Path,
-) -> (Option<Value>, Value) {
+fn current(out: Option<&Path>, sysfs: &Path, dev: &DevDir, hook: &Hook) -> (Option<Value>, Value) {
     // Only a regular file within the bound, read without blocking: a FIFO at the path must
     // not stall the installer or the device plugin's loop.
     let previous: Option<Value> = out
         .and_then(|p| rdma_host_device_core::files::read_regular(p, MAX_SPEC).ok())
         .and_then(|b| serde_json::from_slice(&b).ok());
-    let spec = spec(
-        &verbs_devices(sysfs, dev),
-        dev,
-        memlock,
-        hook,
-        previous.as_ref(),
-    );
+    let spec = spec(&verbs_devices(sysfs, dev), dev, hook, previous.as_ref());
     (previous, spec)
 }
 
@@ -220,14 +260,8 @@ fn device_count(spec: &Value) -> usize {
 /// when it changed. Returns the number of devices when it wrote, `None` when the file already
 /// said so. The device plugin calls it every discovery, so a device that appears after the
 /// DaemonSet's pod started gets its CDI name.
-pub fn refresh(
-    out: &Path,
-    sysfs: &Path,
-    dev: &DevDir,
-    memlock: Memlock,
-    hook: &Path,
-) -> Result<Option<usize>> {
-    let (previous, spec) = current(Some(out), sysfs, dev, memlock, hook);
+pub fn refresh(out: &Path, sysfs: &Path, dev: &DevDir, hook: &Hook) -> Result<Option<usize>> {
+    let (previous, spec) = current(Some(out), sysfs, dev, hook);
     if previous.as_ref() == Some(&spec) {
         return Ok(None);
     }
@@ -293,12 +327,8 @@ pub const HOOK_REACH: &str = "the hook raises each such container's first proces
 /// hook is the node configuration's `cdiHook`, which must exist on the node to be written.
 pub fn run(o: &Options) -> Result<()> {
     let node = rdma_host_device_core::node::Node::load()?;
-    let memlock = match o.memlock {
-        Some(m) => m,
-        None => Memlock::parse(&node.memlock).map_err(|e| e.context(&node.source))?,
-    };
-    let hook = &node.cdi_hook;
-    let (_, spec) = current(o.out.as_deref(), &o.sysfs, &o.dev, memlock, hook);
+    let hook = Hook::of(&node, o.memlock)?;
+    let (_, spec) = current(o.out.as_deref(), &o.sysfs, &o.dev, &hook);
     let Some(out) = &o.out else {
         println!(
             "{}",
@@ -306,14 +336,13 @@ pub fn run(o: &Options) -> Result<()> {
         );
         return Ok(());
     };
-    check_hook(hook, &o.host_root, &node.source)?;
+    check_hook(&hook.path, &o.host_root, &node.source)?;
     write_spec(out, &spec)?;
     eprintln!(
-        "rdma-host-device: {} written: {} RDMA device(s) as {KIND}=uverbsN, memlock {} by the hook {}; {HOOK_REACH}",
+        "rdma-host-device: {} written: {} RDMA device(s) as {KIND}=uverbsN, {}",
         out.display(),
         device_count(&spec),
-        memlock.as_arg(),
-        hook.display(),
+        hook.describe(),
     );
     Ok(())
 }
@@ -333,6 +362,48 @@ mod tests {
         fs::write(dev.join("infiniband").join(n), "").unwrap();
     }
 
+    /// The node's default hook with `memlock`, not fail-closed.
+    fn test_hook(memlock: Memlock) -> Hook {
+        Hook {
+            path: PathBuf::from(rdma_host_device_core::node::DEFAULT_HOOK),
+            memlock,
+            fail_closed: false,
+        }
+    }
+
+    #[test]
+    fn the_hook_is_the_nodes_and_fail_closed_only_where_the_node_says_so() {
+        let node: rdma_host_device_core::node::Node = serde_json::from_str(
+            r#"{"memlock": "1073741824", "cdiHook": "/srv/bin/rdma-host-device"}"#,
+        )
+        .unwrap();
+        let dev = DevDir::at(Path::new("/nonexistent-rhd-dev"));
+        let args = |n: &rdma_host_device_core::node::Node| {
+            spec(&[], &dev, &Hook::of(n, None).unwrap(), None)["containerEdits"]["hooks"][0].clone()
+        };
+        assert_eq!(
+            args(&node),
+            json!({"hookName": "createRuntime", "path": "/srv/bin/rdma-host-device",
+                   "args": ["rdma-host-device", "memlock-hook", "1073741824"]})
+        );
+        let closed = rdma_host_device_core::node::Node {
+            memlock_fail_closed: true,
+            ..node.clone()
+        };
+        assert_eq!(
+            args(&closed)["args"],
+            json!([
+                "rdma-host-device",
+                "memlock-hook",
+                "1073741824",
+                "--fail-closed"
+            ])
+        );
+        // `cdi --memlock` overrides the limit, not the rest.
+        let h = Hook::of(&closed, Some(Memlock::Unlimited)).unwrap();
+        assert_eq!(h.args()[2..], ["unlimited", "--fail-closed"]);
+    }
+
     #[test]
     fn refresh_writes_only_what_changed_and_follows_new_devices() {
         let root = std::env::temp_dir().join(format!("rhd-cdi-refresh-{}", std::process::id()));
@@ -343,7 +414,6 @@ mod tests {
             root.join("cdi/spec.json"),
         );
         let add = |n: &str, ibdev: &str| fake_uverbs(&sys, &dev, n, ibdev);
-        let hook = Path::new(rdma_host_device_core::node::DEFAULT_HOOK);
         let names = || -> Vec<String> {
             let v: Value = serde_json::from_slice(&fs::read(&out).unwrap()).unwrap();
             v["devices"]
@@ -355,29 +425,59 @@ mod tests {
         };
         add("uverbs0", "mlx5_0");
         assert_eq!(
-            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
+            refresh(
+                &out,
+                &sys,
+                &DevDir::at(&dev),
+                &test_hook(Memlock::Unlimited)
+            )
+            .unwrap(),
             Some(1)
         );
         assert_eq!(
-            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
+            refresh(
+                &out,
+                &sys,
+                &DevDir::at(&dev),
+                &test_hook(Memlock::Unlimited)
+            )
+            .unwrap(),
             None
         );
         // A device loaded later: its name appears.
         add("uverbs1", "mlx5_1");
         assert_eq!(
-            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
+            refresh(
+                &out,
+                &sys,
+                &DevDir::at(&dev),
+                &test_hook(Memlock::Unlimited)
+            )
+            .unwrap(),
             Some(2)
         );
         assert_eq!(names(), ["uverbs0", "uverbs1"]);
         // mlx5_0 moved into a pod (gone from this sysfs, its node still there): kept.
         fs::remove_dir_all(sys.join("class/infiniband_verbs/uverbs0")).unwrap();
         assert_eq!(
-            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
+            refresh(
+                &out,
+                &sys,
+                &DevDir::at(&dev),
+                &test_hook(Memlock::Unlimited)
+            )
+            .unwrap(),
             None
         );
         // A new memlock policy is a change.
         assert_eq!(
-            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Bytes(1 << 30), hook).unwrap(),
+            refresh(
+                &out,
+                &sys,
+                &DevDir::at(&dev),
+                &test_hook(Memlock::Bytes(1 << 30))
+            )
+            .unwrap(),
             Some(2)
         );
         let _ = fs::remove_dir_all(&root);
@@ -402,8 +502,7 @@ mod tests {
         let s = spec(
             &[],
             &DevDir::at(&dev),
-            Memlock::Unlimited,
-            Path::new(rdma_host_device_core::node::DEFAULT_HOOK),
+            &test_hook(Memlock::Unlimited),
             Some(&prev),
         );
         assert_eq!(s["devices"].as_array().unwrap().len(), 1, "{s:#}");
@@ -431,12 +530,10 @@ mod tests {
             seen: seen.clone(),
             on_node: Some(PathBuf::from("/dev")),
         };
-        let hook = Path::new(rdma_host_device_core::node::DEFAULT_HOOK);
         let s = spec(
             &verbs_devices(&sys, &dev),
             &dev,
-            Memlock::Unlimited,
-            hook,
+            &test_hook(Memlock::Unlimited),
             None,
         );
         assert_eq!(
@@ -454,8 +551,7 @@ mod tests {
         let s = spec(
             &verbs_devices(&sys, &dev),
             &dev,
-            Memlock::Unlimited,
-            hook,
+            &test_hook(Memlock::Unlimited),
             None,
         );
         assert_eq!(s["devices"], json!([]), "{s:#}");
@@ -475,24 +571,41 @@ mod tests {
             root.join("cdi/spec.json"),
         );
         let name = |n: &str, ibdev: &str| fake_uverbs(&sys, &dev, n, ibdev);
-        let hook = Path::new(rdma_host_device_core::node::DEFAULT_HOOK);
         name("uverbs0", "mlx5_0");
         name("uverbs1", "mlx5_1");
         assert_eq!(
-            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
+            refresh(
+                &out,
+                &sys,
+                &DevDir::at(&dev),
+                &test_hook(Memlock::Unlimited)
+            )
+            .unwrap(),
             Some(2)
         );
         let before = fs::read(&out).unwrap();
         name("uverbs0", "mlx5_1");
         name("uverbs1", "mlx5_0");
         assert_eq!(
-            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
+            refresh(
+                &out,
+                &sys,
+                &DevDir::at(&dev),
+                &test_hook(Memlock::Unlimited)
+            )
+            .unwrap(),
             None,
             "a swap of names is no change"
         );
         name("uverbs1", "bad name/\u{1b}[31m");
         assert_eq!(
-            refresh(&out, &sys, &DevDir::at(&dev), Memlock::Unlimited, hook).unwrap(),
+            refresh(
+                &out,
+                &sys,
+                &DevDir::at(&dev),
+                &test_hook(Memlock::Unlimited)
+            )
+            .unwrap(),
             None,
             "a name CDI refuses is no change"
         );

@@ -105,9 +105,7 @@ pub fn run(opts: &Options) -> Result<()> {
         Some(path) => Some(CdiKeeper {
             path: path.clone(),
             dev: opts.dev.clone(),
-            hook: node.cdi_hook.clone(),
-            memlock: rdma_host_device_core::node::Memlock::parse(&node.memlock)
-                .map_err(|e| e.context(&node.source))?,
+            hook: crate::cdi::Hook::of(&node, None)?,
             last_error: String::new(),
         }),
     };
@@ -167,23 +165,20 @@ pub fn run(opts: &Options) -> Result<()> {
 struct CdiKeeper {
     path: PathBuf,
     dev: crate::cdi::DevDir,
-    hook: PathBuf,
-    memlock: rdma_host_device_core::node::Memlock,
+    hook: crate::cdi::Hook,
     last_error: String,
 }
 
 impl CdiKeeper {
     fn refresh(&mut self) {
         let sys = Path::new("/sys");
-        match crate::cdi::refresh(&self.path, sys, &self.dev, self.memlock, &self.hook) {
+        match crate::cdi::refresh(&self.path, sys, &self.dev, &self.hook) {
             Ok(Some(n)) => {
                 log::info!(
-                    "CDI spec {} written: {n} RDMA device(s) as {}=uverbsN, memlock {} by the hook {}; {}",
+                    "CDI spec {} written: {n} RDMA device(s) as {}=uverbsN, {}",
                     self.path.display(),
                     crate::cdi::KIND,
-                    self.memlock.as_arg(),
-                    self.hook.display(),
-                    crate::cdi::HOOK_REACH
+                    self.hook.describe()
                 );
                 self.last_error.clear();
             }

@@ -117,9 +117,7 @@ pub fn run(opts: &Options) -> Result<()> {
         Some(path) => Some(plugin::CdiSpec {
             path: path.clone(),
             dev: opts.dev.clone(),
-            hook: node.cdi_hook.clone(),
-            memlock: rdma_host_device_core::node::Memlock::parse(&node.memlock)
-                .map_err(|e| e.context(&node.source))?,
+            hook: crate::cdi::Hook::of(&node, None)?,
         }),
     };
     let metadata = dra.device_metadata.as_ref().and_then(|m| m.place());

@@ -168,8 +168,7 @@ pub struct CdiSpec {
     pub path: PathBuf,
     /// The node's /dev, where the uverbs char devices are looked for.
     pub dev: crate::cdi::DevDir,
-    pub hook: PathBuf,
-    pub memlock: rdma_host_device_core::node::Memlock,
+    pub hook: crate::cdi::Hook,
 }
 
 /// What one claim's preparation returns, or why it failed.
@@ -286,7 +285,7 @@ impl Driver {
             && devices.iter().any(|d| !d.cdi_device_ids.is_empty())
         {
             let sys = Path::new("/sys");
-            crate::cdi::refresh(&spec.path, sys, &spec.dev, spec.memlock, &spec.hook)
+            crate::cdi::refresh(&spec.path, sys, &spec.dev, &spec.hook)
                 .map_err(|e| format!("{}: the runtime could not resolve its CDI IDs", e.msg))?;
         }
         let mut prepared = PreparedClaim {

@@ -75,6 +75,13 @@ pub struct Node {
     /// setting both writers of the spec (`cdi`, the device plugin's `--cdi-spec`) take it from.
     #[serde(default = "default_cdi_hook")]
     pub cdi_hook: PathBuf,
+    /// Fail-closed memlock (`memlockFailClosed`): the CDI spec's hook refuses a container whose
+    /// OCI spec does not already give it `memlock` (what the NRI plugin puts there), so that no
+    /// container given one of our RDMA devices runs while the NRI plugin is away, whatever the
+    /// runtime's NRI does about a plugin that is not there. Off by default: a node without
+    /// the NRI plugin relies on the hook alone.
+    #[serde(default)]
+    pub memlock_fail_closed: bool,
     /// The only plugins `ipam.type` may name (file names in CNI_PATH). The plugin runs as root
     /// and execs what `ipam.type` names with the tenant's config on stdin: the node decides.
     #[serde(default = "default_ipam_plugins")]
@@ -143,6 +150,10 @@ fn default_uppers_socket() -> PathBuf {
     PathBuf::from(crate::uppers::DEFAULT_SOCKET)
 }
 
+/// The memlock hook's argument that makes it refuse a container whose OCI spec lacks the
+/// limit (`memlockFailClosed`): the agent's CDI spec writes it, the plugin's hook reads it.
+pub const FAIL_CLOSED_ARG: &str = "--fail-closed";
+
 /// The memlock hook the CDI spec names unless the node says otherwise (`cdiHook`): the plugin's
 /// binary where the DaemonSet installs it.
 pub const DEFAULT_HOOK: &str = "/opt/cni/bin/rdma-host-device";
@@ -171,6 +182,7 @@ impl Default for Node {
             device_info_dir: default_device_info_dir(),
             memlock: default_memlock(),
             cdi_hook: default_cdi_hook(),
+            memlock_fail_closed: false,
             ipam_plugins: default_ipam_plugins(),
             ipam_paths: default_ipam_paths(),
             ipam_read_paths: default_ipam_read_paths(),
@@ -226,6 +238,7 @@ impl Node {
             "deviceInfoDir": self.device_info_dir,
             "memlock": self.memlock,
             "cdiHook": self.cdi_hook,
+            "memlockFailClosed": self.memlock_fail_closed,
             "ipamPlugins": self.ipam_plugins,
             "ipamPaths": self.ipam_paths,
             "ipamReadPaths": self.ipam_read_paths,
@@ -331,6 +344,14 @@ impl Node {
         let dp = self.device_plugin_alone()?;
         if let (Some(dp), Ok(Some(d))) = (&dp, self.dra_alone()) {
             one_way(dp, &d).map_err(|e| self.invalid(e))?;
+        }
+        if let Some(dp) = &dp
+            && self.memlock_fail_closed
+            && !dp.char_devices.cdi
+        {
+            return Err(self.invalid(
+                "memlockFailClosed is set, but devicePlugin.charDevices.cdi is not: the device plugin would hand out char devices without our CDI spec, whose hook is what refuses a container the NRI plugin did not see, so its pods would not fail closed; set devicePlugin.charDevices.cdi to true (and let the installer write the CDI spec), or drop memlockFailClosed".into(),
+            ));
         }
         Ok(dp)
     }

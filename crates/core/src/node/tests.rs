@@ -49,6 +49,35 @@ fn bad_files_are_refused_with_the_path() {
     }
 }
 
+/// `memlockFailClosed` works through our CDI spec's hook: a device plugin that hands out char
+/// devices without naming the spec would leave its pods open, so that pair is refused.
+#[test]
+fn memlock_fail_closed_needs_the_device_plugins_cdi_names() {
+    let pool = r#""pools":[{"resourceName":"x.io/rail","selectors":{"names":["a"]}}]"#;
+    let open = write(&format!(
+        r#"{{"memlockFailClosed":true,"devicePlugin":{{{pool}}}}}"#
+    ));
+    let e = Node::from_file(&open, true)
+        .and_then(|n| n.device_plugin())
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidConfig);
+    assert!(
+        e.msg.contains("devicePlugin.charDevices.cdi") && e.msg.contains("memlockFailClosed"),
+        "{}",
+        e.msg
+    );
+    let closed = write(&format!(
+        r#"{{"memlockFailClosed":true,"devicePlugin":{{{pool},"charDevices":{{"cdi":true}}}}}}"#
+    ));
+    let n = Node::from_file(&closed, true).unwrap();
+    assert!(n.memlock_fail_closed && n.device_plugin().unwrap().is_some());
+    // The CNI verbs do not read devicePlugin: ADD is not refused for it.
+    assert!(Node::from_file(&open, true).is_ok());
+    for p in [open, closed] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
 #[test]
 fn node_config_edge_cases_are_errors_that_say_what_is_wrong() {
     for (body, says) in [
