@@ -342,7 +342,7 @@ fn a_wrong_token_is_a_401_that_names_the_token_file() {
         .unwrap();
         let e = kube.list_slices(&filter("n1")).await.unwrap_err();
         assert_eq!(e.code, Some(401), "{e}");
-        let text = rdma_host_device_core::error::Error::from(e).msg;
+        let text = rdma_host_device_agent::error::Error::from(e).to_string();
         assert!(text.contains("401 Unauthorized"), "{text}");
         assert!(text.contains(&wrong.display().to_string()), "{text}");
     });

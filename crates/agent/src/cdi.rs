@@ -21,7 +21,7 @@
 //! always a valid CDI name; the device plugin reads which one a NIC's device has by the
 //! device's index (RDMA netlink), never by its name.
 
-use rdma_host_device_core::error::{Code, Error, Result, invalid_config};
+use crate::error::{Result, failed, invalid};
 use rdma_host_device_core::node::Memlock;
 use serde_json::{Value, json};
 
@@ -232,12 +232,8 @@ pub fn spec(devices: &[VerbsDevice], dev: &DevDir, hook: &Hook, previous: Option
 /// Write `spec` to `path` through a temp file and a rename.
 pub fn write_spec(path: &Path, spec: &Value) -> Result<()> {
     let body = serde_json::to_vec_pretty(spec).unwrap_or_default();
-    rdma_host_device_core::files::replace(path, &body).map_err(|e| {
-        Error::new(
-            Code::Io,
-            format!("cannot write CDI spec {}: {e}", path.display()),
-        )
-    })
+    rdma_host_device_core::files::replace(path, &body)
+        .map_err(|e| failed(format_args!("cannot write CDI spec {}", path.display()), e))
 }
 
 /// The spec for the devices now under `sysfs`/`dev`, and the one at `out` it replaces (whose
@@ -307,7 +303,7 @@ pub fn check_hook(hook: &Path, host_root: &Path, source: &str) -> Result<()> {
     let on_node = host_root.join(hook.strip_prefix("/").unwrap_or(hook));
     match std::fs::metadata(&on_node) {
         Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
-        found => Err(invalid_config(format!(
+        found => Err(invalid(format!(
             "cdiHook {} {} on the node ({}): the runtime would fail every container given a CDI name (\"error running hook #0: fork/exec\"); set cdiHook in the node configuration ({source}) to where the CNI binary rdma-host-device is installed",
             hook.display(),
             match found {

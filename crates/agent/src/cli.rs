@@ -10,9 +10,9 @@
 //! is `rdma-host-device-agent SUBCOMMAND: what failed`, exit 1; `validate`'s rejection is its
 //! answer on stdout, exit 1 with nothing on stderr.
 
+use crate::error::Error;
 use crate::{cdi, device_plugin, dra, inspect, metrics, node_config, nri, uppers_watch, validate};
 use clap::{CommandFactory, Parser, Subcommand};
-use rdma_host_device_core::error::Error;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
@@ -278,7 +278,7 @@ fn subcommand<O, S: Status>(
     err: &mut dyn Write,
     name: &str,
     opts: &O,
-    run: fn(&O) -> rdma_host_device_core::error::Result<S>,
+    run: fn(&O) -> crate::error::Result<S>,
 ) -> i32 {
     match run(opts) {
         Ok(status) => status.code(),
@@ -292,11 +292,7 @@ fn subcommand<O, S: Status>(
 /// An error as a person reads it: the message and its details. The CNI code is left out: it is
 /// the runtime's contract (the error JSON); a person gets the exit code.
 fn operator_text(e: &Error) -> String {
-    let text = if e.details.is_empty() {
-        e.msg.clone()
-    } else {
-        format!("{}: {}", e.msg, e.details)
-    };
+    let text = e.to_string();
     // It may quote names a pod chose: escaped and bounded like a log line.
     rdma_host_device_core::logging::line(&text, rdma_host_device_core::logging::MAX_LINE)
 }

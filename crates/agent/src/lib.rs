@@ -13,6 +13,7 @@ pub mod cdi;
 pub mod cli;
 pub mod device_plugin;
 pub mod dra;
+pub mod error;
 pub mod flags;
 pub mod gc;
 pub mod health;

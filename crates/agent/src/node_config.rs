@@ -2,7 +2,7 @@
 //! the one the plugin finds), printed as JSON with the defaults filled in. The DaemonSet's
 //! installer checks a new one with it before putting it in place.
 
-use rdma_host_device_core::error::Result;
+use crate::error::Result;
 use rdma_host_device_core::node::Node;
 use std::path::PathBuf;
 

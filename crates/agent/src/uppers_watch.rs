@@ -20,8 +20,8 @@
 //! before that leaves the host and comes home (a DEL) is scanned again once it has been quiet
 //! for a moment, so the next ADD finds it certified.
 
+use crate::error::{Error, Result};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
-use rdma_host_device_core::error::{Code, Error, Result};
 use rdma_host_device_core::link::raw;
 use rdma_host_device_core::uppers::{Answer, DEFAULT_SOCKET, MAX_LINE, Query, own_netns, scan};
 use std::collections::{HashMap, HashSet};
@@ -70,7 +70,7 @@ pub fn run(o: &Options) -> Result<()> {
 
 /// Watch the calling thread's namespace (the host's) and answer on `socket` until killed.
 pub fn serve(socket: &Path) -> Result<()> {
-    let fail = |what: String| Error::new(Code::Netlink, format!("uppers watcher: {what}"));
+    let fail = |what: String| Error::Node(format!("uppers watcher: {what}"));
     let mut w = Watcher::new().map_err(|e| fail(format!("the link notifications: {e}")))?;
     let listener = listen(socket).map_err(|e| fail(format!("{}: {e}", socket.display())))?;
     log::info!("uppers watcher: answering on {}", socket.display());

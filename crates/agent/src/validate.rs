@@ -151,7 +151,7 @@ pub enum Verdict {
 
 /// Each config found, through the plugin's own checks, one line per config on stdout (a file
 /// that cannot be read or holds no config is rejected too).
-pub fn run(o: &Options) -> Result<Verdict> {
+pub fn run(o: &Options) -> crate::error::Result<Verdict> {
     let mut verdict = Verdict::Accepted;
     for f in &o.files {
         for (v, line) in judge_file(f) {

@@ -26,9 +26,9 @@ pub mod api;
 pub mod pool;
 pub mod server;
 
+use crate::error::{Result, failed, invalid};
 use crate::flags::absolute_path;
 use crate::health;
-use rdma_host_device_core::error::{Result, invalid_config, io_error};
 use rdma_host_device_core::link::Links;
 use rdma_host_device_core::node::{DevicePluginConfig, Node};
 use rdma_host_device_core::state::Store;
@@ -88,13 +88,13 @@ pub fn run(opts: &Options) -> Result<()> {
                 std::thread::park();
             }
         }
-        return Err(invalid_config(format!(
+        return Err(invalid(format!(
             "the node configuration ({}) has no devicePlugin: no pool to offer (see docs/devices.md, \"Device plugin\"; a node whose extended resource DRA serves says so with dra.extendedResourceName, and this then idles)",
             node.source
         )));
     };
     if !opts.socket_dir.is_dir() {
-        return Err(invalid_config(format!(
+        return Err(invalid(format!(
             "{} is not a directory (the kubelet's device-plugins directory; --socket-dir)",
             opts.socket_dir.display()
         )));
@@ -127,7 +127,7 @@ pub fn run(opts: &Options) -> Result<()> {
         .enable_io()
         .enable_time()
         .build()
-        .map_err(|e| io_error("cannot start the runtime", e))?;
+        .map_err(|e| failed("cannot start the runtime", e))?;
     rt.block_on(async move {
         let host = Links::open()?;
         let store = Store::new(&state_dir);
@@ -183,9 +183,9 @@ impl CdiKeeper {
                 self.last_error.clear();
             }
             Ok(None) => self.last_error.clear(),
-            Err(e) if e.msg != self.last_error => {
-                log::warn!("{}; retrying at the next discovery", e.msg);
-                self.last_error = e.msg;
+            Err(e) if e.to_string() != self.last_error => {
+                log::warn!("{e}; retrying at the next discovery");
+                self.last_error = e.to_string();
             }
             Err(_) => {}
         }

@@ -5,7 +5,7 @@
 //! `deviceID` (`inventory::device_id`). The inventory pairs a NIC's RDMA device by ADD's own
 //! rules, so `Allocate` hands out the char devices ADD will find.
 
-use rdma_host_device_core::error::Result;
+use crate::error::Result;
 use rdma_host_device_core::inventory::{self, Nic};
 use rdma_host_device_core::link::Links;
 use rdma_host_device_core::node::{DevicePluginConfig, Node};
@@ -80,7 +80,7 @@ pub async fn gather(
     uppers_socket: &Path,
 ) -> Result<Vec<Nic>> {
     let wanted = |n: &Nic| dp.pools.iter().any(|p| p.selectors.matches(&n.facts()));
-    inventory::gather(host, store, &wanted, sys, uppers_socket).await
+    Ok(inventory::gather(host, store, &wanted, sys, uppers_socket).await?)
 }
 
 #[cfg(test)]

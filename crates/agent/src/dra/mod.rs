@@ -28,10 +28,10 @@ pub mod resource_health;
 pub mod slices;
 pub mod status;
 
+use crate::error::{Result, failed, invalid};
 use crate::flags::absolute_path;
 use crate::kube::{Endpoint, Kube, KubeOptions};
 use futures::future::BoxFuture;
-use rdma_host_device_core::error::{Result, invalid_config, io_error};
 use rdma_host_device_core::node::Node;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -109,7 +109,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let node = Node::load()?;
     let dra = node.dra()?.unwrap_or_default();
     if opts.resync_seconds == 0 {
-        return Err(invalid_config("--resync-seconds must be at least 1"));
+        return Err(invalid("--resync-seconds must be at least 1"));
     }
     let state_dir = opts.state_dir.clone().unwrap_or(node.state_dir.clone());
     let cdi = match &opts.cdi_spec {
@@ -123,8 +123,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let metadata = dra.device_metadata.as_ref().and_then(|m| m.place());
     let checkpoint = checkpoint::path(&state_dir);
     // A checkpoint this build cannot read stops the start: unprepare depends on it.
-    let held =
-        checkpoint::Checkpoint::read(&checkpoint).map_err(|e| invalid_config(e.to_string()))?;
+    let held = checkpoint::Checkpoint::read(&checkpoint).map_err(|e| invalid(e.to_string()))?;
     log::info!(
         "{} claim(s) prepared before this start, in {}",
         held.claims.len(),
@@ -147,7 +146,7 @@ pub fn run(opts: &Options) -> Result<()> {
         .enable_io()
         .enable_time()
         .build()
-        .map_err(|e| io_error("cannot start the runtime", e))?;
+        .map_err(|e| failed("cannot start the runtime", e))?;
     rt.block_on(async move {
         let kube = Kube::connect(&Endpoint::from_options(&opts.kube)).await?;
         let (health, health_rx) = tokio::sync::watch::channel(Vec::new());

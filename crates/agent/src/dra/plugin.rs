@@ -286,7 +286,7 @@ impl Driver {
         {
             let sys = Path::new("/sys");
             crate::cdi::refresh(&spec.path, sys, &spec.dev, &spec.hook)
-                .map_err(|e| format!("{}: the runtime could not resolve its CDI IDs", e.msg))?;
+                .map_err(|e| format!("{}: the runtime could not resolve its CDI IDs", e))?;
         }
         let mut prepared = PreparedClaim {
             namespace: c.namespace.clone(),

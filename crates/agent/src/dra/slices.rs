@@ -33,13 +33,13 @@
 //! our driver's other slices for this node; the same state twice writes nothing.
 
 use super::DRIVER;
+use crate::error::Result;
 use crate::health;
 use crate::kube::{ApiError, Kube, ResourceSlice, SliceEvent, SliceFilter};
 use futures::StreamExt;
 use k8s_openapi::api::resource::v1::{
     Device, DeviceAttribute, DeviceTaint, ResourcePool, ResourceSliceSpec,
 };
-use rdma_host_device_core::error::Result;
 use rdma_host_device_core::inventory::{self, Nic};
 use rdma_host_device_core::link::Links;
 use rdma_host_device_core::node::{DraConfig, Node};
@@ -609,7 +609,7 @@ pub async fn run(kube: Kube, s: Settings, health: HealthSender) -> Result<()> {
         let facts = match discover(&host, &store, &s, &mut memory).await {
             Ok(f) => f,
             Err(e) => {
-                log::warn!("reading the node's NICs: {}; trying again", e.msg);
+                log::warn!("reading the node's NICs: {e}; trying again");
                 tokio::time::sleep(backoff).await;
                 continue;
             }

@@ -28,7 +28,7 @@ pub(super) fn gather(opts: &Options) -> Result<Report> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
-        .map_err(|e| rdma_host_device_core::error::io_error("cannot start the async runtime", e))?;
+        .map_err(|e| crate::error::failed("cannot start the async runtime", e))?;
     let links = host_links(&rt)?;
     let (rdma_view, mut summary) = rdma_view();
     let (records, state_error) = match Store::new(&opts.state_dir).all() {

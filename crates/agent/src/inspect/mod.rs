@@ -20,8 +20,8 @@ pub use gather::mode_guidance;
 pub use render::render_table;
 pub use report::*;
 
+use crate::error::Result;
 use gather::*;
-use rdma_host_device_core::error::{Code, Error, Result};
 use rdma_host_device_core::node::DEFAULT_STATE_DIR;
 use std::path::PathBuf;
 
@@ -95,7 +95,7 @@ pub fn run(opts: &Options) -> Result<()> {
     counters::fill(&mut report, &first, second.as_ref());
     if opts.json {
         let s = serde_json::to_string_pretty(&report)
-            .map_err(|e| Error::new(Code::Internal, format!("cannot print JSON: {e}")))?;
+            .map_err(|e| crate::error::failed("cannot print JSON", e))?;
         println!("{s}");
     } else {
         let color = match opts.color {

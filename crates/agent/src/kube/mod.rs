@@ -42,7 +42,6 @@ use ::kube::api::{
 };
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::resource::v1 as resource;
-use rdma_host_device_core::error::{Code, Error};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -167,12 +166,6 @@ impl fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
-
-impl From<ApiError> for Error {
-    fn from(e: ApiError) -> Error {
-        Error::new(Code::Io, format!("Kubernetes API: {e}"))
-    }
-}
 
 /// Which slices are ours: those of our driver on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -606,7 +599,7 @@ mod tests {
             server: "https://10.0.0.1:443".into(),
             token_file: "/t/token".into(),
         };
-        let text = Error::from(e).msg;
+        let text = crate::error::Error::from(e).to_string();
         assert!(text.contains("401 Unauthorized"), "{text}");
         assert!(text.contains("/t/token"), "{text}");
     }

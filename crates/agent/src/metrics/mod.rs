@@ -19,9 +19,9 @@ pub mod netdev;
 pub mod server;
 pub mod snapshot;
 
+use crate::error::{Result, failed, invalid};
 use collect::Source;
 use encode::ScrapeErrors;
-use rdma_host_device_core::error::{Result, invalid_config, io_error};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -94,7 +94,7 @@ pub struct Options {
 
 /// `--listen`'s value, its error as clap prints it.
 fn listen_arg(listen: &str) -> std::result::Result<SocketAddr, String> {
-    listen_addr(listen).map_err(|e| e.msg)
+    listen_addr(listen).map_err(|e| e.to_string())
 }
 
 /// `ADDR:PORT`, `[ADDR]:PORT`, or `:PORT` for every IPv4 address.
@@ -105,7 +105,7 @@ fn listen_addr(listen: &str) -> Result<SocketAddr> {
         listen.to_owned()
     };
     full.parse().map_err(|e| {
-        invalid_config(format!(
+        invalid(format!(
             "{listen:?}: {e} (want ADDR:PORT, [ADDR]:PORT or :PORT)"
         ))
     })
@@ -133,13 +133,13 @@ pub fn run(opts: &Options) -> Result<()> {
     // A token file that cannot be read is a mistake to report now, not a 503 at every scrape.
     if let Some(file) = &opts.token_file {
         server::read_token(file)
-            .map_err(|why| invalid_config(format!("token file {}: {why}", file.display())))?;
+            .map_err(|why| invalid(format!("token file {}: {why}", file.display())))?;
     }
     let access = server::Access {
         token_file: opts.token_file.clone(),
     };
     server::serve(opts.listen, exporter, access)
-        .map_err(|e| io_error(format_args!("cannot listen on {}", opts.listen), e))
+        .map_err(|e| failed(format_args!("cannot listen on {}", opts.listen), e))
 }
 
 #[cfg(test)]

@@ -22,8 +22,8 @@ pub mod devices;
 pub mod plugin;
 pub mod wire;
 
+use crate::error::Result;
 use crate::flags::absolute_path;
-use rdma_host_device_core::error::Result;
 use rdma_host_device_core::node::{Memlock, Node};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
