@@ -400,21 +400,36 @@ fn a_server_the_ca_file_did_not_sign_is_an_error_naming_that_file() {
     });
 }
 
+/// A real API server answers 410 only once etcd is compacted (every 5 minutes): the stand-in
+/// keeps the last `--history` events and does what the real one does past them.
 #[test]
 fn a_watch_from_a_resource_version_the_server_no_longer_has_ends_in_410_expired() {
-    let api = ApiServer::real();
+    let dir = TempDir::new("kube-api");
+    let api = ApiServer::start(dir.path(), &["--history", "1"]);
     rt().block_on(async {
         let kube = Kube::connect(&api.endpoint()).await.unwrap();
-        // The server may refuse at once or answer with an ERROR event: either way the caller
-        // sees one error with the code and reason that tell it to list again.
-        let e = match kube.watch_slices(&filter("expired-n1"), "1", 10).await {
-            Err(e) => e,
-            Ok(mut events) => tokio::time::timeout(Duration::from_secs(10), events.next())
+        let (_, rv) = kube.list_slices(&filter("expired-n1")).await.unwrap();
+        for name in ["expired-n1-a", "expired-n1-b", "expired-n1-c"] {
+            kube.create_slice(&slice(name, "expired-n1", "rdma-host-device.io", "d0"))
                 .await
-                .expect("an answer within 10 s")
-                .expect("an item")
-                .expect_err("an error, not an event"),
+                .unwrap();
+        }
+        // Either at once or as an ERROR event: one error, with what tells the caller to list
+        // again, and the stream ends there.
+        let (e, mut rest) = match kube.watch_slices(&filter("expired-n1"), &rv, 10).await {
+            Err(e) => (e, None),
+            Ok(mut events) => {
+                let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+                    .await
+                    .expect("an answer within 10 s")
+                    .expect("an item")
+                    .expect_err("an error, not an event");
+                (e, Some(events))
+            }
         };
         assert_eq!((e.code, e.reason.as_str()), (Some(410), "Expired"), "{e}");
+        if let Some(events) = rest.as_mut() {
+            assert!(events.next().await.is_none(), "the error is the last item");
+        }
     });
 }
