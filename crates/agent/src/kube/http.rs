@@ -217,7 +217,9 @@ impl Http {
 
     /// Send, on an idle connection if there is one: the answer's head, and the connection to
     /// give back once its body is read. A kept connection the server closed meanwhile fails
-    /// before the request is written: then once more on a new one.
+    /// without an answer: then once more on a new one. (Had the server taken the request
+    /// before closing, the second is still safe: every write here is conditional, on a
+    /// resourceVersion or a uid, or a create, which the second time answers 409.)
     async fn send(
         &self,
         method: &Method,

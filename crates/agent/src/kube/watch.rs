@@ -95,14 +95,16 @@ pub fn decode(line: &[u8]) -> Result<SliceEvent, Failure> {
                 b.metadata.resource_version.unwrap_or_default(),
             ))
         }
-        "ERROR" => {
-            let s: Status = serde_json::from_value(ev.object).unwrap_or_default();
-            Err(Failure::Answer {
+        "ERROR" => match serde_json::from_value::<Status>(ev.object) {
+            Ok(s) if s.code != 0 => Err(Failure::Answer {
                 code: s.code,
                 reason: s.reason,
                 message: s.message,
-            })
-        }
+            }),
+            _ => Err(Failure::NoAnswer(
+                "an ERROR event without the server's Status".into(),
+            )),
+        },
         other => Err(Failure::NoAnswer(format!(
             "a watch event of unknown type {other:?}"
         ))),
@@ -268,6 +270,11 @@ mod tests {
         let got = collect(vec![b"{\"type\":\"SURPRISE\"}\n".to_vec()]);
         assert!(
             matches!(&got[..], [Err(Failure::NoAnswer(m))] if m.contains("SURPRISE")),
+            "{got:?}"
+        );
+        let got = collect(vec![b"{\"type\":\"ERROR\",\"object\":{}}\n".to_vec()]);
+        assert!(
+            matches!(&got[..], [Err(Failure::NoAnswer(m))] if m.contains("without the server's Status")),
             "{got:?}"
         );
         let got = collect(vec![b"not json\n".to_vec()]);
