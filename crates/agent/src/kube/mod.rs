@@ -1,7 +1,7 @@
 //! The node agent's Kubernetes API client, for the DRA driver (`dra/`): ResourceSlices
 //! (`resource.k8s.io/v1`, cluster-scoped) and ResourceClaims (namespaced). Agent-only: the CNI
-//! binary (src/main.rs) never reaches this module, so none of it (nor kube, rustls, ring) is
-//! linked into it.
+//! binary (src/main.rs) never reaches this module, so none of it (nor hyper's client, rustls,
+//! ring) is linked into it.
 //!
 //! Our own client, small on purpose (the kube + k8s-openapi stack it replaced was most of the
 //! agent's build): HTTPS over hyper and rustls on `ring` (`http.rs`), serde types for exactly
