@@ -92,8 +92,46 @@ pub struct Http {
     server_name: ServerName<'static>,
     tls: TlsConnector,
     user_agent: HeaderValue,
-    token: Mutex<Option<(HeaderValue, Instant)>>,
+    token: TokenFile,
     idle: Mutex<Vec<SendRequest<Full<Bytes>>>>,
+}
+
+/// The bearer token, from its file: as last read, read again when older than `every` (a
+/// service account's token rotates; the kubelet replaces the file).
+struct TokenFile {
+    path: PathBuf,
+    every: Duration,
+    last: Mutex<Option<(HeaderValue, Instant)>>,
+}
+
+impl TokenFile {
+    fn new(path: PathBuf, every: Duration) -> TokenFile {
+        TokenFile {
+            path,
+            every,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// The `Authorization` header.
+    fn header(&self) -> Result<HeaderValue, Failure> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((v, at)) = &*last
+            && at.elapsed() < self.every
+        {
+            return Ok(v.clone());
+        }
+        let token = read_token(&self.path).map_err(Failure::NoAnswer)?;
+        let mut v = HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| {
+            Failure::NoAnswer(format!(
+                "token file {}: not a token (a character an HTTP header cannot carry)",
+                self.path.display()
+            ))
+        })?;
+        v.set_sensitive(true);
+        *last = Some((v.clone(), Instant::now()));
+        Ok(v)
+    }
 }
 
 impl Http {
@@ -125,30 +163,10 @@ impl Http {
                 "rdma-host-device-agent/",
                 env!("CARGO_PKG_VERSION")
             )),
-            token: Mutex::new(None),
+            token: TokenFile::new(target.token.clone(), TOKEN_REREAD),
             idle: Mutex::new(Vec::new()),
             target,
         })
-    }
-
-    /// The `Authorization` header: the token as last read, read again when older than a minute.
-    fn authorization(&self) -> Result<HeaderValue, Failure> {
-        let mut cached = self.token.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((v, at)) = &*cached
-            && at.elapsed() < TOKEN_REREAD
-        {
-            return Ok(v.clone());
-        }
-        let token = read_token(&self.target.token).map_err(Failure::NoAnswer)?;
-        let mut v = HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| {
-            Failure::NoAnswer(format!(
-                "token file {}: not a token (a character an HTTP header cannot carry)",
-                self.target.token.display()
-            ))
-        })?;
-        v.set_sensitive(true);
-        *cached = Some((v.clone(), Instant::now()));
-        Ok(v)
     }
 
     fn request(
@@ -161,7 +179,7 @@ impl Http {
             .method(method.clone())
             .uri(format!("{}{path_and_query}", self.target.base_path))
             .header(HOST, &self.target.authority)
-            .header(AUTHORIZATION, self.authorization()?)
+            .header(AUTHORIZATION, self.token.header()?)
             .header(ACCEPT, "application/json")
             .header(USER_AGENT, self.user_agent.clone());
         if body.is_some() {
@@ -454,6 +472,28 @@ mod tests {
             "spec.driver%3Drdma-host-device.io%2Cspec.nodeName%3Dn1"
         );
         assert_eq!(escape("a/../b c"), "a%2F..%2Fb%20c");
+    }
+
+    #[test]
+    fn the_token_is_read_again_once_the_last_reading_is_old_enough() {
+        let dir = std::env::temp_dir().join(format!("rhd-kube-rotate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("token");
+        std::fs::write(&f, "first").unwrap();
+        let hourly = TokenFile::new(f.clone(), Duration::from_secs(3600));
+        let always = TokenFile::new(f.clone(), Duration::ZERO);
+        assert_eq!(hourly.header().unwrap(), "Bearer first");
+        assert_eq!(always.header().unwrap(), "Bearer first");
+        assert!(always.header().unwrap().is_sensitive());
+        std::fs::write(&f, "second").unwrap();
+        assert_eq!(hourly.header().unwrap(), "Bearer first", "not yet");
+        assert_eq!(always.header().unwrap(), "Bearer second");
+        // A rotation caught half-way (an empty file) fails this request, not the next ones.
+        std::fs::write(&f, "").unwrap();
+        assert!(always.header().is_err());
+        std::fs::write(&f, "third").unwrap();
+        assert_eq!(always.header().unwrap(), "Bearer third");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
