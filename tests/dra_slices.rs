@@ -123,7 +123,7 @@ fn wait_slice(
 fn device<'a>(
     s: &'a ResourceSlice,
     name: &str,
-) -> Option<&'a k8s_openapi::api::resource::v1::Device> {
+) -> Option<&'a rdma_host_device_agent::kube::Device> {
     s.spec.devices.iter().flatten().find(|d| d.name == name)
 }
 
@@ -131,7 +131,7 @@ fn attr<'a>(
     s: &'a ResourceSlice,
     dev: &str,
     key: &str,
-) -> Option<&'a k8s_openapi::api::resource::v1::DeviceAttribute> {
+) -> Option<&'a rdma_host_device_agent::kube::DeviceAttribute> {
     device(s, dev)?.attributes.as_ref()?.get(key)
 }
 

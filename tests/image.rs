@@ -58,7 +58,7 @@ fn daemonset_image_builds_offline_and_installs_like_the_daemonset() {
         .unwrap_or_else(|| panic!("no size in:\n{report}"));
     assert!(
         size < 16 << 20,
-        "the image grew to {size} bytes (deploy/Containerfile says why it is ~15 MB)"
+        "the image grew to {size} bytes (deploy/Containerfile says why it is ~13 MB)"
     );
 
     // A node with an old plugin already installed, still open (as by a runtime executing it).

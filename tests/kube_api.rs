@@ -242,12 +242,12 @@ fn a_claim_seeded_like_the_scheduler_does_reads_back_its_allocation_and_pods() {
         }))
         .unwrap();
         // What the scheduler does: create (by the user), then write the allocation on /status.
-        let client = raw_client(&api).await;
-        let claims: kube::Api<ResourceClaim> = kube::Api::namespaced(client, "team-a");
-        let mut c = claims
-            .create(&Default::default(), &claim)
-            .await
-            .expect("create the claim");
+        let mut c: ResourceClaim = serde_json::from_value(api.call(
+            "POST",
+            "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims",
+            Some(&serde_json::to_value(&claim).unwrap()),
+        ))
+        .expect("create the claim");
         assert!(
             k::allocated_devices(&c).is_empty(),
             "not allocated yet: {c:?}"
@@ -293,37 +293,6 @@ fn claim_with_rv(c: &ResourceClaim, rv: &str) -> ResourceClaim {
     let mut c = c.clone();
     c.metadata.resource_version = Some(rv.into());
     c
-}
-
-/// A plain kube client on the API server, for what a test plays the scheduler or a user in.
-async fn raw_client(api: &ApiServer) -> kube::Client {
-    let mut c = kube::Config::new(api.url.parse().unwrap());
-    c.root_cert_file = Some(api.ca.clone());
-    c.root_cert = Some(vec![pem_der(&std::fs::read_to_string(&api.ca).unwrap())]);
-    c.auth_info.token_file = Some(api.token.display().to_string());
-    kube::Client::try_from(c).unwrap()
-}
-
-fn pem_der(pem: &str) -> Vec<u8> {
-    let b64: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
-    // The same decoding the client does, from outside: a tiny base64 decoder.
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        _ => 63,
-    } as u32;
-    let b: Vec<u8> = b64.bytes().filter(|&c| c != b'=').collect();
-    let mut out = Vec::new();
-    for ch in b.chunks(4) {
-        let mut n = 0;
-        for (i, &c) in ch.iter().enumerate() {
-            n |= val(c) << (18 - 6 * i);
-        }
-        out.extend_from_slice(&n.to_be_bytes()[1..ch.len()]);
-    }
-    out
 }
 
 #[test]
@@ -408,5 +377,59 @@ fn a_token_file_with_a_trailing_newline_is_refused_at_start_with_the_fix() {
         .unwrap_err();
         assert!(e.message.contains("trailing newline"), "{e}");
         assert!(e.message.contains(&token.display().to_string()), "{e}");
+    });
+}
+
+#[test]
+fn a_server_the_ca_file_did_not_sign_is_an_error_naming_that_file() {
+    let dir = TempDir::new("kube-api");
+    let api = ApiServer::real();
+    let other = another_ca(dir.path());
+    rt().block_on(async {
+        let kube = Kube::connect(&Endpoint::Explicit {
+            server: api.url.clone(),
+            ca: other.clone(),
+            token: api.token.clone(),
+        })
+        .await
+        .unwrap();
+        let e = kube.list_slices(&filter("tls-named")).await.unwrap_err();
+        let text = rdma_host_device_agent::error::Error::from(e).to_string();
+        assert!(text.contains("TLS"), "{text}");
+        assert!(text.contains(&other.display().to_string()), "{text}");
+    });
+}
+
+/// A real API server answers 410 only once etcd is compacted (every 5 minutes): the stand-in
+/// keeps the last `--history` events and does what the real one does past them.
+#[test]
+fn a_watch_from_a_resource_version_the_server_no_longer_has_ends_in_410_expired() {
+    let dir = TempDir::new("kube-api");
+    let api = ApiServer::start(dir.path(), &["--history", "1"]);
+    rt().block_on(async {
+        let kube = Kube::connect(&api.endpoint()).await.unwrap();
+        let (_, rv) = kube.list_slices(&filter("expired-n1")).await.unwrap();
+        for name in ["expired-n1-a", "expired-n1-b", "expired-n1-c"] {
+            kube.create_slice(&slice(name, "expired-n1", "rdma-host-device.io", "d0"))
+                .await
+                .unwrap();
+        }
+        // Either at once or as an ERROR event: one error, with what tells the caller to list
+        // again, and the stream ends there.
+        let (e, mut rest) = match kube.watch_slices(&filter("expired-n1"), &rv, 10).await {
+            Err(e) => (e, None),
+            Ok(mut events) => {
+                let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+                    .await
+                    .expect("an answer within 10 s")
+                    .expect("an item")
+                    .expect_err("an error, not an event");
+                (e, Some(events))
+            }
+        };
+        assert_eq!((e.code, e.reason.as_str()), (Some(410), "Expired"), "{e}");
+        if let Some(events) = rest.as_mut() {
+            assert!(events.next().await.is_none(), "the error is the last item");
+        }
     });
 }

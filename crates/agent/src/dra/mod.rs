@@ -93,10 +93,9 @@ impl plugin::ClaimSource for Kube {
         name: &'a str,
     ) -> BoxFuture<'a, std::result::Result<serde_json::Value, String>> {
         Box::pin(async move {
-            let claim = Kube::get_claim(self, namespace, name)
+            self.get_claim_json(namespace, name)
                 .await
-                .map_err(|e| e.to_string())?;
-            serde_json::to_value(claim).map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())
         })
     }
 }

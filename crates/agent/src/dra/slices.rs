@@ -35,11 +35,11 @@
 use super::DRIVER;
 use crate::error::Result;
 use crate::health;
-use crate::kube::{ApiError, Kube, ResourceSlice, SliceEvent, SliceFilter};
-use futures::StreamExt;
-use k8s_openapi::api::resource::v1::{
-    Device, DeviceAttribute, DeviceTaint, ResourcePool, ResourceSliceSpec,
+use crate::kube::{
+    ApiError, Device, DeviceAttribute, DeviceTaint, Kube, ResourcePool, ResourceSlice,
+    ResourceSliceSpec, SliceEvent, SliceFilter,
 };
+use futures::StreamExt;
 use rdma_host_device_core::inventory::{self, Nic};
 use rdma_host_device_core::link::Links;
 use rdma_host_device_core::node::{DraConfig, Node};
@@ -212,7 +212,6 @@ pub fn device(f: &Facts, dra: &DraConfig, taints: bool) -> Device {
                 time_added: None,
             }]
         }),
-        ..Default::default()
     }
 }
 
@@ -429,7 +428,6 @@ impl Publisher {
                 resource_slice_count: 1,
             },
             devices: Some(devices.to_vec()),
-            ..Default::default()
         }
     }
 

@@ -1,10 +1,13 @@
 //! The node agent's Kubernetes API client, for the DRA driver (`dra/`): ResourceSlices
 //! (`resource.k8s.io/v1`, cluster-scoped) and ResourceClaims (namespaced). Agent-only: the CNI
-//! binary (src/main.rs) never reaches this module, so none of it (nor kube, rustls, ring) is
-//! linked into it.
+//! binary (src/main.rs) never reaches this module, so none of it (nor hyper's client, rustls,
+//! ring) is linked into it.
 //!
-//! Built on the `kube` crate's client (rustls on `ring`, no runtime, no derive) and
-//! `k8s-openapi`'s types as of Kubernetes 1.34, the first release with `resource.k8s.io/v1`.
+//! Our own client, small on purpose (the kube + k8s-openapi stack it replaced was most of the
+//! agent's build): HTTPS over hyper and rustls on `ring` (`http.rs`), serde types for exactly
+//! the fields the driver reads and writes (`types.rs`), a watch read line by line as it comes
+//! (`watch.rs`). Every request is bounded in time and size; nothing the server sends is
+//! trusted to be well formed.
 //!
 //! # The API
 //!
@@ -25,7 +28,9 @@
 //!     API's JSON, every field kept (what `dra::status` edits `status.devices[]` in)
 //!
 //! kube.list_slices(&SliceFilter) -> Result<(Vec<ResourceSlice>, resourceVersion)>
-//! kube.watch_slices(&SliceFilter, resourceVersion) -> Result<stream of SliceEvent>
+//! kube.watch_slices(&SliceFilter, resourceVersion, timeoutSeconds) -> Result<stream of
+//!     Result<SliceEvent>>: ends when the server ends it, after an error (an ERROR event, 410
+//!     Expired: list again), or after timeoutSeconds + 30 s without a byte
 //! kube.create_slice(&slice) / update_slice(&slice) -> Result<ResourceSlice>
 //! kube.delete_slice(name, uid) -> Result<()>   (already gone is fine; uid as a precondition)
 //!   SliceFilter { driver, node }: fieldSelector spec.driver=D,spec.nodeName=N
@@ -36,16 +41,26 @@
 //! into the crate's `Error` with a message an operator can act on (a 401 names the token file,
 //! a 403 names the RBAC rule that is missing).
 
-use ::kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, Preconditions,
-    WatchEvent, WatchParams,
-};
-use futures::{Stream, StreamExt, TryStreamExt};
-use k8s_openapi::api::resource::v1 as resource;
-use std::fmt;
-use std::path::{Path, PathBuf};
+mod http;
+mod types;
+mod watch;
 
-pub use resource::{ResourceClaim, ResourceSlice};
+use futures::{Stream, StreamExt};
+use http::{Failure, Http, Target};
+use hyper::Method;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use types::{
+    AllocationResult, Device, DeviceAllocationResult, DeviceAttribute,
+    DeviceRequestAllocationResult, DeviceTaint, ObjectMeta, ResourceClaim,
+    ResourceClaimConsumerReference, ResourceClaimStatus, ResourcePool, ResourceSlice,
+    ResourceSliceSpec,
+};
 
 /// Where the API server is and who we are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,9 +112,7 @@ impl Endpoint {
 
     fn token_file(&self) -> String {
         match self {
-            Endpoint::InCluster => {
-                "/var/run/secrets/kubernetes.io/serviceaccount/token".to_string()
-            }
+            Endpoint::InCluster => format!("{SERVICE_ACCOUNT}/token"),
             Endpoint::Explicit { token, .. } => token.display().to_string(),
         }
     }
@@ -190,10 +203,17 @@ pub enum SliceEvent {
     Bookmark(String),
 }
 
+/// Where a service account's files are in a pod.
+const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// A watch without a byte for this long past its `timeoutSeconds` is a dead connection.
+const WATCH_GRACE: Duration = Duration::from_secs(30);
+
+const SLICES: &str = "/apis/resource.k8s.io/v1/resourceslices";
+
 /// A connected client (cheap to clone: one connection pool).
 #[derive(Clone)]
 pub struct Kube {
-    client: ::kube::Client,
+    http: Arc<Http>,
     server: String,
     token_file: String,
 }
@@ -218,8 +238,8 @@ impl Kube {
             server: endpoint.describe(),
             token_file: endpoint.token_file(),
         };
-        let config = match endpoint {
-            Endpoint::InCluster => ::kube::Config::incluster()
+        let target = match endpoint {
+            Endpoint::InCluster => in_cluster()
                 .map_err(|e| fail(format!("not in a pod with a service account: {e}")))?,
             Endpoint::Explicit { server, ca, token } => {
                 let uri: hyper::Uri = server
@@ -230,27 +250,45 @@ impl Kube {
                         "server URL {server:?}: only https is supported (the token must not travel in clear)"
                     )));
                 }
-                let ders = read_ca(ca).map_err(fail)?;
-                check_token_file(token).map_err(fail)?;
-                let mut c = ::kube::Config::new(uri);
-                c.root_cert = Some(ders);
-                c.root_cert_file = Some(ca.clone());
-                c.auth_info.token_file = Some(token.display().to_string());
-                c
+                let authority = uri
+                    .authority()
+                    .ok_or_else(|| fail(format!("server URL {server:?}: no host")))?;
+                if uri.query().is_some() {
+                    return Err(fail(format!(
+                        "server URL {server:?}: a query is not expected"
+                    )));
+                }
+                let host = authority.host();
+                Target {
+                    authority: authority.as_str().to_owned(),
+                    host: host
+                        .strip_prefix('[')
+                        .and_then(|h| h.strip_suffix(']'))
+                        .unwrap_or(host)
+                        .to_owned(),
+                    port: authority.port_u16().unwrap_or(443),
+                    base_path: uri.path().trim_end_matches('/').to_owned(),
+                    ca: ca.clone(),
+                    token: token.clone(),
+                }
             }
         };
-        let client = ::kube::Client::try_from(config).map_err(|e| fail(e.to_string()))?;
+        let http = Http::new(target).map_err(fail)?;
         Ok(Kube {
-            client,
+            http: Arc::new(http),
             server: endpoint.describe(),
             token_file: endpoint.token_file(),
         })
     }
 
-    fn err(&self, what: String, e: ::kube::Error) -> ApiError {
-        let (code, reason, message) = match e {
-            ::kube::Error::Api(s) => (Some(s.code), s.reason.clone(), s.message.clone()),
-            other => (None, String::new(), other.to_string()),
+    fn err(&self, what: String, f: Failure) -> ApiError {
+        let (code, reason, message) = match f {
+            Failure::Answer {
+                code,
+                reason,
+                message,
+            } => (Some(code), reason, message),
+            Failure::NoAnswer(m) => (None, String::new(), m),
         };
         ApiError {
             what,
@@ -262,20 +300,38 @@ impl Kube {
         }
     }
 
-    fn slices(&self) -> Api<ResourceSlice> {
-        Api::all(self.client.clone())
-    }
-
-    fn claims(&self, namespace: &str) -> Api<ResourceClaim> {
-        Api::namespaced(self.client.clone(), namespace)
+    /// One request whose answer is an object of type `T`.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        what: &(dyn Fn() -> String + Sync),
+        method: Method,
+        path: &str,
+        body: Option<&dyn ErasedJson>,
+    ) -> Result<T, ApiError> {
+        let body = body.map(|b| b.to_json()).transpose().map_err(|e| {
+            self.err(
+                what(),
+                Failure::NoAnswer(format!("encoding the request: {e}")),
+            )
+        })?;
+        let answer = self
+            .http
+            .call(method, path, body)
+            .await
+            .map_err(|f| self.err(what(), f))?;
+        serde_json::from_slice(&answer).map_err(|e| {
+            self.err(
+                what(),
+                Failure::NoAnswer(format!("an answer that is not what was asked for: {e}")),
+            )
+        })
     }
 
     /// The claim `namespace/name`, with its status (allocation, reservedFor).
     pub async fn get_claim(&self, namespace: &str, name: &str) -> Result<ResourceClaim, ApiError> {
-        self.claims(namespace)
-            .get(name)
-            .await
-            .map_err(|e| self.err(format!("get resourceclaims {namespace}/{name}"), e))
+        let what = || format!("get resourceclaims {namespace}/{name}");
+        let path = claim_path(namespace, name).map_err(|m| self.err(what(), m))?;
+        self.call(&what, Method::GET, &path, None).await
     }
 
     /// Write `claim.status` (its `.status` subresource), conditional on the claim's
@@ -286,18 +342,9 @@ impl Kube {
     ) -> Result<ResourceClaim, ApiError> {
         let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
         let name = claim.metadata.name.as_deref().unwrap_or_default();
-        self.claims(ns)
-            .replace_status(name, &PostParams::default(), claim)
-            .await
-            .map_err(|e| self.err(format!("update resourceclaims/status {ns}/{name}"), e))
-    }
-
-    fn raw_claims(&self, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.client.clone(),
-            namespace,
-            &ApiResource::erase::<ResourceClaim>(&()),
-        )
+        let what = || format!("update resourceclaims/status {ns}/{name}");
+        let path = claim_path(ns, name).map_err(|m| self.err(what(), m))? + "/status";
+        self.call(&what, Method::PUT, &path, Some(claim)).await
     }
 
     /// The claim `namespace/name` as the API server's JSON, every field kept (a status written
@@ -308,12 +355,8 @@ impl Kube {
         name: &str,
     ) -> Result<serde_json::Value, ApiError> {
         let what = || format!("get resourceclaims {namespace}/{name}");
-        let claim = self
-            .raw_claims(namespace)
-            .get(name)
-            .await
-            .map_err(|e| self.err(what(), e))?;
-        serde_json::to_value(claim).map_err(|e| self.err(what(), ::kube::Error::SerdeError(e)))
+        let path = claim_path(namespace, name).map_err(|m| self.err(what(), m))?;
+        self.call(&what, Method::GET, &path, None).await
     }
 
     /// Write the `.status` of `claim` (JSON as [`get_claim_json`](Self::get_claim_json) gave
@@ -325,14 +368,8 @@ impl Kube {
         let ns = claim["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = claim["metadata"]["name"].as_str().unwrap_or_default();
         let what = || format!("update resourceclaims/status {ns}/{name}");
-        let obj: DynamicObject = serde_json::from_value(claim.clone())
-            .map_err(|e| self.err(what(), ::kube::Error::SerdeError(e)))?;
-        let stored = self
-            .raw_claims(ns)
-            .replace_status(name, &PostParams::default(), &obj)
-            .await
-            .map_err(|e| self.err(what(), e))?;
-        serde_json::to_value(stored).map_err(|e| self.err(what(), ::kube::Error::SerdeError(e)))
+        let path = claim_path(ns, name).map_err(|m| self.err(what(), m))? + "/status";
+        self.call(&what, Method::PUT, &path, Some(claim)).await
     }
 
     /// Our slices now, and the collection's resourceVersion to watch from.
@@ -340,13 +377,12 @@ impl Kube {
         &self,
         filter: &SliceFilter,
     ) -> Result<(Vec<ResourceSlice>, String), ApiError> {
-        let lp = ListParams::default().fields(&filter.field_selector());
-        let list = self.slices().list(&lp).await.map_err(|e| {
-            self.err(
-                format!("list resourceslices ({})", filter.field_selector()),
-                e,
-            )
-        })?;
+        let what = || format!("list resourceslices ({})", filter.field_selector());
+        let path = format!(
+            "{SLICES}?fieldSelector={}",
+            http::escape(&filter.field_selector())
+        );
+        let list: types::List<ResourceSlice> = self.call(&what, Method::GET, &path, None).await?;
         let rv = list.metadata.resource_version.unwrap_or_default();
         Ok((list.items, rv))
     }
@@ -359,151 +395,116 @@ impl Kube {
         resource_version: &str,
         timeout_seconds: u32,
     ) -> Result<impl Stream<Item = Result<SliceEvent, ApiError>> + use<>, ApiError> {
-        let wp = WatchParams::default()
-            .fields(&filter.field_selector())
-            .timeout(timeout_seconds);
         let what = format!("watch resourceslices ({})", filter.field_selector());
-        let me = self.clone();
-        let stream = self
-            .slices()
-            .watch(&wp, resource_version)
+        let path = format!(
+            "{SLICES}?watch=1&allowWatchBookmarks=true&fieldSelector={}&resourceVersion={}&timeoutSeconds={timeout_seconds}",
+            http::escape(&filter.field_selector()),
+            http::escape(resource_version),
+        );
+        let body = self
+            .http
+            .stream(&path)
             .await
-            .map_err(|e| self.err(what.clone(), e))?;
-        Ok(stream
-            .map_err(move |e| me.err(what.clone(), e))
-            .and_then(|ev| async move {
-                match ev {
-                    WatchEvent::Added(s) => Ok(SliceEvent::Added(s)),
-                    WatchEvent::Modified(s) => Ok(SliceEvent::Modified(s)),
-                    WatchEvent::Deleted(s) => Ok(SliceEvent::Deleted(s)),
-                    WatchEvent::Bookmark(b) => {
-                        Ok(SliceEvent::Bookmark(b.metadata.resource_version))
-                    }
-                    WatchEvent::Error(s) => Err(ApiError {
-                        what: "watch resourceslices".into(),
-                        code: Some(s.code),
-                        reason: s.reason,
-                        message: s.message,
-                        server: String::new(),
-                        token_file: String::new(),
-                    }),
-                }
-            })
-            .boxed())
+            .map_err(|f| self.err(what.clone(), f))?;
+        let idle = Duration::from_secs(timeout_seconds.into()) + WATCH_GRACE;
+        let me = self.clone();
+        // The item is the module's `Result<_, ApiError>`, as every call's answer is.
+        #[allow(clippy::result_large_err)]
+        let item = move |r: Result<SliceEvent, Failure>| r.map_err(|f| me.err(what.clone(), f));
+        Ok(watch::events(body, idle).map(item).boxed())
     }
 
     pub async fn create_slice(&self, slice: &ResourceSlice) -> Result<ResourceSlice, ApiError> {
         let name = slice.metadata.name.as_deref().unwrap_or_default();
-        self.slices()
-            .create(&PostParams::default(), slice)
-            .await
-            .map_err(|e| self.err(format!("create resourceslices/{name}"), e))
+        let what = || format!("create resourceslices/{name}");
+        self.call(&what, Method::POST, SLICES, Some(slice)).await
     }
 
     /// Replace `slice` (its metadata.resourceVersion makes it conditional).
     pub async fn update_slice(&self, slice: &ResourceSlice) -> Result<ResourceSlice, ApiError> {
         let name = slice.metadata.name.as_deref().unwrap_or_default();
-        self.slices()
-            .replace(name, &PostParams::default(), slice)
-            .await
-            .map_err(|e| self.err(format!("update resourceslices/{name}"), e))
+        let what = || format!("update resourceslices/{name}");
+        let path = format!(
+            "{SLICES}/{}",
+            segment(name).map_err(|m| self.err(what(), m))?
+        );
+        self.call(&what, Method::PUT, &path, Some(slice)).await
     }
 
     /// Delete slice `name` (only if its uid is still `uid`, when given); gone already is fine.
     pub async fn delete_slice(&self, name: &str, uid: Option<&str>) -> Result<(), ApiError> {
-        let dp = DeleteParams {
-            preconditions: uid.map(|u| Preconditions {
-                uid: Some(u.to_owned()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match self.slices().delete(name, &dp).await {
+        let what = || format!("delete resourceslices/{name}");
+        let path = format!(
+            "{SLICES}/{}",
+            segment(name).map_err(|m| self.err(what(), m))?
+        );
+        let options = serde_json::json!({
+            "apiVersion": "v1", "kind": "DeleteOptions",
+            "preconditions": uid.map(|u| serde_json::json!({"uid": u})),
+        });
+        match self
+            .call::<serde_json::Value>(&what, Method::DELETE, &path, Some(&options))
+            .await
+        {
             Ok(_) => Ok(()),
-            Err(e) => {
-                let e = self.err(format!("delete resourceslices/{name}"), e);
-                if e.is_not_found() { Ok(()) } else { Err(e) }
-            }
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
         }
     }
 }
 
-/// The token file must be readable and hold the token alone: kube sends the file's bytes
-/// verbatim (client-go trims them; kube does not), so a trailing newline would make every
-/// request fail with an unhelpful "invalid bearer token". Said here, once, with the fix.
-fn check_token_file(path: &Path) -> Result<(), String> {
-    let t =
-        std::fs::read_to_string(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
-    if t.trim().is_empty() {
-        return Err(format!("token file {} is empty", path.display()));
-    }
-    if t.trim() != t {
-        return Err(format!(
-            "token file {} has white space around the token (a trailing newline?), which would be sent as part of it: write the token alone (printf %s \"$TOKEN\" > FILE)",
-            path.display()
-        ));
-    }
-    Ok(())
+/// A request body, whatever its type (`call` takes one of several).
+trait ErasedJson: Sync {
+    fn to_json(&self) -> serde_json::Result<Vec<u8>>;
 }
 
-/// The CA file's certificates, DER.
-fn read_ca(path: &Path) -> Result<Vec<Vec<u8>>, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("CA file {}: {e}", path.display()))?;
-    let mut out = Vec::new();
-    let mut b64 = String::new();
-    let mut inside = false;
-    for line in text.lines() {
-        let line = line.trim();
-        if line == "-----BEGIN CERTIFICATE-----" {
-            inside = true;
-            b64.clear();
-        } else if line == "-----END CERTIFICATE-----" {
-            inside = false;
-            out.push(
-                base64_decode(&b64)
-                    .ok_or_else(|| format!("CA file {}: bad base64", path.display()))?,
-            );
-        } else if inside {
-            b64.push_str(line);
-        }
+impl<T: Serialize + Sync> ErasedJson for T {
+    fn to_json(&self) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(self)
     }
-    if out.is_empty() {
-        return Err(format!(
-            "CA file {}: no PEM certificate in it",
-            path.display()
-        ));
-    }
-    Ok(out)
 }
 
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
+/// `name` as one segment of a URL's path: a Kubernetes name (escaped all the same), never
+/// empty, `.` or `..`.
+fn segment(name: &str) -> Result<String, Failure> {
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(Failure::NoAnswer(format!(
+            "{name:?} is not an object's name"
+        )));
+    }
+    Ok(http::escape(name))
+}
+
+fn claim_path(namespace: &str, name: &str) -> Result<String, Failure> {
+    Ok(format!(
+        "/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims/{}",
+        segment(namespace)?,
+        segment(name)?
+    ))
+}
+
+/// The API server as a pod sees it: `KUBERNETES_SERVICE_HOST`/`_PORT`, and its service
+/// account's CA and token.
+fn in_cluster() -> Result<Target, String> {
+    let var = |k: &str| std::env::var(k).map_err(|_| format!("{k} is not set"));
+    let host = var("KUBERNETES_SERVICE_HOST")?;
+    let port = var("KUBERNETES_SERVICE_PORT")?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("KUBERNETES_SERVICE_PORT={port:?} is not a port"))?;
+    let authority = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     };
-    let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'=').collect();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
-        let mut n = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            n |= val(c)? << (18 - 6 * i);
-        }
-        let take = match chunk.len() {
-            4 => 3,
-            3 => 2,
-            2 => 1,
-            _ => return None,
-        };
-        out.extend_from_slice(&n.to_be_bytes()[1..1 + take]);
-    }
-    Some(out)
+    Ok(Target {
+        authority,
+        host,
+        port,
+        base_path: String::new(),
+        ca: PathBuf::from(SERVICE_ACCOUNT).join("ca.crt"),
+        token: PathBuf::from(SERVICE_ACCOUNT).join("token"),
+    })
 }
 
 /// One device the claim was allocated: which request it serves, and the device by driver,
@@ -551,14 +552,6 @@ pub fn reserved_pod_uids(claim: &ResourceClaim) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_round_trips_what_pem_holds() {
-        assert_eq!(base64_decode("TWFu").unwrap(), b"Man");
-        assert_eq!(base64_decode("TWE=").unwrap(), b"Ma");
-        assert_eq!(base64_decode("TQ==").unwrap(), b"M");
-        assert!(base64_decode("T!==").is_none());
-    }
 
     #[test]
     fn a_claims_allocation_and_reservations_read_as_the_driver_needs_them() {
