@@ -42,6 +42,9 @@ pub struct Plan {
     /// The KEP-5304 device metadata of the DRA claim this NIC is for, which ADD completes:
     /// where the node configuration (`dra.deviceMetadata`) and the claim's names put it.
     pub metadata: Option<rdma_host_device_core::dra::metadata::Files>,
+    /// The device plugin's env spec of this NIC (`devicePlugin.nicEnv`), which ADD completes
+    /// with the GID index if the device plugin wrote one.
+    pub nic_env: Option<NicEnv>,
     /// The host's link notifications since before the policy check: what touched the NIC
     /// until it left (checked on arrival, `uppers::arrival`).
     pub sentry: Sentry,
@@ -171,6 +174,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         p.record_into(&mut record);
     }
     let metadata = metadata_files(node, record.dra.as_ref())?;
+    let nic_env = nic_env_of(node, &record)?;
     Ok(Plan {
         host_ns,
         pod_ns,
@@ -182,6 +186,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         rdma,
         record,
         metadata,
+        nic_env,
         sentry,
         _locks: (attachment, nic_lock),
     })
@@ -245,6 +250,38 @@ pub fn metadata_files(
             ),
         )
     })
+}
+
+/// Where the device plugin's env spec of one NIC is (`rdma_host_device_core::nic_env`).
+#[derive(Debug, Clone)]
+pub struct NicEnv {
+    pub place: rdma_host_device_core::nic_env::Place,
+    /// The NIC's device ID as the node reads it.
+    pub id: String,
+}
+
+/// The device plugin's env spec the attachment `record`'s NIC may have, when the node
+/// configuration has `devicePlugin.nicEnv`: named by the NIC's own device ID as the host reads
+/// it (`Identity::of_record`: its PCI function, its auxiliary device, or a virtual link's host
+/// name), never by the `deviceID` a NAD carries, so no tenant input names a path or another
+/// NIC. None for a NIC of a DRA claim (its env is the claim's) or an ID no CDI device can
+/// have (the device plugin cannot have named it either).
+pub fn nic_env_of(
+    node: &Node,
+    record: &rdma_host_device_core::state::Record,
+) -> Result<Option<NicEnv>> {
+    if record.dra.is_some() {
+        return Ok(None);
+    }
+    let Some(place) = node.nic_env()?.and_then(|e| e.place()) else {
+        return Ok(None);
+    };
+    let id = Identity::of_record(record).device_id;
+    if let Err(e) = rdma_host_device_core::nic_env::check_id(&id) {
+        log::info!("{}: {e}; no per-NIC env", record.host_name);
+        return Ok(None);
+    }
+    Ok(Some(NicEnv { place, id }))
 }
 
 /// The DRA driver's checkpoint as ADD reads it, with where it was read from (for messages).

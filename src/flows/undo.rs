@@ -31,6 +31,11 @@ pub enum Undo {
         pool: String,
         device: String,
     },
+    /// Put the device plugin's env spec of the NIC back to generation 1.
+    ResetNicEnv {
+        env: super::plan::NicEnv,
+        rdma: Option<String>,
+    },
 }
 
 #[derive(Default)]
@@ -106,5 +111,18 @@ async fn apply(step: &Undo, places: &Places<'_>) -> Result<()> {
             .map_err(|e| {
                 rdma_host_device_core::error::io_error("resetting the device metadata", e)
             }),
+        // Lenient like DEL's: a spec that cannot be put back (ADD failed because it could not
+        // read it) is no reason to keep the record; the NIC is home either way.
+        Undo::ResetNicEnv { env, rdma } => {
+            if let Err(e) =
+                rdma_host_device_core::nic_env::update(&env.place, &env.id, rdma.as_deref(), None)
+            {
+                log::warn!(
+                    "env {}: not put back to generation 1: {e}",
+                    rdma_host_device_core::nic_env::cdi_id(&env.id)
+                );
+            }
+            Ok(())
+        }
     }
 }
