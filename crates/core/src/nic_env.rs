@@ -158,8 +158,9 @@ fn write(path: &std::path::Path, id: &str, env: Vec<String>) -> io::Result<()> {
 
 /// `Allocate`'s part for one container given `nics` (device ID, RDMA device), in order: each
 /// NIC's spec at generation 1, every one with the container's whole `NCCL_IB_HCA`. Returns the
-/// CDI IDs to name, in the same order. A NIC whose ID cannot name a CDI device is an error
-/// (the operator's pool offers it; the answer would otherwise lack its env silently).
+/// CDI IDs to name, in the same order. A NIC whose ID cannot name a CDI device (a virtual
+/// link's odd name) gets none, with a warning: ADD writes none for it either, and the
+/// container still gets its char devices and the others' env.
 pub fn allocated(place: &Place, nics: &[(&str, Option<&str>)]) -> io::Result<Vec<String>> {
     let hcas: Vec<String> = nics
         .iter()
@@ -167,15 +168,21 @@ pub fn allocated(place: &Place, nics: &[(&str, Option<&str>)]) -> io::Result<Vec
         .filter(|r| metadata::plain(r))
         .map(str::to_owned)
         .collect();
-    let paths = nics
-        .iter()
-        .map(|(id, _)| place.spec(id))
-        .collect::<io::Result<Vec<_>>>()?;
+    let mut specs = Vec::new();
+    for (id, rdma) in nics {
+        match place.spec_path(id) {
+            Ok(p) => specs.push((*id, *rdma, p)),
+            Err(e) => log::warn!("{e}: no per-NIC env for it"),
+        }
+    }
+    if specs.is_empty() {
+        return Ok(Vec::new());
+    }
     let _locked = place.lock()?;
-    for ((id, rdma), path) in nics.iter().zip(&paths) {
+    for (id, rdma, path) in &specs {
         write(path, id, env(id, &hcas, *rdma, None))?;
     }
-    Ok(nics.iter().map(|(id, _)| cdi_id(id)).collect())
+    Ok(specs.iter().map(|(id, _, _)| cdi_id(id)).collect())
 }
 
 /// The device plugin's discovery: NIC `id`'s spec at generation 1 (its own RDMA device as

@@ -154,9 +154,25 @@ fn no_id_reaches_outside_the_cdi_dir_and_a_foreign_or_forged_spec_is_refused() {
         &"a".repeat(65),
     ] {
         assert!(p.spec_path(id).is_err(), "{id:?}");
-        assert!(allocated(&p, &[(id, None)]).is_err(), "{id:?}");
+        assert_eq!(
+            allocated(&p, &[(id, None)]).unwrap(),
+            Vec::<String>::new(),
+            "{id:?}"
+        );
         assert!(update(&p, id, None, None).is_err(), "{id:?}");
     }
+    assert!(
+        !p.cdi_dir.exists(),
+        "nothing written for an ID that cannot be a CDI name"
+    );
+    // Beside a good one: its RDMA device still in the others' NCCL_IB_HCA, no name of its own.
+    let names = allocated(
+        &p,
+        &[("a b", Some("mlx5_9")), ("0000:3b:00.1", Some("mlx5_1"))],
+    )
+    .unwrap();
+    assert_eq!(names, ["rdma-host-device.io/nic=0000:3b:00.1"]);
+    assert_eq!(env_in(&p, "0000:3b:00.1")[1], "NCCL_IB_HCA==mlx5_9,mlx5_1");
     let id = "0000:3b:00.0";
     let path = p.spec_path(id).unwrap();
     // Another NIC's spec at this path, or a forged HCA list: refused, not rewritten.
