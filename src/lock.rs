@@ -18,7 +18,6 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::marker::PhantomData;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -26,7 +25,6 @@ use std::time::{Duration, Instant};
 /// How long a call waits for another one working on the same NIC or attachment. An ADD holds
 /// its locks through IPAM and GID verification (`rdma.gidTimeoutMs`, 5 s by default).
 const DEFAULT_WAIT: Duration = Duration::from_secs(15);
-const POLL: Duration = Duration::from_millis(10);
 
 /// A held lock; released (and its file unlinked) on drop, on the thread that took it.
 #[derive(Debug)]
@@ -130,21 +128,13 @@ fn take(path: &Path, max: Duration, what: &str) -> Result<Option<Guard>> {
             .map_err(io)?;
         // 0600 whatever the umask (`files::set_mode`); a lock file is ours alone.
         rdma_host_device_core::files::set_mode(&file, 0o600).map_err(io)?;
-        loop {
-            // SAFETY: flock(2) on an fd we own.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc == 0 {
-                break;
-            }
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EWOULDBLOCK) && e.raw_os_error() != Some(libc::EINTR)
-            {
-                return Err(io(e));
-            }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(POLL);
+        if !rdma_host_device_core::files::flock_within(
+            &file,
+            deadline.saturating_duration_since(Instant::now()),
+        )
+        .map_err(io)?
+        {
+            return Ok(None);
         }
         // Did the previous holder unlink the file while we waited? Then we hold a lock on a
         // file nobody else will ever open: start over on the path's current file.
@@ -170,6 +160,7 @@ fn take(path: &Path, max: Duration, what: &str) -> Result<Option<Guard>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -603,6 +603,60 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
     let gone: Vec<&str> = NICS.iter().copied().filter(|n| !c.nic_in_node(n)).collect();
     assert_eq!(gone, [NICS[0]], "the pool's NIC moved into the pod (net1)");
     assert_eq!(ids, NICS[0]);
+    // The per-NIC env (node.json's devicePlugin.nicEnv, as shipped): Allocate named
+    // rdma-host-device.io/nic=<the NIC's ID> and wrote generation 1 before the sandbox existed;
+    // ADD rewrote it as generation 2; the container, created after ADD, sees generation 2: so
+    // containerd's CDI cache had reloaded the spec by then. A veth has no RDMA device, so no
+    // NCCL_IB_HCA or NCCL_IB_GID_INDEX (the RDMA VM's group checks those).
+    let spec_path = format!("/var/run/cdi/rdma-host-device.io_nic_{}.json", NICS[0]);
+    let spec = |c: &Cluster| -> Value {
+        serde_json::from_str(&c.on_node("cat", &[&spec_path]))
+            .unwrap_or_else(|e| panic!("{spec_path}: {e}"))
+    };
+    let env_of = |v: &Value| v["devices"][0]["containerEdits"]["env"].clone();
+    assert_eq!(
+        env_of(&spec(c)),
+        json!(["RDMA_HOST_DEVICE_METADATA_GENERATION=2"]),
+        "{spec_path} after ADD"
+    );
+    assert!(
+        env.lines()
+            .any(|l| l == "RDMA_HOST_DEVICE_METADATA_GENERATION=2"),
+        "the container sees ADD's generation of the NIC's env: {env}"
+    );
+    assert!(
+        !env.contains("NCCL_IB_HCA") && !env.contains("NCCL_IB_GID_INDEX"),
+        "no RDMA device, no NCCL env: {env}"
+    );
+    // How long before containerd created the container ADD rewrote the spec (its mtime, and
+    // containerd's CreateContainer line for dp-a's container, the newest of a container `c`):
+    // the margin containerd's CDI cache, which follows the directory's inotify events in a
+    // goroutine, had to reload it.
+    let epoch = |t: &str| -> f64 {
+        c.on_node("date", &["-d", t, "+%s.%N"])
+            .trim()
+            .parse()
+            .unwrap_or_default()
+    };
+    let written: f64 = c
+        .on_node("stat", &["-c", "%.9Y", &spec_path])
+        .trim()
+        .parse()
+        .unwrap_or_default();
+    let containerd = c.log("containerd");
+    let created = containerd
+        .lines()
+        .rfind(|l| {
+            l.contains("CreateContainer within sandbox")
+                && l.contains(r#"for container name:\"c\""#)
+        })
+        .and_then(|l| l.split("time=\"").nth(1))
+        .and_then(|r| r.split('"').next())
+        .map(epoch);
+    eprintln!(
+        "dp-a: {spec_path} generation 2 written {:.3} s before containerd's CreateContainer",
+        created.map_or(f64::NAN, |t| t - written)
+    );
 
     c.apply(&rail_pod("dp-b"));
     std::thread::sleep(std::time::Duration::from_secs(5));
@@ -628,6 +682,12 @@ fn device_plugin_gives_an_unprivileged_pod_its_nic_through_multus() {
     for n in NICS {
         c.assert_home(n);
     }
+    // DEL put the NIC's env back to generation 1 (what Allocate wrote).
+    assert_eq!(
+        env_of(&spec(c)),
+        json!(["RDMA_HOST_DEVICE_METADATA_GENERATION=1"]),
+        "{spec_path} after DEL"
+    );
 }
 
 /// Issue 38 item 3 through the real scheduler, kubelet, containerd and Multus 4.3: on a node

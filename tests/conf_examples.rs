@@ -528,8 +528,7 @@ fn nccl_pod_uses_a_network_conf_defines_and_its_interface() {
     );
     // Its NIC comes from our device plugin: the resource it requests is a pool of the
     // DaemonSet's node configuration, the network it attaches names that resource (Multus then
-    // passes the allocated NIC as deviceID), and NCCL_IB_HCA is set from the variable Allocate
-    // fills with the NIC's RDMA device, not typed per node.
+    // passes the allocated NIC as deviceID).
     let c = &pod["spec"]["containers"][0];
     let limits = c["resources"]["limits"]
         .as_object()
@@ -579,9 +578,23 @@ fn nccl_pod_uses_a_network_conf_defines_and_its_interface() {
         pool.resource_name.as_str(),
         "the DeviceClass serves the pod's resource on DRA nodes"
     );
+    // NCCL_IB_HCA and NCCL_IB_GID_INDEX come from CDI on both paths (issue 38 item 2): the
+    // device plugin's per-NIC env (devicePlugin.nicEnv) and the claim's (dra.deviceMetadata),
+    // both on in the DaemonSet's node.json. The pod neither sets them nor reads a device
+    // plugin's variable (empty on a DRA node).
+    for k in ["NCCL_IB_HCA", "NCCL_IB_GID_INDEX"] {
+        assert!(
+            env.iter().all(|(n, _)| n != k),
+            "{k} comes from the node's CDI env, not the pod spec"
+        );
+    }
+    let nic_env: rdma_host_device_core::node::NicEnvConfig =
+        serde_json::from_value(node["devicePlugin"]["nicEnv"].clone())
+            .expect("the DaemonSet's node.json has devicePlugin.nicEnv");
+    assert!(nic_env.place().is_some(), "devicePlugin.nicEnv is enabled");
     assert!(
-        env.iter().all(|(n, _)| n != "NCCL_IB_HCA"),
-        "NCCL_IB_HCA comes from the allocation, not the pod spec"
+        node["dra"]["deviceMetadata"].is_object(),
+        "the DaemonSet's node.json has dra.deviceMetadata"
     );
     let (_, rdma_var) = rdma_host_device_agent::device_plugin::allocate::env_names(pool);
     let script = c["command"]
@@ -592,8 +605,12 @@ fn nccl_pod_uses_a_network_conf_defines_and_its_interface() {
         .as_str()
         .unwrap();
     assert!(
-        script.contains(&format!("NCCL_IB_HCA=\"=${{{rdma_var}}}\"")),
-        "the entrypoint sets NCCL_IB_HCA from {rdma_var}: {script}"
+        !script.contains(&rdma_var),
+        "the entrypoint reads {rdma_var}, which a DRA node does not set: {script}"
+    );
+    assert!(
+        script.contains("$NCCL_IB_HCA") && script.contains("$NCCL_IB_GID_INDEX"),
+        "the entrypoint shows the env both paths set: {script}"
     );
 }
 

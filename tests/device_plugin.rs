@@ -166,9 +166,11 @@ fn the_kubelet_gets_the_pools_nics_over_grpc_but_never_the_nodes_uplink() {
         "dev",
         &up.name,
     ]);
+    // With the per-NIC env (devicePlugin.nicEnv) in a directory of the rig's.
+    let cdi = rig.dir.path().join("cdi");
     rig.set_node(json!({"devicePlugin": {"pools": [
         {"resourceName": RESOURCE, "selectors": {"names": [a.name, b.name, up.name]}}
-    ]}}));
+    ], "nicEnv": {"cdiDir": cdi}}}));
     let mut k = Kubelet::start(sockets.path());
     let plugin = start_device_plugin(&rig, sockets.path(), devinfo.path());
 
@@ -238,6 +240,31 @@ fn the_kubelet_gets_the_pools_nics_over_grpc_but_never_the_nodes_uplink() {
         files_under(devinfo.path()),
         Vec::<PathBuf>::new(),
         "a veth has nothing for a device-info file"
+    );
+    // Each NIC's env device, by its device ID (a veth's is its name), its spec written before
+    // the answer: the runtime resolves every name it is given.
+    let nic = |n: &str| format!("rdma-host-device.io/nic={n}");
+    assert_eq!(resp[0]["cdi_devices"], json!([nic(&a.name)]), "{r}");
+    assert_eq!(
+        resp[1]["cdi_devices"],
+        json!([nic(&b.name), nic(&a.name)]),
+        "{r}"
+    );
+    let place = rdma_host_device_core::nic_env::Place {
+        cdi_dir: cdi.clone(),
+    };
+    for n in [&a.name, &b.name] {
+        let spec: Value =
+            serde_json::from_slice(&std::fs::read(place.spec_path(n).unwrap()).unwrap()).unwrap();
+        assert_eq!(
+            spec["devices"][0]["containerEdits"]["env"],
+            json!(["RDMA_HOST_DEVICE_METADATA_GENERATION=1"]),
+            "generation 1, no RDMA device on a veth: {spec}"
+        );
+    }
+    assert!(
+        !place.spec_path(&up.name).unwrap().exists(),
+        "the uplink is not offered: no spec"
     );
     // Allocate's latency as the kubelet sees it (gRPC round trip on the unix socket).
     let mut ms: Vec<f64> = (0..20)

@@ -233,6 +233,95 @@ fn deviceid_as_multus_injects_it(nad: &str) {
         .ok();
 }
 
+/// The device plugin's per-NIC env (`devicePlugin.nicEnv`, issue 38 item 2): `Allocate` wrote
+/// generation 1 of the NIC's CDI spec; ADD, given the NIC as Multus passes a device plugin's
+/// deviceID (a veth's is its name), rewrites that NIC's spec and no other as generation 2;
+/// DEL puts it back to generation 1, byte for byte; an ADD that fails after writing it
+/// (injected fault) undoes it; a spec ADD cannot read back fails ADD (strict), the NIC home.
+#[test]
+fn the_device_plugins_nic_env_is_completed_by_add_and_put_back_by_del_and_a_failed_add() {
+    use rdma_host_device_core::nic_env;
+    let rig = Rig::new();
+    let cdi = rig.dir.path().join("cdi");
+    rig.set_node(json!({"devicePlugin": {"nicEnv": {"cdiDir": cdi}}}));
+    let place = nic_env::Place { cdi_dir: cdi };
+    let (nic, other) = (rig.nic(0), rig.nic(1));
+    let pod = rig.netns(0);
+    let cid = rig.cid(0);
+    // What Allocate writes for each NIC of the pool, before any sandbox exists.
+    nic_env::allocated(&place, &[(&nic.name, None)]).unwrap();
+    nic_env::allocated(&place, &[(&other.name, None)]).unwrap();
+    let gen1 = fs::read(place.spec_path(&nic.name).unwrap()).unwrap();
+    let other_gen1 = fs::read(place.spec_path(&other.name).unwrap()).unwrap();
+    let env = |id: &str| -> Vec<String> {
+        let v: Value =
+            serde_json::from_slice(&fs::read(place.spec_path(id).unwrap()).unwrap()).unwrap();
+        serde_json::from_value(v["devices"][0]["containerEdits"]["env"].clone()).unwrap()
+    };
+    assert_eq!(env(&nic.name), ["RDMA_HOST_DEVICE_METADATA_GENERATION=1"]);
+
+    let mut conf = nad_config("rdma-rail-device-plugin.yaml");
+    localize(&rig, &mut conf, None);
+    let conf = multus_delegate(conf, Some(&nic.name), None);
+    let add = rig.call("ADD", &conf, &pod.path(), &cid, IF, &[]);
+    add.ok();
+    assert_eq!(
+        env(&nic.name),
+        ["RDMA_HOST_DEVICE_METADATA_GENERATION=2"],
+        "ADD completed the NIC's spec (a veth has no RDMA device, so no GID index)\n{add}"
+    );
+    assert_eq!(
+        fs::read(place.spec_path(&other.name).unwrap()).unwrap(),
+        other_gen1,
+        "another NIC's spec is untouched"
+    );
+    let del = rig.call("DEL", &conf, &pod.path(), &cid, IF, &[]);
+    del.ok();
+    assert_eq!(
+        fs::read(place.spec_path(&nic.name).unwrap()).unwrap(),
+        gen1,
+        "DEL: generation 1 again\n{del}"
+    );
+    rig.assert_detached(&nic, Some(&pod), &del);
+
+    // A failure after the spec was written: ADD's undo puts it back.
+    let add = rig.call(
+        "ADD",
+        &conf,
+        &pod.path(),
+        &cid,
+        IF,
+        &[("RHD_FAULT", "add:before-result:error")],
+    );
+    let e = add.err();
+    assert!(
+        e["msg"]
+            .as_str()
+            .is_some_and(|m| m.contains("injected fault")),
+        "{add}"
+    );
+    assert_eq!(
+        fs::read(place.spec_path(&nic.name).unwrap()).unwrap(),
+        gen1,
+        "{add}"
+    );
+    rig.assert_detached(&nic, Some(&pod), &add);
+    rig.call("DEL", &conf, &pod.path(), &cid, IF, &[]).ok();
+
+    // Strict: a spec ADD cannot read back as ours fails ADD, and nothing stays moved.
+    fs::write(place.spec_path(&nic.name).unwrap(), "{}").unwrap();
+    let add = rig.call("ADD", &conf, &pod.path(), &cid, IF, &[]);
+    let e = add.err_code(5);
+    assert!(
+        e["msg"].as_str().is_some_and(
+            |m| m.contains("rdma-host-device.io/nic=") && m.contains("not the spec of")
+        ),
+        "{add}"
+    );
+    rig.assert_detached(&nic, Some(&pod), &add);
+    rig.call("DEL", &conf, &pod.path(), &cid, IF, &[]).ok();
+}
+
 /// Same, for an mlx5 sub-function (auxiliary bus device name).
 #[test]
 fn nad_device_plugin_auxiliary_deviceid_not_found() {

@@ -346,8 +346,8 @@ fn pod_for_this_machine(p: &Value) -> Value {
     // the node's containerd, which is only there (Never: no pull is tried).
     c["image"] = json!(BUSYBOX);
     c["imagePullPolicy"] = json!("Never");
-    // torchrun on 8 GPUs: the same entrypoint (NCCL_IB_HCA from the device plugin's
-    // variable), then a sleep.
+    // torchrun on 8 GPUs: the same entrypoint (it prints NCCL_IB_HCA and NCCL_IB_GID_INDEX,
+    // which CDI sets), then a sleep.
     let cmd = c["command"][2].as_str().expect("sh -c SCRIPT").to_owned();
     let torchrun = "exec torchrun --nproc_per_node=8 /workspace/train.py";
     assert!(cmd.ends_with(torchrun), "pod-nccl.yaml's command: {cmd}");
@@ -763,6 +763,13 @@ fn apply_nad_and_pod(c: &Cluster, nad: &Value, p: &Value) -> String {
     assert!(
         env.lines()
             .any(|l| l == format!("RDMA_HOST_DEVICE_RAIL_IDS={NIC}")),
+        "the pod's environment: {env}"
+    );
+    // The per-NIC env of node.json's devicePlugin.nicEnv, as ADD completed it before the
+    // container was created (a veth: no RDMA device, so the generation alone).
+    assert!(
+        env.lines()
+            .any(|l| l == "RDMA_HOST_DEVICE_METADATA_GENERATION=2"),
         "the pod's environment: {env}"
     );
     name

@@ -9,7 +9,8 @@ mod conf_yaml;
 
 use rdma_host_device::cni::netconf::{OTHER_KEYS, RdmaConf, SELECTOR_KEYS};
 use rdma_host_device_core::node::{
-    CharDevices, DeviceMetadataConfig, DevicePluginConfig, DraConfig, NicPolicy, Node, Pool, Rail,
+    CharDevices, DeviceMetadataConfig, DevicePluginConfig, DraConfig, NicEnvConfig, NicPolicy,
+    Node, Pool, Rail,
 };
 use serde::de::DeserializeOwned;
 
@@ -84,6 +85,7 @@ fn every_node_configuration_key_the_parser_accepts_is_in_the_reference() {
         ("devicePlugin", fields::<DevicePluginConfig>()),
         ("devicePlugin.pools[]", fields::<Pool>()),
         ("devicePlugin.charDevices", fields::<CharDevices>()),
+        ("devicePlugin.nicEnv", fields::<NicEnvConfig>()),
         ("dra", fields::<DraConfig>()),
         ("dra.rails[]", fields::<Rail>()),
         ("dra.deviceMetadata", fields::<DeviceMetadataConfig>()),

@@ -259,7 +259,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, ledger: &mut Ledger) -> Result
     if let (Some(files), Some(dra)) = (&plan.metadata, &record.dra) {
         let attached = metadata::Attached {
             rdma_device: plan.rdma.as_ref().map(|p| p.device().to_owned()),
-            gid_indices,
+            gid_indices: gid_indices.clone(),
             network: metadata::NetworkData {
                 interface_name: env.ifname.clone(),
                 ips: ours_cidrs.clone(),
@@ -296,6 +296,51 @@ async fn attach(places: &Places<'_>, plan: &Plan, ledger: &mut Ledger) -> Result
                         files.file.display(),
                         dra.namespace,
                         dra.name
+                    ),
+                ));
+            }
+        }
+    }
+    // 9b. The device plugin's env spec of this NIC (`nic_env`), if its Allocate wrote one:
+    //     generation 2 with the GID index verified above (`NCCL_IB_GID_INDEX`). Containers
+    //     are created after ADD, and containerd's CDI cache reloads a spec on its rename.
+    if let Some(ne) = &plan.nic_env {
+        let rdma = plan.rdma.as_ref().map(|p| p.device().to_owned());
+        let attached = metadata::Attached {
+            rdma_device: rdma.clone(),
+            gid_indices: gid_indices.clone(),
+            network: metadata::NetworkData {
+                interface_name: env.ifname.clone(),
+                ips: ours_cidrs.clone(),
+                hardware_address: inside.mac.clone(),
+            },
+        };
+        ledger.took(Taken::NicEnv {
+            env: ne.clone(),
+            rdma: rdma.clone(),
+        });
+        match rdma_host_device_core::nic_env::update(
+            &ne.place,
+            &ne.id,
+            rdma.as_deref(),
+            Some(&attached),
+        ) {
+            Ok(Some(g)) => log::info!(
+                "env {} at generation {g}: GID indices {:?}",
+                rdma_host_device_core::nic_env::cdi_id(&ne.id),
+                attached.gid_indices
+            ),
+            Ok(None) => log::info!(
+                "no env spec for {} in {} (not allocated by a device plugin with nicEnv): none written",
+                ne.id,
+                ne.place.cdi_dir.display()
+            ),
+            Err(e) => {
+                return Err(Error::new(
+                    Code::Io,
+                    format!(
+                        "completing the env of {} for the pod's containers: {e}",
+                        rdma_host_device_core::nic_env::cdi_id(&ne.id)
                     ),
                 ));
             }

@@ -42,6 +42,9 @@ pub struct Plan {
     /// The KEP-5304 device metadata of the DRA claim this NIC is for, which ADD completes:
     /// where the node configuration (`dra.deviceMetadata`) and the claim's names put it.
     pub metadata: Option<rdma_host_device_core::dra::metadata::Files>,
+    /// The device plugin's env spec of this NIC (`devicePlugin.nicEnv`), which ADD completes
+    /// with the GID index if the device plugin wrote one.
+    pub nic_env: Option<super::metadata::NicEnv>,
     /// The host's link notifications since before the policy check: what touched the NIC
     /// until it left (checked on arrival, `uppers::arrival`).
     pub sentry: Sentry,
@@ -171,6 +174,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         p.record_into(&mut record);
     }
     let metadata = super::metadata::files(node, record.dra.as_ref())?;
+    let nic_env = super::metadata::nic_env_of(node, &record)?;
     Ok(Plan {
         host_ns,
         pod_ns,
@@ -182,6 +186,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         rdma,
         record,
         metadata,
+        nic_env,
         sentry,
         _locks: (attachment, nic_lock),
     })

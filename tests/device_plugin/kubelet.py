@@ -180,7 +180,7 @@ def handle(c):
         return {"ms": ms(), "responses": [{
             "envs": dict(x.envs),
             "devices": [{"container_path": d.container_path, "host_path": d.host_path, "permissions": d.permissions} for d in x.devices],
-            "mounts": len(x.mounts), "cdi_devices": len(x.cdi_devices)} for x in r.container_responses]}
+            "mounts": len(x.mounts), "cdi_devices": [d.name for d in x.cdi_devices]} for x in r.container_responses]}
     if cmd == "restart":
         global server
         server.stop(0).wait()

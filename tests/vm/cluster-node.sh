@@ -163,6 +163,40 @@ EOF
 }
 ready() { [[ $(kc get pod "$1" -o jsonpath='{.status.containerStatuses[0].ready}') == true ]]; }
 
+# gid_agrees POD IP IDX: ibv_devinfo -v and the GID table in sysfs, read in POD's container,
+# agree that index IDX holds the RoCE v2 GID of IP
+gid_agrees() {
+  local pod=$1 ip=$2 genv=$3 sysgid systype want_gid
+  if [[ -n $genv ]] && in_pod "$pod" ibv_devinfo -v -d rxe0 | grep -E "GID\[ *$genv\]:[[:space:]]*::ffff:$ip, RoCE v2" >/dev/null; then
+    ok "$pod: ibv_devinfo -v: GID[$genv] is ::ffff:$ip, RoCE v2"
+  else bad "$pod: ibv_devinfo -v has no RoCE v2 GID of $ip at index '$genv': $(in_pod "$pod" ibv_devinfo -v -d rxe0 | grep GID | xargs)"; fi
+  sysgid=$(in_pod "$pod" cat "/sys/class/infiniband/rxe0/ports/1/gids/$genv" 2>/dev/null)
+  systype=$(in_pod "$pod" cat "/sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$genv" 2>/dev/null)
+  want_gid=$(python3 -c 'import ipaddress,sys; b=ipaddress.IPv6Address("::ffff:"+sys.argv[1]).packed.hex(); print(":".join(b[i:i+4] for i in range(0,32,4)))' "$ip")
+  if [[ $sysgid == "$want_gid" && $systype == "RoCE v2" ]]; then ok "$pod: sysfs gids/$genv $sysgid, types/$genv $systype"
+  else bad "$pod: sysfs gids/$genv '$sysgid' types/$genv '$systype' (want $want_gid, RoCE v2)"; fi
+}
+# The device plugin's per-NIC env (node.json's devicePlugin.nicEnv, as shipped; issue 38 item
+# 2): Allocate named rdma-host-device.io/nic=$PCI and wrote generation 1 (NCCL_IB_HCA) before
+# the sandbox; ADD rewrote it with the GID index it verified; the container, created after ADD,
+# has NCCL_IB_GID_INDEX, and ibv_devinfo -v and sysfs in it agree with it.
+NIC_SPEC=/var/run/cdi/rdma-host-device.io_nic_$PCI.json
+spec_env() { python3 -c 'import json,sys; print(*json.load(open(sys.argv[1]))["devices"][0]["containerEdits"]["env"])' "$NIC_SPEC" 2>&1; }
+dp_env_checks() {
+  local st ip env hca genv spec
+  st=$(kc get pod dp-a -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}')
+  ip=$(python3 -c 'import json,sys; n=[s for s in json.loads(sys.argv[1]) if s.get("interface")=="net1"]; print(n[0]["ips"][0] if n else "")' "$st")
+  env=$(in_pod dp-a env | grep -E '^(NCCL_|RDMA_HOST_DEVICE_METADATA)' | sort | xargs)
+  hca=$(in_pod dp-a sh -c 'echo "$NCCL_IB_HCA"')
+  genv=$(in_pod dp-a sh -c 'echo "$NCCL_IB_GID_INDEX"')
+  spec=$(spec_env)
+  if [[ $hca == "=rxe0" && -n $genv && $env == *RDMA_HOST_DEVICE_METADATA_GENERATION=2* ]]; then ok "dp-a: env $env"
+  else bad "dp-a: env '$env'; $NIC_SPEC: $spec"; fi
+  if [[ $spec == "RDMA_HOST_DEVICE_METADATA_GENERATION=2 NCCL_IB_HCA==rxe0 NCCL_IB_GID_INDEX=$genv" ]]; then ok "dp-a: $NIC_SPEC: $spec"
+  else bad "dp-a: $NIC_SPEC: '$spec'"; fi
+  gid_agrees dp-a "$ip" "$genv"
+}
+
 # ---- the device plugin's path, on a node without rdma_cm
 case_ "device-plugin"
 WANT_DEVS=uverbs0
@@ -187,6 +221,7 @@ if wait_until 240 ready dp-a; then
     ok "dp-a: env $(grep ^RDMA_HOST_DEVICE_RAIL <<<"$env" | xargs)"
   else bad "dp-a: env: $(grep ^RDMA <<<"$env" | xargs)"; fi
   pod_checks dp-a 1
+  dp_env_checks
 else bad "dp-a not Ready"; fi
 pod_json dp-b rdma-rail '{"limits": {"rdma-host-device.io/rail": "1"}}' '[]' | kc apply -f - >/dev/null
 sleep 10
@@ -194,6 +229,9 @@ phase=$(kc get pod dp-b -o jsonpath='{.status.phase}')
 if [[ $phase == Pending ]]; then ok "dp-b, asking for the NIC dp-a holds, is Pending"; else bad "dp-b is $phase"; fi
 kc delete pod dp-a dp-b --wait=true --timeout=120s >/dev/null || bad "delete dp-a dp-b"
 home "device-plugin"
+gen1=$(spec_env)
+if [[ $gen1 == "RDMA_HOST_DEVICE_METADATA_GENERATION=1 NCCL_IB_HCA==rxe0" ]]; then ok "after DEL: $NIC_SPEC back to generation 1: $gen1"
+else bad "after DEL: $NIC_SPEC: '$gen1'"; fi
 # What the DaemonSet's containers see of the node's /dev/infiniband after devtmpfs removed it
 # (rxe0 went into dp-a and came back; dp-a's exec'd memlock above is the NRI plugin's view then):
 # a mount of the directory itself would show the removed one for good, the CDI spec would lose
@@ -373,14 +411,7 @@ print(d["metadata"]["generation"], v("rdma-host-device.io/ifName"), v("rdma-host
   genv=$(in_pod dra-a sh -c 'echo "$NCCL_IB_GID_INDEX"')
   if [[ $hca == "=rxe0" && $genv == "$idx" ]]; then ok "dra-a: env $env"
   else bad "dra-a: env '$env' (metadata gidIndex $idx)"; fi
-  if in_pod dra-a ibv_devinfo -v -d rxe0 | grep -E "GID\[ *$genv\]:[[:space:]]*::ffff:$ip, RoCE v2" >/dev/null; then
-    ok "dra-a: ibv_devinfo -v: GID[$genv] is ::ffff:$ip, RoCE v2"
-  else bad "dra-a: ibv_devinfo -v has no RoCE v2 GID of $ip at index $genv: $(in_pod dra-a ibv_devinfo -v -d rxe0 | grep GID | xargs)"; fi
-  sysgid=$(in_pod dra-a cat "/sys/class/infiniband/rxe0/ports/1/gids/$genv" 2>/dev/null)
-  systype=$(in_pod dra-a cat "/sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$genv" 2>/dev/null)
-  want_gid=$(python3 -c 'import ipaddress,sys; b=ipaddress.IPv6Address("::ffff:"+sys.argv[1]).packed.hex(); print(":".join(b[i:i+4] for i in range(0,32,4)))' "$ip")
-  if [[ $sysgid == "$want_gid" && $systype == "RoCE v2" ]]; then ok "dra-a: sysfs gids/$genv $sysgid, types/$genv $systype"
-  else bad "dra-a: sysfs gids/$genv '$sysgid' types/$genv '$systype' (want $want_gid, RoCE v2)"; fi
+  gid_agrees dra-a "$ip" "$genv"
 }
 t=$(up)
 pod_json dra-a rail-0 '{"claims": [{"name": "rails"}]}' '[{"name": "rails", "resourceClaimTemplateName": "one-rail"}]' |

@@ -10,6 +10,10 @@
 //! And directories only root may read (the state directory, which holds every attachment's
 //! `ipam` object).
 //!
+//! And the one bounded wait for an flock(2) ([`flock_within`]): the plugin's locks
+//! (`src/lock.rs`) and the env specs' (`dra::metadata`, `nic_env`) poll for it until a deadline
+//! and give up, never blocking a CNI call or the kubelet's Allocate for ever.
+//!
 //! And the modes of what the plugin and the agent create: the one the code names, whatever the
 //! umask (issue 36). The kernel applies the umask at creation (open, mkdir, a unix socket's
 //! bind), so each is created with its mode (the umask can only take bits away) and then set to
@@ -209,6 +213,63 @@ pub fn listen_unix(path: &Path, mode: u32) -> std::io::Result<std::os::unix::net
     Ok(std::os::unix::net::UnixListener::from(fd))
 }
 
+/// Take an exclusive flock(2) on `file`, polling until `max` has passed: `Ok(true)` held
+/// (released when the file closes), `Ok(false)` still someone else's at the deadline.
+pub fn flock_within(file: &fs::File, max: std::time::Duration) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    const POLL: std::time::Duration = std::time::Duration::from_millis(10);
+    let deadline = std::time::Instant::now() + max;
+    loop {
+        // SAFETY: flock(2) on a descriptor the caller owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) && e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// The directory `dir` opened (never through a symlink at its path) and flocked within `max`
+/// ([`flock_within`]): `Ok(None)` when there is no such directory; a lock still held at the
+/// deadline is an error of kind `WouldBlock` naming the directory and the wait.
+pub fn lock_dir_within(dir: &Path, max: std::time::Duration) -> std::io::Result<Option<fs::File>> {
+    let d = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+    {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("{}: {e}", dir.display()),
+            ));
+        }
+    };
+    match flock_within(&d, max) {
+        Ok(true) => Ok(Some(d)),
+        Ok(false) => Err(std::io::Error::new(
+            std::io::ErrorKind::WouldBlock,
+            format!(
+                "{} is locked by another writer for more than {} ms; try again",
+                dir.display(),
+                max.as_millis()
+            ),
+        )),
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("locking {}: {e}", dir.display()),
+        )),
+    }
+}
+
 /// Put `body` at `path` (mode 0644, whatever the umask), making its directory (0755) if needed.
 pub fn replace(path: &Path, body: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
@@ -346,6 +407,30 @@ mod tests {
         fs::set_permissions(&old, fs::Permissions::from_mode(0o755)).unwrap();
         private_dir(&old).unwrap();
         assert_eq!(mode(&old), 0o700);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_directory_lock_held_elsewhere_is_waited_for_within_the_bound_and_then_refused() {
+        let d = tmp("lockdir");
+        let other = fs::File::open(&d).unwrap();
+        assert!(flock_within(&other, std::time::Duration::ZERO).unwrap());
+        let t = std::time::Instant::now();
+        let e = lock_dir_within(&d, std::time::Duration::from_millis(100)).unwrap_err();
+        assert!(t.elapsed() >= std::time::Duration::from_millis(100));
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+        assert!(e.to_string().contains("locked by another writer"), "{e}");
+        drop(other);
+        assert!(
+            lock_dir_within(&d, std::time::Duration::ZERO)
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            lock_dir_within(&d.join("none"), std::time::Duration::ZERO)
+                .unwrap()
+                .is_none()
+        );
         let _ = fs::remove_dir_all(&d);
     }
 }

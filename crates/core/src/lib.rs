@@ -16,6 +16,7 @@ pub mod logging;
 pub mod names;
 pub mod netlink_sync;
 pub mod netns;
+pub mod nic_env;
 pub mod node;
 pub mod process;
 pub mod rdma;

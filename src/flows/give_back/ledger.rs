@@ -31,6 +31,11 @@ pub enum Taken {
         pool: String,
         device: String,
     },
+    /// ADD's part of the device plugin's env spec of the NIC: back to generation 1.
+    NicEnv {
+        env: crate::flows::metadata::NicEnv,
+        rdma: Option<String>,
+    },
 }
 
 #[derive(Default)]
@@ -109,5 +114,18 @@ async fn give_back_one(t: &Taken, places: &Places<'_>) -> Result<()> {
             .map_err(|e| {
                 rdma_host_device_core::error::io_error("resetting the device metadata", e)
             }),
+        // Lenient like DEL's: a spec that cannot be put back (ADD failed because it could not
+        // read it) is no reason to keep the record; the NIC is home either way.
+        Taken::NicEnv { env, rdma } => {
+            if let Err(e) =
+                rdma_host_device_core::nic_env::update(&env.place, &env.id, rdma.as_deref(), None)
+            {
+                log::warn!(
+                    "env {}: not put back to generation 1: {e}",
+                    rdma_host_device_core::nic_env::cdi_id(&env.id)
+                );
+            }
+            Ok(())
+        }
     }
 }

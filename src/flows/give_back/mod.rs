@@ -170,6 +170,33 @@ pub async fn release_attachment(
             Err(e) => log::warn!("device metadata: {e}"),
         }
     }
+    // The device plugin's env spec of the NIC (`nic_env`): back to generation 1, as its
+    // Allocate wrote it; the GID index ADD put there is the pod's, which no longer has the NIC.
+    // Lenient like the metadata above.
+    if let Some(r) = record {
+        match super::metadata::nic_env_of(node, r) {
+            Ok(Some(ne)) => {
+                match rdma_host_device_core::nic_env::update(
+                    &ne.place,
+                    &ne.id,
+                    r.rdma_device.as_deref(),
+                    None,
+                ) {
+                    Ok(Some(g)) => log::info!(
+                        "env {}: ADD's part taken out (generation {g})",
+                        rdma_host_device_core::nic_env::cdi_id(&ne.id)
+                    ),
+                    Ok(None) => {}
+                    Err(e) => log::warn!(
+                        "env {}: {e}",
+                        rdma_host_device_core::nic_env::cdi_id(&ne.id)
+                    ),
+                }
+            }
+            Ok(None) => {}
+            Err(e) => log::warn!("the per-NIC env: {e}"),
+        }
+    }
     match give_back_nic(&places, record).await {
         Ok(true) => {
             log::info!("NIC returned to the host");

@@ -109,6 +109,28 @@ pub fn container_response(
     r
 }
 
+/// The per-NIC env devices of one container given `nics` (`nic_env`): their specs written at
+/// generation 1 (every one with the container's `NCCL_IB_HCA`), their CDI names to answer.
+/// ADD completes each with its GID index before the container is created.
+pub fn nic_env(
+    place: &rdma_host_device_core::nic_env::Place,
+    nics: &[&Nic],
+) -> Result<Vec<CdiDevice>, String> {
+    let ids: Vec<(&str, Option<&str>)> = nics
+        .iter()
+        .map(|n| (n.id.as_str(), n.rdma_device.as_deref()))
+        .collect();
+    rdma_host_device_core::nic_env::allocated(place, &ids)
+        .map(|names| names.into_iter().map(|name| CdiDevice { name }).collect())
+        .map_err(|e| {
+            format!(
+                "cannot write the env CDI specs of {} in {} (devicePlugin.nicEnv.cdiDir): {e}; the container would name a CDI device the runtime cannot resolve",
+                ids.iter().map(|(i, _)| *i).collect::<Vec<_>>().join(","),
+                place.cdi_dir.display()
+            )
+        })
+}
+
 /// `<dir>/<resourceName, '/' as '-'>-<deviceID>-device.json` (device-info spec, section 4.1).
 pub fn device_info_path(dir: &Path, resource: &str, id: &str) -> PathBuf {
     dir.join(format!("{}-{id}-device.json", resource.replace('/', "-")))
@@ -354,6 +376,48 @@ mod tests {
             ["/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm"]
         );
         assert_eq!(r.cdi_devices[0].name, "rdma-host-device.io/rdma=uverbs1");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn allocate_names_each_nics_env_device_by_its_device_id_after_writing_its_spec() {
+        let root = std::env::temp_dir().join(format!("rhd-alloc-env-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let place = rdma_host_device_core::nic_env::Place {
+            cdi_dir: root.join("cdi"),
+        };
+        let (a, b) = (
+            nic("0000:3b:00.0", Some("mlx5_0")),
+            nic("0000:3b:00.1", Some("mlx5_1")),
+        );
+        let names: Vec<String> = nic_env(&place, &[&a, &b])
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "rdma-host-device.io/nic=0000:3b:00.0",
+                "rdma-host-device.io/nic=0000:3b:00.1"
+            ]
+        );
+        for n in [&a, &b] {
+            assert!(
+                place.spec_path(&n.id).unwrap().is_file(),
+                "resolves before ADD"
+            );
+        }
+        // A directory it cannot write: the kubelet is told why (the name would not resolve).
+        std::fs::write(root.join("file"), "").unwrap();
+        let bad = rdma_host_device_core::nic_env::Place {
+            cdi_dir: root.join("file/cdi"),
+        };
+        let e = nic_env(&bad, &[&a]).unwrap_err();
+        assert!(
+            e.contains("devicePlugin.nicEnv.cdiDir") && e.contains("0000:3b:00.0"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 

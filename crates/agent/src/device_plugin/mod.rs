@@ -116,6 +116,7 @@ pub fn run(opts: &Options) -> Result<()> {
             Arc::new(Plugin {
                 pool: p.clone(),
                 chars: dp.char_devices,
+                nic_env: dp.nic_env.as_ref().and_then(|e| e.place()),
                 device_info_dir: opts.device_info_dir.clone(),
                 sys: PathBuf::from("/sys"),
                 nics: Mutex::new(BTreeMap::new()),
@@ -252,6 +253,39 @@ impl Watcher {
                     );
                 }
                 known.insert(nic.id.clone(), nic);
+            }
+            if let Some(place) = &p.nic_env {
+                for nic in known.values() {
+                    self.ensure_env(place, nic);
+                }
+            }
+        }
+    }
+
+    /// NIC `nic`'s env spec at generation 1 if it has none (`nic_env::ensure`): a CDI name the
+    /// kubelet's checkpoint still gives containers after a node restart (`/var/run/cdi` is a
+    /// tmpfs) resolves again. Failures are logged once until they change.
+    fn ensure_env(
+        &mut self,
+        place: &rdma_host_device_core::nic_env::Place,
+        nic: &rdma_host_device_core::inventory::Nic,
+    ) {
+        match rdma_host_device_core::nic_env::ensure(place, &nic.id, nic.rdma_device.as_deref()) {
+            Ok(true) => log::info!(
+                "{} written at generation 1 (the NIC had no env spec)",
+                rdma_host_device_core::nic_env::cdi_id(&nic.id)
+            ),
+            Ok(false) => {}
+            Err(e) => {
+                let e = format!(
+                    "cannot write the env spec of {} in {}: {e}; a container given it will not be created",
+                    nic.id,
+                    place.cdi_dir.display()
+                );
+                if !self.notes.contains(&e) {
+                    log::warn!("{e}");
+                    self.notes.push(e);
+                }
             }
         }
     }

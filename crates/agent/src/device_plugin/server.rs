@@ -35,6 +35,8 @@ const REGISTER_RETRY_MAX: Duration = Duration::from_secs(10);
 pub struct Plugin {
     pub pool: Pool,
     pub chars: CharDevices,
+    /// Where the per-NIC env specs go (`devicePlugin.nicEnv`): `Allocate` names each NIC's.
+    pub nic_env: Option<rdma_host_device_core::nic_env::Place>,
     pub device_info_dir: PathBuf,
     /// `/sys` (a fake tree in unit tests).
     pub sys: PathBuf,
@@ -129,7 +131,14 @@ impl Plugin {
                     log::warn!("{e} (Multus will not see {}'s device-info)", nic.id);
                 }
             }
-            let r = allocate::container_response(&self.pool, &nics, self.chars, &self.sys);
+            let mut r = allocate::container_response(&self.pool, &nics, self.chars, &self.sys);
+            if let Some(place) = &self.nic_env {
+                r.cdi_devices
+                    .extend(allocate::nic_env(place, &nics).map_err(|e| {
+                        log::error!("allocating {}: {e}", c.devices_ids.join(","));
+                        Status::internal(e)
+                    })?);
+            }
             log::info!(
                 "allocated {} to a container: {} char device(s), {}",
                 c.devices_ids.join(","),

@@ -35,7 +35,6 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::DRIVER;
@@ -351,7 +350,7 @@ pub fn metadata_spec(files: &Files, container_path: &str) -> serde_json::Value {
 
 /// An RDMA device name fit for an env value: what the kernel allows and NCCL's list syntax
 /// does not use (`,`, `:`, `=`, `^`).
-fn plain(name: &str) -> bool {
+pub(crate) fn plain(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name
@@ -404,12 +403,18 @@ pub fn env_of(requests: &[DeviceMetadata]) -> Vec<String> {
 
 /// Our CDI spec with the claim's environment.
 pub fn env_spec(files: &Files, requests: &[DeviceMetadata]) -> serde_json::Value {
+    cdi_env_spec(CDI_ENV_KIND, &files.env_name, env_of(requests))
+}
+
+/// A CDI spec of one device, `kind`=`name`, whose edits are only `env`: the claim's here, a
+/// NIC's in `nic_env`.
+pub fn cdi_env_spec(kind: &str, name: &str, env: Vec<String>) -> serde_json::Value {
     serde_json::json!({
         "cdiVersion": CDI_VERSION,
-        "kind": CDI_ENV_KIND,
+        "kind": kind,
         "devices": [{
-            "name": files.env_name,
-            "containerEdits": {"env": env_of(requests)},
+            "name": name,
+            "containerEdits": {"env": env},
         }],
     })
 }
@@ -444,32 +449,19 @@ pub fn write_env(files: &Files) -> io::Result<()> {
     write(&files.env_spec, &pretty(&env_spec(files, &requests)))
 }
 
-/// The claim's directory, locked (flock, released when the returned file closes): ADD and
-/// DEL of the claim's devices (two pods of a shared claim) rewrite its files one at a time.
-/// `None` when there is no such directory.
+/// How long a rewrite waits for another one of the same claim (or NIC: `nic_env`): the
+/// writes take milliseconds, so a longer wait is a writer stuck, and ADD fails (undone) rather
+/// than hang its sandbox.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The claim's directory, locked (flock within [`LOCK_WAIT`], released when the returned file
+/// closes): ADD and DEL of the claim's devices (two pods of a shared claim) rewrite its files
+/// one at a time. `None` when there is no such directory.
 fn lock_claim(files: &Files) -> io::Result<Option<fs::File>> {
-    let dir = match fs::OpenOptions::new()
-        .read(true)
-        .custom_flags_dir()
-        .open(&files.claim_dir)
-    {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(io::Error::new(
-                e.kind(),
-                format!("{}: {e}", files.claim_dir.display()),
-            ));
-        }
-    };
-    // SAFETY: flock on a descriptor we own; released when it closes.
-    if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Some(dir))
+    crate::files::lock_dir_within(&files.claim_dir, LOCK_WAIT)
 }
 
-fn write(path: &Path, body: &[u8]) -> io::Result<()> {
+pub(crate) fn write(path: &Path, body: &[u8]) -> io::Result<()> {
     crate::files::replace(path, body)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
 }
@@ -494,7 +486,7 @@ pub fn prepare(
     Ok([files.metadata_cdi_id(), files.env_cdi_id()])
 }
 
-fn pretty(v: &serde_json::Value) -> Vec<u8> {
+pub(crate) fn pretty(v: &serde_json::Value) -> Vec<u8> {
     serde_json::to_vec_pretty(v).unwrap_or_default()
 }
 
@@ -670,18 +662,6 @@ pub fn update_device(
     write(&files.file, &dm.encode())?;
     write_env(files)?;
     Ok(Some(dm.metadata.generation))
-}
-
-/// Opening a directory without following a symlink at its path.
-trait DirFlags {
-    fn custom_flags_dir(&mut self) -> &mut Self;
-}
-
-impl DirFlags for fs::OpenOptions {
-    fn custom_flags_dir(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-    }
 }
 
 #[cfg(test)]

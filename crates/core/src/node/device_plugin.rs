@@ -15,6 +15,59 @@ pub struct DevicePluginConfig {
     /// Which RDMA management char devices `Allocate` hands out beside `uverbsN` and `rdma_cm`.
     #[serde(default)]
     pub char_devices: CharDevices,
+    /// Per NIC a CDI device of env (`nic_env`): `Allocate` names it and writes its spec, ADD
+    /// completes it with the RoCE v2 GID index it verified (`NCCL_IB_GID_INDEX`). Absent: none.
+    #[serde(default)]
+    pub nic_env: Option<NicEnvConfig>,
+}
+
+/// `devicePlugin.nicEnv`: where the per-NIC env CDI specs go. The device plugin writes them
+/// (generation 1, at `Allocate` and for every NIC of its pools that has none), ADD and DEL
+/// rewrite them (which read only this key of `devicePlugin`): the path is the node's, made
+/// from this directory and the NIC's own device ID, never from a network configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NicEnvConfig {
+    /// Off: no spec, no CDI name.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Where the runtime reads CDI specs.
+    #[serde(default = "default_cdi_dir")]
+    pub cdi_dir: std::path::PathBuf,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_cdi_dir() -> std::path::PathBuf {
+    super::dra::DEFAULT_CDI_DIR.into()
+}
+
+impl Default for NicEnvConfig {
+    fn default() -> Self {
+        NicEnvConfig {
+            enabled: true,
+            cdi_dir: default_cdi_dir(),
+        }
+    }
+}
+
+impl NicEnvConfig {
+    /// The same rule as `dra.deviceMetadata.cdiDir`'s ([`super::dirs::check_node_dir`]).
+    pub(super) fn check(&self) -> std::result::Result<(), String> {
+        super::dirs::check_node_dir("devicePlugin.nicEnv.cdiDir", &self.cdi_dir)
+    }
+
+    /// Where the specs go, when enabled.
+    pub fn place(&self) -> Option<crate::nic_env::Place> {
+        self.enabled.then(|| crate::nic_env::Place {
+            cdi_dir: self.cdi_dir.clone(),
+        })
+    }
+
+    pub(super) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"enabled": self.enabled, "cdiDir": self.cdi_dir})
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -107,6 +160,9 @@ pub fn check_resource_name(r: &str) -> std::result::Result<(), String> {
 impl DevicePluginConfig {
     /// What is wrong with it, for `node-config` and the device plugin's start.
     pub(super) fn check(&self) -> std::result::Result<(), String> {
+        if let Some(e) = &self.nic_env {
+            e.check()?;
+        }
         if self.pools.is_empty() {
             return Err("devicePlugin.pools is empty: give at least one pool".into());
         }

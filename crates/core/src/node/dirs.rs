@@ -28,6 +28,18 @@ pub(super) fn real_path(p: &Path) -> PathBuf {
     }
 }
 
+/// A directory of the node's that the plugin or the agent writes files in (`cdiDir`,
+/// `pluginDataDir`): absolute, without `..`, and one [`check_own_dir`] allows.
+pub(super) fn check_node_dir(key: &str, dir: &Path) -> std::result::Result<(), String> {
+    if !dir.is_absolute() || has_dotdot(dir) {
+        return Err(format!(
+            "{key} {} must be an absolute path without '..'",
+            dir.display()
+        ));
+    }
+    check_own_dir(key, dir)
+}
+
 pub(super) fn has_dotdot(p: &Path) -> bool {
     p.components()
         .any(|c| matches!(c, std::path::Component::ParentDir))

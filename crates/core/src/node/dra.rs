@@ -79,19 +79,8 @@ impl Default for DeviceMetadataConfig {
 
 impl DeviceMetadataConfig {
     pub(super) fn check(&self) -> std::result::Result<(), String> {
-        for (key, dir) in [
-            ("dra.deviceMetadata.pluginDataDir", &self.plugin_data_dir),
-            ("dra.deviceMetadata.cdiDir", &self.cdi_dir),
-        ] {
-            if !dir.is_absolute() || super::has_dotdot(dir) {
-                return Err(format!(
-                    "{key} {} must be an absolute path without '..'",
-                    dir.display()
-                ));
-            }
-            super::check_own_dir(key, dir)?;
-        }
-        Ok(())
+        super::dirs::check_node_dir("dra.deviceMetadata.pluginDataDir", &self.plugin_data_dir)?;
+        super::dirs::check_node_dir("dra.deviceMetadata.cdiDir", &self.cdi_dir)
     }
 
     /// Where the files go, when enabled.

@@ -21,7 +21,7 @@ mod ipam;
 mod memlock;
 mod nics;
 use crate::error::{Code, Error, Result};
-pub use device_plugin::{CharDevices, DevicePluginConfig, Pool, check_resource_name};
+pub use device_plugin::{CharDevices, DevicePluginConfig, NicEnvConfig, Pool, check_resource_name};
 pub use dirs::{RUN_DIR, path_under};
 use dirs::{check_own_dir, has_dotdot};
 pub use dra::{DeviceMetadataConfig, DraConfig, Rail};
@@ -263,6 +263,9 @@ impl Node {
                     "cdi": dp.char_devices.cdi,
                 },
             });
+            if let Some(e) = &dp.nic_env {
+                v["devicePlugin"]["nicEnv"] = e.to_json();
+            }
         }
         if let Ok(Some(d)) = self.dra() {
             v["dra"] = d.to_json();
@@ -417,6 +420,28 @@ impl Node {
             m.check().map_err(bad)?;
         }
         Ok(only.device_metadata)
+    }
+
+    /// `devicePlugin.nicEnv` alone, parsed and checked; `None` without it (no per-NIC env):
+    /// what ADD and DEL read of `devicePlugin` (the rest is the device plugin's, and not parsed
+    /// on every CNI call, nor stopped by a mistake in it).
+    pub fn nic_env(&self) -> Result<Option<NicEnvConfig>> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Only {
+            #[serde(default)]
+            nic_env: Option<NicEnvConfig>,
+        }
+        let Some(text) = &self.device_plugin_json else {
+            return Ok(None);
+        };
+        let bad = |what: String| self.invalid(what);
+        let only: Only =
+            serde_json::from_str(text).map_err(|e| bad(format!("devicePlugin: {e}")))?;
+        if let Some(e) = &only.nic_env {
+            e.check().map_err(bad)?;
+        }
+        Ok(only.nic_env)
     }
 
     /// The `gc` section, parsed and checked; `None` without one.

@@ -574,6 +574,68 @@ fn add_reads_only_dra_device_metadata() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What ADD reads of `devicePlugin`: `nicEnv` alone (a bad pool is the device plugin's to
+/// refuse), checked as `dra.deviceMetadata.cdiDir` is, and no per-NIC env without the key.
+#[test]
+fn add_reads_only_device_plugin_nic_env_checked_like_the_dra_cdi_dir() {
+    let dir = std::env::temp_dir().join(format!("rhd-node-nicenv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("node.json");
+    let load = |body: &str| {
+        std::fs::write(&p, body).unwrap();
+        Node::from_file(&p, true).unwrap().nic_env()
+    };
+    assert_eq!(load("{}").unwrap(), None);
+    assert_eq!(load(r#"{"devicePlugin":{"pools":[]}}"#).unwrap(), None);
+    let e = load(r#"{"devicePlugin":{"pools":[],"nicEnv":{}}}"#)
+        .unwrap()
+        .unwrap();
+    assert_eq!(e, NicEnvConfig::default());
+    assert_eq!(e.place().unwrap().cdi_dir, Path::new("/var/run/cdi"));
+    let off = load(r#"{"devicePlugin":{"nicEnv":{"enabled":false}}}"#)
+        .unwrap()
+        .unwrap();
+    assert_eq!(off.place(), None);
+    for (body, says) in [
+        (
+            r#"{"devicePlugin":{"nicEnv":{"cdiDir":"/etc/cdi"}}}"#,
+            "devicePlugin.nicEnv.cdiDir /etc/cdi is inside /etc",
+        ),
+        (
+            r#"{"devicePlugin":{"nicEnv":{"cdiDir":"/"}}}"#,
+            "system directory",
+        ),
+        (
+            r#"{"devicePlugin":{"nicEnv":{"cdiDir":"run/cdi"}}}"#,
+            "must be an absolute path",
+        ),
+        (
+            r#"{"devicePlugin":{"nicEnv":{"cdiDir":"/var/run/cdi/../../etc"}}}"#,
+            "without '..'",
+        ),
+        (
+            r#"{"devicePlugin":{"nicEnv":{"dir":"/x"}}}"#,
+            "unknown field",
+        ),
+    ] {
+        let e = load(body).unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig, "{body}");
+        assert!(e.msg.contains(says), "{body}: {}", e.msg);
+        // The device plugin refuses the same.
+        let full = body.replace(
+            r#"{"devicePlugin":{"#,
+            r#"{"devicePlugin":{"pools":[{"resourceName":"a.io/r","selectors":{"names":["x"]}}],"#,
+        );
+        std::fs::write(&p, full).unwrap();
+        let e = Node::from_file(&p, true)
+            .unwrap()
+            .device_plugin()
+            .unwrap_err();
+        assert!(e.msg.contains(says), "{body}: {}", e.msg);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_resource_served_through_dra_may_not_be_a_device_plugin_pool_too() {
     let pool = |name: &str| {
