@@ -265,6 +265,21 @@ nri_kill() {
   done
 }
 KILLS=/tmp/nri-kills KILLING=/tmp/nri-killing
+# nri_back POD: stop killing the NRI plugin; POD must then start, its kubectl exec'd processes
+# with the node's memlock; then it is deleted.
+nri_back() {
+  local pod=$1 l2
+  rm -f "$KILLING"
+  wait "$KILLER"
+  echo "  ..   the NRI plugin killed $(wc -l <"$KILLS") time(s) in $(since "$t") s"
+  if wait_until 300 ready "$pod"; then
+    ok "$pod Ready $(since "$t") s after apply, once the NRI plugin was back"
+    l2=$(in_pod "$pod" sh -c 'ulimit -l')
+    if [[ $l2 == "$(want_l)" ]]; then ok "$pod: ulimit -l in kubectl exec: $l2"
+    else bad "$pod: ulimit -l in kubectl exec: $l2, node.json says $MEMLOCK"; fi
+  else bad "$pod not Ready after the NRI plugin came back"; fi
+  kc delete pod "$pod" --wait=true --timeout=120s >/dev/null || bad "delete $pod"
+}
 : >"$KILLS"
 touch "$KILLING"
 # Killed until fc-a has been refused (at most 150 s): under TCG a pod's sandbox (ADD, Multus)
@@ -281,16 +296,7 @@ refused() {
 if wait_until 140 refused; then ok "fc-a refused while the NRI plugin is away: required plugin \"rdma-host-device\" not present"
 else bad "fc-a: no refusal in its events: $(kc get events --field-selector involvedObject.name=fc-a 2>&1 | tail -5)"; fi
 if ready fc-a; then bad "fc-a started while the NRI plugin was being killed"; fi
-rm -f "$KILLING"
-wait "$KILLER"
-echo "  ..   the NRI plugin killed $(wc -l <"$KILLS") time(s) in $(since "$t") s"
-if wait_until 300 ready fc-a; then
-  ok "fc-a Ready $(since "$t") s after apply, once the NRI plugin was back"
-  l2=$(in_pod fc-a sh -c 'ulimit -l')
-  if [[ $l2 == "$(want_l)" ]]; then ok "fc-a: ulimit -l in kubectl exec: $l2"
-  else bad "fc-a: ulimit -l in kubectl exec: $l2, node.json says $MEMLOCK"; fi
-else bad "fc-a not Ready after the NRI plugin came back"; fi
-kc delete pod fc-a --wait=true --timeout=120s >/dev/null || bad "delete fc-a"
+nri_back fc-a
 kc delete -f "$REPO/conf/k8s/fail-closed.yaml" >/dev/null || bad "delete fail-closed.yaml"
 home "fail-closed"
 
@@ -467,16 +473,7 @@ hook_refused() {
 }
 if wait_until 140 hook_refused; then ok "fh-a refused by the hook while the NRI plugin is away: $(hook_refused | grep -o 'memlock-hook: refusing container[^:]*: its OCI spec gives it no RLIMIT_MEMLOCK of [^ ]* ([^)]*)' | head -1)"
 else bad "fh-a: no refusal by the hook in its events: $(kc get events --field-selector involvedObject.name=fh-a 2>&1 | tail -5)"; fi
-rm -f "$KILLING"
-wait "$KILLER"
-echo "  ..   the NRI plugin killed $(wc -l <"$KILLS") time(s) in $(since "$t") s"
-if wait_until 300 ready fh-a; then
-  ok "fh-a Ready $(since "$t") s after apply, once the NRI plugin was back"
-  l2=$(in_pod fh-a sh -c 'ulimit -l')
-  if [[ $l2 == "$(want_l)" ]]; then ok "fh-a: ulimit -l in kubectl exec: $l2"
-  else bad "fh-a: ulimit -l in kubectl exec: $l2, node.json says $MEMLOCK"; fi
-else bad "fh-a not Ready after the NRI plugin came back"; fi
-kc delete pod fh-a --wait=true --timeout=120s >/dev/null || bad "delete fh-a"
+nri_back fh-a
 home "fail-closed-hook"
 
 echo "=== the whole job: $(since "$T0") s"

@@ -410,6 +410,8 @@ mod tests {
             root.join("cdi/spec.json"),
         );
         let add = |n: &str, ibdev: &str| fake_uverbs(&sys, &dev, n, ibdev);
+        let refresh_now =
+            |m: Memlock| refresh(&out, &sys, &DevDir::at(&dev), &test_hook(m)).unwrap();
         let names = || -> Vec<String> {
             let v: Value = serde_json::from_slice(&fs::read(&out).unwrap()).unwrap();
             v["devices"]
@@ -420,62 +422,17 @@ mod tests {
                 .collect()
         };
         add("uverbs0", "mlx5_0");
-        assert_eq!(
-            refresh(
-                &out,
-                &sys,
-                &DevDir::at(&dev),
-                &test_hook(Memlock::Unlimited)
-            )
-            .unwrap(),
-            Some(1)
-        );
-        assert_eq!(
-            refresh(
-                &out,
-                &sys,
-                &DevDir::at(&dev),
-                &test_hook(Memlock::Unlimited)
-            )
-            .unwrap(),
-            None
-        );
+        assert_eq!(refresh_now(Memlock::Unlimited), Some(1));
+        assert_eq!(refresh_now(Memlock::Unlimited), None);
         // A device loaded later: its name appears.
         add("uverbs1", "mlx5_1");
-        assert_eq!(
-            refresh(
-                &out,
-                &sys,
-                &DevDir::at(&dev),
-                &test_hook(Memlock::Unlimited)
-            )
-            .unwrap(),
-            Some(2)
-        );
+        assert_eq!(refresh_now(Memlock::Unlimited), Some(2));
         assert_eq!(names(), ["uverbs0", "uverbs1"]);
         // mlx5_0 moved into a pod (gone from this sysfs, its node still there): kept.
         fs::remove_dir_all(sys.join("class/infiniband_verbs/uverbs0")).unwrap();
-        assert_eq!(
-            refresh(
-                &out,
-                &sys,
-                &DevDir::at(&dev),
-                &test_hook(Memlock::Unlimited)
-            )
-            .unwrap(),
-            None
-        );
+        assert_eq!(refresh_now(Memlock::Unlimited), None);
         // A new memlock policy is a change.
-        assert_eq!(
-            refresh(
-                &out,
-                &sys,
-                &DevDir::at(&dev),
-                &test_hook(Memlock::Bytes(1 << 30))
-            )
-            .unwrap(),
-            Some(2)
-        );
+        assert_eq!(refresh_now(Memlock::Bytes(1 << 30)), Some(2));
         let _ = fs::remove_dir_all(&root);
     }
 
@@ -567,41 +524,22 @@ mod tests {
             root.join("cdi/spec.json"),
         );
         let name = |n: &str, ibdev: &str| fake_uverbs(&sys, &dev, n, ibdev);
+        let refresh_now =
+            |m: Memlock| refresh(&out, &sys, &DevDir::at(&dev), &test_hook(m)).unwrap();
         name("uverbs0", "mlx5_0");
         name("uverbs1", "mlx5_1");
-        assert_eq!(
-            refresh(
-                &out,
-                &sys,
-                &DevDir::at(&dev),
-                &test_hook(Memlock::Unlimited)
-            )
-            .unwrap(),
-            Some(2)
-        );
+        assert_eq!(refresh_now(Memlock::Unlimited), Some(2));
         let before = fs::read(&out).unwrap();
         name("uverbs0", "mlx5_1");
         name("uverbs1", "mlx5_0");
         assert_eq!(
-            refresh(
-                &out,
-                &sys,
-                &DevDir::at(&dev),
-                &test_hook(Memlock::Unlimited)
-            )
-            .unwrap(),
+            refresh_now(Memlock::Unlimited),
             None,
             "a swap of names is no change"
         );
         name("uverbs1", "bad name/\u{1b}[31m");
         assert_eq!(
-            refresh(
-                &out,
-                &sys,
-                &DevDir::at(&dev),
-                &test_hook(Memlock::Unlimited)
-            )
-            .unwrap(),
+            refresh_now(Memlock::Unlimited),
             None,
             "a name CDI refuses is no change"
         );

@@ -27,11 +27,11 @@
 use super::api::{self, path};
 use super::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice};
 use super::nics::{NicRef, Nics};
+use crate::kube::ResourceClaim;
 use crate::kubelet_grpc::registration::{PluginInfo, PluginWatcher};
 use crate::kubelet_grpc::{self, socket, unary};
 use futures::future::BoxFuture;
 use rdma_host_device_core::dra::metadata;
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,23 +54,6 @@ pub trait ClaimSource: Send + Sync {
     ) -> BoxFuture<'a, Result<serde_json::Value, String>>;
 }
 
-/// What prepare reads of a ResourceClaim (`resource.k8s.io/v1`), in the API's own JSON.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct ResourceClaim {
-    #[serde(default)]
-    pub metadata: Metadata,
-    #[serde(default)]
-    pub status: ClaimStatus,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Metadata {
-    #[serde(default)]
-    pub uid: String,
-    #[serde(default)]
-    pub annotations: std::collections::BTreeMap<String, String>,
-}
-
 /// The annotation the scheduler puts on the claim it makes for a pod's DRA-backed extended
 /// resources (`resource.kubernetes.io/extended-resource-claim`, KEP-5004).
 pub const EXTENDED_RESOURCE_CLAIM: &str = "resource.kubernetes.io/extended-resource-claim";
@@ -78,67 +61,37 @@ pub const EXTENDED_RESOURCE_CLAIM: &str = "resource.kubernetes.io/extended-resou
 /// which names the metadata file's directory in the container.
 pub const POD_CLAIM_NAME: &str = "resource.kubernetes.io/pod-claim-name";
 
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClaimStatus {
-    pub allocation: Option<Allocation>,
-    #[serde(default)]
-    pub reserved_for: Vec<Consumer>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Allocation {
-    #[serde(default)]
-    pub devices: AllocatedDevices,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct AllocatedDevices {
-    #[serde(default)]
-    pub results: Vec<AllocationResult>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct AllocationResult {
-    #[serde(default)]
-    pub request: String,
-    #[serde(default)]
-    pub driver: String,
-    #[serde(default)]
-    pub pool: String,
-    #[serde(default)]
-    pub device: String,
-}
-
-/// `status.reservedFor[]`: who may use the claim.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Consumer {
-    #[serde(default)]
-    pub api_group: String,
-    #[serde(default)]
-    pub resource: String,
-    #[serde(default)]
-    pub uid: String,
-}
-
-impl ResourceClaim {
+/// What prepare reads of a claim: the one model of a ResourceClaim (`crate::kube`'s), read
+/// through these.
+trait ClaimFacts {
     /// The UIDs of the pods (core group, resource `pods`) the claim is reserved for.
-    pub fn pods(&self) -> Vec<String> {
-        self.status
-            .reserved_for
-            .iter()
-            .filter(|c| c.api_group.is_empty() && c.resource == "pods" && !c.uid.is_empty())
-            .map(|c| c.uid.clone())
+    fn pods(&self) -> Vec<String>;
+    /// Whether the scheduler made it for a pod's extended resources (its annotation `"true"`).
+    fn is_extended_resource(&self) -> bool;
+    /// One of its annotations.
+    fn annotation(&self, key: &str) -> Option<String>;
+}
+
+impl ClaimFacts for ResourceClaim {
+    fn pods(&self) -> Vec<String> {
+        crate::kube::reserved_pod_uids(self)
+            .into_iter()
+            .filter(|u| !u.is_empty())
             .collect()
     }
 
-    /// Whether the scheduler made it for a pod's extended resources (its annotation `"true"`).
-    pub fn is_extended_resource(&self) -> bool {
-        self.metadata
-            .annotations
-            .get(EXTENDED_RESOURCE_CLAIM)
+    fn is_extended_resource(&self) -> bool {
+        self.annotation(EXTENDED_RESOURCE_CLAIM)
             .is_some_and(|v| v == "true")
+    }
+
+    fn annotation(&self, key: &str) -> Option<String> {
+        self.metadata
+            .other
+            .get("annotations")
+            .and_then(|a| a.get(key))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
     }
 }
 
@@ -248,16 +201,17 @@ impl Driver {
             return Ok(answer(&known));
         }
         let claim = read?;
-        let alloc = claim
+        if claim
             .status
-            .allocation
             .as_ref()
-            .ok_or_else(|| format!("claim {}/{} is not allocated", c.namespace, c.name))?;
+            .and_then(|s| s.allocation.as_ref())
+            .is_none()
+        {
+            return Err(format!("claim {}/{} is not allocated", c.namespace, c.name));
+        }
         let mut devices = Vec::new();
         let mut nics = Vec::new();
-        for r in alloc
-            .devices
-            .results
+        for r in crate::kube::allocated_devices(&claim)
             .iter()
             .filter(|r| r.driver == self.name)
         {
@@ -297,7 +251,7 @@ impl Driver {
             metadata: false,
         };
         if let Some(place) = &self.metadata {
-            let pod_claim_name = claim.metadata.annotations.get(POD_CLAIM_NAME).cloned();
+            let pod_claim_name = claim.annotation(POD_CLAIM_NAME);
             write_metadata(place, &c.uid, &mut prepared, &nics, pod_claim_name)?;
         }
         cp.claims.insert(c.uid.clone(), prepared.clone());
@@ -348,10 +302,11 @@ impl Driver {
                 c.namespace, c.name
             )
         })?;
-        if claim.metadata.uid != c.uid {
+        let uid = claim.metadata.uid.as_deref().unwrap_or("");
+        if uid != c.uid {
             return Err(format!(
-                "claim {}/{} has UID {}, not {} (deleted and created again?)",
-                c.namespace, c.name, claim.metadata.uid, c.uid
+                "claim {}/{} has UID {uid}, not {} (deleted and created again?)",
+                c.namespace, c.name, c.uid
             ));
         }
         Ok(claim)
@@ -362,7 +317,7 @@ impl Driver {
         &self,
         cp: &Checkpoint,
         c: &api::Claim,
-        r: &AllocationResult,
+        r: &crate::kube::AllocatedDevice,
     ) -> Result<NicRef, String> {
         let nic = self.nics.find(&r.device).await?.ok_or_else(|| {
             format!(
