@@ -40,7 +40,7 @@ fn yes() -> bool {
     true
 }
 fn default_cdi_dir() -> std::path::PathBuf {
-    super::dra::DEFAULT_CDI_DIR.into()
+    super::dirs::DEFAULT_CDI_DIR.into()
 }
 
 impl Default for NicEnvConfig {

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 /// working directory, node-wide locks): never IPAM's.
 pub const RUN_DIR: &str = "/run/rdma-host-device";
 
+/// Where CDI specs go unless the node says otherwise (both kubelet halves' `cdiDir`): the
+/// directory containerd and CRI-O read, a tmpfs.
+pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
+
 /// `p` with every symlink of its longest existing ancestor resolved (the file the kernel
 /// would grant a rule on), the missing rest appended as written.
 pub(super) fn real_path(p: &Path) -> PathBuf {

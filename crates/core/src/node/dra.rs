@@ -59,7 +59,7 @@ fn yes() -> bool {
     true
 }
 pub const DEFAULT_PLUGIN_DATA_DIR: &str = "/var/lib/kubelet/plugins/rdma-host-device.io";
-pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
+pub use super::dirs::DEFAULT_CDI_DIR;
 fn default_plugin_data_dir() -> std::path::PathBuf {
     DEFAULT_PLUGIN_DATA_DIR.into()
 }
