@@ -119,7 +119,10 @@ VM=1
 
 if [[ $VM == 1 ]]; then
   "$REPO/tests/vm/vm.sh" --prepare >/dev/null ||
-    { echo "demo: preparing the VM failed (scripts/demo.sh --no-vm skips it)" >&2; exit 1; }
+    { echo "demo: preparing the VM failed: tests/vm/vm.sh's last words above say what and what to do." >&2
+      echo "demo: 'tests/vm/vm.sh --print-uris' shows the kernel set it chooses and where apt fetches it;" >&2
+      echo "demo: 'scripts/cold-check.sh kernel' checks it from an empty cache; scripts/demo.sh --no-vm skips the VM." >&2
+      exit 1; }
   "$REPO/tests/vm/vm.sh" --exclusive "$HERE/demo.sh" exclusive
   "$REPO/tests/vm/vm.sh" "$HERE/demo.sh" soft
 fi

@@ -26,12 +26,12 @@ PROG=tests/vm/vm.sh
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/../.." && pwd -P)
 
-# The guest kernel, pinned: image, headers and linux-source-6.1 must exist at
-# the same Debian version so our modules match the booted kernel exactly.
-# If the archive no longer has this version, the newest matching set is used
-# (with a warning); RDMA_VM_KERNEL_ABI + RDMA_VM_KERNEL_VERSION override.
-PIN_ABI=${RDMA_VM_KERNEL_ABI:-6.1.0-56}
-PIN_VERSION=${RDMA_VM_KERNEL_VERSION:-6.1.192-2}
+# The guest kernel, pinned: its whole set (kernel_set: the image, the flavour and common
+# headers, kbuild and linux-source-6.1) must exist at one Debian version so our modules match
+# the booted kernel exactly. If the archive no longer serves the whole pinned set, the newest
+# whole set is used (with a warning); RDMA_VM_KERNEL_ABI + RDMA_VM_KERNEL_VERSION override.
+PIN_ABI=${RDMA_VM_KERNEL_ABI:-6.1.0-57}
+PIN_VERSION=${RDMA_VM_KERNEL_VERSION:-6.1.192-3}
 FLAVOUR=amd64
 SRC_PKG=linux-source-6.1
 
@@ -45,6 +45,7 @@ EXCLUSIVE=0
 UPLINK=0
 UPLINK_FWD=
 PREPARE_ONLY=0
+PRINT_URIS=0
 CMD_STRING=
 HAVE_CMD=0
 
@@ -87,6 +88,9 @@ options:
   --smp N          guest vCPUs (default $SMP)
   --prepare        install host packages (scripts/setup.sh --for vm), download the kernel, build the
                    initramfs, siw.ko and rdma_rxe_netns.ko; then exit
+  --print-uris     choose the kernel set as --prepare would (from the cache, else from what apt
+                   serves today), print it and apt-get download --print-uris of every package of
+                   it; download nothing; then exit (scripts/cold-check.sh)
   -v, --verbose    progress and timings on stderr
   -h, --help       this text
 
@@ -112,6 +116,7 @@ while [[ $# -gt 0 ]]; do
     --mem) MEM=${2:?}; shift 2 ;;
     --smp) SMP=${2:?}; shift 2 ;;
     --prepare) PREPARE_ONLY=1; shift ;;
+    --print-uris) PRINT_URIS=1; shift ;;
     -v|--verbose) VERBOSE=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
@@ -121,7 +126,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout wants whole seconds"
 
-if [[ $PREPARE_ONLY == 0 && $HAVE_CMD == 0 ]]; then
+if [[ $PREPARE_ONLY == 0 && $PRINT_URIS == 0 && $HAVE_CMD == 0 ]]; then
   [[ $# -ge 1 ]] || { usage >&2; exit 125; }
   SCRIPT=$1; shift
   [[ -f $SCRIPT ]] || die "script '$SCRIPT' not found"
@@ -146,64 +151,110 @@ ensure_packages() {
   fi
 }
 command -v dpkg-query >/dev/null || die "needs a Debian host (dpkg/apt)"
-ensure_packages
+[[ $PRINT_URIS == 1 ]] || ensure_packages
 
 # ------------------------------------------------------------------ kernel choice
 img_pkg() { echo "linux-image-$1-$FLAVOUR"; }
 hdr_pkg() { echo "linux-headers-$1-$FLAVOUR"; }
-has_version() {  # PKG VERSION: does apt know PKG at exactly VERSION?
-  apt-cache madison "$1" 2>/dev/null | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -qxF "$2"
+# kernel_set ABI: every package a prepared kernel is made of, each downloaded at one version
+# (prepare_kernel: the image; build_modules: the rest). The availability check, the download
+# and scripts/cold-check.sh all read this one list.
+kernel_set() { echo "$(img_pkg "$1") $(hdr_pkg "$1") linux-headers-$1-common linux-kbuild-6.1 $SRC_PKG"; }
+versions_of() { apt-cache madison "$1" 2>/dev/null | awk -F'|' '{gsub(/ /,"",$2); print $2}'; }
+has_version() {  # PKG VERSION: does apt serve PKG at exactly VERSION?
+  local all
+  all=$(versions_of "$1")
+  grep -qxF "$2" <<<"$all"
 }
-kernel_set_available() {  # ABI VERSION
-  has_version "$(img_pkg "$1")" "$2" && has_version "$(hdr_pkg "$1")" "$2" && has_version "$SRC_PKG" "$2"
+missing_from_set() {  # ABI VERSION: the packages of the set apt does not serve at VERSION
+  local p
+  for p in $(kernel_set "$1"); do has_version "$p" "$2" || echo "$p=$2"; done
 }
-# Newest ABI whose image, headers and linux-source-6.1 share one version.
+kernel_set_available() { [[ -z $(missing_from_set "$1" "$2") ]]; }
+# Newest ABI whose whole set shares one version.
 resolve_fallback() {
-  local abi ver
-  for abi in $(apt-cache pkgnames "linux-image-6.1.0-" 2>/dev/null \
-                 | sed -nE "s/^linux-image-(6\.1\.0-[0-9]+)-$FLAVOUR\$/\1/p" | sort -t- -k2,2nr); do
-    for ver in $(apt-cache madison "$(img_pkg "$abi")" | awk -F'|' '{gsub(/ /,"",$2); print $2}'); do
+  local abi ver names
+  names=$(apt-cache pkgnames "linux-image-6.1.0-" 2>/dev/null)
+  # shellcheck disable=SC2013 # one word a line
+  for abi in $(sed -nE "s/^linux-image-(6\.1\.0-[0-9]+)-$FLAVOUR\$/\1/p" <<<"$names" | sort -t- -k2,2nr); do
+    for ver in $(versions_of "$(img_pkg "$abi")"); do
       if kernel_set_available "$abi" "$ver"; then echo "$abi $ver"; return 0; fi
     done
   done
   return 1
 }
+# Our modules' recipe (build_modules): a change of it, the patch or the version rebuilds them.
+MODS_RECIPE=1
+mods_stamp() { echo "$MODS_RECIPE $1 $(sha256sum "$HERE/rxe-netns.patch" | cut -d' ' -f1)"; }
+# prepared ABI VERSION: is this set's kernel AND its modules in the cache, for this harness?
+# (Half a preparation, the image without the modules, is not: its set is chosen again.)
+prepared() {
+  local k=$CACHE/k-$1-$2
+  [[ -f $k/.ready && $(cat "$k/.ready") == "$HARNESS_VERSION" &&
+     -f $k/.mods-ready && $(cat "$k/.mods-ready") == "$(mods_stamp "$2")" ]]
+}
+no_set_advice="what to do: run 'apt-get update' and check that this machine reaches deb.debian.org \
+(debian-security serves the kernel updates); 'apt-cache madison linux-image-6.1.0-NN-$FLAVOUR \
+linux-kbuild-6.1' lists what is served, and RDMA_VM_KERNEL_ABI=6.1.0-NN \
+RDMA_VM_KERNEL_VERSION=V chooses a whole set by hand; the pin is PIN_ABI/PIN_VERSION in $PROG"
 
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9        # one preparation at a time; runs share the finished cache
 
+# The set: the pin when it is prepared or whole in the archive today; else the fallback this
+# cache prepared before; else the newest whole set the archive serves.
 ABI=$PIN_ABI VERSION=$PIN_VERSION
-if [[ ! -f $CACHE/k-$ABI-$VERSION/.ready ]]; then
-  if [[ -f $CACHE/fallback && -z ${RDMA_VM_KERNEL_ABI:-} ]]; then
-    read -r ABI VERSION <"$CACHE/fallback"
-  fi
-  if [[ ! -f $CACHE/k-$ABI-$VERSION/.ready ]] && ! ls "$CACHE/debs/$(img_pkg "$ABI")_${VERSION}_"*.deb >/dev/null 2>&1; then
-    kernel_set_available "$ABI" "$VERSION" || { apt_update; kernel_set_available "$ABI" "$VERSION"; } || {
-      [[ -n ${RDMA_VM_KERNEL_ABI:-} ]] && die "kernel $ABI $VERSION (image+headers+$SRC_PKG) not available from apt"
-      read -r ABI VERSION < <(resolve_fallback) || die "no linux-image-6.1.0-*-$FLAVOUR with matching headers and $SRC_PKG in apt"
-      note "warning: pinned kernel $PIN_ABI $PIN_VERSION is gone from the archive; using $ABI $VERSION"
+if ! prepared "$ABI" "$VERSION"; then
+  if [[ -n ${RDMA_VM_KERNEL_ABI:-} ]]; then
+    kernel_set_available "$ABI" "$VERSION" || { apt_update; kernel_set_available "$ABI" "$VERSION"; } ||
+      die "kernel $ABI $VERSION: apt does not serve $(missing_from_set "$ABI" "$VERSION" | xargs); $no_set_advice"
+  else
+    fb=
+    [[ -f $CACHE/fallback ]] && read -r fb_abi fb_ver <"$CACHE/fallback" && prepared "$fb_abi" "$fb_ver" && fb="$fb_abi $fb_ver"
+    if [[ -n $fb ]]; then
+      ABI=$fb_abi VERSION=$fb_ver
+    elif ! { kernel_set_available "$ABI" "$VERSION" || { apt_update; kernel_set_available "$ABI" "$VERSION"; }; }; then
+      gone=$(missing_from_set "$ABI" "$VERSION" | xargs)
+      read -r ABI VERSION < <(resolve_fallback) ||
+        die "no whole kernel set ($(kernel_set 6.1.0-NN | xargs) at one version) in apt; $no_set_advice"
+      note "warning: the archive no longer serves the pinned kernel set $PIN_ABI $PIN_VERSION (gone: $gone); using $ABI $VERSION"
       echo "$ABI $VERSION" >"$CACHE/fallback"
-    }
+    fi
   fi
 fi
 KVER=$ABI-$FLAVOUR
 KDIR=$CACHE/k-$ABI-$VERSION
 DEBS=$CACHE/debs
 
+if [[ $PRINT_URIS == 1 ]]; then
+  # shellcheck disable=SC2046 # the set is a list of words
+  set -- $(kernel_set "$ABI")
+  echo "kernel set: $ABI $VERSION$(prepared "$ABI" "$VERSION" && echo " (prepared in $KDIR)")"
+  uris=$(apt-get download --print-uris -o APT::Sandbox::User=root "${@/%/=$VERSION}" 2>&1) ||
+    die "apt-get download --print-uris failed for the kernel set $ABI $VERSION: $(grep -E '^E:' <<<"$uris" | xargs); $no_set_advice"
+  echo "$uris"
+  exit 0
+fi
+
 fetch_debs() {  # PKG... (each pinned at $VERSION) into $DEBS
-  local p want=()
+  local p f want=()
   mkdir -p "$DEBS"
   for p in "$@"; do
-    ls "$DEBS/${p}_${VERSION}_"*.deb >/dev/null 2>&1 || want+=("$p=$VERSION")
+    f=("$DEBS/${p}_${VERSION}_"*.deb)
+    [[ -f ${f[0]} ]] || want+=("$p=$VERSION")
   done
   [[ ${#want[@]} -eq 0 ]] && return 0
   note "downloading ${want[*]} ..."
   ( cd "$DEBS" && apt-get download -q -o APT::Sandbox::User=root "${want[@]}" >&2 ) \
     || { apt_update; ( cd "$DEBS" && apt-get download -q -o APT::Sandbox::User=root "${want[@]}" >&2 ); } \
-    || die "apt-get download ${want[*]} failed"
+    || die "apt-get download ${want[*]} failed; $no_set_advice"
 }
-deb_of() { ls "$DEBS/${1}_${VERSION}_"*.deb | head -1; }
+deb_of() {  # PKG: its downloaded .deb at $VERSION
+  local f=("$DEBS/${1}_${VERSION}_"*.deb)
+  [[ -f ${f[0]} ]] || die "no ${1}_${VERSION} in $DEBS"
+  echo "${f[0]}"
+}
 
 # modules the initramfs loads: virtio transport, 9p + overlay for the root,
 # virtio_net for the test NIC
@@ -261,10 +312,12 @@ INIT_EOF
 # The uncompressed ELF vmlinux inside a bzImage: QEMU boots it through its PVH
 # entry point, skipping in-guest decompression (seconds under TCG).
 extract_vmlinux() {  # vmlinuz out
-  local img=$1 out=$2 spec tool off
+  local img=$1 out=$2 spec tool off offs
   for spec in 'xz:\xfd7zXZ\x00' 'zstd:\x28\xb5\x2f\xfd' 'gzip:\x1f\x8b\x08'; do
     tool=${spec%%:*}
-    for off in $(LC_ALL=C grep -obUaP "${spec#*:}" "$img" 2>/dev/null | head -3 | cut -d: -f1); do
+    offs=$(LC_ALL=C grep -obUaP "${spec#*:}" "$img" 2>/dev/null | cut -d: -f1) || true
+    # shellcheck disable=SC2013 # one number a line
+    for off in $(sed -n 1,3p <<<"$offs"); do
       tail -c +$((off+1)) "$img" | "$tool" -dc 2>/dev/null >"$out" || true
       [[ $(head -c 4 "$out" 2>/dev/null | od -An -tx1 | tr -d ' \n') == 7f454c46 ]] && return 0
     done
@@ -317,12 +370,10 @@ prepare_kernel() {
 # linux-source-6.1 against linux-headers at exactly the booted version, and
 # installed as updates/ in the cached modules tree.  Rebuilt when the patch or
 # this script's module recipe changes (MODS_STAMP).
-MODS_RECIPE=1
-mods_stamp() { echo "$MODS_RECIPE $VERSION $(sha256sum "$HERE/rxe-netns.patch" | cut -d' ' -f1)"; }
-
 build_modules() {
   local t=$SECONDS src=$KDIR/src hdr x p mm=6.1 upd=$KDIR/root/lib/modules/$KVER/updates
-  fetch_debs "$SRC_PKG" "$(hdr_pkg "$ABI")" "linux-headers-$ABI-common" "linux-kbuild-$mm"
+  # shellcheck disable=SC2046 # the set is a list of words
+  fetch_debs $(kernel_set "$ABI")
   note "building siw.ko and rdma_rxe_netns.ko for $KVER ..."
   rm -rf "$src"; mkdir -p "$src"; x=$src/x
   # headers: the flavour tree includes the -common tree and kbuild by absolute
@@ -354,12 +405,12 @@ build_modules() {
   done
   depmod -b "$KDIR/root" "$KVER"
   rm -rf "$x"        # keep the patched sources (small) for reference, drop headers
-  mods_stamp >"$KDIR/.mods-ready"
+  mods_stamp "$VERSION" >"$KDIR/.mods-ready"
   note "modules built and installed in $((SECONDS-t)) s (updates/siw.ko, updates/rdma_rxe_netns.ko)"
 }
 
 if [[ ! -f $KDIR/.ready || $(cat "$KDIR/.ready") != "$HARNESS_VERSION" ]]; then prepare_kernel; fi
-if [[ ! -f $KDIR/.mods-ready || $(cat "$KDIR/.mods-ready") != "$(mods_stamp)" ]]; then build_modules; fi
+if [[ ! -f $KDIR/.mods-ready || $(cat "$KDIR/.mods-ready") != "$(mods_stamp "$VERSION")" ]]; then build_modules; fi
 flock -u 9
 vnote "kernel $(cat "$KDIR/PACKAGE") ready at $(elapsed) s"
 if [[ $PREPARE_ONLY == 1 ]]; then note "ready: $(cat "$KDIR/PACKAGE") ($KVER) in $KDIR"; exit 0; fi
@@ -401,10 +452,13 @@ cat >"$RUNDIR/stage2.sh" <<'STAGE2_EOF'
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=$VM_TERM
 export LANG=C.UTF-8 RDMA_VM=1 RDMA_VM_KVER=$VM_KVER RDMA_VM_NIC_PCI=$VM_NIC_PCI
 # a virtio NIC's netdev hangs off the virtio device under the PCI function
-RDMA_VM_NIC=$(ls "/sys/bus/pci/devices/$VM_NIC_PCI"/virtio*/net 2>/dev/null | head -1)
+first() { echo "$1"; }
+RDMA_VM_NIC=$(first "/sys/bus/pci/devices/$VM_NIC_PCI"/virtio*/net/*)
+RDMA_VM_NIC=${RDMA_VM_NIC##*/}
 export RDMA_VM_NIC
 if [[ $VM_UPLINK == 1 ]]; then
-  RDMA_VM_UPLINK=$(ls "/sys/bus/pci/devices/$VM_UPLINK_PCI"/virtio*/net 2>/dev/null | head -1)
+  RDMA_VM_UPLINK=$(first "/sys/bus/pci/devices/$VM_UPLINK_PCI"/virtio*/net/*)
+  RDMA_VM_UPLINK=${RDMA_VM_UPLINK##*/}
   ip addr add 10.0.2.15/24 dev "$RDMA_VM_UPLINK" && ip link set "$RDMA_VM_UPLINK" up &&
     ip route add default via 10.0.2.2 || echo "vm.sh: the uplink $RDMA_VM_UPLINK did not come up" >&2
   export RDMA_VM_UPLINK
