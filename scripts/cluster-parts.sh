@@ -9,7 +9,10 @@
 # and a rebuild happens only when a pin changes. Prints what it builds and how long it took;
 # the last line is the directory holding every binary (bin/, symlinks).
 #
-#   scripts/cluster-parts.sh [--dry-run]
+#   scripts/cluster-parts.sh [--dry-run] [--only PART]
+#
+# --only PART builds that one part (kubernetes, containerd, cni-plugins or multus) the same way;
+# scripts/cold-check.sh builds the CNI plugins so from empty Go caches on every test run.
 #
 # Needs Go 1.26 or newer (the machines carry it in /usr/local/go); an older Go of 1.21 or newer
 # fetches the toolchain the go.mod names from the Go module proxy. Nothing of the modules'
@@ -17,10 +20,16 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 CACHE=${RHD_CLUSTER_CACHE:-$HOME/.cache/rhd-cluster}
-DRY=0
-[[ ${1:-} == --dry-run ]] && DRY=1
+DRY=0 ONLY=
 say() { echo "cluster-parts: $*" >&2; }
 die() { say "$*"; exit 1; }
+while (($#)); do
+  case $1 in
+    --dry-run) DRY=1; shift ;;
+    --only) ONLY=${2:-}; shift 2 || die "--only wants a part" ;;
+    *) die "usage: scripts/cluster-parts.sh [--dry-run] [--only PART]" ;;
+  esac
+done
 
 # module dir -> the packages to build (binary name = last path element, or NAME=PACKAGE)
 declare -A PARTS=(
@@ -46,6 +55,10 @@ declare -A STAMP=(
   [containerd]="github.com/containerd/containerd/v2/version.Version=v{v}"
 )
 ORDER=(kubernetes containerd cni-plugins multus)
+if [[ -n $ONLY ]]; then
+  [[ -n ${PARTS[$ONLY]:-} ]] || die "--only: no part $ONLY (parts: ${ORDER[*]})"
+  ORDER=("$ONLY")
+fi
 # The module whose version each part is named by, in the build's message.
 declare -A PIN=([kubernetes]=^k8s.io/kubernetes [containerd]=^github.com/containerd/containerd/v2
   [cni-plugins]=^github.com/containernetworking/plugins [multus]=multus-cni)
@@ -79,11 +92,18 @@ for m in "${ORDER[@]}"; do
     say "plan: build $m (${names[*]}) into $out"
     continue
   else
-    say "$m: building ${names[*]} ($(cd "$dir" && "$GO" list -m -f '{{.Path}} {{.Version}}' all | grep -m1 -E "${PIN[$m]}"))"
+    # The pinned module's version, read whole (awk reads to the end: a reader that stopped at the
+    # first match would kill `go list` with SIGPIPE, which pipefail turns into the script's end).
+    # go list also downloads the module graph: a module the proxy no longer serves fails here, named.
+    mods=$(cd "$dir" && "$GO" list -m -f '{{.Path}} {{.Version}}' all) ||
+      die "$m: the Go module proxy does not serve what tests/cluster/build/$m/go.mod pins (go list -m all failed above); check GOPROXY, or move the pin to a version the proxy serves"
+    pin=$(awk -v p="${PIN[$m]}" '$1 ~ p && !found {found = $1 " " $2} END {print found}' <<<"$mods")
+    [[ -n $pin ]] || die "$m: no module matching ${PIN[$m]} in tests/cluster/build/$m/go.mod"
+    say "$m: building ${names[*]} ($pin)"
     start=$SECONDS
     tmp=$out.tmp
     rm -rf "$tmp" && mkdir -p "$tmp"
-    v=$(cd "$dir" && "$GO" list -m -f '{{.Path}} {{.Version}}' all | awk -v p="${PIN[$m]}" '$1 ~ p {print $2; exit}')
+    v=${pin#* }
     v=${v#v}
     ldflags="-s -w"
     for x in ${STAMP[$m]:-}; do
