@@ -55,7 +55,7 @@ fi
 
 echo "rdma-host-device bench, $(date -u '+%Y-%m-%d %H:%M UTC'), git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo '+dirty')"
 echo "machine: $(uname -r), $(nproc) CPU ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-echo "B: $(/usr/lib/cni/host-device 2>&1 | head -1) ($(dpkg-query -W -f='${Version}' containernetworking-plugins 2>/dev/null || echo '?'))"
+echo "B: $(/usr/lib/cni/host-device 2>&1 | sed -n 1p) ($(dpkg-query -W -f='${Version}' containernetworking-plugins 2>/dev/null || echo '?'))"
 echo "load before: $(uptime | sed 's/.*load average/load average/')"
 RC=0
 python3 benches/harness.py --work "$WORK/run" --json "$WORK/results.json" "${ARGS[@]}" || RC=$?

@@ -53,7 +53,7 @@ asis() { unshare -m sh -c "mount --bind /dev/null '$L/dummy' && exec \"\$0\" \"\
 # Only the syscalls that mark a step are traced, and through a seccomp filter, so every other
 # syscall (the loader's mmaps, libibverbs' provider dlopens, sysfs reads) runs at full speed:
 # a plain `strace -f` inflates syscall-heavy steps several times over and skews the split.
-TRACE="strace -f --seccomp-bpf -tt -T -e trace=execve,socket,sendto,sendmsg,recvfrom,recvmsg,setns,clone,clone3,vfork,wait4,fsync,exit_group"
+TRACE=(strace -f --seccomp-bpf -tt -T -e trace=execve,socket,sendto,sendmsg,recvfrom,recvmsg,setns,clone,clone3,vfork,wait4,fsync,exit_group)
 plain_add=() plain_del=() nolib_add=() nolib_del=()
 for i in $(seq "$N"); do
   export CNI_CONTAINERID=vmb$i
@@ -71,11 +71,11 @@ for i in $(seq "$N"); do
   CNI_COMMAND=DEL nolib "$PLUGIN" <"$W/conf.json" >/dev/null
   e=$(date +%s%N)
   nolib_add+=($(( (m - s) / 1000 ))) nolib_del+=($(( (e - m) / 1000 )))
-  CNI_CONTAINERID=vmbnt$i CNI_COMMAND=ADD nolib $TRACE -o "$W/nolib-add$i.st" "$PLUGIN" <"$W/conf.json" >/dev/null
-  CNI_CONTAINERID=vmbnt$i CNI_COMMAND=DEL nolib $TRACE -o "$W/nolib-del$i.st" "$PLUGIN" <"$W/conf.json" >/dev/null
+  CNI_CONTAINERID=vmbnt$i CNI_COMMAND=ADD nolib "${TRACE[@]}" -o "$W/nolib-add$i.st" "$PLUGIN" <"$W/conf.json" >/dev/null
+  CNI_CONTAINERID=vmbnt$i CNI_COMMAND=DEL nolib "${TRACE[@]}" -o "$W/nolib-del$i.st" "$PLUGIN" <"$W/conf.json" >/dev/null
   export CNI_CONTAINERID=vmbt$i
-  CNI_COMMAND=ADD asis $TRACE -o "$W/add$i.st" "$PLUGIN" <"$W/conf.json" >/dev/null
-  CNI_COMMAND=DEL asis $TRACE -o "$W/del$i.st" "$PLUGIN" <"$W/conf.json" >/dev/null
+  CNI_COMMAND=ADD asis "${TRACE[@]}" -o "$W/add$i.st" "$PLUGIN" <"$W/conf.json" >/dev/null
+  CNI_COMMAND=DEL asis "${TRACE[@]}" -o "$W/del$i.st" "$PLUGIN" <"$W/conf.json" >/dev/null
 done
 med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END{printf "%.0f ms", a[int((NR+1)/2)]/1000}'; }
 echo "untraced (both through the same unshare wrapper), as is:          ADD $(med "${plain_add[@]}")  DEL $(med "${plain_del[@]}")   (us: ${plain_add[*]} / ${plain_del[*]})"

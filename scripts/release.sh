@@ -61,7 +61,7 @@ if [[ $SKIP_BUILD == 0 ]]; then
   # cargo-zigbuild finds zig on PATH or as the PyPI package (python3 -m ziglang).
   command -v zig >/dev/null || python3 -c 'import ziglang' 2>/dev/null ||
     die "zig not found: run with --install-tools, or pip install ziglang==$ZIGLANG_VERSION"
-  rustup target list --installed 2>/dev/null | grep -qx "$ARCH_TARGET" ||
+  rustup target list --installed 2>/dev/null | grep -x "$ARCH_TARGET" >/dev/null ||
     die "rust target $ARCH_TARGET is not installed (rustup target add $ARCH_TARGET)"
 
   say "building $ARCH_TARGET.$GLIBC (release, LTO) into $CARGO_TARGET_DIR"
@@ -97,7 +97,7 @@ verify() {
   for lib in "${needed[@]}"; do
     [[ $lib =~ $allowed ]] || die "$BIN needs $lib: only glibc's libraries and libgcc_s are allowed"
   done
-  if printf '%s\n' "${needed[@]}" | grep -q ibverbs; then
+  if printf '%s\n' "${needed[@]}" | grep ibverbs >/dev/null; then
     die "libibverbs is NEEDED: it must stay dlopened (optional on the node)"
   fi
   # The dlopen must still be there (rdma-mummy-sys's constructor names the library).

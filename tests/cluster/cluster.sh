@@ -254,7 +254,7 @@ EOF
   daemon kubelet "$D/bin/kubelet" --config "$RUN/kubelet.yaml" --kubeconfig "$D/node.kubeconfig" \
     --hostname-override "$NODE" --node-ip "$NODE_IP" --root-dir /var/lib/kubelet \
     --cert-dir "$RUN/kubelet-pki" --v 2
-  node_ready() { kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
+  node_ready() { kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -x True >/dev/null; }
   wait_for "the node $NODE (Ready)" 120 node_ready
   kc create serviceaccount default >/dev/null 2>&1 || true
 }

@@ -239,7 +239,7 @@ else bad "after DEL: $NIC_SPEC: '$gen1'"; fi
 dev_seen=$(kc -n kube-system exec ds/rdma-host-device -c nri -- ls /host/dev/infiniband | xargs)
 if [[ $dev_seen == *uverbs0* ]]; then ok "the nri container still sees the node's /dev/infiniband: $dev_seen"
 else bad "the nri container's /host/dev/infiniband: '$dev_seen'"; fi
-if kc -n kube-system exec ds/rdma-host-device -c node-report -- cat /var/run/cdi/rdma-host-device.json | grep -q '"name": *"uverbs0"'; then
+if kc -n kube-system exec ds/rdma-host-device -c node-report -- cat /var/run/cdi/rdma-host-device.json | grep '"name": *"uverbs0"' >/dev/null; then
   ok "the CDI spec still names uverbs0"
 else bad "the CDI spec lost uverbs0: $(kc -n kube-system exec ds/rdma-host-device -c node-report -- cat /var/run/cdi/rdma-host-device.json | xargs)"; fi
 
@@ -251,7 +251,7 @@ case_ "fail-closed"
 kc apply -f "$REPO/conf/k8s/fail-closed.yaml" >/dev/null || bad "apply fail-closed.yaml"
 marked() {
   pod_json fc-probe rdma-rail '{"limits": {"rdma-host-device.io/rail": "1"}}' '[]' |
-    kc create --dry-run=server -o json -f - | grep -q '"required-plugins.noderesource.dev/pod": "\[\\"rdma-host-device\\"\]"'
+    kc create --dry-run=server -o json -f - | grep '"required-plugins.noderesource.dev/pod": "\[\\"rdma-host-device\\"\]"' >/dev/null
 }
 if wait_until 60 marked; then ok "the policy marks a rail pod as needing the NRI plugin"
 else bad "the policy does not mark a rail pod"; fi
@@ -471,7 +471,7 @@ hook_refused() {
   kc get events --field-selector involvedObject.name=fh-a -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' |
     grep -m1 'memlockFailClosed'
 }
-if wait_until 140 hook_refused; then ok "fh-a refused by the hook while the NRI plugin is away: $(hook_refused | grep -o 'memlock-hook: refusing container[^:]*: its OCI spec gives it no RLIMIT_MEMLOCK of [^ ]* ([^)]*)' | head -1)"
+if wait_until 140 hook_refused; then ok "fh-a refused by the hook while the NRI plugin is away: $(hook_refused | grep -o 'memlock-hook: refusing container[^:]*: its OCI spec gives it no RLIMIT_MEMLOCK of [^ ]* ([^)]*)' | sed -n 1p)"
 else bad "fh-a: no refusal by the hook in its events: $(kc get events --field-selector involvedObject.name=fh-a 2>&1 | tail -5)"; fi
 nri_back fh-a
 home "fail-closed-hook"

@@ -38,7 +38,7 @@ image=$(sed -n 's/^image: //p' <<<"$report")
 # shellcheck disable=SC2086
 podman $PODMAN_OPTS save --format oci-archive -o "$W/image.tar" "$image" >/dev/null ||
   { say "podman save $image failed"; exit 1; }
-rm -rf "$P" "$W/bin"
+rm -rf "${P:?}" "${W:?}/bin"
 say "image $image made in $((SECONDS - T0)) s"
 
 # The control plane. Its DIR is under the repository, which the guest shares read-write: the

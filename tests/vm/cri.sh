@@ -99,8 +99,8 @@ export RHD_CRI_STUBS=$REPO/target/vm/cri-stubs
 PY=${RHD_VENV:-/root/.cache/rhd-venv}/bin/python
 cri() { "$PY" "$REPO/tests/cri/cri.py" "$D/containerd.sock" "$@"; }
 field() { python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1], ""))' "$1"; }
-for _ in $(seq 100); do cri status 2>/dev/null | grep -q '"NetworkReady": true' && break; sleep 0.2; done
-if cri status | grep -q '"NetworkReady": true'; then ok "containerd's CRI is ready"; else bad "containerd's CRI not ready"; fi
+for _ in $(seq 100); do cri status 2>/dev/null | grep '"NetworkReady": true' >/dev/null && break; sleep 0.2; done
+if cri status | grep '"NetworkReady": true' >/dev/null; then ok "containerd's CRI is ready"; else bad "containerd's CRI not ready"; fi
 for img in pause rdma-tools; do
   ctr -a "$D/containerd.sock" -n k8s.io images import "$REPO/target/vm/$img.tar" >/dev/null ||
     bad "ctr images import $img.tar"
@@ -126,10 +126,10 @@ run_pod() {
   IP=$(field ip <<<"$p") NS=$(field netns <<<"$p") NS=${NS##*/}
   check "the sandbox is READY with IP $IP" test "$(field state <<<"$p")" = SANDBOX_READY
   check "the pod's eth0 is the NIC ($PCI) with $IP and MTU 1400" bash -c \
-    "ip -n $NS -j addr show eth0 | grep -q '\"local\":\"$IP\"' && test \"\$(ip -n $NS -j link show eth0 | python3 -c 'import json,sys; l=json.load(sys.stdin)[0]; print(l[\"mtu\"], l[\"address\"])')\" = '1400 52:54:00:12:34:05'"
+    "ip -n $NS -j addr show eth0 | grep '\"local\":\"$IP\"' >/dev/null && test \"\$(ip -n $NS -j link show eth0 | python3 -c 'import json,sys; l=json.load(sys.stdin)[0]; print(l[\"mtu\"], l[\"address\"])')\" = '1400 52:54:00:12:34:05'"
   check "the pod lists rxe0" test "$(pod_rdma "$NS")" = rxe0
   check "ibv_devinfo in the pod shows ::ffff:$IP as RoCE v2" bash -c \
-    "ip netns exec $NS ibv_devinfo -v | grep -q '::ffff:$IP, RoCE v2'"
+    "ip netns exec $NS ibv_devinfo -v | grep '::ffff:$IP, RoCE v2' >/dev/null"
   check "the host lists neither the NIC nor rxe0" bash -c "! ip link show $NIC 2>/dev/null && test -z \"$(host_rdma)\""
 }
 
@@ -138,7 +138,7 @@ if run_pod nccl-0; then
   r=$(cri stop "$ID") && echo "    StopPodSandbox $(field ms <<<"$r") ms" || bad "StopPodSandbox: $r"
   home
   r=$(cri remove "$ID") && echo "    RemovePodSandbox $(field ms <<<"$r") ms" || bad "RemovePodSandbox: $r"
-  check "the sandbox is gone" bash -c "! $PY $REPO/tests/cri/cri.py $D/containerd.sock list | grep -q $ID"
+  check "the sandbox is gone" bash -c "! $PY $REPO/tests/cri/cri.py $D/containerd.sock list | grep $ID >/dev/null"
   home
 fi
 
@@ -147,7 +147,7 @@ if run_pod nccl-1; then
   ip netns delete "$NS"
   r=$(cri stop "$ID") || bad "StopPodSandbox after the netns was deleted: $r"
   r=$(cri remove "$ID") || bad "RemovePodSandbox after the netns was deleted: $r"
-  check "the sandbox is gone" bash -c "! $PY $REPO/tests/cri/cri.py $D/containerd.sock list | grep -q $ID"
+  check "the sandbox is gone" bash -c "! $PY $REPO/tests/cri/cri.py $D/containerd.sock list | grep $ID >/dev/null"
   home
 fi
 
@@ -246,7 +246,7 @@ tar -xf "$REPO/target/vm/rdma-tools.tar" -C "$D/oci"
 for b in "$D"/oci/blobs/sha256/*; do tar -tzf "$b" >/dev/null 2>&1 && tar -xzf "$b" -C "$ROOTFS"; done
 mkdir -p /var/run/cdi
 check "rdma-host-device-agent cdi writes the spec with rxe0" bash -c \
-  "RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json $AGENT cdi 2>&1 | grep -q '1 RDMA device'"
+  "RDMA_HOST_DEVICE_NODE_CONFIG=$D/node.json $AGENT cdi 2>&1 | grep '1 RDMA device' >/dev/null"
 # pod: podman run as uid 1000 in the host's netns (exclusive mode: rxe0 is there), CDI names.
 pod() {
   podman --root="$D/podman/storage" --runroot="$D/podman/run" --tmpdir="$D/podman/tmp" \
@@ -270,7 +270,7 @@ case_ nri
 # from this kernel) and rdma_cm among its devices, applies the plugin's adjustment to the OCI
 # spec, runs it with the guest's runc in the host's netns (exclusive mode: rxe0 is there), and
 # starts a second process with runc exec built from the spec's process, as kubectl exec is.
-UV0=$(ls /dev/infiniband/uverbs* 2>/dev/null | head -1)
+UV0=$(ls /dev/infiniband/uverbs* 2>/dev/null | sed -n 1p)
 MM=$(stat -c '%t %T' "$UV0" 2>/dev/null) || MM="0 0"
 MAJ=$((0x${MM% *})) MIN=$((0x${MM#* }))
 coproc NRIRT { RHD_NRI_STUBS=$D/nri-stubs exec "$PY" "$REPO/tests/nri/runtime.py" "$D/nri.sock" 2>"$D/nri-runtime.log"; }

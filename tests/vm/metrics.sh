@@ -158,7 +158,7 @@ if curl -sf http://127.0.0.1:9090/-/ready >/dev/null; then ok "Prometheus $(prom
 wait_for "Prometheus scrapes the exporter (up == 1)" 60 'up{job="rdma-host-device"} == 1'
 wait_for "and node_exporter" 60 'up{job="node"} == 1'
 curl -s http://127.0.0.1:9879/metrics >"$OUTDIR/metrics-scrape.txt"
-settle
+settle 5
 
 case_ labels
 for p in team-r/pod-r team-s/pod-a team-s/pod-b; do
@@ -247,7 +247,7 @@ note "node_exporter's debug log: $(grep -m1 'infiniband statistics not found' "$
 
 case_ netns-death
 ip netns del pr
-settle
+settle 5
 if [[ $(value 'up{job="rdma-host-device"}') == 1 ]]; then ok "the exporter still answers (up 1) with pod-r's netns gone"; else bad "exporter down"; fi
 if [[ $(value 'rdma_host_device_attachment_up{pod="pod-r"}') == 0 ]]; then ok "pod-r: attachment_up 0"; else bad "pod-r attachment_up: $(value 'rdma_host_device_attachment_up{pod="pod-r"}')"; fi
 E=$(value 'increase(rdma_host_device_scrape_errors_total{stage="netns"}[10s])')

@@ -102,13 +102,13 @@ ips_left() { find "$WORK/ipam" -type f -name '*.*.*.*' 2>/dev/null | wc -l; }
 rdma_devs() { rdma -j dev show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(d["ifname"] for d in json.load(sys.stdin)))'; }
 pod_rdma_devs() { ip netns exec "$1" rdma -j dev show 2>/dev/null | python3 -c 'import json,sys; print(" ".join(d["ifname"] for d in json.load(sys.stdin)))'; }
 has_gid() {  # has_gid NETNS ADDRESS: ibv_devinfo -v inside NETNS lists ::ffff:ADDRESS as RoCE v2
-  ip netns exec "$1" ibv_devinfo -v 2>/dev/null | grep -q "::ffff:$2, RoCE v2"
+  ip netns exec "$1" ibv_devinfo -v 2>/dev/null | grep "::ffff:$2, RoCE v2" >/dev/null
 }
 link_is() {  # link_is NAME MTU: on the host with that name and MTU
   ip -j link show "$1" 2>/dev/null | python3 -c "import json,sys; l=json.load(sys.stdin)[0]; sys.exit(0 if l['mtu']==$2 else 1)"
 }
 # wait_ctx DEV: until `rdma res show ctx` (iproute2's own view) lists a verbs context on DEV.
-wait_ctx() { for _ in $(seq 100); do rdma res show ctx dev "$1" 2>/dev/null | grep -q pid && return 0; sleep 0.1; done; return 1; }
+wait_ctx() { for _ in $(seq 100); do rdma res show ctx dev "$1" 2>/dev/null | grep pid >/dev/null && return 0; sleep 0.1; done; return 1; }
 veth() { ip link add "$1" mtu "${3:-1500}" type veth peer "$2" && ip link set "$2" up; }
 
 shared() {
@@ -124,7 +124,7 @@ shared() {
   IP=$(json "$OUT" 'r["ips"][0]["address"].split("/")[0]')
   check "result names net1 in the pod" test "$(json "$OUT" 'r["interfaces"][0]["name"]')" = net1
   check "ibv_devinfo -v in the pod shows ::ffff:$IP as RoCE v2" has_gid p1 "$IP"
-  check "the pod lists the rxe device" bash -c "ip netns exec p1 rdma link show | grep -q 'netdev net1'"
+  check "the pod lists the rxe device" bash -c "ip netns exec p1 rdma link show | grep 'netdev net1' >/dev/null"
   cni check "$WORK/rxe.conf" c-rxe
   check "CHECK succeeds (GIDs verified again)" test "$RC" = 0
   cni del "$WORK/rxe.conf" c-rxe
@@ -141,7 +141,7 @@ shared() {
   conf "$WORK/siw.conf" siw-net '"device":"nic2"' '{"softDevice":"siw"}' "$(host_local 10.61.0.0/24)"
   cni add "$WORK/siw.conf" c-siw
   check "ADD with siw succeeds" test "$RC" = 0
-  check "the pod lists a siw device on net1" bash -c "ip netns exec p2 rdma link show | grep -q 'netdev net1'"
+  check "the pod lists a siw device on net1" bash -c "ip netns exec p2 rdma link show | grep 'netdev net1' >/dev/null"
   check "the plugin verified the iWARP port state" grep -q "port is ACTIVE" "$WORK/plugin.log"
   cni del "$WORK/siw.conf" c-siw
   check "DEL succeeds" test "$RC" = 0
@@ -161,8 +161,10 @@ shared() {
     '{"type":"static","addresses":[{"address":"10.62.0.2/24"}]}'
   # Each end has carrier only once the other is up in its pod, so the two pods come up
   # together, as pods of one job do: each ADD waits for its port to become ACTIVE.
+  # shellcheck disable=SC2030,SC2031 # each ADD's own node configuration, in its subshell
   (export RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/pair-node.json
    NETNS=/var/run/netns/pa cni add "$WORK/ta.conf" c-ta; echo "$RC" >"$WORK/rc-a") &
+  # shellcheck disable=SC2030,SC2031
   (export RDMA_HOST_DEVICE_NODE_CONFIG=$WORK/pair-node.json
    NETNS=/var/run/netns/pb cni add "$WORK/tb.conf" c-tb; echo "$RC" >"$WORK/rc-b") &
   wait
@@ -257,7 +259,7 @@ print("%016x" % h)' c-clash net1)
   cni add "$WORK/cl.conf" c-clash
   expect_code 114
   check "the message says the name is taken" bash -c "grep -q 'rxe_$KEY' <<<'$OUT' && grep -q 'already exists' <<<'$OUT'"
-  check "rxe_$KEY is still there, on nic9" bash -c "rdma link show | grep -q 'rxe_$KEY/1 .*netdev nic9'"
+  check "rxe_$KEY is still there, on nic9" bash -c "rdma link show | grep 'rxe_$KEY/1 .*netdev nic9' >/dev/null"
   check "nic8 is home, no IP, no state" bash -c "ip link show nic8 >/dev/null && test \"$(ips_left)\" = 0 && test -z \"\$(find $WORK/state -name '*.json')\""
   rdma link delete "rxe_$KEY"; ip netns del p8; ip link del nic8; ip link del nic9
 
@@ -321,7 +323,7 @@ print("%016x" % h)' c-clash net1)
   expect_code 11
   check "DEL answered (in $MS ms, driver included) while the holder still runs" kill -0 "$HOLDER"
   check "the message names the holder's pid and command" bash -c "grep -q 'pid $HOLDER (ibv_rc_pingpong)' <<<'$OUT'"
-  check "the NIC, its address, the device and the state are kept" bash -c "ip -n ph -4 addr show net1 | grep -q 10.70.0 && rdma dev show $DEV >/dev/null && test \"$(ips_left)\" = 1 && test -n \"\$(find $WORK/state -name 'c-ho:*.json')\""
+  check "the NIC, its address, the device and the state are kept" bash -c "ip -n ph -4 addr show net1 | grep 10.70.0 >/dev/null && rdma dev show $DEV >/dev/null && test \"$(ips_left)\" = 1 && test -n \"\$(find $WORK/state -name 'c-ho:*.json')\""
   kill "$HOLDER"; wait "$HOLDER" 2>/dev/null
   cni del "$WORK/ho.conf" c-ho
   check "once the holder exits, DEL succeeds" test "$RC" = 0
@@ -337,7 +339,7 @@ print("%016x" % h)' c-clash net1)
   GOK=$(cat /sys/class/infiniband/rxok/node_guid)
   ip netns exec p9 rdma dev set rxok name rxtmp && ip netns exec p9 rdma dev set rxbad name rxok &&
     ip netns exec p9 rdma dev set rxtmp name rxbad
-  check "the pod swapped the names (nicbad's device is now rxok)" bash -c "rdma link show | grep -q 'rxok/1 .*netdev nicbad'"
+  check "the pod swapped the names (nicbad's device is now rxok)" bash -c "rdma link show | grep 'rxok/1 .*netdev nicbad' >/dev/null"
   for policy in "\"rxok\"" "\"$GOK\""; do
     echo "{\"stateDir\":\"$WORK/state\",\"logDir\":\"$WORK\",\"ipamPaths\":[\"$WORK/ipam\"],\"allowedNics\":{\"rdmaDevices\":[$policy]}}" >"$WORK/swap-node.json"
     conf "$WORK/sw.conf" swap '"device":"nicbad"' '{}' "$(host_local 10.71.0.0/24)"
@@ -407,7 +409,7 @@ print("%016x" % h)' c-clash net1)
 
 exclusive_stock() {
   modprobe rdma_rxe || { bad "modprobe rdma_rxe"; return; }
-  check "the kernel is in exclusive mode" bash -c "rdma system show | grep -q 'netns exclusive'"
+  check "the kernel is in exclusive mode" bash -c "rdma system show | grep 'netns exclusive' >/dev/null"
 
   case_ move-refused
   ip netns add p1; NETNS=/var/run/netns/p1

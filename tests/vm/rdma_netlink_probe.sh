@@ -21,5 +21,5 @@ ip link add v0 type veth peer name v1
 ip link set v0 up
 ip link set v1 up
 rdma link add rxe0 type rxe netdev v0
-echo "netns mode: $(rdma system show | head -1)"
+echo "netns mode: $(rdma system show | sed -n 1p)"
 exec "$BIN" --ignored --test-threads=1 --nocapture "$FILTER"

@@ -8,7 +8,7 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/../.." && pwd -P)
-cd "$REPO"
+cd "$REPO" || exit 1
 GROUPS_=("$@")
 ((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub metrics cri-exclusive cluster)
 
@@ -20,7 +20,7 @@ UNIT=$(cargo test -p rdma-host-device-core --no-run --message-format=json -q 2>/
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "rdma_host_device_core" and m["target"]["kind"] == ["lib"] and m["profile"]["test"]:
-        print(m["executable"])' | head -1)
+        print(m["executable"])' | sed -n 1p)
 [[ -x $UNIT ]] || { echo "run: cannot find the unit-test binary" >&2; exit 1; }
 mkdir -p target/vm
 GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$REPO/target/tmp/go-cache \

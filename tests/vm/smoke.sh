@@ -33,7 +33,7 @@ if [[ ${RDMA_VM:-} == 1 ]]; then
     ok "$d"
   }
   has()     { grep -qE -- "$2" <<<"$1"; }           # TEXT REGEX
-  lists()   { rdma dev show | grep -qw "$1"; }       # is RDMA device $1 visible here?
+  lists()   { rdma dev show | grep -w "$1" >/dev/null; }       # is RDMA device $1 visible here?
   no_oops() { ! dmesg | grep -E 'BUG:|Oops|general protection|WARNING:|Couldn.t create ib_mad QP1'; }
   finish()  { echo "  checks: $PASS passed, $FAIL failed"; [[ $FAIL == 0 ]]; exit; }
 
@@ -47,7 +47,7 @@ if [[ ${RDMA_VM:-} == 1 ]]; then
     expect "modprobe siw" modprobe siw
     expect "rdma link add siw0 type siw netdev v1" rdma link add siw0 type siw netdev v1
     poll "siw0/1 ACTIVE on v1" 10 sh -c 'rdma link show siw0/1 | grep -E "state ACTIVE.*netdev v1"'
-    expect "ibv_devinfo -d siw0 (iWARP)" sh -c 'ibv_devinfo -d siw0 | grep -q "transport:.*iWARP"'
+    expect "ibv_devinfo -d siw0 (iWARP)" sh -c 'ibv_devinfo -d siw0 | grep "transport:.*iWARP" >/dev/null'
     expect "no oops/warning in dmesg" no_oops
     finish
   }
@@ -56,11 +56,11 @@ if [[ ${RDMA_VM:-} == 1 ]]; then
     local nic=$RDMA_VM_NIC gid='::ffff:10\.9\.9\.2, RoCE v2' pp
     echo "  NIC $nic at $RDMA_VM_NIC_PCI; kernel cmdline: $(cat /proc/cmdline)"
     expect "NIC $nic is the PCI function $RDMA_VM_NIC_PCI" \
-      sh -c "readlink -f /sys/class/net/$nic/device | grep -q '/$RDMA_VM_NIC_PCI/'"
+      sh -c "readlink -f /sys/class/net/$nic/device | grep '/$RDMA_VM_NIC_PCI/' >/dev/null"
     expect "modprobe rdma_rxe_netns" modprobe rdma_rxe_netns
-    expect "rdma system: netns exclusive" sh -c 'rdma system show | grep -q "netns exclusive"'
+    expect "rdma system: netns exclusive" sh -c 'rdma system show | grep "netns exclusive" >/dev/null'
     expect "rdma link add rxe0 type rxe_ns netdev $nic" sh -c "ip link set $nic up && rdma link add rxe0 type rxe_ns netdev $nic"
-    poll "rxe0 has the link-local GID in the host" 15 sh -c 'ibv_devinfo -v -d rxe0 | grep -q "GID\[ *0\]:.*fe80:"'
+    poll "rxe0 has the link-local GID in the host" 15 sh -c 'ibv_devinfo -v -d rxe0 | grep "GID\[ *0\]:.*fe80:" >/dev/null'
     # a verbs user alive across the move: it holds mmapped CQ/QP rings
     ibv_rc_pingpong -d rxe0 -g 0 >/tmp/pp.log 2>&1 &
     pp=$!
@@ -68,7 +68,7 @@ if [[ ${RDMA_VM:-} == 1 ]]; then
     expect "ip netns add pod" ip netns add pod
     expect "rdma dev set rxe0 netns pod" rdma dev set rxe0 netns pod
     if lists rxe0; then bad "host still lists rxe0"; else ok "host no longer lists rxe0"; fi
-    expect "pod lists rxe0" ip netns exec pod sh -c 'rdma dev show | grep -qw rxe0'
+    expect "pod lists rxe0" ip netns exec pod sh -c 'rdma dev show | grep -w rxe0 >/dev/null'
     kill "$pp" 2>/dev/null; wait "$pp" 2>/dev/null
     ok "verbs user gone after the move (rc ignored)"
     expect "ip link set $nic netns pod; addr 10.9.9.2/24; up" sh -c "ip link set $nic netns pod &&
@@ -80,9 +80,9 @@ if [[ ${RDMA_VM:-} == 1 ]]; then
     expect "ip netns del pod" ip netns del pod
     poll "rxe0 back in the host" 15 lists rxe0
     poll "$nic back in the host" 15 ip link show "$nic"
-    expect "host: rdma link rxe0/1 on $nic again" sh -c "rdma link show rxe0/1 | grep -q 'netdev $nic'"
+    expect "host: rdma link rxe0/1 on $nic again" sh -c "rdma link show rxe0/1 | grep 'netdev $nic' >/dev/null"
     expect "second move into a new netns works" sh -c 'ip netns add pod2 && rdma dev set rxe0 netns pod2 &&
-      ip netns exec pod2 rdma dev show | grep -qw rxe0 && ip netns del pod2'
+      ip netns exec pod2 rdma dev show | grep -w rxe0 >/dev/null && ip netns del pod2'
     poll "rxe0 back after the second netns dies" 15 lists rxe0
     expect "no oops/warning (or ib_mad QP1 failure) in dmesg" no_oops
     finish

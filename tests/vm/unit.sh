@@ -11,7 +11,7 @@ ip link set v0 up
 ip link set v1 up
 ip addr add 10.9.9.1/24 dev v0
 rdma link add rxe0 type rxe netdev v0
-echo "netns mode: $(rdma system show | head -1)"
+echo "netns mode: $(rdma system show | sed -n 1p)"
 # run FILTER [ENV...]: the #[ignore]d tests matching FILTER; running none is a failure (a
 # renamed module or the wrong binary would otherwise pass by testing nothing).
 run() {
