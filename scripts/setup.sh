@@ -5,7 +5,7 @@
 # installed (only a dependency that needs a newer version of an installed library upgrades it,
 # and the plan says so); never removes a package.
 #
-#   scripts/setup.sh [--for SET]... [--dry-run] [--plan-from FILE]
+#   scripts/setup.sh [--for SET]... [--dry-run] [--packages-only] [--plan-from FILE]
 #
 #   --for SET        build     compiling the plugin (rdma-mummy-sys needs cmake and libclang)
 #                    demo      build + the RDMA VM + Debian's IPAM plugins (scripts/demo.sh)
@@ -16,6 +16,8 @@
 #                              needs Go 1.21+, 1.26 best) and what the harness runs beside them
 #                    pictures  headless Chromium, for scripts/pictures.sh only
 #   --dry-run        print the plan and change nothing (apt's package lists may be refreshed)
+#   --packages-only  only the packages: no venv, no cluster parts, no Rust toolchain check (the
+#                    cold check, scripts/cold-check.sh, plans so in a fresh Debian 12 root)
 #   --plan-from F    take apt's simulated plan from F instead of asking apt, print what setup
 #                    decides, change nothing (tests/setup.rs feeds it recorded plans)
 #
@@ -39,8 +41,11 @@ SET[demo]="${SET[build]} ${SET[vm]} containernetworking-plugins"
 # VM; Prometheus + node_exporter for tests/vm/metrics.sh; strace for benches/; containerd, runc
 # and a venv (grpcio) for tests/cri.rs; podman for tests/image.rs; runc for tests/nri.rs; curl
 # and openssl for the DRA tests' REST calls and their stand-in API server's certificate.
+# For the style step and the cold check: Debian's shellcheck and debootstrap (scripts/lint-shell.sh,
+# scripts/cold-check.sh).
 SET[test]="${SET[demo]} golang-go golang-github-appc-cni-dev dnsmasq-base perftest rdmacm-utils
-  prometheus prometheus-node-exporter strace containerd runc python3-venv podman curl openssl"
+  prometheus prometheus-node-exporter strace containerd runc python3-venv podman curl openssl
+  shellcheck debootstrap"
 # The real cluster (tests/cluster/cluster.sh): runc under containerd 2.4, openssl for its
 # certificates, nsenter/unshare, a static pause and busybox for its images, podman for ours.
 SET[cluster]="runc openssl iproute2 util-linux gcc libc6-dev busybox-static podman python3"
@@ -53,19 +58,20 @@ declare -A REPLACE_TO_MATCH=([qemu-utils]=qemu-system-x86)
 say() { echo "setup: $*" >&2; }
 die() { say "$*"; exit 1; }
 
-SETS=() DRY=0 PLAN_FROM=
+SETS=() DRY=0 PLAN_FROM= PACKAGES_ONLY=0
 while (($#)); do
   case $1 in
     --for) [[ -n ${SET[${2:-}]:-} ]] || die "--for wants one of: ${!SET[*]}"; SETS+=("$2"); shift 2 ;;
     --dry-run) DRY=1; shift ;;
+    --packages-only) PACKAGES_ONLY=1; shift ;;
     --plan-from) PLAN_FROM=${2:?--plan-from wants a file}; DRY=1; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
 ((${#SETS[@]})) || SETS=(test)
 
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep "install ok installed" >/dev/null; }
 
 # The union of the asked sets, in order, once each; and what of it is missing.
 declare -A seen
@@ -210,8 +216,7 @@ if [[ -n $plan ]]; then
 fi
 
 for s in "${SETS[@]}"; do [[ $s == test ]] && NEED_VENV=1; done
-if [[ -n ${NEED_VENV:-} && -z $PLAN_FROM ]]; then
-  command -v cargo >/dev/null || die "cargo not found: install Rust (rustup.rs), 1.89 or newer"
+if [[ -n ${NEED_VENV:-} && -z $PLAN_FROM && $PACKAGES_ONLY == 0 ]]; then
   # The CRI tests' gRPC client (tests/cri/cri.py): grpcio + grpcio-tools from PyPI, pinned, in
   # a venv of Debian's python3 (not whatever python3 is first on PATH).
   VENV=${RHD_VENV:-$HOME/.cache/rhd-venv}
@@ -220,16 +225,17 @@ if [[ -n ${NEED_VENV:-} && -z $PLAN_FROM ]]; then
     ! cmp -s "$REQ" "$VENV/.rhd-requirements.txt"; then
     if ((DRY)); then say "plan: a venv at $VENV with $(grep -v '^#' "$REQ" | xargs) (PyPI)"; else
       say "making $VENV: $(grep -v '^#' "$REQ" | xargs)"
-      /usr/bin/python3 -m venv "$VENV"
-      "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ" >&2
+      /usr/bin/python3 -m venv "$VENV" || die "python3 -m venv $VENV failed (python3-venv is in the test set)"
+      "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ" >&2 ||
+        die "pip cannot install $(grep -v '^#' "$REQ" | xargs) from PyPI (see pip's words above): if PyPI no longer serves a pin, move it in tests/cri/requirements.txt"
       cp "$REQ" "$VENV/.rhd-requirements.txt"
       say "venv: $(du -sh "$VENV" | cut -f1)"
     fi
   fi
 fi
 for s in "${SETS[@]}"; do [[ $s == cluster ]] && NEED_PARTS=1; done
-if [[ -n ${NEED_PARTS:-} && -z $PLAN_FROM ]]; then
+if [[ -n ${NEED_PARTS:-} && -z $PLAN_FROM && $PACKAGES_ONLY == 0 ]]; then
   if ((DRY)); then "$REPO/scripts/cluster-parts.sh" --dry-run >/dev/null; else "$REPO/scripts/cluster-parts.sh" >/dev/null; fi
 fi
-if ((!DRY)); then command -v cargo >/dev/null || die "cargo not found: install Rust (rustup.rs), 1.89 or newer"; fi
+if ((!DRY && !PACKAGES_ONLY)); then command -v cargo >/dev/null || die "cargo not found: install Rust (rustup.rs), 1.89 or newer"; fi
 exit 0

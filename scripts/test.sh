@@ -23,7 +23,11 @@ step "setup: the plan for each set, then the test set's packages"
 scripts/setup.sh --for demo --for pictures --dry-run
 scripts/setup.sh --for test --for cluster
 
-step "style: cargo fmt --check, cargo clippy -D warnings"
+step "the cold path: what a fresh machine downloads, from empty caches (scripts/cold-check.sh)"
+scripts/cold-check.sh
+
+step "style: shellcheck and whole pipelines (scripts/lint-shell.sh), cargo fmt --check, cargo clippy -D warnings"
+scripts/lint-shell.sh
 cargo fmt --check
 cargo clippy --workspace --all-targets -- -D warnings
 
