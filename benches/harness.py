@@ -120,6 +120,16 @@ def must(p, what):
 
 # ------------------------------------------------------------------ the plugins
 
+def bench_node(state_dir):
+    """The node configuration ours runs under: its state and log dirs, and allowedNics naming
+    the bench's NICs. They are veths whose peers sit in another namespace, which the node
+    refuses unless allowedNics.names lists them (docs/configuration.md), as an operator would
+    list such a pair."""
+    names = [f"{PREFIX}nic0"] + [f"{PREFIX}pn{j:02d}" for j in range(16)]
+    names += [f"{PREFIX}ln{c}" for c in (1, 100, 2000)]
+    return {"stateDir": state_dir, "logDir": state_dir + ".log", "allowedNics": {"names": names}}
+
+
 class Plugin:
     """A plugin under test: a label, its binary, and how its config looks."""
 
@@ -175,7 +185,7 @@ class Plugin:
         path = self.state_dir + ".node.json"
         if not os.path.exists(path):
             with open(path, "w") as f:
-                json.dump({"stateDir": self.state_dir, "logDir": self.state_dir + ".log"}, f)
+                json.dump(bench_node(self.state_dir), f)
         return {"RDMA_HOST_DEVICE_NODE_CONFIG": path}
 
     def spawn(self, cmd, conf, cid, netns):

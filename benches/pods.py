@@ -41,7 +41,7 @@ import harness  # noqa: E402
 # Names of our own, apart from bench.sh's (rhdb), which may run at the same time on a shared
 # machine: harness.World names its namespaces after harness.PREFIX.
 PREFIX = harness.PREFIX = "rhdp"
-from harness import Plugin, World, cycle_direct, enter, med, must, q, run1, sh  # noqa: E402
+from harness import Plugin, World, bench_node, cycle_direct, enter, med, must, q, run1, sh  # noqa: E402
 
 
 class Ours(Plugin):
@@ -54,7 +54,7 @@ class Ours(Plugin):
     def node_env(self):
         path = self.state_dir + ".node.json"
         if not os.path.exists(path):
-            node = {"stateDir": self.state_dir, "logDir": self.state_dir + ".log"}
+            node = bench_node(self.state_dir)
             if self.socket_path:
                 node["uppersSocket"] = self.socket_path
             with open(path, "w") as f:

@@ -28,6 +28,16 @@ SPAWN=$WORK/spawn
 [[ -x $SPAWN && ! benches/spawn.c -nt $SPAWN ]] || cc -O2 -o "$SPAWN" benches/spawn.c
 echo "rdma-host-device pods bench, $(date -u '+%Y-%m-%d %H:%M UTC'), git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo '+dirty')"
 echo "machine: $(uname -r), $(nproc) CPU ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-echo "hostdev: $(dpkg-query -W -f='${Version}' containernetworking-plugins 2>/dev/null || echo '?'); load before: $(uptime | sed 's/.*load average/load average/')"
+HOSTDEV=/usr/lib/cni/host-device
+for ((i = 0; i < ${#ARGS[@]} - 1; i++)); do
+  [[ ${ARGS[i]} != --hostdev ]] || HOSTDEV=${ARGS[i + 1]}
+done
+if [[ $HOSTDEV == /usr/lib/cni/host-device ]]; then
+  hd="Debian's $(dpkg-query -W -f='${Version}' containernetworking-plugins 2>/dev/null || echo '?')"
+else
+  # A host-device built from its Go module names the module's version in its build info.
+  hd="$HOSTDEV, $(go version -m "$HOSTDEV" 2>/dev/null | awk '$1 == "mod" {print $2, $3}')"
+fi
+echo "hostdev: $hd; load before: $(uptime | sed 's/.*load average/load average/')"
 exec python3 benches/pods.py --ours "$TARGET/release/rdma-host-device" --spawn "$SPAWN" \
   --work "$WORK/pods" "${ARGS[@]}"
