@@ -16,8 +16,12 @@
 #   RHD_CLUSTER_NODE=vm tests/cluster/cluster.sh up DIR
 #                                        the control plane only (etcd, API server, scheduler,
 #                                        controller-manager); the node is a VM that runs
-#   tests/cluster/cluster.sh node DIR    there: containerd and the kubelet, with DIR's
-#                                        certificates and kubeconfigs (tests/vm/cluster.sh)
+#   tests/cluster/cluster.sh node DIR [2]  there: containerd and the kubelet, with DIR's
+#                                        certificates and kubeconfigs (tests/vm/cluster.sh);
+#                                        2: the second node of RHD_CLUSTER_NODES=2
+#   RHD_CLUSTER_NODE=vm RHD_CLUSTER_NODES=2 tests/cluster/cluster.sh up DIR
+#                                        room for two VM nodes, rhd-vm at 198.51.100.1 and
+#                                        rhd-vm2 at 198.51.100.3 (tests/vm/two-nodes.sh)
 #
 # DIR/env has what a caller needs (KUBECONFIG, NODE, NODE_IP, the netns, the holder's pid);
 # DIR/logs/ every component's log. Needs root; the parts (RHD_CLUSTER_BIN or
@@ -44,6 +48,11 @@ netns) NODE_IP=$APISERVER_IP ;;
 vm) NODE=rhd-vm NODE_IP=$HOST_IP ;;
 *) die "RHD_CLUSTER_NODE=$NODE_MODE: netns or vm" ;;
 esac
+# A second VM node (RHD_CLUSTER_NODES=2): its own name, its own token, and its own address on
+# this machine's end of the veth, where its VM's QEMU forwards 10250 into it.
+NODES=${RHD_CLUSTER_NODES:-1}
+[[ $NODES == 1 || ($NODES == 2 && $NODE_MODE == vm) ]] || die "RHD_CLUSTER_NODES=$NODES: 1, or 2 with RHD_CLUSTER_NODE=vm"
+NODE2=rhd-vm2 NODE2_IP=198.51.100.3
 # The node's well-known paths, each backed by DIR/node/<path> inside the cluster's mount namespace.
 NODE_PATHS=(/opt/cni/bin /etc/cni/net.d /var/lib/kubelet /etc/cdi /var/run/cdi /run/nri
   /var/log/pods /var/log/containers /var/lib/cni /run/rdma-host-device /var/lib/rdma-host-device
@@ -132,7 +141,7 @@ esac
 daemon() { # NAME CMD...: started inside the node, its log in DIR/logs/NAME.log
   local n=$1
   shift
-  setsid "${IN[@]}" "$@" </dev/null >"$D/logs/$n.log" 2>&1 9>&- &
+  setsid "${IN[@]}" "$@" </dev/null >"$LOGS/$n.log" 2>&1 9>&- &
   echo $! >"$PIDS/$n"
 }
 wait_for() { # WHAT SECONDS CMD...
@@ -251,7 +260,7 @@ makeIPTablesUtilChains: false
 localStorageCapacityIsolation: false
 resolvConf: ""
 EOF
-  daemon kubelet "$D/bin/kubelet" --config "$RUN/kubelet.yaml" --kubeconfig "$D/node.kubeconfig" \
+  daemon kubelet "$D/bin/kubelet" --config "$RUN/kubelet.yaml" --kubeconfig "$NODE_KUBECONFIG" \
     --hostname-override "$NODE" --node-ip "$NODE_IP" --root-dir /var/lib/kubelet \
     --cert-dir "$RUN/kubelet-pki" --v 2
   node_ready() { kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -x True >/dev/null; }
@@ -266,8 +275,13 @@ if [[ $cmd == node ]]; then
   . "$D/env"
   [[ $NODE_MODE == vm ]] || die "$D's cluster has its node already (RHD_CLUSTER_NODE=vm up makes one without)"
   IN=() ROOT= RUN=/run/rhd-k8s KUBELET_ADDRESS=0.0.0.0 start=$SECONDS PIDS=/run/rhd-k8s/pids
+  NODE_KUBECONFIG=$D/node.kubeconfig LOGS=$D/logs
+  if [[ ${1:-1} == 2 ]]; then
+    [[ -f $D/node2.kubeconfig ]] || die "$D's cluster has no second node (RHD_CLUSTER_NODES=2 up makes room for one)"
+    NODE=$NODE2 NODE_IP=$NODE2_IP NODE_KUBECONFIG=$D/node2.kubeconfig LOGS=$D/logs/node2
+  fi
   RUNC=$(command -v runc) || die "runc missing"
-  mkdir -p "$D/logs" "$PIDS"
+  mkdir -p "$LOGS" "$PIDS"
   node_up
   say "node $NODE Ready in $((SECONDS - start)) s"
   exit 0
@@ -311,6 +325,7 @@ ip netns add "$NETNS"
 echo "NETNS=$NETNS" >"$D/env" # what `down` needs from here on; the rest is added when up
 ip link add "rhd-k8s-$tag" type veth peer name eth0 netns "$NETNS"
 ip addr add "$HOST_IP/24" dev "rhd-k8s-$tag"
+if [[ $NODES == 2 ]]; then ip addr add "$NODE2_IP/24" dev "rhd-k8s-$tag"; fi
 ip link set "rhd-k8s-$tag" up
 ip -n "$NETNS" addr add "$APISERVER_IP/24" dev eth0
 ip -n "$NETNS" link set eth0 up
@@ -346,6 +361,7 @@ ADMIN_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 {
   echo "$ADMIN_TOKEN,admin,admin,system:masters"
   echo "node-$ADMIN_TOKEN,system:node:$NODE,node,system:nodes"
+  if [[ $NODES == 2 ]]; then echo "node2-$ADMIN_TOKEN,system:node:$NODE2,node2,system:nodes"; fi
   echo "sched-$ADMIN_TOKEN,system:kube-scheduler,sched,"
   echo "cm-$ADMIN_TOKEN,system:kube-controller-manager,cm,"
 } >"$D/pki/tokens.csv"
@@ -383,6 +399,7 @@ EOF
 }
 kubeconfig "$D/admin.kubeconfig" "$ADMIN_TOKEN"
 kubeconfig "$D/node.kubeconfig" "node-$ADMIN_TOKEN"
+if [[ $NODES == 2 ]]; then kubeconfig "$D/node2.kubeconfig" "node2-$ADMIN_TOKEN"; fi
 kubeconfig "$D/scheduler.kubeconfig" "sched-$ADMIN_TOKEN"
 kubeconfig "$D/cm.kubeconfig" "cm-$ADMIN_TOKEN"
 
@@ -435,9 +452,11 @@ HOLDER=$hp
 CONTAINERD_SOCK=$D/run/containerd.sock
 NODE_MODE=$NODE_MODE
 BIN=$BIN
+NODES=$NODES
 EOF
+if [[ $NODES == 2 ]]; then printf 'NODE2=%s\nNODE2_IP=%s\n' "$NODE2" "$NODE2_IP" >>"$D/env"; fi
 
-IN=(nsenter -t "$hp" --net --mount --)
+IN=(nsenter -t "$hp" --net --mount --) LOGS=$D/logs
 # ---- etcd, the API server
 daemon etcd "$D/bin/etcd" --data-dir "$D/etcd" --listen-client-urls http://127.0.0.1:2379 \
   --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \

@@ -4,7 +4,7 @@
 #
 #   tests/vm/run.sh [GROUP...]   groups: smoke unit shared exclusive-stock exclusive-move
 #                                exclusive-move-slub metrics cri-exclusive cluster
-#                                (default: all)
+#                                two-nodes (default: all but two-nodes)
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/../.." && pwd -P)
@@ -27,7 +27,8 @@ GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$REPO/target/tmp/go-cache \
   go build -o target/vm/libcni-driver ./tests/libcni-driver || exit 1
 
 # For cri-exclusive (tests/vm/cri.sh): the sandbox image, an image with this machine's RDMA
-# tools (busybox, ibverbs-utils, rdmacm-utils, the rxe and siw providers, their libraries) and
+# tools (busybox, ibverbs-utils, rdmacm-utils, perftest, iputils' ping, the rxe and siw
+# providers, their libraries) and
 # the CRI client's stubs, made here because the guest sees this machine's files read-only and
 # has no compiler run to spare.
 export RHD_VENV=${RHD_VENV:-$HOME/.cache/rhd-venv}
@@ -37,7 +38,7 @@ cc -static -Os -s -o target/vm/pause tests/cri/pause.c &&
   "$RHD_VENV/bin/python" tests/cri/cri.py - files-image localhost/rhd-rdma-tools:test target/vm/rdma-tools.tar /bin/sh \
     /bin/busybox '/bin/sh->busybox' '/bin/sleep->busybox' '/bin/cat->busybox' '/bin/ls->busybox' \
     '/bin/env->busybox' /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong \
-    /usr/bin/rping /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/siw.driver \
+    /usr/bin/rping /usr/bin/ib_write_bw /usr/bin/ib_read_lat /usr/bin/ping /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/siw.driver \
     $VERBS/librxe-rdmav34.so $VERBS/libsiw-rdmav34.so >/dev/null &&
   RHD_CRI_STUBS=$REPO/target/vm/cri-stubs "$RHD_VENV/bin/python" tests/cri/cri.py - stubs >/dev/null ||
   { echo "run: cannot make the CRI test's pause image or stubs (scripts/setup.sh)" >&2; exit 1; }
@@ -63,6 +64,8 @@ for g in "${GROUPS_[@]}"; do
     cri-exclusive) "$HERE/vm.sh" --exclusive --smp 1 --timeout 600 "$HERE/cri.sh" ;;
     # The real kubelet and containerd in the VM, the control plane on this machine.
     cluster) "$HERE/cluster.sh" ;;
+    # Two VMs as two kubelet nodes, their NICs cabled: a job across them (tests/vm/two-nodes.sh).
+    two-nodes) "$HERE/two-nodes.sh" ;;
     *) echo "unknown group $g"; false ;;
   esac
   rc=$?

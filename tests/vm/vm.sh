@@ -44,6 +44,7 @@ EXTRA_APPEND=${RDMA_VM_APPEND:-}
 EXCLUSIVE=0
 UPLINK=0
 UPLINK_FWD=
+WIRE=
 PREPARE_ONLY=0
 PRINT_URIS=0
 CMD_STRING=
@@ -52,7 +53,7 @@ HAVE_CMD=0
 # The guest NIC (see the header).
 NIC_SLOT=05
 NIC_PCI=0000:00:$NIC_SLOT.0
-NIC_MAC=52:54:00:12:34:05
+NIC_MAC=${RDMA_VM_NIC_MAC:-52:54:00:12:34:05}
 # The opt-in uplink (--uplink): QEMU user networking (slirp) at 0000:00:06.0, static 10.0.2.15/24
 # with the default route via slirp's 10.0.2.2, which NATs the guest's TCP to any address this
 # machine reaches; its hostfwd rules forward this machine's ports into the guest.
@@ -83,6 +84,11 @@ options:
                    default route via 10.0.2.2 (the guest reaches this machine's addresses);
                    FWD is slirp's hostfwd list, comma-separated (e.g.
                    tcp:198.51.100.1:10250-:10250), or "" for none; \$RDMA_VM_UPLINK names it
+  --wire listen:SOCK|connect:SOCK
+                   connect the test NIC (0000:00:05.0) to another guest's: a QEMU stream
+                   netdev on the unix socket SOCK; the listening guest first (its socket must
+                   exist before the other connects); give the two NICs different MACs
+  --nic-mac MAC    the test NIC's MAC (default $NIC_MAC; \$RDMA_VM_NIC_MAC)
   -c CMDS          run CMDS with bash -c instead of a script file
   --mem MB         guest memory (default $MEM)
   --smp N          guest vCPUs (default $SMP)
@@ -112,6 +118,8 @@ while [[ $# -gt 0 ]]; do
     --append) [[ $# -ge 2 ]] || die "--append needs an argument"; EXTRA_APPEND="$EXTRA_APPEND $2"; shift 2 ;;
     --timeout) [[ $# -ge 2 ]] || die "--timeout needs an argument"; TIMEOUT=$2; shift 2 ;;
     --uplink) [[ $# -ge 2 ]] || die "--uplink needs an argument"; UPLINK=1; UPLINK_FWD=$2; shift 2 ;;
+    --wire) [[ $# -ge 2 && $2 =~ ^(listen|connect):. ]] || die "--wire wants listen:SOCK or connect:SOCK"; WIRE=$2; shift 2 ;;
+    --nic-mac) NIC_MAC=${2:?}; shift 2 ;;
     -c) [[ $# -ge 2 ]] || die "-c needs an argument"; CMD_STRING=$2; HAVE_CMD=1; shift 2 ;;
     --mem) MEM=${2:?}; shift 2 ;;
     --smp) SMP=${2:?}; shift 2 ;;
@@ -481,7 +489,16 @@ APPEND="console=ttyS0 quiet loglevel=4 panic=-1 oops=panic rdinit=/init"
 [[ $EXCLUSIVE == 1 ]] && APPEND="$APPEND ib_core.netns_mode=0"
 APPEND="$APPEND $EXTRA_APPEND"
 
-# The test NIC has no -netdev peer: unconnected, like a cable-less port.
+# The test NIC has no -netdev peer: unconnected, like a cable-less port; with --wire, a cable
+# to another guest's test NIC (a QEMU stream netdev over a unix socket, no host bridge).
+NIC_DEV="virtio-net-pci,addr=0x$NIC_SLOT,mac=$NIC_MAC"
+WIRE_NET=()
+if [[ -n $WIRE ]]; then
+  server=on
+  [[ $WIRE == connect:* ]] && server=off
+  WIRE_NET=(-netdev "stream,id=wire,server=$server,addr.type=unix,addr.path=${WIRE#*:}")
+  NIC_DEV="$NIC_DEV,netdev=wire"
+fi
 QEMU=(qemu-system-x86_64 "${ACCEL[@]}" -M pc -m "$MEM" -smp "$SMP"
       -nodefaults -no-user-config -display none -no-reboot
       -serial stdio -device isa-debug-exit,iobase=0xf4,iosize=0x04
@@ -489,7 +506,7 @@ QEMU=(qemu-system-x86_64 "${ACCEL[@]}" -M pc -m "$MEM" -smp "$SMP"
       -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap
       -virtfs "local,path=${RUNDIR//,/,,},mount_tag=vmrun,security_model=none"
       -virtfs "local,path=${REPO//,/,,},mount_tag=repo,security_model=none,multidevs=remap"
-      -device "virtio-net-pci,addr=0x$NIC_SLOT,mac=$NIC_MAC")
+      "${WIRE_NET[@]}" -device "$NIC_DEV")
 if [[ $UPLINK == 1 ]]; then
   fwd=
   IFS=, read -ra rules <<<"$UPLINK_FWD"

@@ -1,0 +1,301 @@
+#!/usr/bin/env bash
+# tests/vm/two-nodes.sh - group `two-nodes` (tests/vm/run.sh): a job across two nodes. The
+# control plane of tests/cluster/cluster.sh on this machine (RHD_CLUSTER_NODE=vm
+# RHD_CLUSTER_NODES=2), two RDMA VMs as its two kubelet nodes (Kubernetes 1.37, containerd 2.4,
+# exclusive mode, rdma_rxe_netns on a virtio NIC at 0000:00:05.0 in each), the two NICs cabled
+# to each other by QEMU (vm.sh --wire: a stream netdev on a unix socket). Each VM has its own
+# slirp uplink with a hostfwd of its kubelet's port on its own address of this machine
+# (198.51.100.1 and 198.51.100.3). tests/vm/two-nodes-node.sh runs in each guest.
+#
+# Through it, with conf/k8s/daemonset.yaml and conf/multus/rdma-rail-device-plugin.yaml applied
+# with kubectl (the changes to them, and why, are printed and listed in docs/testing.md):
+#   baseline    the same two NICs and rxe0s from the VMs' own namespaces, no pods: MTU 9000,
+#               ib_write_bw and ib_read_lat (perftest) with a 4096-byte path MTU
+#   device-plugin  two unprivileged pods (uid 1000, no capabilities), one per node, each asking
+#               for rdma-host-device.io/rail with the NAD: Ready time from one kubectl apply;
+#               in each net1 at MTU 9000, rxe0 active_mtu 4096, NCCL_IB_GID_INDEX from the
+#               per-NIC env naming the RoCE v2 GID of its address; between them a 9000-byte
+#               don't-fragment ping, ib_write_bw and ib_read_lat (each side with -x its own
+#               NCCL_IB_GID_INDEX, -m 4096) and rping (rdma_cm); the figures against the
+#               baseline; on delete both NICs and rxe0s home
+# Figures in target/vm/two-nodes-report.txt.
+#
+# Needs root, the cluster parts, podman, target/vm/rdma-tools.tar (tests/vm/run.sh makes it),
+# target/debug's plugin and agent (RHD_BIN names another plugin; its agent beside it).
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+REPO=$(cd "$HERE/../.." && pwd -P)
+cd "$REPO" || exit 1
+BIN=${RHD_BIN:-$REPO/target/debug/rdma-host-device}
+AGENT=$(dirname "$BIN")/rdma-host-device-agent
+say() { echo "two-nodes: $*" >&2; }
+PASS=0 FAIL=0
+ok() { echo "  ok   $*"; PASS=$((PASS + 1)); }
+bad() { echo "  FAIL $*"; FAIL=$((FAIL + 1)); }
+case_() { echo "--- $*"; }
+T0=$SECONDS
+REPORT=$REPO/target/vm/two-nodes-report.txt
+: >"$REPORT"
+fig() { echo "$*" | tee -a "$REPORT"; }
+
+# ---- the DaemonSet's image, as tests/vm/cluster.sh makes it
+W=$REPO/target/vm/cluster-image-2n
+rm -rf "$W"
+mkdir -p "$W/bin"
+strip -o "$W/bin/rdma-host-device" "$BIN" && strip -o "$W/bin/rdma-host-device-agent" "$AGENT" ||
+  { say "cannot strip $BIN and $AGENT (cargo build first)"; exit 1; }
+P=$(mktemp -d /tmp/rhd-vmimg.XXXXXX)
+PODMAN_OPTS="--root=$P/storage --runroot=$P/run --tmpdir=$P/tmp --storage-driver=vfs --cgroup-manager=cgroupfs --events-backend=file"
+cleanup_podman() { rm -rf "$P"; }
+trap cleanup_podman EXIT
+report=$(PODMAN_OPTS=$PODMAN_OPTS deploy/build-image.sh "$W/bin/rdma-host-device") || { say "deploy/build-image.sh failed"; exit 1; }
+image=$(sed -n 's/^image: //p' <<<"$report")
+# shellcheck disable=SC2086
+podman $PODMAN_OPTS save --format oci-archive -o "$W/image.tar" "$image" >/dev/null ||
+  { say "podman save $image failed"; exit 1; }
+rm -rf "${P:?}" "${W:?}/bin"
+say "image $image made in $((SECONDS - T0)) s"
+
+# ---- the control plane, with room for two VM nodes
+D=$REPO/target/vm/k8s2n
+tests/cluster/cluster.sh down "$D" >/dev/null 2>&1
+rm -rf "$D"
+VM1= VM2=
+finish_vms() {
+  mkdir -p "$D/vmcmd" && : >"$D/vmcmd/done"
+  local p
+  for p in $VM1 $VM2; do
+    for _ in $(seq 60); do kill -0 "$p" 2>/dev/null || break; sleep 1; done
+    kill "$p" 2>/dev/null
+  done
+}
+down() { finish_vms; tests/cluster/cluster.sh down "$D" >&2; }
+trap 'down; cleanup_podman' EXIT
+t=$SECONDS
+RHD_CLUSTER_NODE=vm RHD_CLUSTER_NODES=2 tests/cluster/cluster.sh up "$D" || { say "the control plane did not come up"; exit 1; }
+say "control plane up in $((SECONDS - t)) s"
+# shellcheck disable=SC1091
+. "$D/env"
+kc() { "$D/bin/kubectl" --kubeconfig "$D/admin.kubeconfig" --request-timeout 60s "$@"; }
+wait_until() { # SECONDS CMD...
+  local end=$((SECONDS + $1))
+  shift
+  while ((SECONDS < end)); do "$@" >/dev/null 2>&1 && return 0; sleep 1; done
+  return 1
+}
+
+# ---- the two VMs: one vCPU each (two TCG guests share this machine's two cores; runc has
+# livelocked a two-vCPU guest before: run.sh's cri-exclusive), the first listening on the
+# wire's socket, the second connecting to it once it is there
+mkdir -p "$D/vmcmd/1" "$D/vmcmd/2"
+WIRE=$D/wire.sock
+boot() { # N MAC FWD-IP WIRE-SPEC
+  RHD_CLUSTER_DIR=$D RHD_CLUSTER_IMAGE=$W/image.tar "$HERE/vm.sh" --exclusive --smp 1 --mem 3072 \
+    --timeout "${RHD_TWO_NODES_TIMEOUT:-2400}" --nic-mac "$2" --uplink "tcp:$3:10250-:10250" --wire "$4" \
+    "$HERE/two-nodes-node.sh" "$1" >"$D/logs/vm$1.console" 2>&1
+  echo "vm $1 exited $?" >>"$D/logs/vm$1.console"
+}
+t=$SECONDS
+boot 1 52:54:00:12:35:01 "$NODE_IP" "listen:$WIRE" &
+VM1=$!
+wait_until 60 test -S "$WIRE" || { say "the first VM made no wire socket: $(tail -5 "$D/logs/vm1.console")"; exit 1; }
+boot 2 52:54:00:12:35:02 "$NODE2_IP" "connect:$WIRE" &
+VM2=$!
+both_ready() { [[ -e $D/vmcmd/1/ready && -e $D/vmcmd/2/ready ]]; }
+if wait_until 900 both_ready; then ok "nodes $NODE and $NODE2 Ready with their images $((SECONDS - t)) s after the VMs were started"
+else
+  bad "the nodes are not Ready after 900 s"
+  tail -20 "$D/logs/vm1.console" "$D/logs/vm2.console"
+  exit 1
+fi
+
+# vm_run N CMDS [SECONDS]: CMDS run by bash in VM N (two-nodes-node.sh's channel); prints their
+# output, returns their status (124 when they did not end in time)
+vm_run() {
+  local k
+  k=$D/vmcmd/$1/$(date +%s%N)
+  printf '%s\n' "$2" >"$k.tmp" && mv "$k.tmp" "$k.sh"
+  if ! wait_until "${3:-120}" test -e "$k.rc"; then cat "$k.out" 2>/dev/null; return 124; fi
+  cat "$k.out"
+  return "$(cat "$k.rc")"
+}
+# In the guest (and in a pod): the GID index of the RoCE v2 GID of address $1 on rxe0
+GID_OF='gid_of() { ibv_devinfo -v -d rxe0 | sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:space:]]*::ffff:$1, RoCE v2.*/\1/p"; }'
+# perftest: 64 KiB writes for 5 s, 2-byte reads 500 times; -F: no CPU-frequency check (a VM)
+BW_ARGS="-d rxe0 -m 4096 -s 65536 -D 5 -F"
+LAT_ARGS="-d rxe0 -m 4096 -n 500 -F"
+# the first result line of a perftest report: BW average (MB/s, column 4) or t_typical (usec,
+# column 5)
+bw_of() { awk '$1 == 65536 && NF >= 5 {print $4}' <<<"$1" | sed -n 1p; }
+lat_of() { awk '$1 == 2 && NF >= 7 {print $5}' <<<"$1" | sed -n 1p; }
+mtu_of() { sed -n 's/^ *Mtu *: *\([0-9]*\)\[B\].*/\1/p' <<<"$1" | sed -n 1p; }
+
+# ---- baseline: the same NICs and rxe0s from the VMs' own namespaces
+case_ "baseline (the VMs' own namespaces, no pods)"
+B1=192.168.121.1 B2=192.168.121.2
+vm_run 1 "ip link set eth0 mtu 9000 && ip addr add $B1/24 dev eth0" >/dev/null &&
+  vm_run 2 "ip link set eth0 mtu 9000 && ip addr add $B2/24 dev eth0" >/dev/null || bad "addresses on the VMs' eth0"
+gid_wait="$GID_OF; for i in \$(seq 30); do g=\$(gid_of \$1); [[ -n \$g ]] && break; sleep 1; done; echo \$g"
+G1=$(vm_run 1 "set -- $B1; $gid_wait") G2=$(vm_run 2 "set -- $B2; $gid_wait")
+if [[ -n $G1 && -n $G2 ]]; then ok "RoCE v2 GIDs of $B1 and $B2 at index $G1 and $G2"; else bad "no RoCE v2 GID: '$G1' '$G2'"; fi
+out=$(vm_run 2 "ping -M 'do' -s 8972 -c 3 -W 5 $B1" 60)
+if [[ $out == *" 0% packet loss"* ]]; then ok "baseline: ping -M do -s 8972 $B1 from VM 2: $(grep rtt <<<"$out")"; else bad "baseline jumbo ping: $out"; fi
+# perftest_pair WHAT SERVER-RUNNER CLIENT-RUNNER SERVER-CMD CLIENT-CMD: the server started, the
+# client tried until it connects; prints the client's report
+perftest_pair() {
+  local srv out
+  srv=$(mktemp)
+  "$2" "$4" >"$srv" 2>&1 &
+  local sp=$!
+  out=$("$3" "$5")
+  wait "$sp"
+  echo "$out"
+  echo "--- server:"
+  cat "$srv"
+  rm -f "$srv"
+}
+on_vm1() { vm_run 1 "$1" 180; }
+on_vm2() { vm_run 2 "for i in \$(seq 20); do $1 && exit 0; sleep 2; done; exit 1" 180; }
+out=$(perftest_pair bw on_vm1 on_vm2 "ib_write_bw $BW_ARGS -x $G1" "ib_write_bw $BW_ARGS -x $G2 $B1")
+BASE_BW=$(bw_of "$out") mtu=$(mtu_of "$out")
+if [[ -n $BASE_BW && $mtu == 4096 ]]; then ok "baseline ib_write_bw: $BASE_BW MB/s average, path MTU $mtu"; else bad "baseline ib_write_bw: $out"; fi
+out=$(perftest_pair lat on_vm1 on_vm2 "ib_read_lat $LAT_ARGS -x $G1" "ib_read_lat $LAT_ARGS -x $G2 $B1")
+BASE_LAT=$(lat_of "$out") mtu=$(mtu_of "$out")
+if [[ -n $BASE_LAT && $mtu == 4096 ]]; then ok "baseline ib_read_lat: $BASE_LAT usec typical, path MTU $mtu"; else bad "baseline ib_read_lat: $out"; fi
+# as the node was: no address, MTU 1500 (the plugin puts back what it found)
+vm_run 1 "ip addr flush dev eth0 && ip link set eth0 mtu 1500" >/dev/null &&
+  vm_run 2 "ip addr flush dev eth0 && ip link set eth0 mtu 1500" >/dev/null || bad "the VMs' eth0 back as they were"
+
+# ---- the DaemonSet, node.json naming the NIC by PCI address (as tests/vm/cluster-node.sh): the
+# shipped node.json's pool selects mlx5_core NICs; an operator of virtio nodes names theirs
+case_ "device-plugin"
+PCI=0000:00:05.0
+for n in "$NODE" "$NODE2"; do kc label node "$n" feature.node.kubernetes.io/rdma.capable=true >/dev/null; done
+python3 - "$REPO/conf/k8s/daemonset.yaml" "$PCI" <<'EOF' | kc apply -f - >/dev/null || bad "apply daemonset.yaml"
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+for d in docs:
+    if d["kind"] == "ConfigMap" and "node.json" in d.get("data", {}):
+        n = json.loads(d["data"]["node.json"])
+        sel = {"pciAddresses": [sys.argv[2]]}
+        n["allowedNics"] = sel
+        n["devicePlugin"]["pools"][0]["selectors"] = sel
+        n["dra"]["nics"] = sel
+        d["data"]["node.json"] = json.dumps(n)
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+EOF
+ds_ready() { [[ $(kc -n kube-system get ds rdma-host-device -o jsonpath='{.status.numberReady}') == 2 ]]; }
+t=$SECONDS
+if wait_until 600 ds_ready; then ok "DaemonSet rdma-host-device ready on both nodes in $((SECONDS - t)) s"
+else bad "DaemonSet rdma-host-device not ready on both nodes"; fi
+alloc() { [[ $(kc get node "$1" -o jsonpath='{.status.allocatable.rdma-host-device\.io/rail}') == 1 ]]; }
+for n in "$NODE" "$NODE2"; do
+  if wait_until 180 alloc "$n"; then ok "$n offers rdma-host-device.io/rail: 1"; else bad "$n offers no rail"; fi
+done
+# The NAD as shipped but for its IPAM: whereabouts (one pool for the cluster) is not built here;
+# host-local keeps a pool per node, so one NAD would give both pods the same address. One copy
+# per node, host-local, disjoint ranges of the shipped subnet; each pod names its node's copy.
+python3 - "$REPO/conf/multus/rdma-rail-device-plugin.yaml" <<'EOF' | kc apply -f - >/dev/null || bad "apply the NADs"
+import json, sys, yaml
+nad = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d)
+items = []
+for n in (1, 2):
+    d = json.loads(json.dumps(nad))
+    c = json.loads(d["spec"]["config"])
+    sub = c["ipam"]["range"]
+    base = sub.rsplit(".", 1)[0]
+    c["ipam"] = {"type": "host-local", "ranges": [[{"subnet": sub, "rangeStart": f"{base}.{n}1", "rangeEnd": f"{base}.{n}9"}]]}
+    d["metadata"]["name"] = f"rdma-rail-{n}"
+    d["spec"]["config"] = json.dumps(c)
+    items.append(d)
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+EOF
+pod_json() { # NAME NETWORK NODE
+  python3 - "$@" <<'EOF'
+import json, sys
+name, net, node = sys.argv[1:4]
+print(json.dumps({"apiVersion": "v1", "kind": "Pod",
+  "metadata": {"name": name, "namespace": "default", "labels": {"job": "two-nodes"}, "annotations": {
+    "k8s.v1.cni.cncf.io/networks": json.dumps([{"name": net, "interface": "net1"}])}},
+  "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+    "nodeSelector": {"kubernetes.io/hostname": node},
+    "securityContext": {"sysctls": [{"name": "net.ipv4.ping_group_range", "value": "0 2147483647"}]},
+    "containers": [{"name": "c", "image": "localhost/rhd-rdma-tools:test",
+      "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"],
+      "resources": {"limits": {"rdma-host-device.io/rail": "1"}},
+      "securityContext": {"runAsUser": 1000, "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}}))
+EOF
+}
+ready() { [[ $(kc get pod "$1" -o jsonpath='{.status.containerStatuses[0].ready}') == true ]]; }
+both_pods() { ready dp-1 && ready dp-2; }
+{ pod_json dp-1 rdma-rail-1 "$NODE"; pod_json dp-2 rdma-rail-2 "$NODE2"; } |
+  python3 -c 'import json,sys; print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [json.loads(l) for l in sys.stdin]}))' >"$D/pods.json"
+t=$(date +%s.%N)
+kc apply -f "$D/pods.json" >/dev/null || bad "apply dp-1 and dp-2"
+if wait_until 600 both_pods; then
+  READY_S=$(awk -v a="$t" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+  ok "dp-1 on $NODE and dp-2 on $NODE2 Ready $READY_S s after one kubectl apply"
+else
+  bad "dp-1 and dp-2 not both Ready"
+  kc get pods -o wide; kc get events --sort-by=.lastTimestamp | tail -20
+  exit 1
+fi
+in_pod() { kc exec "$1" -- "${@:2}"; }
+ip_of() {
+  kc get pod "$1" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}' |
+    python3 -c 'import json,sys; n=[s for s in json.load(sys.stdin) if s.get("interface")=="net1"]; print(n[0]["ips"][0] if n else "")'
+}
+IP1=$(ip_of dp-1) IP2=$(ip_of dp-2)
+if [[ -n $IP1 && -n $IP2 && $IP1 != "$IP2" ]]; then ok "net1 addresses: dp-1 $IP1, dp-2 $IP2"; else bad "net1 addresses: '$IP1' '$IP2'"; fi
+declare -A GIDX
+for p in dp-1 dp-2; do
+  ip=$IP1; [[ $p == dp-2 ]] && ip=$IP2
+  mtu=$(in_pod "$p" cat /sys/class/net/net1/mtu)
+  amtu=$(in_pod "$p" ibv_devinfo -d rxe0 | sed -n 's/.*active_mtu:[[:space:]]*\([0-9]*\).*/\1/p')
+  if [[ $mtu == 9000 && $amtu == 4096 ]]; then ok "$p: net1 MTU $mtu, rxe0 active_mtu $amtu"; else bad "$p: net1 MTU '$mtu', rxe0 active_mtu '$amtu'"; fi
+  g=$(in_pod "$p" sh -c 'echo "$NCCL_IB_GID_INDEX"')
+  GIDX[$p]=$g
+  gid_ok() { in_pod "$p" ibv_devinfo -v -d rxe0 | grep -E "GID\[ *$g\]:[[:space:]]*::ffff:$ip, RoCE v2"; }
+  if [[ -n $g ]] && wait_until 20 gid_ok; then ok "$p: NCCL_IB_GID_INDEX=$g names ::ffff:$ip, RoCE v2 ($(in_pod "$p" sh -c 'echo "NCCL_IB_HCA=$NCCL_IB_HCA"'))"
+  else bad "$p: NCCL_IB_GID_INDEX '$g' does not name the RoCE v2 GID of $ip: $(in_pod "$p" ibv_devinfo -v -d rxe0 | grep GID | xargs)"; fi
+done
+out=$(in_pod dp-2 ping -M "do" -s 8972 -c 3 -W 5 "$IP1" 2>&1)
+if [[ $out == *" 0% packet loss"* ]]; then ok "dp-2 -> dp-1: ping -M do -s 8972: $(grep rtt <<<"$out")"; else bad "dp-2 -> dp-1 jumbo ping: $out"; fi
+# Each side's GID index from its own environment, in its own shell
+in_dp1() { in_pod dp-1 sh -c "$1"; }
+in_dp2() { in_pod dp-2 sh -c "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do $1 && exit 0; sleep 2; done; exit 1"; }
+out=$(perftest_pair bw in_dp1 in_dp2 "ib_write_bw $BW_ARGS -x \$NCCL_IB_GID_INDEX" "ib_write_bw $BW_ARGS -x \$NCCL_IB_GID_INDEX $IP1")
+POD_BW=$(bw_of "$out") mtu=$(mtu_of "$out")
+if [[ -n $POD_BW && $mtu == 4096 ]]; then ok "dp-2 -> dp-1 ib_write_bw (-x ${GIDX[dp-2]} / ${GIDX[dp-1]} from NCCL_IB_GID_INDEX): $POD_BW MB/s average, path MTU $mtu"
+else bad "ib_write_bw between the pods: $out"; fi
+out=$(perftest_pair lat in_dp1 in_dp2 "ib_read_lat $LAT_ARGS -x \$NCCL_IB_GID_INDEX" "ib_read_lat $LAT_ARGS -x \$NCCL_IB_GID_INDEX $IP1")
+POD_LAT=$(lat_of "$out") mtu=$(mtu_of "$out")
+if [[ -n $POD_LAT && $mtu == 4096 ]]; then ok "dp-2 -> dp-1 ib_read_lat: $POD_LAT usec typical, path MTU $mtu"
+else bad "ib_read_lat between the pods: $out"; fi
+out=$(perftest_pair rping in_dp1 in_dp2 "rping -s -a $IP1 -C 10 -v" "rping -c -a $IP1 -C 10 -v")
+if [[ $(grep -c '^ping data: rdma-ping-' <<<"$out") == 10 ]]; then ok "dp-2 -> dp-1 rping (rdma_cm): 10 pings, $(grep '^ping data' <<<"$out" | sed -n '$p')"
+else bad "rping between the pods: $out"; fi
+
+# ---- the figures
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "-" }'; }
+fig "two-nodes $(date -u +%FT%TZ): two TCG guests, one vCPU each, rdma_rxe_netns, MTU 9000, path MTU 4096"
+fig "  ib_write_bw 64 KiB, 5 s:  pods $POD_BW MB/s, VMs' own namespaces $BASE_BW MB/s, ratio $(ratio "$POD_BW" "$BASE_BW")"
+fig "  ib_read_lat 2 B, typical: pods $POD_LAT usec, VMs' own namespaces $BASE_LAT usec, ratio $(ratio "$POD_LAT" "$BASE_LAT")"
+fig "  kubectl apply -> both pods Ready: ${READY_S:-} s"
+
+# ---- delete: both NICs and rxe0s home
+t=$SECONDS
+kc delete pod dp-1 dp-2 --wait=true --timeout=300s >/dev/null || bad "delete dp-1 dp-2"
+home='for i in $(seq 60); do [[ $(cat /sys/class/net/eth0/mtu 2>/dev/null) == 1500 ]] && rdma dev show rxe0 >/dev/null 2>&1 && exit 0; sleep 1; done; ip -br link; rdma dev; exit 1'
+for n in 1 2; do
+  if out=$(vm_run "$n" "$home" 120); then ok "VM $n: eth0 home with MTU 1500 and rxe0 home ($((SECONDS - t)) s after delete)"
+  else bad "VM $n: not home: $out"; fi
+done
+
+echo "=== two-nodes: $PASS passed, $FAIL failed (the group $((SECONDS - T0)) s)"
+if ((FAIL)); then
+  kc get pods -A -o wide 2>&1
+  kc get events -A --sort-by=.lastTimestamp 2>&1 | tail -20
+fi
+[[ $FAIL == 0 ]]
