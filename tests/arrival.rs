@@ -208,8 +208,13 @@ fn a_macvlan_stacked_on_the_nic_between_the_check_and_the_move_is_named_and_the_
         add.stderr.contains("rolling back"),
         "ADD rolled back\n{add}"
     );
-    ip(&["-n", &attacker.name, "link", "del", &mv]);
-    // Nothing rides it now: the next ADD succeeds, and, nothing having touched the NIC
+    // The rollback gives the NIC back as DEL does: the foreign macvlan deleted first (issue
+    // 47), so nothing rides it now.
+    assert!(
+        macvlans(&attacker.name).is_empty(),
+        "the attacker's macvlan rode the NIC home\n{add}"
+    );
+    // The next ADD succeeds, and, nothing having touched the NIC
     // while it was handed over, without scanning the node's namespaces.
     ip(&["link", "set", &nic.name, "up"]);
     let add = rig.call("ADD", &conf, &victim.path(), &rig.cid(0), IF, &[]);
@@ -342,4 +347,69 @@ fn an_ifname_taken_in_the_pod_during_the_move_is_reported_truly_and_the_nic_come
     );
     nic.assert_home(Some(&pod), &add);
     rig.assert_state_empty(&add);
+}
+
+/// Issue 47, item 1: a neighbour with NET_ADMIN stacks a `macvlan mode passthru` of its own
+/// namespace on another pod's NIC while that pod holds it (through an id for the victim's
+/// namespace, which one dump of the host with IFLA_TARGET_NETNSID gives it; here made from the
+/// victim's side with `netns`, the same link in the end). CHECK fails naming it; DEL deletes
+/// it before the NIC leaves, so the NIC comes home clean and the next ADD takes it.
+#[test]
+fn a_neighbours_macvlan_on_an_attached_nic_fails_check_and_del_removes_it() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    let conf = rig.conf("1.0.0", json!({"device": nic.name}));
+    let result = rig
+        .call("ADD", &conf, &victim.path(), &rig.cid(0), IF, &[])
+        .ok();
+    let mut check_conf = conf.clone();
+    check_conf["prevResult"] = result;
+    rig.call("CHECK", &check_conf, &victim.path(), &rig.cid(0), IF, &[])
+        .ok();
+    let mv = format!("rh{}p{}", tag(), rig.n);
+    ip(&[
+        "-n",
+        &victim.name,
+        "link",
+        "add",
+        "link",
+        IF,
+        "name",
+        &mv,
+        "netns",
+        &attacker.name,
+        "type",
+        "macvlan",
+        "mode",
+        "passthru",
+    ]);
+    assert_eq!(macvlans(&attacker.name), vec![mv.clone()]);
+
+    let check = rig.call("CHECK", &check_conf, &victim.path(), &rig.cid(0), IF, &[]);
+    let e = check.err_code(106);
+    let m = e["msg"].as_str().unwrap_or("");
+    assert!(
+        m.contains(&format!("macvlan {mv} in /run/netns/{}", attacker.name)),
+        "CHECK names what rides the NIC: {m}\n{check}"
+    );
+
+    let del = rig.call("DEL", &conf, &victim.path(), &rig.cid(0), IF, &[]);
+    del.ok();
+    assert!(
+        macvlans(&attacker.name).is_empty(),
+        "the neighbour's macvlan outlived DEL\n{del}"
+    );
+    assert!(
+        del.stderr.contains(&format!("macvlan {mv}")) && del.stderr.contains("was deleted"),
+        "DEL logs what it deleted\n{del}"
+    );
+    nic.assert_home(Some(&victim), &del);
+    rig.assert_state_empty(&del);
+    // Home clean: the next ADD is not refused for an upper riding it.
+    rig.call("ADD", &conf, &victim.path(), &rig.cid(0), IF, &[])
+        .ok();
+    rig.call("DEL", &conf, &victim.path(), &rig.cid(0), IF, &[])
+        .ok();
 }
