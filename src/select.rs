@@ -95,6 +95,9 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
             .as_deref()
             .is_none_or(|name| link.name == name || altname_is_the_nodes(&link, name, &records))
     {
+        if let Selector::Name(_) = sel {
+            refuse_a_link_born_while_the_nic_was_away(&link, &records, sel)?;
+        }
         return found_on_host(link, &records, sel);
     }
     // A NIC on the host with our tag is free whatever the records say: its pod is gone.
@@ -126,6 +129,58 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
         sel,
         "it is not in the host network namespace (check the name with `ip link`, or whether another pod holds it)",
     ))
+}
+
+/// A name's NIC is the one the node means by it: while an attachment holds a NIC of that name
+/// (in its pod, its name free on the host), an untagged host link bearing the name is not that
+/// NIC unless it has that NIC's identity, which a pod cannot make: its parent device (PCI,
+/// auxiliary), its permanent MAC, or, for a virtual NIC, its kind and host ifindex. Any other
+/// link was born on the host while the NIC was away (a neighbour with the node's NET_ADMIN can
+/// make one of any kind, an `ifb` with no peer or lower among them): 102, naming the attachment.
+/// The records are the ones `resolve` already read: no lookup more per ADD.
+fn refuse_a_link_born_while_the_nic_was_away(
+    link: &LinkInfo,
+    records: &[Record],
+    sel: &Selector,
+) -> Result<()> {
+    if link.alias.as_deref().and_then(Tag::decode).is_some() {
+        // Back from a dead pod: `found_on_host` and `admit` judge it by its tag and record.
+        return Ok(());
+    }
+    let Some(r) = records.iter().find(|r| attachment_holds(r, sel)) else {
+        return Ok(());
+    };
+    if is_records_nic(link, r) {
+        return Ok(());
+    }
+    Err(Error::new(
+        Code::DeviceBusy,
+        format!(
+            "{sel} is attached to container {} as {} in {}; the host link now named {} ({}, index {}) is not that NIC: it appeared on the host while the NIC was away (made by something with NET_ADMIN on this node), so it is never handed out by that name. DEL that attachment first; select NICs by PCI address where pods hold the node's NET_ADMIN",
+            r.container_id,
+            r.ifname,
+            r.netns,
+            link.name,
+            link.kind.as_deref().unwrap_or("no kind"),
+            link.index
+        ),
+    ))
+}
+
+/// Is host link `l` the NIC of record `r`, by what no pod can give another link?
+fn is_records_nic(l: &LinkInfo, r: &Record) -> bool {
+    if let Some(p) = &r.parent {
+        return l
+            .parent
+            .as_ref()
+            .map(rdma_host_device_core::state::parent_key)
+            .as_deref()
+            == Some(p.as_str());
+    }
+    if !r.perm_mac.is_empty() {
+        return l.perm_mac.eq_ignore_ascii_case(&r.perm_mac);
+    }
+    r.kind.is_some() && l.kind == r.kind && r.host_index != 0 && l.index == r.host_index
 }
 
 /// `deviceID`: what a device plugin hands out (`inventory::device_id`), a PCI function or

@@ -364,3 +364,75 @@ fn the_watchers_socket_and_directory_have_their_modes_whatever_the_umask() {
         w.stop();
     }
 }
+
+/// Issue 47, item 1: with the watcher running, a neighbour's `macvlan mode passthru` stacked on
+/// a NIC a pod holds (made in the neighbour's namespace, its lower the pod's NIC) is deleted as
+/// soon as the kernel reports it, and counted for the exporter; the pod's NIC is untouched.
+#[test]
+fn the_watcher_deletes_a_neighbours_macvlan_on_an_attached_nic_at_once() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    let w = Watcher::start(&rig);
+    let counter = w.socket.with_file_name("foreign-uppers-removed");
+    add(&rig, &nic, &victim).ok();
+    let mv = format!("rh{}g{}", tag(), rig.n);
+    ip(&[
+        "-n",
+        &victim.name,
+        "link",
+        "add",
+        "link",
+        IF,
+        "name",
+        &mv,
+        "netns",
+        &attacker.name,
+        "type",
+        "macvlan",
+        "mode",
+        "passthru",
+    ]);
+    // Deleted by the watcher, not by any verb of ours: none runs until it is gone.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while link(Some(&attacker.name), &mv).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the neighbour's macvlan still rides the pod's NIC 20 s later"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Counted right after the deletion.
+    let read = || std::fs::read_to_string(&counter).unwrap_or_default();
+    while read().trim() != "1" {
+        assert!(
+            Instant::now() < deadline,
+            "{}: {:?}",
+            counter.display(),
+            read()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        link(Some(&victim.name), IF).is_some(),
+        "the pod's NIC is gone"
+    );
+    // The exporter serves the count (the node's uppersSocket says where the watcher is).
+    let scrape = Command::new(AGENT)
+        .args(["metrics", "--once"])
+        .env(NODE_CONFIG_ENV, rig.node_config())
+        .env_remove("CNI_COMMAND")
+        .output()
+        .expect("running the exporter once");
+    let text = String::from_utf8_lossy(&scrape.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l == "rdma_host_device_foreign_uppers_removed_total 1"),
+        "{text}"
+    );
+    let conf = rig.conf("1.1.0", json!({"device": nic.name}));
+    rig.call("DEL", &conf, &victim.path(), &rig.cid(0), IF, &[])
+        .ok();
+    nic.assert_home(Some(&victim), &"after DEL");
+}

@@ -1,5 +1,5 @@
 //! CHECK: the interface is in the pod with the MAC, MTU, addresses and routes that prevResult
-//! promised; then IPAM's own CHECK.
+//! promised, and nothing of another namespace rides it; then IPAM's own CHECK.
 
 use crate::cni::env::Env;
 use crate::cni::netconf::{Isolation, NetConf};
@@ -70,6 +70,17 @@ pub async fn check(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     }
     if !link.up {
         return Err(mismatch(format!("{} is down", env.ifname)));
+    }
+    // Nothing another namespace made may ride the pod's NIC for the whole attachment (a
+    // neighbour's `macvlan mode passthru` on it gets this pod's frames).
+    let riders =
+        rdma_host_device_core::uppers::arrival::foreign_riders(&pod_ns, link.index, &env.ifname)?;
+    if !riders.is_empty() {
+        return Err(mismatch(format!(
+            "{} has devices of other network namespaces riding it ({}): they receive this pod's frames; the node's uppers watcher deletes them, or DEL does before the NIC leaves",
+            env.ifname,
+            riders.join("; ")
+        )));
     }
     let have = pod.addresses(link.index).await?;
     let ours: Vec<_> = prev

@@ -23,5 +23,6 @@ pub mod kubelet_grpc;
 pub mod metrics;
 pub mod node_config;
 pub mod nri;
+pub mod uppers_guard;
 pub mod uppers_watch;
 pub mod validate;

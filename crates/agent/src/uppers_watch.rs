@@ -19,6 +19,9 @@
 //! A scan during which its link was touched proves nothing and is repeated. A link asked about
 //! before that leaves the host and comes home (a DEL) is scanned again once it has been quiet
 //! for a moment, so the next ADD finds it certified.
+//!
+//! Beside it, the guard (`uppers_guard.rs`) watches the NICs pods hold: what another namespace
+//! stacks on one is deleted at once (issue 47).
 
 use crate::error::{Error, Result};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
@@ -73,13 +76,21 @@ pub fn serve(socket: &Path) -> Result<()> {
     let fail = |what: String| Error::Node(format!("uppers watcher: {what}"));
     let mut w = Watcher::new().map_err(|e| fail(format!("the link notifications: {e}")))?;
     let listener = listen(socket).map_err(|e| fail(format!("{}: {e}", socket.display())))?;
+    let counter = socket.with_file_name(crate::uppers_guard::COUNTER_FILE);
+    let mut guard = crate::uppers_guard::Guard::new(counter)
+        .map_err(|e| fail(format!("the pods' link notifications: {e}")))?;
     log::info!("uppers watcher: answering on {}", socket.display());
     loop {
         let wait = w
             .next_due()
             .map(|t| t.saturating_duration_since(Instant::now()));
-        let (query, notified) = wait_for(&listener, &w.nl, wait)
+        let (query, notified, guarded) = wait_for(&listener, &w.nl, guard.fd(), wait)
             .map_err(|e| fail(format!("waiting for queries: {e}")))?;
+        if guarded {
+            guard
+                .drain()
+                .map_err(|e| fail(format!("reading the pods' link notifications: {e}")))?;
+        }
         if notified {
             w.drain()
                 .map_err(|e| fail(format!("reading link notifications: {e}")))?;
@@ -128,8 +139,13 @@ fn listen(path: &Path) -> io::Result<UnixListener> {
 }
 
 /// Wait until a client connects or a notification arrives, up to `timeout` (`None`: no limit):
-/// (a client waits, notifications wait).
-fn wait_for(l: &UnixListener, nl: &Socket, timeout: Option<Duration>) -> io::Result<(bool, bool)> {
+/// (a client waits, the host's notifications wait, the pods' notifications wait).
+fn wait_for(
+    l: &UnixListener,
+    nl: &Socket,
+    pods: libc::c_int,
+    timeout: Option<Duration>,
+) -> io::Result<(bool, bool, bool)> {
     let mut fds = [
         libc::pollfd {
             fd: l.as_raw_fd(),
@@ -141,19 +157,28 @@ fn wait_for(l: &UnixListener, nl: &Socket, timeout: Option<Duration>) -> io::Res
             events: libc::POLLIN,
             revents: 0,
         },
+        libc::pollfd {
+            fd: pods,
+            events: libc::POLLIN,
+            revents: 0,
+        },
     ];
     let ms = timeout.map_or(-1, |t| t.as_millis().min(60_000) as libc::c_int + 1);
-    // SAFETY: fds is a valid array of two pollfd for the call's duration.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    // SAFETY: fds is a valid array of three pollfd for the call's duration.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 3, ms) };
     if n < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted {
-            Ok((false, false))
+            Ok((false, false, false))
         } else {
             Err(e)
         };
     }
-    Ok((fds[0].revents != 0, fds[1].revents != 0))
+    Ok((
+        fds[0].revents != 0,
+        fds[1].revents != 0,
+        fds[2].revents != 0,
+    ))
 }
 
 struct Watcher {

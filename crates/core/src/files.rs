@@ -235,39 +235,75 @@ pub fn flock_within(file: &fs::File, max: std::time::Duration) -> std::io::Resul
     }
 }
 
-/// The directory `dir` opened (never through a symlink at its path) and flocked within `max`
-/// ([`flock_within`]): `Ok(None)` when there is no such directory; a lock still held at the
-/// deadline is an error of kind `WouldBlock` naming the directory and the wait.
-pub fn lock_dir_within(dir: &Path, max: std::time::Duration) -> std::io::Result<Option<fs::File>> {
-    let d = match fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir)
-    {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
+/// The lock file `name` in `dir`, root's own (made 0700 if missing: [`private_dir`]; the file
+/// 0600, never through a symlink), flocked within `max` ([`flock_within`]; released when the
+/// returned file closes). Our locks are never on a path another local user can open: anyone
+/// who can open a file can flock it, and a directory others may read (the CDI directory, the
+/// DRA metadata's, 0755) would let any user stall every writer. A lock still held at the
+/// deadline is an error of kind `WouldBlock` naming it and the wait. A file unlinked by its
+/// holder while we waited ([`unlink_lock`]) is opened again.
+pub fn lock_private_within(
+    dir: &Path,
+    name: &str,
+    max: std::time::Duration,
+) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    let path = dir.join(name);
+    let named =
+        |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+    private_dir(dir).map_err(named)?;
+    let d = fs::symlink_metadata(dir).map_err(named)?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !d.is_dir() || d.uid() != me || d.mode() & 0o077 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not our own private directory (a directory of uid {me}, mode 0700; it is \
+                 uid {}, mode {:04o}): another user could lock what we lock there; remove it",
+                dir.display(),
+                d.uid(),
+                d.mode() & 0o7777
+            ),
+        ));
+    }
+    let deadline = std::time::Instant::now() + max;
+    loop {
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(named)?;
+        set_mode(&f, 0o600).map_err(named)?;
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if !flock_within(&f, left).map_err(named)? {
             return Err(std::io::Error::new(
-                e.kind(),
-                format!("{}: {e}", dir.display()),
+                std::io::ErrorKind::WouldBlock,
+                format!(
+                    "{} is held by another writer for more than {} ms; try again",
+                    path.display(),
+                    max.as_millis()
+                ),
             ));
         }
-    };
-    match flock_within(&d, max) {
-        Ok(true) => Ok(Some(d)),
-        Ok(false) => Err(std::io::Error::new(
-            std::io::ErrorKind::WouldBlock,
-            format!(
-                "{} is locked by another writer for more than {} ms; try again",
-                dir.display(),
-                max.as_millis()
-            ),
-        )),
-        Err(e) => Err(std::io::Error::new(
-            e.kind(),
-            format!("locking {}: {e}", dir.display()),
-        )),
+        let ours = f.metadata().map_err(named)?;
+        match fs::symlink_metadata(&path) {
+            Ok(now) if now.ino() == ours.ino() && now.dev() == ours.dev() => return Ok(f),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(named(e)),
+        }
     }
+}
+
+/// Remove lock file `name` of `dir` while holding it ([`lock_private_within`]): a waiter
+/// that then gets the unlinked file opens the path again.
+pub fn unlink_lock(dir: &Path, name: &str) {
+    let _ = fs::remove_file(dir.join(name));
 }
 
 /// Put `body` at `path` (mode 0644, whatever the umask), making its directory (0755) if needed.
@@ -303,6 +339,91 @@ pub fn write_atomic(path: &Path, body: &[u8], mode: u32) -> std::io::Result<()> 
         let _ = fs::remove_file(tmp);
     }
     written
+}
+
+/// Test help: the unprivileged local user (`nobody`) of issue 47 and its locks.
+#[cfg(test)]
+pub(crate) mod nobody {
+    use super::*;
+
+    /// The unprivileged local user of the tests (`nobody`).
+    pub(crate) const NOBODY: u32 = 65534;
+
+    /// Test help: `flock(1)` run as `nobody`, the local user of issue 47 (`flock -x /var/run/cdi`
+    /// stalled every writer), with `args` (the path first). `None` when the tests are not root
+    /// and so cannot run anything as someone else.
+    pub(crate) fn flock_as_nobody(args: &[&std::ffi::OsStr]) -> Option<std::process::Command> {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return None;
+        }
+        let mut c = std::process::Command::new("flock");
+        c.uid(NOBODY).gid(NOBODY).args(args);
+        Some(c)
+    }
+
+    /// Test help: whether `nobody` can open and lock `path` at once (`flock -n`), and what
+    /// `flock(1)` said when it could not. `None` when not root.
+    pub(crate) fn can_lock(path: &Path) -> Option<(bool, String)> {
+        let out = flock_as_nobody(&[
+            "-n".as_ref(),
+            "-x".as_ref(),
+            path.as_os_str(),
+            "true".as_ref(),
+        ])?
+        .output()
+        .expect("flock(1) runs");
+        Some((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    }
+
+    /// Test help: `path` flocked (`LOCK_EX`) by someone else until dropped: by `nobody` through
+    /// `flock(1)` when the tests are root (the attack of issue 47, as it was run), else by
+    /// another open file description of ours, which conflicts the same way.
+    pub(crate) struct Squatter {
+        child: Option<std::process::Child>,
+        _own: Option<fs::File>,
+    }
+
+    impl Squatter {
+        pub(crate) fn hold(path: &Path) -> Self {
+            let args = [path.as_os_str(), "sleep".as_ref(), "600".as_ref()];
+            let Some(mut c) = flock_as_nobody(&args) else {
+                let own = fs::File::open(path).unwrap();
+                assert!(flock_within(&own, std::time::Duration::ZERO).unwrap());
+                return Squatter {
+                    child: None,
+                    _own: Some(own),
+                };
+            };
+            let child = c.spawn().expect("flock(1) runs");
+            let s = Squatter {
+                child: Some(child),
+                _own: None,
+            };
+            for _ in 0..500 {
+                let probe = fs::File::open(path).unwrap();
+                if !flock_within(&probe, std::time::Duration::ZERO).unwrap() {
+                    return s;
+                }
+                drop(probe);
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            panic!("nobody's flock(1) never held {}", path.display());
+        }
+    }
+
+    impl Drop for Squatter {
+        fn drop(&mut self) {
+            if let Some(c) = self.child.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -411,26 +532,56 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_lock_held_elsewhere_is_waited_for_within_the_bound_and_then_refused() {
-        let d = tmp("lockdir");
-        let other = fs::File::open(&d).unwrap();
-        assert!(flock_within(&other, std::time::Duration::ZERO).unwrap());
+    fn a_private_lock_held_elsewhere_is_waited_for_within_the_bound_and_then_refused() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tmp("lockfile");
+        let locks = d.join("locks");
+        let bound = std::time::Duration::from_millis(100);
+        let held = lock_private_within(&locks, "x.lock", bound).unwrap();
         let t = std::time::Instant::now();
-        let e = lock_dir_within(&d, std::time::Duration::from_millis(100)).unwrap_err();
-        assert!(t.elapsed() >= std::time::Duration::from_millis(100));
+        let e = lock_private_within(&locks, "x.lock", bound).unwrap_err();
+        assert!(t.elapsed() >= bound);
         assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
-        assert!(e.to_string().contains("locked by another writer"), "{e}");
-        drop(other);
-        assert!(
-            lock_dir_within(&d, std::time::Duration::ZERO)
-                .unwrap()
-                .is_some()
+        assert!(e.to_string().contains("held by another writer"), "{e}");
+        // A holder that unlinks its lock (the claim's, as the claim goes) and lets go: the
+        // waiter locks the path's new file, not the unlinked one a third writer would miss.
+        let waiter = {
+            let locks = locks.clone();
+            std::thread::spawn(move || {
+                lock_private_within(&locks, "x.lock", std::time::Duration::from_secs(5))
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        unlink_lock(&locks, "x.lock");
+        drop(held);
+        let got = waiter.join().unwrap().unwrap();
+        assert_eq!(
+            got.metadata().unwrap().ino(),
+            fs::metadata(locks.join("x.lock")).unwrap().ino()
         );
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    /// A lock directory someone else owns (made while its parent was open to them) is
+    /// refused, not used: its owner could take every lock in it.
+    #[test]
+    fn a_lock_directory_not_ours_is_refused() {
+        let d = tmp("lockforeign");
+        let locks = d.join("locks");
+        fs::create_dir(&locks).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: giving a directory to nobody needs root");
+            return;
+        }
+        std::os::unix::fs::chown(&locks, Some(nobody::NOBODY), Some(nobody::NOBODY)).unwrap();
+        let e = lock_private_within(&locks, "x.lock", std::time::Duration::ZERO).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
         assert!(
-            lock_dir_within(&d.join("none"), std::time::Duration::ZERO)
-                .unwrap()
-                .is_none()
+            e.to_string().contains("not our own private directory"),
+            "{e}"
         );
+        assert!(!locks.join("x.lock").exists());
         let _ = fs::remove_dir_all(&d);
     }
 }

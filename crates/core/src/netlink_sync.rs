@@ -16,6 +16,7 @@ use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 pub const NLMSG_ERROR: u16 = 2;
 pub const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_ACK: u16 = 0x4;
 const NLM_F_DUMP: u16 = 0x300;
 
 /// The receive buffer: the kernel sizes dump datagrams after the largest buffer offered.
@@ -159,6 +160,28 @@ impl SyncSocket {
             if !datagram(buf) || total >= max_bytes {
                 return Ok(());
             }
+        }
+    }
+
+    /// One request that changes something (`body` after the netlink header), acknowledged:
+    /// `Ok` when the kernel says it is done, its errno otherwise.
+    pub fn act(&mut self, msg_type: u16, body: &[u8], what: &str) -> io::Result<()> {
+        let req = request(self, msg_type, NLM_F_REQUEST | NLM_F_ACK, body);
+        self.send(&req)?;
+        let reply = self.recv(what)?;
+        let bad = || {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{what}: no acknowledgement"),
+            )
+        };
+        if u16_at(reply, 4) != Some(NLMSG_ERROR) {
+            return Err(bad());
+        }
+        match u32_at(reply, 16).map(|c| c as i32) {
+            Some(0) => Ok(()),
+            Some(code) => Err(io::Error::from_raw_os_error(code.saturating_neg())),
+            None => Err(bad()),
         }
     }
 

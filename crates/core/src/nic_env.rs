@@ -19,7 +19,7 @@
 //! The spec is its own record: generation 1 is fully said by its `NCCL_IB_HCA`, which ADD and
 //! DEL read back (our own file in the node's CDI directory, only root writes there) and check
 //! name by name. Every rewrite is one atomic write (`files::write_atomic`) under a lock on the
-//! CDI directory taken within [`metadata::LOCK_WAIT`].
+//! CDI directory taken within [`metadata::LOCK_WAIT`] (a file in our own 0700 directory there).
 //!
 //! Paths: the node configuration's `devicePlugin.nicEnv.cdiDir` and the NIC's device ID as the
 //! node reads it (`inventory::device_id`: its PCI function, its auxiliary device, or a virtual
@@ -32,6 +32,8 @@ use crate::dra::metadata::{self, Attached, Attribute, Device, DeviceMetadata, at
 use std::io;
 use std::path::PathBuf;
 
+/// Our lock directory in the CDI directory (0700).
+pub const LOCK_DIR: &str = ".rdma-host-device.io-locks";
 /// The CDI kind of the per-NIC env devices.
 pub const CDI_KIND: &str = "rdma-host-device.io/nic";
 /// The most read of a spec (ours are well under a KiB).
@@ -80,15 +82,17 @@ impl Place {
         Ok(self.cdi_dir.join(format!("{DRIVER}_nic_{id}.json")))
     }
 
-    /// The CDI directory, made if missing and locked (released when the file closes).
+    /// The specs' lock (released when the file closes): a file in our own 0700 directory in
+    /// the CDI directory ([`LOCK_DIR`]), never the CDI directory itself, which any user may
+    /// open and flock (issue 47: `flock -x /var/run/cdi` as `nobody` stalled every Allocate
+    /// and ADD). The runtimes read no subdirectory of a CDI directory.
     fn lock(&self) -> io::Result<std::fs::File> {
         crate::files::create_dirs(&self.cdi_dir, 0o755)?;
-        crate::files::lock_dir_within(&self.cdi_dir, metadata::LOCK_WAIT)?.ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{} vanished", self.cdi_dir.display()),
-            )
-        })
+        crate::files::lock_private_within(
+            &self.cdi_dir.join(LOCK_DIR),
+            "nic-env.lock",
+            metadata::LOCK_WAIT,
+        )
     }
 
     fn spec(&self, id: &str) -> io::Result<PathBuf> {

@@ -358,6 +358,19 @@ pub async fn give_back_nic(places: &Places<'_>, record: Option<&Record>) -> Resu
                 e
             };
             pod.delete_uppers(link.index).await.map_err(keep)?;
+            // Nor what another namespace stacked on it (through an id for the pod's
+            // namespace): it would ride the NIC home and keep its frames.
+            let removed = rdma_host_device_core::uppers::arrival::remove_foreign_riders(
+                pod_ns, link.index, &link.name,
+            )
+            .map_err(keep)?;
+            for what in removed {
+                log::warn!(
+                    "{} in pod {}: {what} before the NIC goes home",
+                    link.name,
+                    r.netns
+                );
+            }
             pod.restore_settings(link.index, &r.settings())
                 .await
                 .map_err(keep)?;

@@ -40,6 +40,9 @@ pub struct Exporter {
     /// The GC's counters (`crate::gc`, run by this process when the node configuration has
     /// `gc`).
     pub gc: crate::gc::Counters,
+    /// The uppers watcher's count of deleted foreign uppers (`crate::uppers_guard`), beside
+    /// its socket.
+    pub uppers_removed: Option<PathBuf>,
     /// One scrape at a time: a second scraper waits instead of doubling the work.
     busy: Mutex<()>,
 }
@@ -54,6 +57,7 @@ impl Exporter {
             },
             errors: ScrapeErrors::default(),
             gc: crate::gc::Counters::default(),
+            uppers_removed: None,
             busy: Mutex::new(()),
         }
     }
@@ -63,6 +67,15 @@ impl Exporter {
         let _one = self.busy.lock().unwrap_or_else(|e| e.into_inner());
         let mut snap = snapshot::Snapshot::default();
         let errs = collect::scrape(&self.source, &mut snap);
+        // Only while a watcher runs (it writes the file when it starts).
+        if let Some(n) = self
+            .uppers_removed
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            snap.int(&snapshot::FOREIGN_UPPERS_REMOVED, Vec::new(), n);
+        }
         for (stage, n) in errs.0 {
             self.errors.add(stage, n);
         }
@@ -122,7 +135,12 @@ pub fn run(opts: &Options) -> Result<()> {
     if let Some(d) = &opts.state_dir {
         node.state_dir = d.clone();
     }
-    let exporter = Arc::new(Exporter::new(node.state_dir.clone()));
+    let mut exporter = Exporter::new(node.state_dir.clone());
+    exporter.uppers_removed = Some(
+        node.uppers_socket
+            .with_file_name(crate::uppers_guard::COUNTER_FILE),
+    );
+    let exporter = Arc::new(exporter);
     if opts.once {
         print!("{}", exporter.scrape());
         return Ok(());

@@ -115,6 +115,11 @@ pub static QPS: Metric = gauge(
     "QPs of the device by owner: a process (owner_pid, owner = its comm) or a kernel module (owner_pid empty)",
 );
 
+pub static FOREIGN_UPPERS_REMOVED: Metric = counter(
+    "rdma_host_device_foreign_uppers_removed",
+    "Links of another network namespace the uppers watcher found riding a NIC a pod holds and deleted (a neighbour with NET_ADMIN receiving that pod's frames); its log names each",
+);
+
 pub static SCRAPE_ERRORS: Metric = counter(
     "rdma_host_device_scrape_errors",
     "Failures while collecting, by stage; the scrape still answers with everything else",

@@ -458,7 +458,29 @@ pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// closes): ADD and DEL of the claim's devices (two pods of a shared claim) rewrite its files
 /// one at a time. `None` when there is no such directory.
 fn lock_claim(files: &Files) -> io::Result<Option<fs::File>> {
-    crate::files::lock_dir_within(&files.claim_dir, LOCK_WAIT)
+    if !files.claim_dir.is_dir() {
+        return Ok(None);
+    }
+    let (dir, name) = claim_lock(files);
+    crate::files::lock_private_within(&dir, &name, LOCK_WAIT).map(Some)
+}
+
+/// Where the claim's lock is: a file in our own 0700 directory beside the claims' (`.locks`),
+/// never the claim's directory, which is 0755 and which any user may open and flock (issue 47).
+fn claim_lock(files: &Files) -> (PathBuf, String) {
+    let parent = files
+        .claim_dir
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let name = files
+        .claim_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    (
+        parent.join(".locks"),
+        format!("claim-{}.lock", crate::state::owner_key(&name, "")),
+    )
 }
 
 pub(crate) fn write(path: &Path, body: &[u8]) -> io::Result<()> {
@@ -508,7 +530,13 @@ pub fn remove(place: &Place, claim: &ClaimRef<'_>, requests: &[&str]) -> io::Res
     match last {
         Some(f) => {
             gone(fs::remove_file(&f.env_spec))?;
-            gone(fs::remove_dir_all(&f.claim_dir))
+            let locked = lock_claim(&f)?;
+            gone(fs::remove_dir_all(&f.claim_dir))?;
+            if locked.is_some() {
+                let (dir, name) = claim_lock(&f);
+                crate::files::unlink_lock(&dir, &name);
+            }
+            Ok(())
         }
         None => Ok(()),
     }

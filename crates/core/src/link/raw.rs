@@ -136,6 +136,16 @@ pub fn dump_on(sock: &mut SyncSocket) -> std::io::Result<Option<Vec<RawLink>>> {
     }
 }
 
+/// Delete link `index` of `sock`'s namespace (RTM_DELLINK). One gone already is not an error.
+pub fn delete_on(sock: &mut SyncSocket, index: u32) -> std::io::Result<()> {
+    let mut req = vec![0u8; IFINFOMSG_LEN];
+    req[4..8].copy_from_slice(&index.to_ne_bytes());
+    match sock.act(RTM_DELLINK, &req, "deleting a link") {
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(()),
+        r => r,
+    }
+}
+
 /// Whether a link notification (RTM_NEWLINK or RTM_DELLINK, as a group member receives them)
 /// is a removal, and the link as it describes it. `None` for a message that is neither.
 pub fn notification(msg: &[u8]) -> Option<(bool, RawLink)> {

@@ -200,3 +200,30 @@ fn no_id_reaches_outside_the_cdi_dir_and_a_foreign_or_forged_spec_is_refused() {
     assert!(update(&p, id, None, Some(&attached(1))).is_err());
     let _ = std::fs::remove_dir_all(&p.cdi_dir);
 }
+
+/// Issue 47, item 2: the CDI directory is 0755, and `flock -x` on it as `nobody` made every
+/// Allocate fail after LOCK_WAIT and ADD of a pool NIC with 5. With `nobody` holding that
+/// lock the writer goes through now: its lock is a 0600 file in our own 0700 directory, which
+/// the user `nobody` can neither open nor lock.
+#[test]
+fn a_nobody_lock_on_the_cdi_directory_stalls_no_writer_and_ours_is_out_of_its_reach() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = place("flock");
+    std::fs::create_dir_all(&p.cdi_dir).unwrap();
+    let squatter = crate::files::nobody::Squatter::hold(&p.cdi_dir);
+    let ids = allocated(&p, &[("0000:3b:00.0", Some("mlx5_0"))]).unwrap();
+    assert_eq!(ids, vec![cdi_id("0000:3b:00.0")]);
+    let locks = p.cdi_dir.join(LOCK_DIR);
+    let lock = locks.join("nic-env.lock");
+    let mode = |q: &std::path::Path| std::fs::metadata(q).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&locks), 0o700);
+    assert_eq!(mode(&lock), 0o600);
+    for target in [&lock, &locks] {
+        if let Some((locked, said)) = crate::files::nobody::can_lock(target) {
+            assert!(!locked, "nobody locked {}", target.display());
+            assert!(said.contains("Permission denied"), "{said}");
+        }
+    }
+    drop(squatter);
+    let _ = std::fs::remove_dir_all(&p.cdi_dir);
+}

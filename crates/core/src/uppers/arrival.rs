@@ -17,8 +17,13 @@
 //!   now, the pod, through the full scan (every namespace of the node: the cost of the scan
 //!   only when something touched the NIC during the window, never on a clean ADD).
 //!
-//! Residual: an upper linked after the NIC arrived needs an id for the pod's namespace in the
-//! attacker's (RTM_NEWNSID, which needs a process or a file of that namespace): not watched.
+//! After the NIC arrived, for the whole attachment: an upper linked to it from another
+//! namespace needs an id for the pod's namespace in the attacker's, which a NET_ADMIN pod
+//! without a user namespace gets without any process or file of the pod's (one RTM_GETLINK
+//! dump of the host with IFLA_TARGET_NETNSID 0 allocates, in its own namespace, an id for
+//! every namespace a host veth's peer is in: every pod's). [`foreign_riders`] finds such
+//! uppers (CHECK fails on them), [`remove_foreign_riders`] deletes them (DEL, before the NIC
+//! leaves; the agent's uppers watcher, as soon as the kernel reports the NIC's new upper).
 
 use crate::error::{Code, Error, Result};
 use crate::link::raw::{self, RawLink};
@@ -181,29 +186,57 @@ enum Seen {
 /// host's among them) whose lower is that index in the namespace they number as `ns`'s. Run
 /// in the host's namespace. The full scan: one setns and a raw link dump per namespace.
 pub fn riding_in(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
-    let failed = |label: &str, e: io::Error| {
-        Error::new(
-            Code::Netlink,
-            format!("looking for devices riding {name} in {label}: {e}"),
-        )
-    };
-    let mut why = Vec::new();
-    // Its own namespace: whatever rides it there (a device made there from outside).
     let label = ns.path().display().to_string();
-    let own = ns.within(raw::dump)?.map_err(|e| failed(&label, e))?;
-    for upper in own.into_iter().flatten() {
-        if upper.lower == Some(index)
-            && upper.lower_netnsid.is_none()
-            && upper.index != index
-            && upper.kind.as_deref() != Some("veth")
-        {
-            why.push(format!(
+    // Its own namespace: whatever rides it there (a device made there from outside).
+    let own = ns.within(raw::dump)?.map_err(|e| failed(name, &label, e))?;
+    let mut why: Vec<String> = own
+        .into_iter()
+        .flatten()
+        .filter(|upper| {
+            upper.lower == Some(index)
+                && upper.lower_netnsid.is_none()
+                && upper.index != index
+                && upper.kind.as_deref() != Some("veth")
+        })
+        .map(|upper| {
+            format!(
                 "{} {} in {label} rides it",
                 upper.kind.as_deref().unwrap_or("link"),
                 upper.shown()
-            ));
-        }
-    }
+            )
+        })
+        .collect();
+    why.extend(foreign(ns, index, name, false)?);
+    Ok(why)
+}
+
+/// While the NIC is attached (CHECK): the links of the node's other namespaces (the host's
+/// among them) that ride link `index` of the pod's namespace `ns` (`name` there), in words;
+/// empty when none. Something another namespace made rides a pod's NIC only through an id
+/// that namespace was given for the pod's (RTM_NEWNSID, or one the kernel allocates when a
+/// NET_ADMIN pod dumps the host's links with IFLA_TARGET_NETNSID): it gets the pod's frames
+/// (a `macvlan mode passthru` gets all of them). Run in the host's namespace; the full scan.
+pub fn foreign_riders(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
+    foreign(ns, index, name, false)
+}
+
+/// The same, each one found deleted in its own namespace (DEL before the NIC leaves the pod,
+/// the watcher at once): what was removed, in words. A link that cannot be deleted is an error
+/// naming it; one gone meanwhile is not.
+pub fn remove_foreign_riders(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
+    foreign(ns, index, name, true)
+}
+
+fn failed(name: &str, label: &str, e: io::Error) -> Error {
+    Error::new(
+        Code::Netlink,
+        format!("looking for devices riding {name} in {label}: {e}"),
+    )
+}
+
+/// Links of every namespace but `ns` whose lower is link `index` of `ns`; deleted there when
+/// `remove`.
+fn foreign(ns: &Netns, index: u32, name: &str, remove: bool) -> Result<Vec<String>> {
     let mut others = vec![(Netns::current()?, "the host".to_owned())];
     for (path, label) in netns::others_on_node() {
         // Gone since it was listed: nothing rides the NIC from there any more.
@@ -211,11 +244,12 @@ pub fn riding_in(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
             others.push((other, label));
         }
     }
+    let mut why = Vec::new();
     for (other, label) in others {
         if other.same_as(ns) {
             continue;
         }
-        let seen: io::Result<Vec<RawLink>> = other.within(|| {
+        let seen: io::Result<Vec<(RawLink, io::Result<()>)>> = other.within(|| {
             let mut sock = netlink_sync::route_socket()?;
             // The dump first: filling in a link whose lower is in another namespace gives
             // that namespace an id here if it had none, which the question then reads.
@@ -235,7 +269,7 @@ pub fn riding_in(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
                 })
                 .collect();
             if candidates.is_empty() {
-                return Ok(candidates);
+                return Ok(Vec::new());
             }
             let Some(id) = raw::nsid_of(&mut sock, ns.raw_fd())? else {
                 return Ok(Vec::new());
@@ -243,14 +277,38 @@ pub fn riding_in(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
             Ok(candidates
                 .into_iter()
                 .filter(|u| u.lower_netnsid == Some(id))
+                .map(|u| {
+                    let done = if remove {
+                        raw::delete_on(&mut sock, u.index)
+                    } else {
+                        Ok(())
+                    };
+                    (u, done)
+                })
                 .collect())
         })?;
-        for upper in seen.map_err(|e| failed(&label, e))? {
-            why.push(format!(
-                "{} {} in {label} rides it",
+        for (upper, done) in seen.map_err(|e| failed(name, &label, e))? {
+            let what = format!(
+                "{} {} (index {}) in {label}",
                 upper.kind.as_deref().unwrap_or("link"),
-                upper.shown()
-            ));
+                upper.shown(),
+                upper.index
+            );
+            if let Err(e) = done {
+                return Err(Error::new(
+                    Code::Netlink,
+                    format!("{what} rides {name} and cannot be deleted: {e}"),
+                ));
+            }
+            why.push(if remove {
+                format!("{what} rode it and was deleted")
+            } else {
+                format!(
+                    "{} {} in {label} rides it",
+                    upper.kind.as_deref().unwrap_or("link"),
+                    upper.shown()
+                )
+            });
         }
     }
     Ok(why)

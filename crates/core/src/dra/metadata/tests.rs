@@ -447,3 +447,41 @@ fn prepare_update_and_remove_through_the_files() {
     );
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// Issue 47, item 2: the claim's directory is 0755, so any local user could flock it and stall
+/// every rewrite of the claim's files for LOCK_WAIT, then fail ADD. With `nobody` holding that
+/// lock the rewrite goes through now: the claim's lock is a 0600 file in our own 0700
+/// directory, which the user `nobody` can neither open nor lock, and it goes with the claim.
+#[test]
+fn a_nobody_lock_on_the_claims_directory_stalls_no_rewrite_and_ours_is_out_of_its_reach() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("rhd-meta-flock-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let p = place(&dir);
+    let f = p.files(&CLAIM, "nic").unwrap();
+    let dm = DeviceMetadata::new(&CLAIM, None, "nic", vec![prepared_device("a", "mlx5_0")]);
+    prepare(&f, &dm, None).unwrap();
+    let squatter = crate::files::nobody::Squatter::hold(&f.claim_dir);
+    let g = update_device(
+        &f,
+        "node-a",
+        "a",
+        Some(&attached("net1", &[("10.0.0.5", 3)])),
+    );
+    assert_eq!(g.unwrap(), Some(2));
+    let (lock_dir, name) = claim_lock(&f);
+    let lock = lock_dir.join(&name);
+    let mode = |q: &Path| fs::metadata(q).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&lock_dir), 0o700);
+    assert_eq!(mode(&lock), 0o600);
+    for target in [&lock, &lock_dir] {
+        if let Some((locked, said)) = crate::files::nobody::can_lock(target) {
+            assert!(!locked, "nobody locked {}", target.display());
+            assert!(said.contains("Permission denied"), "{said}");
+        }
+    }
+    drop(squatter);
+    remove(&p, &CLAIM, &["nic"]).unwrap();
+    assert!(!lock.exists(), "the claim's lock outlived it");
+    let _ = fs::remove_dir_all(&dir);
+}
