@@ -456,7 +456,7 @@ NODES=$NODES
 EOF
 if [[ $NODES == 2 ]]; then printf 'NODE2=%s\nNODE2_IP=%s\n' "$NODE2" "$NODE2_IP" >>"$D/env"; fi
 
-IN=(nsenter -t "$hp" --net --mount --) LOGS=$D/logs
+IN=(nsenter -t "$hp" --net --mount --) LOGS=$D/logs NODE_KUBECONFIG=$D/node.kubeconfig
 # ---- etcd, the API server
 daemon etcd "$D/bin/etcd" --data-dir "$D/etcd" --listen-client-urls http://127.0.0.1:2379 \
   --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \
