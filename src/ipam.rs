@@ -246,7 +246,7 @@ impl<'a> Ipam<'a> {
             ("CNI_ARGS", self.env.args.as_str()),
             ("CNI_PATH", path.as_str()),
         ];
-        let mut policy = crate::confine::Policy::ipam(self.node);
+        let mut policy = crate::confine::Policy::ipam(self.node, &self.plugin);
         policy.deadline = self
             .deadline
             .saturating_duration_since(std::time::Instant::now());

@@ -217,6 +217,7 @@ fn debian_host_local_given_configs_built_to_escape_is_refused_by_the_kernel() {
     let policy = rdma_host_device::confine::Policy {
         read: &read,
         write: &write,
+        sockets: &[],
         required: true,
         deadline: Duration::from_secs(20),
         max_output: 1 << 20,

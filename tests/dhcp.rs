@@ -115,7 +115,12 @@ fn dhcp_lease_is_released_on_del() {
     // The server end of the wire. A veth whose peer is in another namespace may have been
     // made from there (docs/trust.md): the node names this one in allowedNics.
     ip(&["link", "set", &nic.peer, "netns", &server.name]);
-    rig.set_node(json!({"allowedNics": {"names": [nic.name]}}));
+    // The daemon's socket is this rig's, not the default /run/cni/dhcp.sock: the node names it
+    // for dhcp (ipamSockets), or the kernel refuses the connect (Landlock ABI 9).
+    rig.set_node(json!({
+        "allowedNics": {"names": [nic.name]},
+        "ipamSockets": {"dhcp": [rig.data_dir().join("dhcp.sock")]},
+    }));
     let srv_addr = format!("10.79.{o}.1/24");
     ip(&[
         "-n",

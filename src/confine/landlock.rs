@@ -6,7 +6,8 @@
 //! rule is refused by the kernel, whatever path string the confined program builds: relative
 //! paths, `..`, symlinks and bind mounts all resolve to a file the rules do or do not cover.
 //! From ABI 4 on, it may not bind TCP ports; from ABI 6 on, it may not signal processes
-//! outside its domain nor connect to abstract unix sockets.
+//! outside its domain nor connect to abstract unix sockets; from ABI 9 on, it may connect
+//! only to the pathname unix sockets a rule grants.
 
 use std::ffi::CString;
 use std::io;
@@ -36,9 +37,11 @@ pub const REFER: u64 = 1 << 13;
 pub const TRUNCATE: u64 = 1 << 14;
 /// ABI 5.
 const IOCTL_DEV: u64 = 1 << 15;
+/// ABI 9 (Linux 7.1): connecting (or sending) to a pathname unix socket.
+pub const RESOLVE_UNIX: u64 = 1 << 16;
 
 /// Rights that make sense on a file (not a directory) in a path-beneath rule.
-const FILE_RIGHTS: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV;
+const FILE_RIGHTS: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV | RESOLVE_UNIX;
 
 /// ABI 4: binding a TCP socket to a port.
 const NET_BIND_TCP: u64 = 1 << 0;
@@ -98,6 +101,9 @@ fn handled_fs(abi: u32) -> u64 {
     }
     if abi >= 5 {
         all |= IOCTL_DEV;
+    }
+    if abi >= 9 {
+        all |= RESOLVE_UNIX;
     }
     all
 }

@@ -14,7 +14,10 @@
 //!   traced; everything else EPERM, so no extended attributes, modes, owners, times, System V
 //!   IPC, keys, inotify/fanotify, namespaces, and no call a newer kernel adds), no TCP
 //!   listening (Landlock ABI 4+), no signals to or abstract sockets of anything outside (ABI
-//!   6+), no file descriptor of ours but its three pipes.
+//!   6+), no file descriptor of ours but its three pipes. No unix socket at all unless the
+//!   node names sockets for it (`ipamSockets`: dhcp's daemon), and then, from Landlock ABI 9
+//!   (Linux 7.1), a connect to those paths only: a socket of root's (the kubelet's,
+//!   containerd's, the agent's) is not its to speak through.
 //! - **Namespaces**: IPC, UTS and cgroup namespaces of its own (root's System V objects, the
 //!   host name and the cgroup tree are not shared), besides the PID namespace below. Not a
 //!   mount namespace: its teardown waits for an RCU grace period, milliseconds per exec
@@ -66,6 +69,9 @@ pub struct Policy<'a> {
     pub read: &'a [PathBuf],
     /// Read and write beneath these (created when missing).
     pub write: &'a [PathBuf],
+    /// The unix sockets it may connect to. Empty: no AF_UNIX socket at all (seccomp); else
+    /// these only, where the kernel can say so (Landlock ABI 9).
+    pub sockets: &'a [PathBuf],
     /// Whether running without a part of the confinement the kernel lacks is refused.
     pub required: bool,
     pub deadline: Duration,
@@ -74,12 +80,13 @@ pub struct Policy<'a> {
 }
 
 impl<'a> Policy<'a> {
-    /// What the node lets an IPAM plugin do: read `ipamReadPaths`, write beneath `ipamPaths`,
-    /// for `ipamTimeoutSeconds`.
-    pub fn ipam(node: &'a Node) -> Policy<'a> {
+    /// What the node lets the IPAM plugin `plugin` do: read `ipamReadPaths`, write beneath
+    /// `ipamPaths`, connect to its `ipamSockets` entry, for `ipamTimeoutSeconds`.
+    pub fn ipam(node: &'a Node, plugin: &str) -> Policy<'a> {
         Policy {
             read: &node.ipam_read_paths,
             write: &node.ipam_paths,
+            sockets: node.ipam_sockets.get(plugin).map_or(&[], Vec::as_slice),
             required: node.ipam_confinement == Confinement::Required,
             deadline: Duration::from_secs(node.ipam_timeout_seconds),
             max_output: MAX_IPAM_OUTPUT,
@@ -167,7 +174,7 @@ pub fn run(
         }
     };
     let cwd = empty_dir().map_err(|e| Failure::Start(format!("its working directory: {e}")))?;
-    let filter = seccomp::filter();
+    let filter = seccomp::filter(!policy.sockets.is_empty());
     if filter.is_none() {
         let why = format!(
             "no seccomp allow-list for this architecture ({}; only x86_64 has one)",
@@ -229,8 +236,8 @@ fn last_capability() -> u32 {
 /// beneath `policy.write`; /dev/null and the random devices.
 fn ruleset(abi: u32, exe: &Path, policy: &Policy) -> io::Result<landlock::Ruleset> {
     use landlock::{
-        EXECUTE, MAKE_DIR, MAKE_REG, READ_DIR, READ_FILE, REFER, REMOVE_DIR, REMOVE_FILE, Ruleset,
-        TRUNCATE, WRITE_FILE,
+        EXECUTE, MAKE_DIR, MAKE_REG, READ_DIR, READ_FILE, REFER, REMOVE_DIR, REMOVE_FILE,
+        RESOLVE_UNIX, Ruleset, TRUNCATE, WRITE_FILE,
     };
     let mut rs = Ruleset::new(abi)?;
     let read = READ_FILE | READ_DIR | EXECUTE;
@@ -244,6 +251,11 @@ fn ruleset(abi: u32, exe: &Path, policy: &Policy) -> io::Result<landlock::Rulese
     }
     for p in policy.read {
         rs.allow(p, read)?;
+    }
+    // Handled from ABI 9 on (connect to a pathname socket); a socket missing now grants
+    // nothing (its daemon is not up: the connect would fail anyway).
+    for p in policy.sockets {
+        rs.allow(p, RESOLVE_UNIX)?;
     }
     let write = READ_FILE
         | READ_DIR

@@ -95,6 +95,8 @@ mod list {
     const PRCTLS: &[u32] = &[1, 2, 3, 15, 16, 23, 38, 39, 0x5356_4d41];
     /// AF_UNIX (the dhcp daemon's socket), AF_INET, AF_INET6 (whereabouts' API server, DNS).
     const FAMILIES: &[u32] = &[1, 2, 10];
+    /// AF_INET, AF_INET6: a plugin the node names no unix socket for (`ipamSockets`).
+    const FAMILIES_WITHOUT_UNIX: &[u32] = &[2, 10];
     const OPEN_MODE_1: Rule = Rule::Without {
         arg: 1,
         mask: SETID,
@@ -118,6 +120,11 @@ mod list {
     const SOCKET: Rule = Rule::OneOf {
         arg: 0,
         values: FAMILIES,
+    };
+    /// `socket` for a plugin without unix sockets: in place of [`SOCKET`].
+    pub const SOCKET_WITHOUT_UNIX: Rule = Rule::OneOf {
+        arg: 0,
+        values: FAMILIES_WITHOUT_UNIX,
     };
     const SOCKETPAIR: Rule = Rule::OneOf {
         arg: 0,
@@ -396,15 +403,26 @@ fn build(audit_arch: u32, allowed: &[Named]) -> Filter {
     Filter { code: c }
 }
 
-/// The allow-list filter, `None` on an architecture it does not know.
+/// The allow-list filter, `None` on an architecture it does not know. Without `unix`,
+/// `socket(AF_UNIX)` is refused too (a plugin the node names no unix socket for).
 #[cfg(target_arch = "x86_64")]
-pub fn filter() -> Option<Filter> {
+pub fn filter(unix: bool) -> Option<Filter> {
     const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-    Some(build(AUDIT_ARCH_X86_64, ALLOWED))
+    if unix {
+        return Some(build(AUDIT_ARCH_X86_64, ALLOWED));
+    }
+    let list: Vec<Named> = ALLOWED
+        .iter()
+        .map(|&(name, nr, rule)| match name {
+            "socket" => (name, nr, list::SOCKET_WITHOUT_UNIX),
+            _ => (name, nr, rule),
+        })
+        .collect();
+    Some(build(AUDIT_ARCH_X86_64, &list))
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub fn filter() -> Option<Filter> {
+pub fn filter(_unix: bool) -> Option<Filter> {
     None
 }
 
@@ -510,7 +528,7 @@ mod tests {
         }
         // The tree decides every number as the list says (args zero: a narrowed call's
         // argument rules are the probe's and the plugins' tests).
-        let f = filter().expect("x86_64 has a filter");
+        let f = filter(true).expect("x86_64 has a filter");
         for nr in 0..600u32 {
             let want = match ALLOWED.iter().find(|(_, n, _)| *n as u32 == nr) {
                 None => RET_ERRNO | libc::EPERM as u32,
@@ -523,6 +541,25 @@ mod tests {
         // An argument rule, both ways: socket(AF_UNIX) yes, socket(AF_NETLINK) no.
         assert_eq!(run(&f, 0xc000_003e, libc::SYS_socket as u32, 1), RET_ALLOW);
         assert_ne!(run(&f, 0xc000_003e, libc::SYS_socket as u32, 16), RET_ALLOW);
+        // For a plugin the node names no unix socket for: AF_UNIX no, AF_INET and AF_INET6
+        // yes, and every other call as before.
+        let without = filter(false).expect("x86_64 has a filter");
+        assert_ne!(
+            run(&without, 0xc000_003e, libc::SYS_socket as u32, 1),
+            RET_ALLOW
+        );
+        for family in [2, 10] {
+            assert_eq!(
+                run(&without, 0xc000_003e, libc::SYS_socket as u32, family),
+                RET_ALLOW
+            );
+        }
+        for nr in (0..600u32).filter(|nr| *nr != libc::SYS_socket as u32) {
+            assert_eq!(
+                run(&without, 0xc000_003e, nr, 0),
+                run(&f, 0xc000_003e, nr, 0)
+            );
+        }
         // fcntl: F_GETFL yes, F_SETLEASE and F_NOTIFY no.
         assert_eq!(run(&f, 0xc000_003e, libc::SYS_fcntl as u32, 3), RET_ALLOW);
         for cmd in [8, 10, 15, 1024, 1026] {
@@ -535,7 +572,7 @@ mod tests {
         );
         assert_ne!(run(&f, 0x4000_0003, libc::SYS_read as u32, 0), RET_ALLOW);
         // Jumps are 8 bits: every body fits.
-        let f = filter().expect("x86_64 has a filter");
+        let f = filter(true).expect("x86_64 has a filter");
         assert!(f.code.len() < u16::MAX as usize);
     }
 }

@@ -34,7 +34,7 @@ it: the kubelet device plugin, the Prometheus exporter, the CDI spec writer, ins
 checks of node and network configurations, and the DRA driver.",
     after_long_help = "\
 Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG): \
-stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, ipamReadPaths, \
+stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, ipamReadPaths, ipamSockets, \
 ipamConfinement, ipamTimeoutSeconds, deviceInfoDir, memlock, cdiHook, takeRdmaDevicesInUse, uppersSocket, \
 devicePlugin, dra; see docs/configuration.md.
 

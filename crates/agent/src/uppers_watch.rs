@@ -98,7 +98,9 @@ pub fn serve(socket: &Path) -> Result<()> {
         if query {
             match listener.accept() {
                 Ok((client, _)) => {
-                    if let Err(e) = w.serve_client(client) {
+                    if let Err(e) = rdma_host_device_core::files::check_peer(client.as_raw_fd()) {
+                        log::warn!("uppers watcher: refused a client: {e}");
+                    } else if let Err(e) = w.serve_client(client) {
                         log::debug!("uppers watcher: a client: {e}");
                     }
                 }

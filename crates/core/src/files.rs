@@ -145,6 +145,50 @@ pub fn set_mode(f: &fs::File, mode: u32) -> std::io::Result<()> {
     f.set_permissions(fs::Permissions::from_mode(mode))
 }
 
+/// The uid of the process at the other end of the unix socket `fd` (`SO_PEERCRED`: who
+/// connected, as the kernel recorded it at `connect`, whatever it says afterwards).
+pub fn peer_uid(fd: std::os::fd::RawFd) -> std::io::Result<u32> {
+    // SAFETY: an all-zero ucred is a valid value.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` live across the call, `len` is `cred`'s size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// Whether a peer of uid `uid` is one our sockets serve: root (the kubelet, the runtime, the
+/// plugin they run) or the agent's own uid. Whoever else reached the socket (a descriptor
+/// passed on, a process with CAP_DAC_OVERRIDE and another uid) is refused at once: the socket's
+/// 0600 mode is the first check, this the second, by what the connecting process cannot change.
+pub fn peer_served(uid: u32) -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    uid == 0 || uid == unsafe { libc::geteuid() }
+}
+
+/// The peer check on an accepted connection: `Err` says whom it refused, for the log.
+pub fn check_peer(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    let uid = peer_uid(fd)?;
+    if peer_served(uid) {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("a peer of uid {uid}: only root and this agent's uid are served"),
+        ))
+    }
+}
+
 /// A unix stream socket listening at `path`, whose file has exactly `mode` from the moment it
 /// exists: the socket's inode is given `mode` before `bind` (which creates the file with that
 /// mode less the umask), the file then set to `mode`, and only then does it listen, so no one
@@ -583,5 +627,47 @@ mod tests {
         );
         assert!(!locks.join("x.lock").exists());
         let _ = fs::remove_dir_all(&d);
+    }
+
+    /// Issue 47: our sockets answer only whom they serve. The check is by `SO_PEERCRED`, which
+    /// the connecting process cannot forge: a socket open to all (0666, so that the mode is
+    /// not what refuses) reached by `nobody` is refused, one reached by us is served.
+    #[test]
+    fn a_peer_of_another_uid_is_refused_and_root_is_served() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        let dir = std::env::temp_dir().join(format!("rhd-peer-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        let sock = dir.join("s.sock");
+        let l = listen_unix(&sock, 0o666).unwrap();
+        let me = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        let (ours, _) = l.accept().unwrap();
+        assert!(check_peer(ours.as_raw_fd()).is_ok());
+        drop(me);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped the other uid: not root");
+            let _ = fs::remove_dir_all(&dir);
+            return;
+        }
+        let mut child = std::process::Command::new("python3")
+            .arg("-c")
+            .arg("import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.recv(1)")
+            .arg(&sock)
+            .uid(nobody::NOBODY)
+            .gid(nobody::NOBODY)
+            .spawn()
+            .expect("python3 runs");
+        let (theirs, _) = l.accept().unwrap();
+        assert_eq!(peer_uid(theirs.as_raw_fd()).unwrap(), nobody::NOBODY);
+        let e = check_peer(theirs.as_raw_fd()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("uid 65534"), "{e}");
+        drop(theirs);
+        let _ = child.wait();
+        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -97,7 +97,16 @@ pub fn serve(
     let incoming = futures::stream::unfold(listener, |l| async move {
         loop {
             match l.accept().await {
-                Ok((s, _)) => return Some((Ok::<_, io::Error>(KubeletStream::new(s)), l)),
+                Ok((s, _)) => {
+                    use std::os::fd::AsRawFd;
+                    // Only root (the kubelet) and our own uid: the socket is 0600, and a
+                    // descriptor passed on or a process with CAP_DAC_OVERRIDE under another
+                    // uid is refused here (issue 47).
+                    match rdma_host_device_core::files::check_peer(s.as_raw_fd()) {
+                        Ok(()) => return Some((Ok::<_, io::Error>(KubeletStream::new(s)), l)),
+                        Err(e) => log::warn!("refused a connection: {e}"),
+                    }
+                }
                 Err(e) => {
                     // EMFILE and friends: back off rather than spin.
                     log::warn!("accept: {e}");

@@ -18,7 +18,7 @@ use rdma_host_device_core::node::Memlock;
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long the runtime has to answer the registration and configure us (containerd's own
 /// registration timeout is 5 s).
@@ -73,7 +73,6 @@ struct Session<'a> {
 impl Session<'_> {
     fn serve(&mut self) -> io::Result<()> {
         self.stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-        self.stream.set_read_timeout(Some(REGISTRATION_TIMEOUT))?;
         let register = api::RegisterPluginRequest {
             plugin_name: self.cfg.name.clone(),
             plugin_idx: self.cfg.index.clone(),
@@ -92,7 +91,26 @@ impl Session<'_> {
             TYPE_REQUEST,
             &call.encode_to_vec(),
         )?;
+        // One deadline for the registration, whatever the peer sends before it: a read
+        // timeout alone is per read, and many messages in one frame need no read.
+        let deadline = Instant::now() + REGISTRATION_TIMEOUT;
+        let late = || {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the runtime did not configure the plugin within {} s of its registration",
+                    REGISTRATION_TIMEOUT.as_secs()
+                ),
+            )
+        };
         loop {
+            if !self.configured {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(late());
+                }
+                self.stream.set_read_timeout(Some(left))?;
+            }
             let m = match self.reader.next(&mut self.stream) {
                 Ok(m) => m,
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
@@ -103,13 +121,7 @@ impl Session<'_> {
                             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                         ) =>
                 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "the runtime did not configure the plugin within {} s of its registration",
-                            REGISTRATION_TIMEOUT.as_secs()
-                        ),
-                    ));
+                    return Err(late());
                 }
                 Err(e) => return Err(e),
             };

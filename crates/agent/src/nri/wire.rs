@@ -45,11 +45,25 @@ fn protocol(what: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what)
 }
 
-/// The trunk's read side: frames in, ttrpc messages out, per connection.
+/// How many whole ttrpc messages one multiplexer frame may complete. Go's ttrpc writes one
+/// message per flush (a header and its payload, in chunks of at most 4096 bytes), so a frame
+/// of the runtime's completes one message, rarely two; a frame that completes more is a peer
+/// making us answer for it (a 4 MiB frame holds 400,000 empty messages), and ends the
+/// connection.
+pub const MAX_MESSAGES_PER_FRAME: usize = 64;
+
+/// The trunk's read side: frames in, ttrpc messages out, per connection. Linear in what it
+/// reads: a message is taken from a read offset, and the bytes left are moved to the front
+/// once, when the frame's messages are all taken, never once per message.
 #[derive(Debug, Default)]
 pub struct Reader {
-    /// Bytes received on connections 1 and 2 not yet a whole message.
+    /// Bytes received on connections 1 and 2; those before `start[i]` are already taken.
     pending: [Vec<u8>; 2],
+    start: [usize; 2],
+    /// Messages taken since the last frame was read.
+    taken: usize,
+    /// Bytes moved to the front of a buffer, in all (what keeps the reader linear, measured).
+    pub moved: usize,
 }
 
 impl Reader {
@@ -57,12 +71,32 @@ impl Reader {
     /// Frames for other connections are dropped (the multiplexer does the same).
     pub fn next(&mut self, r: &mut impl Read) -> io::Result<Message> {
         loop {
-            for (i, buf) in self.pending.iter_mut().enumerate() {
-                if let Some(m) = take_message(buf, i as u32 + 1)? {
+            for i in 0..self.pending.len() {
+                if let Some((m, used)) =
+                    take_message(&self.pending[i][self.start[i]..], i as u32 + 1)?
+                {
+                    self.taken += 1;
+                    if self.taken > MAX_MESSAGES_PER_FRAME {
+                        return Err(protocol(format!(
+                            "one multiplexer frame completed more than {MAX_MESSAGES_PER_FRAME} ttrpc messages"
+                        )));
+                    }
+                    self.start[i] += used;
                     return Ok(m);
                 }
             }
+            // Every whole message taken: what is left of each buffer is less than one message.
+            for i in 0..self.pending.len() {
+                let rest = self.pending[i].len() - self.start[i];
+                if self.start[i] > 0 {
+                    self.pending[i].copy_within(self.start[i].., 0);
+                    self.pending[i].truncate(rest);
+                    self.moved += rest;
+                    self.start[i] = 0;
+                }
+            }
             let (conn, payload) = read_frame(r)?;
+            self.taken = 0;
             if let Some(buf) = self.pending.get_mut((conn as usize).wrapping_sub(1)) {
                 buf.extend_from_slice(&payload);
             }
@@ -70,8 +104,8 @@ impl Reader {
     }
 }
 
-/// A whole ttrpc message at the start of `buf`, removed from it.
-fn take_message(buf: &mut Vec<u8>, conn: u32) -> io::Result<Option<Message>> {
+/// A whole ttrpc message at the start of `buf`, and how many bytes of `buf` it takes.
+fn take_message(buf: &[u8], conn: u32) -> io::Result<Option<(Message, usize)>> {
     if buf.len() < TTRPC_HEADER {
         return Ok(None);
     }
@@ -91,8 +125,7 @@ fn take_message(buf: &mut Vec<u8>, conn: u32) -> io::Result<Option<Message>> {
         flags: buf[9],
         payload: buf[TTRPC_HEADER..TTRPC_HEADER + len].to_vec(),
     };
-    buf.drain(..TTRPC_HEADER + len);
-    Ok(Some(m))
+    Ok(Some((m, TTRPC_HEADER + len)))
 }
 
 /// One multiplexer frame: its connection and payload.
@@ -181,6 +214,76 @@ mod tests {
             r.next(&mut input).unwrap_err().kind(),
             io::ErrorKind::UnexpectedEof
         );
+    }
+
+    /// `n` empty requests on connection 1, as one ttrpc byte stream.
+    fn empty_requests(n: usize) -> Vec<u8> {
+        let mut stream = Vec::with_capacity(n * TTRPC_HEADER);
+        for i in 0..n {
+            stream.extend_from_slice(&0u32.to_be_bytes());
+            stream.extend_from_slice(&(2 * i as u32 + 1).to_be_bytes());
+            stream.extend_from_slice(&[TYPE_REQUEST, 0]);
+        }
+        stream
+    }
+
+    /// `payload` as multiplexer frames of at most `chunk` bytes on connection 1.
+    fn frames(payload: &[u8], chunk: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for c in payload.chunks(chunk) {
+            out.extend_from_slice(&PLUGIN_CONN.to_be_bytes());
+            out.extend_from_slice(&(c.len() as u32).to_be_bytes());
+            out.extend_from_slice(c);
+        }
+        out
+    }
+
+    #[test]
+    fn a_frame_of_400000_empty_messages_ends_the_connection_at_the_65th() {
+        // Issue 47 item 5: one 4 MB frame of 400,000 empty ttrpc messages cost the agent 15 s
+        // of CPU (each message answered, and the buffer moved once per message).
+        let wire = frames(&empty_requests(400_000), MAX_FRAME);
+        assert_eq!(wire.len(), 8 + 4_000_000);
+        let mut r = Reader::default();
+        let mut input = &wire[..];
+        for i in 0..MAX_MESSAGES_PER_FRAME {
+            let m = r.next(&mut input).unwrap();
+            assert_eq!(m.stream, 2 * i as u32 + 1);
+        }
+        let e = r.next(&mut input).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("more than 64 ttrpc messages"), "{e}");
+        // Nothing was moved: the messages were taken from an offset.
+        assert_eq!(r.moved, 0);
+    }
+
+    #[test]
+    fn the_reader_moves_each_byte_at_most_once_whatever_the_framing() {
+        // 400,000 messages in frames of 64 (the bound) and in frames cutting messages apart:
+        // every message comes out, and the bytes moved to a buffer's front stay below the
+        // input's size (the old reader moved what followed each message: 400,000 x 2 MB).
+        let stream = empty_requests(400_000);
+        for chunk in [64 * TTRPC_HEADER, 64 * TTRPC_HEADER - 3, 7] {
+            let wire = frames(&stream, chunk);
+            let mut r = Reader::default();
+            let mut input = &wire[..];
+            for i in 0..400_000u32 {
+                assert_eq!(
+                    r.next(&mut input).unwrap().stream,
+                    2 * i + 1,
+                    "chunk {chunk}"
+                );
+            }
+            assert_eq!(
+                r.next(&mut input).unwrap_err().kind(),
+                io::ErrorKind::UnexpectedEof
+            );
+            assert!(
+                r.moved < stream.len(),
+                "chunk {chunk}: {} bytes moved",
+                r.moved
+            );
+        }
     }
 
     #[test]

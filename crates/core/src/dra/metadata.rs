@@ -243,7 +243,7 @@ pub struct Place {
 /// One request's files and CDI IDs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Files {
-    /// `<pluginDataDir>/dra-device-metadata/<ns>_<claim>`: all the claim's requests.
+    /// `<pluginDataDir>/dra-device-metadata/<ns>_<claim>_<claimUID>`: all the claim's requests.
     pub claim_dir: PathBuf,
     /// `<claim_dir>/<request>`.
     pub request_dir: PathBuf,
@@ -296,10 +296,14 @@ impl Place {
         check_name("claim name", claim.name)?;
         check_name("claim UID", claim.uid)?;
         check_name("request", request)?;
+        // Filed by the claim's UID as well as its name: a claim deleted and made again under
+        // the same name (a new UID, perhaps another NIC) is another claim, and the kubelet may
+        // prepare the new one before it unprepares the old (issue 47). `_` is in no Kubernetes
+        // name, so the three parts cannot run into each other.
         let claim_dir = self
             .plugin_data_dir
             .join(SUBDIR)
-            .join(format!("{}_{}", claim.namespace, claim.name));
+            .join(format!("{}_{}_{}", claim.namespace, claim.name, claim.uid));
         let request_dir = claim_dir.join(request);
         let cdi_name = format!("{}_{request}", claim.uid);
         Ok(Files {
@@ -512,6 +516,37 @@ pub(crate) fn pretty(v: &serde_json::Value) -> Vec<u8> {
     serde_json::to_vec_pretty(v).unwrap_or_default()
 }
 
+/// A claim prepared by an agent from before claims were filed by UID has its files under
+/// `<ns>_<claim>`: moved to the claim's own directory when every request's metadata there is
+/// this claim's (its UID), else left alone (it is another claim's of the same name).
+/// Returns whether it moved them (the specs then name the old place, and are written again).
+fn adopt_unversioned(files: &Files, claim: &ClaimRef<'_>) -> io::Result<bool> {
+    let old = files
+        .claim_dir
+        .with_file_name(format!("{}_{}", claim.namespace, claim.name));
+    if files.claim_dir.exists() || !old.is_dir() {
+        return Ok(false);
+    }
+    let probe = Files {
+        claim_dir: old.clone(),
+        ..files.clone()
+    };
+    let requests = claim_requests(&probe)?;
+    if requests.is_empty() || requests.iter().any(|r| r.metadata.uid != claim.uid) {
+        return Ok(false);
+    }
+    fs::rename(&old, &files.claim_dir)?;
+    log::info!(
+        "claim {}/{} ({}): its metadata moved from {} to {}",
+        claim.namespace,
+        claim.name,
+        claim.uid,
+        old.display(),
+        files.claim_dir.display()
+    );
+    Ok(true)
+}
+
 /// Unprepare's part: the claim's metadata directory and both specs of each request. Missing
 /// files are no error.
 pub fn remove(place: &Place, claim: &ClaimRef<'_>, requests: &[&str]) -> io::Result<()> {
@@ -530,6 +565,7 @@ pub fn remove(place: &Place, claim: &ClaimRef<'_>, requests: &[&str]) -> io::Res
     match last {
         Some(f) => {
             gone(fs::remove_file(&f.env_spec))?;
+            adopt_unversioned(&f, claim)?;
             let locked = lock_claim(&f)?;
             gone(fs::remove_dir_all(&f.claim_dir))?;
             if locked.is_some() {
@@ -548,12 +584,16 @@ pub fn remove(place: &Place, claim: &ClaimRef<'_>, requests: &[&str]) -> io::Res
 /// many were written.
 pub fn ensure_specs(place: &Place, claim: &ClaimRef<'_>, requests: &[&str]) -> io::Result<usize> {
     let mut written = 0;
+    let mut moved = false;
     let mut last = None;
     for r in requests {
         let f = place
             .files(claim, r)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        if !f.metadata_spec.exists() {
+        if last.is_none() {
+            moved = adopt_unversioned(&f, claim)?;
+        }
+        if moved || !f.metadata_spec.exists() {
             let body = crate::files::read_regular_nofollow(&f.file, MAX_BYTES)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", f.file.display())))?;
             let dm = DeviceMetadata::decode(&body).map_err(|e| {
@@ -569,7 +609,7 @@ pub fn ensure_specs(place: &Place, claim: &ClaimRef<'_>, requests: &[&str]) -> i
         last = Some(f);
     }
     if let Some(f) = last
-        && !f.env_spec.exists()
+        && (moved || !f.env_spec.exists())
     {
         let _locked = lock_claim(&f)?;
         write_env(&f)?;

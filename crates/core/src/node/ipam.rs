@@ -6,6 +6,7 @@ use super::Node;
 use super::dirs::{RUN_DIR, has_dotdot, path_under, real_path};
 use crate::error::{Code, Error, Result};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The IPAM plugins a network configuration may name when the node says nothing: the address
@@ -20,6 +21,13 @@ pub const DEFAULT_IPAM_PATHS: [&str; 3] = ["/var/lib/cni/networks", "/run/cni", 
 /// directories when the node says nothing: the CNI configuration (whereabouts' kubeconfig
 /// lives in /etc/cni/net.d/whereabouts.d/) and the node's resolver configuration.
 pub const DEFAULT_IPAM_READ_PATHS: [&str; 2] = ["/etc/cni", "/etc/resolv.conf"];
+/// The unix sockets an IPAM plugin may connect to when the node says nothing: the dhcp
+/// daemon's, at its default path. Every other plugin gets no AF_UNIX socket at all (the
+/// kernel refuses it: src/confine/), so it cannot speak for the kubelet through a socket of
+/// root's (issue 47).
+pub const DEFAULT_IPAM_SOCKETS: [(&str, &str); 1] = [("dhcp", "/run/cni/dhcp.sock")];
+/// The longest path a unix socket address holds (`sun_path`, less its NUL).
+const MAX_SOCKET_PATH: usize = 107;
 /// How long one exec of an IPAM plugin may take when the node says nothing (a DHCP lease
 /// takes a few seconds; nothing legitimate takes this long).
 pub const DEFAULT_IPAM_TIMEOUT_SECONDS: u64 = 30;
@@ -39,6 +47,13 @@ pub(super) fn default_ipam_paths() -> Vec<PathBuf> {
 
 pub(super) fn default_ipam_read_paths() -> Vec<PathBuf> {
     DEFAULT_IPAM_READ_PATHS.iter().map(PathBuf::from).collect()
+}
+
+pub(super) fn default_ipam_sockets() -> BTreeMap<String, Vec<PathBuf>> {
+    DEFAULT_IPAM_SOCKETS
+        .iter()
+        .map(|(plugin, path)| (plugin.to_string(), vec![PathBuf::from(path)]))
+        .collect()
 }
 
 pub(super) fn default_ipam_timeout() -> u64 {
@@ -66,6 +81,18 @@ impl Node {
                 return Err(format!(
                     "ipamPlugins entry {p:?} must be a plugin file name (it is looked up in CNI_PATH)"
                 ));
+            }
+        }
+        // An entry for a plugin ipamPlugins leaves out is never used (that plugin never runs).
+        for (plugin, sockets) in &self.ipam_sockets {
+            for p in sockets {
+                let len = p.as_os_str().len();
+                if !p.is_absolute() || has_dotdot(p) || len > MAX_SOCKET_PATH {
+                    return Err(format!(
+                        "ipamSockets entry {} of {plugin:?} must be an absolute path without '..' of at most {MAX_SOCKET_PATH} bytes (a unix socket's address)",
+                        p.display()
+                    ));
+                }
             }
         }
         // The plugin's own directories, resolved once (every CNI call loads this file).

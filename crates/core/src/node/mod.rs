@@ -28,10 +28,11 @@ pub use dra::{DeviceMetadataConfig, DraConfig, Rail};
 pub use gc::GcConfig;
 pub use ipam::{
     Confinement, DEFAULT_IPAM_PATHS, DEFAULT_IPAM_PLUGINS, DEFAULT_IPAM_READ_PATHS,
-    DEFAULT_IPAM_TIMEOUT_SECONDS, MAX_IPAM_OUTPUT,
+    DEFAULT_IPAM_SOCKETS, DEFAULT_IPAM_TIMEOUT_SECONDS, MAX_IPAM_OUTPUT,
 };
 use ipam::{
-    default_ipam_paths, default_ipam_plugins, default_ipam_read_paths, default_ipam_timeout,
+    default_ipam_paths, default_ipam_plugins, default_ipam_read_paths, default_ipam_sockets,
+    default_ipam_timeout,
 };
 pub use memlock::Memlock;
 pub use nics::{NicFacts, NicPolicy};
@@ -96,6 +97,12 @@ pub struct Node {
     /// directories (`ipamReadPaths`); enforced by the kernel like `ipamPaths`.
     #[serde(default = "default_ipam_read_paths")]
     pub ipam_read_paths: Vec<PathBuf>,
+    /// The unix sockets each IPAM plugin may connect to (`ipamSockets`, by plugin name;
+    /// default: dhcp's daemon at /run/cni/dhcp.sock). A plugin without an entry gets no unix
+    /// socket at all (seccomp); one with an entry may connect only to those where the kernel
+    /// can say so (Landlock ABI 9, Linux 7.1), to any pathname socket of root's before that.
+    #[serde(default = "default_ipam_sockets")]
+    pub ipam_sockets: std::collections::BTreeMap<String, Vec<PathBuf>>,
     /// Where the kernel cannot confine an IPAM plugin (no Landlock, no PID namespace):
     /// `required` (the default) refuses to run it, `bestEffort` runs it with a warning.
     #[serde(default)]
@@ -186,6 +193,7 @@ impl Default for Node {
             ipam_plugins: default_ipam_plugins(),
             ipam_paths: default_ipam_paths(),
             ipam_read_paths: default_ipam_read_paths(),
+            ipam_sockets: default_ipam_sockets(),
             ipam_confinement: Confinement::default(),
             ipam_timeout_seconds: default_ipam_timeout(),
             take_rdma_devices_in_use: false,
@@ -242,6 +250,7 @@ impl Node {
             "ipamPlugins": self.ipam_plugins,
             "ipamPaths": self.ipam_paths,
             "ipamReadPaths": self.ipam_read_paths,
+            "ipamSockets": self.ipam_sockets,
             "ipamConfinement": self.ipam_confinement,
             "ipamTimeoutSeconds": self.ipam_timeout_seconds,
             "takeRdmaDevicesInUse": self.take_rdma_devices_in_use,

@@ -393,10 +393,33 @@ fn ipam_paths_refuse_paths_outside_the_prefixes_naming_the_key() {
     );
     assert!(n.to_json().contains("\"/srv/ipam\""), "{}", n.to_json());
     assert!(Node::default().to_json().contains("\"/var/run/cni\""));
+    // ipamSockets: dhcp's daemon by default, shown; a node's own entry replaces the default.
+    let shown: serde_json::Value = serde_json::from_str(&Node::default().to_json()).unwrap();
+    assert_eq!(
+        shown["ipamSockets"],
+        serde_json::json!({"dhcp": ["/run/cni/dhcp.sock"]})
+    );
+    let p = write(r#"{"ipamSockets":{"dhcp":["/srv/ipam/dhcp.sock"]}}"#);
+    let n = Node::from_file(&p, true).unwrap();
+    let _ = std::fs::remove_file(p);
+    assert_eq!(
+        n.ipam_sockets.get("dhcp").map(Vec::as_slice),
+        Some(&[PathBuf::from("/srv/ipam/dhcp.sock")][..])
+    );
+    assert!(!n.ipam_sockets.contains_key("host-local"));
     for (body, says) in [
         (r#"{"ipamPaths":["relative"]}"#, "ipamPaths"),
         (r#"{"ipamPaths":["/a/../b"]}"#, "ipamPaths"),
         (r#"{"ipamReadPaths":["etc"]}"#, "ipamReadPaths"),
+        (r#"{"ipamSockets":{"dhcp":["dhcp.sock"]}}"#, "ipamSockets"),
+        (
+            r#"{"ipamSockets":{"dhcp":["/run/../x.sock"]}}"#,
+            "ipamSockets",
+        ),
+        (
+            r#"{"ipamSockets":{"dhcp":["/run/cni/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.sock"]}}"#,
+            "at most 107 bytes",
+        ),
         // The kernel would grant IPAM the plugin's own records or log.
         (r#"{"ipamPaths":["/var/lib/cni"]}"#, "stateDir"),
         (

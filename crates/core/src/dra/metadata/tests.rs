@@ -131,6 +131,9 @@ fn what_we_write_is_the_helpers_format_and_round_trips() {
     assert_eq!(DeviceMetadata::decode(&body).unwrap(), dm);
 }
 
+/// The helper's layout, but for the claim's directory, which is filed by UID as well
+/// (`<ns>_<claim>_<uid>`, issue 47: the helper's `<ns>_<claim>` is shared by a claim made
+/// again under the same name).
 #[test]
 fn paths_are_the_helpers_layout_and_refuse_what_is_not_a_name() {
     let p = place(Path::new("/k"));
@@ -138,7 +141,7 @@ fn paths_are_the_helpers_layout_and_refuse_what_is_not_a_name() {
     assert_eq!(
         f.file,
         Path::new(
-            "/k/plugins/rdma-host-device.io/dra-device-metadata/team-a_pod-rail-x7k2p/nic/metadata.json"
+            "/k/plugins/rdma-host-device.io/dra-device-metadata/team-a_pod-rail-x7k2p_0f6e5c1a-2b3c-4d5e-8f90-a1b2c3d4e5f6/nic/metadata.json"
         )
     );
     assert_eq!(
@@ -483,5 +486,87 @@ fn a_nobody_lock_on_the_claims_directory_stalls_no_rewrite_and_ours_is_out_of_it
     drop(squatter);
     remove(&p, &CLAIM, &["nic"]).unwrap();
     assert!(!lock.exists(), "the claim's lock outlived it");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// Issue 47, item 4: a claim deleted and made again under the same name is another claim (a
+/// new UID, perhaps another NIC). The kubelet may prepare the new one before it unprepares the
+/// old one; the old claim's unprepare then removed the new claim's mount source, because the
+/// files were kept by `<namespace>_<claim>`. They are kept by UID now.
+#[test]
+fn a_recreated_claims_files_outlive_the_old_claims_unprepare() {
+    let dir = std::env::temp_dir().join(format!("rhd-meta-recreated-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let p = place(&dir);
+    let again = ClaimRef {
+        uid: "7d1c0b9a-8e7f-4a6b-9c5d-3e2f1a0b9c8d",
+        ..CLAIM
+    };
+    let old = p.files(&CLAIM, "nic").unwrap();
+    let new = p.files(&again, "nic").unwrap();
+    assert_ne!(old.claim_dir, new.claim_dir);
+    for (claim, files, rdma) in [(&CLAIM, &old, "mlx5_0"), (&again, &new, "mlx5_1")] {
+        let dm = DeviceMetadata::new(claim, None, "nic", vec![prepared_device("a", rdma)]);
+        prepare(files, &dm, None).unwrap();
+        write_env(files).unwrap();
+    }
+    remove(&p, &CLAIM, &["nic"]).unwrap();
+    assert!(!old.claim_dir.exists() && !old.metadata_spec.exists() && !old.env_spec.exists());
+    let body = fs::read(&new.file).expect("the new claim's mount source is still there");
+    let dm = DeviceMetadata::decode(&body).unwrap();
+    assert_eq!(dm.metadata.uid, again.uid);
+    assert_eq!(
+        dm.requests[0].devices[0].attributes[attr::RDMA_DEVICE]
+            .string
+            .as_deref(),
+        Some("mlx5_1")
+    );
+    assert!(new.metadata_spec.exists() && new.env_spec.exists());
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A claim an older agent prepared has its files under `<namespace>_<claim>`: after an upgrade
+/// its specs are written again (naming the new place) and its unprepare removes them; a
+/// same-named claim's old files (another UID) are not taken.
+#[test]
+fn a_claim_filed_by_name_before_the_upgrade_is_moved_under_its_uid_and_no_other_is() {
+    let dir = std::env::temp_dir().join(format!("rhd-meta-adopt-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let p = place(&dir);
+    let f = p.files(&CLAIM, "nic").unwrap();
+    let legacy = f
+        .claim_dir
+        .with_file_name(format!("{}_{}", CLAIM.namespace, CLAIM.name));
+    // As the older agent left it: the metadata under the name, the spec naming that file.
+    let dm = DeviceMetadata::new(&CLAIM, None, "nic", vec![prepared_device("a", "mlx5_0")]);
+    let as_before = Files {
+        claim_dir: legacy.clone(),
+        request_dir: legacy.join("nic"),
+        file: legacy.join("nic/metadata.json"),
+        ..f.clone()
+    };
+    prepare(&as_before, &dm, None).unwrap();
+    write_env(&as_before).unwrap();
+
+    // Another claim of that name (another UID) leaves the files alone.
+    let other = ClaimRef {
+        uid: "7d1c0b9a-8e7f-4a6b-9c5d-3e2f1a0b9c8d",
+        ..CLAIM
+    };
+    remove(&p, &other, &["nic"]).unwrap();
+    assert!(legacy.join("nic/metadata.json").exists());
+
+    // The kubelet prepares the claim again after the upgrade: the files move, the spec names
+    // the new place.
+    assert_eq!(ensure_specs(&p, &CLAIM, &["nic"]).unwrap(), 2);
+    assert!(!legacy.exists() && f.file.exists());
+    let spec: serde_json::Value =
+        serde_json::from_slice(&fs::read(&f.metadata_spec).unwrap()).unwrap();
+    assert_eq!(
+        spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"],
+        json!(f.file)
+    );
+    remove(&p, &CLAIM, &["nic"]).unwrap();
+    assert!(!f.claim_dir.exists() && !f.metadata_spec.exists() && !f.env_spec.exists());
     let _ = fs::remove_dir_all(&dir);
 }
