@@ -1042,8 +1042,8 @@ fn the_node_tools_refuse_what_is_not_a_regular_file_at_once_and_judge_size_as_ad
     let _ = fs::remove_dir_all(&dir);
 }
 
-/// The DRA driver's RBAC grants what its client calls (src/kube/) and nothing more: its
-/// slices' CRUD, a claim's get and its status update (with 1.36's per-driver check on
+/// The DRA driver's RBAC grants what its client calls (crates/agent/src/kube/) and nothing
+/// more: its slices' CRUD, a claim's get and its status update (with 1.36's per-driver check on
 /// `resourceclaims/driver`, for our driver only), no other resource; the DeviceClass
 /// selects our driver; the admission policy holds the agent's ServiceAccount (the one the role
 /// is bound to) to slices of our driver on its own node.

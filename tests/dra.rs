@@ -14,9 +14,9 @@
 //! server's. Each test has a namespace and a node name of its own on the shared server. Two
 //! cases keep tests/kube/apiserver.py, for what a real 1.37 server is not made to do on demand:
 //! drop `status.devices` (a pre-1.33 server; the gate is locked on in 1.37) and change a claim
-//! between the driver's read and its write. The NICs are veths (no RDMA on this machine: their answer carries no CDI
-//! ID; the uverbs CDI IDs are unit-tested in src/dra). Needs root (veths, netns), the venv with
-//! grpcio that scripts/setup.sh makes, and curl.
+//! between the driver's read and its write. The NICs are veths (no RDMA on this machine: their
+//! answer carries no CDI ID; the uverbs CDI IDs are unit-tested in crates/agent/src/dra/).
+//! Needs root (veths, netns), the venv with grpcio that scripts/setup.sh makes, and curl.
 
 mod common;
 #[path = "dra/kubelet.rs"]

@@ -5,7 +5,7 @@
 //! someone else, the agent restarted, a wrong token). A server without device taints is a
 //! second real API server with DRADeviceTaints off (as 1.33-1.35 defaults were). The NICs are
 //! veths named in the node configuration's `dra.nics` (this machine has no PCI NICs and no
-//! RDMA; PCI-derived attributes are unit-tested in src/dra/slices.rs).
+//! RDMA; PCI-derived attributes are unit-tested in crates/agent/src/dra/slices.rs).
 //! Needs root (veths).
 
 mod common;

@@ -1,8 +1,8 @@
 //! Crash safety: the plugin is killed (SIGKILL), fails, or panics at every step boundary of ADD
-//! and DEL (`RHD_FAULT`, honoured by debug builds only; see src/fault.rs). After a kill the
-//! runtime's DEL must bring everything back: the NIC on the host under its original name and
-//! MTU, the IP released, no state file; and a new ADD must succeed. After an error or a panic
-//! the plugin's own rollback must already have done that. Veth pairs stand in for NICs;
+//! and DEL (`RHD_FAULT`, honoured by debug builds only; see crates/core/src/fault.rs). After a
+//! kill the runtime's DEL must bring everything back: the NIC on the host under its original
+//! name and MTU, the IP released, no state file; and a new ADD must succeed. After an error or a
+//! panic the plugin's own rollback must already have done that. Veth pairs stand in for NICs;
 //! host-local (Debian's) allocates the IPs. Needs root.
 //!
 //! The RDMA boundaries (`add:after-rdma-move`, `add:after-soft-rdma`) need RDMA hardware or

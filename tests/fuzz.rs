@@ -1,7 +1,7 @@
 //! Hostile input through the binary, as a runtime execs it: a sample of the fuzz corpus's
 //! mutants (src/fuzz/mutate.rs) as ADD and CHECK configs, plus oversized and pathological
 //! inputs. Every answer must be exactly one JSON error object with a message, never 999 (a
-//! panic), and nothing may be created. The in-process fuzzer (src/fuzz.rs) runs far more.
+//! panic), and nothing may be created. The in-process fuzzer (src/fuzz/) runs far more.
 //! Needs root only for the rig's temp dirs.
 
 mod common;

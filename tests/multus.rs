@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 const IF: &str = "net1";
 const NO_SUCH_PCI: &str = "0000:ff:1f.7";
 
-/// The CNI config of the NAD in conf/multus/FILE.
+/// The CNI config of the NAD in conf/multus/<file>.
 fn nad_config(file: &str) -> Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("conf/multus")

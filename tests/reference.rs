@@ -4,6 +4,8 @@
 //! reference is checked against the parser by a test"). The keys come from the parsers
 //! themselves: the NAD's key lists, and serde's own list of the fields a node-configuration
 //! struct accepts (its answer to an unknown field), so a key added to either shows up here.
+//! Nor can the docs and comments point at files that are not there (issue 48): every repository
+//! path they name exists (`repository_paths_named`, below, says what counts as one).
 
 mod conf_yaml;
 
@@ -13,6 +15,7 @@ use rdma_host_device_core::node::{
     Node, Pool, Rail,
 };
 use serde::de::DeserializeOwned;
+use std::path::Path;
 
 /// The fields `T` accepts, as serde names them when it refuses an unknown one.
 fn fields<T: DeserializeOwned>() -> Vec<String> {
@@ -146,4 +149,303 @@ fn the_picture_names_every_container_the_daemonsets_run() {
     for bin in ["rdma-host-device<", "rdma-host-device-agent"] {
         assert!(svg.contains(bin), "the picture does not name {bin}");
     }
+}
+
+/// The repository's top-level entries. A token that starts with one of them, and does not
+/// continue a longer word or path (`k8s.io/.../src/`, `NRI/docs/`, `$ROOT/tests/`), names a
+/// path from the repository's root. Build output (`target/`) is not ours to check.
+const TOP: &[&str] = &[
+    "src/",
+    "crates/",
+    "tests/",
+    "docs/",
+    "conf/",
+    "deploy/",
+    "scripts/",
+    "benches/",
+    "testdata/",
+    ".ci/",
+];
+
+/// The repository paths `text` names, each as written. A path starts with an entry of `TOP`
+/// (after a character that cannot be part of a path) and goes on over letters, digits and
+/// `_ . - + /`, so it ends at a backquote, space, quote, paren, colon (`src/lib.rs:12`,
+/// `tests/cli.rs::case`), comma or `#` (an anchor); trailing dots are the sentence's. Three forms
+/// stand for more than one path and are kept whole: a glob `*` (`tests/*.rs`), a brace list
+/// `{a,b}` (`tests/{cdi,dra}.rs`) and a placeholder, `<name>` or a shell variable `$name`
+/// (`tests/<file>.rs`, `docs/img/$p.png`); `exists` says what each must match.
+fn repository_paths_named(text: &str) -> Vec<&str> {
+    let b = text.as_bytes();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let starts = TOP.iter().any(|t| b[i..].starts_with(t.as_bytes()))
+            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b"_./-$~".contains(&b[i - 1])));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        let word = |d: u8| d.is_ascii_alphanumeric() || d == b'_' || d == b'-';
+        // The end of a group opened at `j` (`<name>`, `{a,b}`), if one is.
+        let group = |j: usize, open: u8, close: u8, inside: &dyn Fn(u8) -> bool| {
+            if b[j] != open {
+                return None;
+            }
+            let k = b[j + 1..].iter().position(|&d| !inside(d))?;
+            (k > 0 && b[j + 1 + k] == close).then_some(j + k + 2)
+        };
+        while j < b.len() {
+            let c = b[j];
+            // A shell variable's `$` is part of the path when a name or `{name}` follows.
+            let variable = c == b'$' && b.get(j + 1).is_some_and(|&d| word(d) || d == b'{');
+            if c.is_ascii_alphanumeric() || b"_.-+/*".contains(&c) || variable {
+                j += 1;
+            } else if let Some(end) = group(j, b'<', b'>', &word)
+                .or_else(|| group(j, b'{', b'}', &|d| word(d) || d == b',' || d == b'.'))
+            {
+                j = end;
+            } else {
+                break;
+            }
+        }
+        let path = text[i..j].trim_end_matches('.');
+        found.push(path);
+        i = j;
+    }
+    found
+}
+
+/// Whether the path as written exists in the repository at `root`. A placeholder matches any
+/// name (`*`); each alternative of a brace list must exist; a component with `*` must match at
+/// least one entry; a trailing `/` asks for a directory.
+fn exists(root: &Path, path: &str) -> bool {
+    fn glob(pat: &str, name: &str) -> bool {
+        match pat.split_once('*') {
+            None => pat == name,
+            Some((head, tail)) => {
+                name.starts_with(head)
+                    && name[head.len()..]
+                        .char_indices()
+                        .map(|(k, _)| k)
+                        .chain([name.len() - head.len()])
+                        .any(|k| glob(tail, &name[head.len() + k..]))
+            }
+        }
+    }
+    fn walk(dir: &Path, parts: &[&str]) -> bool {
+        let Some((first, rest)) = parts.split_first() else {
+            return dir.exists();
+        };
+        if first.is_empty() {
+            return if rest.is_empty() {
+                dir.is_dir()
+            } else {
+                walk(dir, rest)
+            };
+        }
+        if !first.contains('*') {
+            return walk(&dir.join(first), rest);
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return false;
+        };
+        entries
+            .flatten()
+            .any(|e| glob(first, &e.file_name().to_string_lossy()) && walk(&e.path(), rest))
+    }
+    // Placeholders first, so that `${name}` is not taken for a brace list.
+    let mut p = String::new();
+    let mut rest = path;
+    while let Some(k) = rest.find(['<', '$']) {
+        p.push_str(&rest[..k]);
+        p.push('*');
+        let after = &rest[k + 1..];
+        rest = if rest[k..].starts_with('<') {
+            &after[after.find('>').map_or(after.len(), |e| e + 1)..]
+        } else {
+            let after = after.strip_prefix('{').unwrap_or(after);
+            let n = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            let after = &after[n..];
+            after.strip_prefix('}').unwrap_or(after)
+        };
+    }
+    p.push_str(rest);
+    // Then brace lists, one at a time.
+    let mut alternatives = vec![p];
+    while let Some(k) = alternatives.iter().position(|a| a.contains('{')) {
+        let a = alternatives.remove(k);
+        let (head, tail) = a.split_once('{').unwrap();
+        let (list, tail) = tail.split_once('}').unwrap_or((tail, ""));
+        alternatives.extend(list.split(',').map(|item| format!("{head}{item}{tail}")));
+    }
+    alternatives
+        .iter()
+        .all(|a| walk(root, &a.split('/').collect::<Vec<_>>()))
+}
+
+/// The comment of a line of Rust, from its first `//` outside a string literal.
+fn rust_comment(line: &str) -> Option<&str> {
+    let b = line.as_bytes();
+    let mut in_string = false;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' if in_string => i += 1,
+            b'"' => in_string = !in_string,
+            // A char literal of a quote, `'"'`, opens no string.
+            b'\'' if !in_string && b.get(i + 2) == Some(&b'\'') => i += 2,
+            b'/' if !in_string && b.get(i + 1) == Some(&b'/') => return Some(&line[i..]),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The files whose text names repository paths, each with the part of it read, by line: every
+/// Markdown file of docs/ and the README; every text file of conf/, deploy/, scripts/, tests/
+/// and benches/, whole; and the comments (`//`, `//!`, `///`) of every Rust file, there and
+/// under src/ and crates/. testdata/ is data, not prose.
+fn prose(root: &Path) -> Vec<(String, Vec<(usize, String)>)> {
+    fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if e.file_name() != "__pycache__" {
+                    files(&p, out);
+                }
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut paths = vec![root.join("README.md")];
+    for dir in [
+        "docs", "conf", "deploy", "scripts", "tests", "benches", "src", "crates",
+    ] {
+        files(&root.join(dir), &mut paths);
+    }
+    paths.sort();
+    let mut out = Vec::new();
+    for p in paths {
+        let rel = p.strip_prefix(root).unwrap().display().to_string();
+        let rust = rel.ends_with(".rs");
+        let wanted = if rel.starts_with("docs/") {
+            rel.ends_with(".md")
+        } else if rel.starts_with("src/") || rel.starts_with("crates/") {
+            rust
+        } else {
+            true
+        };
+        if !wanted {
+            continue;
+        }
+        // Binary files (pictures, compiled Python) are not prose.
+        let Ok(text) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        let lines = text
+            .lines()
+            .enumerate()
+            .filter_map(|(n, l)| {
+                let l = if rust { rust_comment(l)? } else { l };
+                Some((n + 1, l.to_owned()))
+            })
+            .collect();
+        out.push((rel, lines));
+    }
+    out
+}
+
+#[test]
+fn the_path_reader_takes_what_a_path_is_and_nothing_else() {
+    let line = "see `src/fault.rs:12` and src/flows/add.rs#L3, tests/{cdi,dra}.rs, \
+                tests/<file>.rs::<test>, docs/img/$p.png; K/pkg/src/x, $ROOT/tests/a, \
+                subtests/b, tests/vm/.... and docs/.";
+    assert_eq!(
+        repository_paths_named(line),
+        [
+            "src/fault.rs",
+            "src/flows/add.rs",
+            "tests/{cdi,dra}.rs",
+            "tests/<file>.rs",
+            "docs/img/$p.png",
+            "tests/vm/",
+            "docs/",
+        ]
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for there in [
+        "tests/{cdi,dra}.rs",
+        "tests/<file>.rs",
+        "docs/img/$p.png",
+        "tests/cluster/build/${m}/go.mod",
+        "tests/*.rs",
+        "tests/vm/",
+    ] {
+        assert!(exists(root, there), "{there}");
+    }
+    for not_there in [
+        "tests/{cdi,no_such}.rs",
+        "tests/*.no_such",
+        "src/fault.rs",
+        "README.md/",
+    ] {
+        assert!(!exists(root, not_there), "{not_there}");
+    }
+    assert_eq!(rust_comment(r#"let s = "a//b"; // c"#), Some("// c"));
+    assert_eq!(rust_comment(r#"let q = '"'; // c"#), Some("// c"));
+    assert_eq!(rust_comment(r#"let s = "http://x";"#), None);
+}
+
+/// The docs and comments name no file of this repository that is not there: the paths moved
+/// when the code became three crates, and some still named where things had been (issue 48).
+/// Besides the paths from the root, a relative link of a Markdown file (`[x](img/y.png)`)
+/// must reach a file from where that file is.
+#[test]
+fn every_repository_path_the_docs_and_comments_name_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for (file, lines) in prose(root) {
+        let dir = Path::new(&file).parent().unwrap_or(Path::new(""));
+        for (n, line) in &lines {
+            for path in repository_paths_named(line) {
+                checked += 1;
+                if !exists(root, path) {
+                    missing.push(format!("{file}:{n}: {path}"));
+                }
+            }
+            if !file.ends_with(".md") {
+                continue;
+            }
+            for link in line.split("](").skip(1) {
+                let target = link.split([')', ' ', '#']).next().unwrap_or("");
+                if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                checked += 1;
+                if !root.join(dir).join(target).exists() {
+                    missing.push(format!("{file}:{n}: ]({target}) (from {})", dir.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 500,
+        "only {checked} paths read: the reader finds too few"
+    );
+    assert!(
+        missing.is_empty(),
+        "{} paths named in docs or comments do not exist (name where the thing is now, or \
+         reword):\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
 }

@@ -1,8 +1,8 @@
-//! The uppers watcher (`rdma-host-device-agent uppers-watch`, src/uppers/): ADD asks it whether a
-//! device of another namespace (a macvlan NAD's) rides the NIC, instead of scanning every
-//! namespace of the node. Its word must be as good as the scan it saves: a device made on the
-//! NIC after the watcher certified it is refused all the same, and a watcher that is gone,
-//! stalls or talks nonsense leaves ADD to scan, never to trust it or to hang.
+//! The uppers watcher (`rdma-host-device-agent uppers-watch`, crates/agent/src/uppers_watch.rs):
+//! ADD asks it whether a device of another namespace (a macvlan NAD's) rides the NIC, instead of
+//! scanning every namespace of the node. Its word must be as good as the scan it saves: a
+//! device made on the NIC after the watcher certified it is refused all the same, and a watcher
+//! that is gone, stalls or talks nonsense leaves ADD to scan, never to trust it or to hang.
 
 mod common;
 

@@ -92,8 +92,8 @@ pub fn tag() -> String {
     format!("{:03x}", std::process::id() & 0xfff)
 }
 
-/// The fault points (src/fault.rs) an ADD of a NIC without RDMA passes, in order (the RDMA
-/// steps' points are not reached without RDMA, `add:give-back` only after a failure).
+/// The fault points (crates/core/src/fault.rs) an ADD of a NIC without RDMA passes, in order
+/// (the RDMA steps' points are not reached without RDMA, `add:give-back` only after a failure).
 pub const ADD_FAULT_POINTS: &[&str] = &[
     "add:locked",
     "add:after-state",
@@ -109,7 +109,7 @@ pub const DEL_FAULT_POINTS: &[&str] = &[
     "del:after-ipam-release",
 ];
 
-/// Where the plugin reads the node configuration from (see src/node.rs).
+/// Where the plugin reads the node configuration from (see crates/core/src/node/).
 pub const NODE_CONFIG_ENV: &str = "RDMA_HOST_DEVICE_NODE_CONFIG";
 
 /// The randomised tests' PRNG, the library's own (src/fuzz/mutate.rs).

@@ -11,7 +11,7 @@ contract as kubernetes/kubernetes and kubernetes/api define it:
 - Paths: /apis/resource.k8s.io/v1/resourceslices[/NAME],
   /apis/resource.k8s.io/v1/namespaces/NS/resourceclaims[/NAME[/status]],
   /apis/resource.k8s.io/v1/resourceclaims (every namespace), and the group-version's discovery
-  document /apis/resource.k8s.io/v1. For what Multus reads (tests/multus/dra.py), also
+  document /apis/resource.k8s.io/v1. For what Multus reads (tests/kube/multus_dra.py), also
   /api/v1/namespaces/NS/pods[/NAME[/status]] and
   /apis/k8s.cni.cncf.io/v1/namespaces/NS/network-attachment-definitions[/NAME], stored as given.
 - One resourceVersion counter for the store (etcd's revision); `metadata.generation` starts at
@@ -85,7 +85,7 @@ RESOURCES = {
         True,
         {"metadata.name", "metadata.namespace", "status.allocation.nodeName"},
     ),
-    # What Multus reads besides (tests/multus/dra.py): the pod (core v1, whose status the
+    # What Multus reads besides (tests/kube/multus_dra.py): the pod (core v1, whose status the
     # kube-controller-manager fills with the claims it made from templates) and the
     # NetworkAttachmentDefinition CRD (k8s.cni.cncf.io/v1). Stored as given, no validation.
     "pods": (

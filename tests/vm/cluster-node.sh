@@ -4,9 +4,10 @@
 # as shipped (node.json naming this node's NIC by PCI address, as an operator would):
 #
 #   device-plugin  conf/k8s/daemonset.yaml; an unprivileged pod (uid 1000, no capabilities)
-#                  asking for rdma-host-device.io/rail with conf/multus/rdma-rail-device-plugin's
-#                  NAD (host-local for whereabouts) gets eth0 (0000:00:05.0) and rxe0: Multus'
-#                  network-status has the device-info, the env names the NIC and rxe0,
+#                  asking for rdma-host-device.io/rail with
+#                  conf/multus/rdma-rail-device-plugin.yaml's NAD (host-local for whereabouts)
+#                  gets eth0 (0000:00:05.0) and rxe0: Multus' network-status has the
+#                  device-info, the env names the NIC and rxe0,
 #                  /dev/infiniband holds uverbs (no rdma_cm: rdma_ucm is not loaded yet, so
 #                  devtmpfs removes the directory while rxe0 moves), ibv_devinfo lists the RoCE v2 GID
 #                  of the pod's address, `ulimit -l` is node.json's memlock in the main process

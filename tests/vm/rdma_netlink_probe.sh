@@ -13,7 +13,7 @@ set -euo pipefail
 BIN=${1:?usage: $0 TEST-BINARY [FILTER]}
 FILTER=${2:-rdma::netlink::tests::vm}
 if [[ ${RDMA_VM:-} != 1 ]]; then
-  echo "$0: run me inside the RDMA VM (RDMA_VM=1), e.g. via rdma-vm.sh" >&2
+  echo "$0: run me inside the RDMA VM (RDMA_VM=1), e.g. via tests/vm/vm.sh" >&2
   exit 2
 fi
 modprobe rdma_rxe

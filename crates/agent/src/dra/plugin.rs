@@ -1,6 +1,6 @@
 //! The kubelet side of the DRA driver: `NodePrepareResources` and `NodeUnprepareResources`
-//! (DRA plugin API v1), the device health stream (`NodeWatchResources`, `health.rs`) on the same
-//! socket, and the registration that tells the kubelet where they are served.
+//! (DRA plugin API v1), the device health stream (`NodeWatchResources`, `resource_health.rs`)
+//! on the same socket, and the registration that tells the kubelet where they are served.
 //!
 //! Prepare, per claim the kubelet names (references only: namespace, name, UID):
 //! 1. already in the checkpoint: the same answer again (idempotent; the pods it is reserved
@@ -109,7 +109,7 @@ pub struct Driver {
     /// an RDMA device loaded since the spec was written gets its entry first.
     pub cdi: Option<CdiSpec>,
     /// Every published device's health, as the slice loop judged it last: what
-    /// `NodeWatchResources` streams (`health.rs`).
+    /// `NodeWatchResources` streams (`resource_health.rs`).
     pub health: tokio::sync::watch::Receiver<Vec<super::slices::DeviceHealth>>,
     /// Where the KEP-5304 device metadata goes (node configuration `dra.deviceMetadata`);
     /// `None`: written by no one.

@@ -9,8 +9,8 @@
 //!
 //! - [`Sentry::watch`], before the policy check, subscribes to the host's link notifications
 //!   (RTNLGRP_LINK). The kernel reports every upper linked to or unlinked from a link, in any
-//!   namespace, as an RTM_NEWLINK for that link in the link's own namespace (see `watch.rs`),
-//!   queued before the change returns to whoever made it;
+//!   namespace, as an RTM_NEWLINK for that link in the link's own namespace (see the agent's
+//!   `uppers_watch.rs`), queued before the change returns to whoever made it;
 //! - after the move, [`Sentry::touched`] reads what was queued up to the RTM_DELLINK the move
 //!   sent: nothing about the NIC (but the "went down" the move itself sends), and the window was
 //!   clean; anything else (or notifications lost) and ADD asks [`riding_in`] where the NIC is

@@ -6,7 +6,7 @@
 //! - `admin.rs`: the netns mode, moving and renaming a device, adding and deleting soft devices;
 //! - `contexts.rs`: the verbs contexts open on a device and who holds them;
 //! - `stats.rs`: counters and resource tracking, for the metrics exporter;
-//! - `tests.rs` (and `tests/`): their tests, on hand-built bytes, on captures from a real
+//! - `tests/`: their tests, on hand-built bytes, on captures from a real
 //!   kernel, and (in the VM) against a real kernel.
 //!
 //! A socket answers for the netns of the thread that opened it: devices, ports and netdevs are

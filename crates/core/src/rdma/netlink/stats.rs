@@ -3,9 +3,10 @@
 //! device's resource counts (`RDMA_NLDEV_CMD_RES_GET`, `rdma resource show DEV`) and who owns
 //! its QPs (`RDMA_NLDEV_CMD_RES_QP_GET`, `rdma resource show qp link DEV`).
 //!
-//! Read-only queries on the same socket as the rest of `netlink.rs`; the pure decoders are
-//! tested (`tests/stats.rs`) on hand-built bytes shaped like the kernel's replies (nested
-//! attributes, u64 values padded by `RDMA_NLDEV_ATTR_PAD`).
+//! Read-only queries on the same socket as the rest of `rdma::netlink` (`mod.rs`); the pure
+//! decoders are tested (`crates/core/src/rdma/netlink/tests/stats.rs`) on hand-built bytes
+//! shaped like the kernel's replies (nested attributes, u64 values padded by
+//! `RDMA_NLDEV_ATTR_PAD`).
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 

@@ -1,7 +1,7 @@
 //! The nldev wire format: the protocol's numbers (from `include/uapi/rdma/rdma_netlink.h`), the
 //! bytes of a request, the framing of the kernel's replies (ACK, DONE, refusals, replies left
 //! over from an earlier request) and the decoding of attributes. Pure functions on bytes, so
-//! they can be tested without a kernel; the socket that sends and receives them is `netlink.rs`.
+//! they can be tested without a kernel; the socket that sends and receives them is in `mod.rs`.
 
 use netlink_packet_core::{
     DecodeError, Emitable, NetlinkBuffer, NetlinkDeserializable, NetlinkHeader, NetlinkMessage,

@@ -1,6 +1,6 @@
 //! Unit tests of the verbs module: the sysfs parser on fake sysfs trees, and the pure logic
 //! (GID types, waiting, messages). The `#[ignore]`d tests that need a real RDMA kernel are in
-//! `tests/vm.rs`.
+//! `crates/core/src/rdma/verbs/tests/vm.rs`.
 
 use super::*;
 use std::fs;
