@@ -2,7 +2,8 @@
 # Builds the real cluster parts the cluster tests run (tests/cluster.rs) from their Go modules,
 # once per machine: Kubernetes 1.37 (kube-apiserver, kubelet, kube-scheduler,
 # kube-controller-manager, kubectl) and the etcd it is built against, containerd 2.4 (daemon,
-# runc shim, ctr), the CNI plugins 1.10.0 and Multus' thin plugin 4.3.0. Each module's go.mod
+# runc shim, ctr), the CNI plugins 1.10.0, Multus' thin plugin 4.3.0 and whereabouts 0.9.2 (the
+# IPAM the shipped NAD names). Each module's go.mod
 # and go.sum (tests/cluster/build/*/) pin its version; its binaries go to
 # $RHD_CLUSTER_CACHE/<module>-<hash of go.mod+go.sum>/ (default ~/.cache/rhd-cluster), with
 # Go's module and build caches in their usual home directories, so a second run takes seconds
@@ -11,7 +12,8 @@
 #
 #   scripts/cluster-parts.sh [--dry-run] [--only PART]
 #
-# --only PART builds that one part (kubernetes, containerd, cni-plugins or multus) the same way;
+# --only PART builds that one part (kubernetes, containerd, cni-plugins, multus or whereabouts)
+# the same way;
 # scripts/cold-check.sh builds the CNI plugins so from empty Go caches on every test run.
 #
 # Needs Go 1.26 or newer (the machines carry it in /usr/local/go); an older Go of 1.21 or newer
@@ -44,6 +46,13 @@ declare -A PARTS=(
     github.com/containernetworking/plugins/plugins/main/host-device
     github.com/containernetworking/plugins/plugins/main/loopback"
   [multus]="gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus"
+  [whereabouts]="whereabouts=github.com/k8snetworkplumbingwg/whereabouts/cmd"
+)
+# Files of a part's module copied beside its binaries (and linked in bin/ like them): the CRDs
+# whereabouts' pools are kept in, which the cluster applies.
+declare -A FILES=(
+  [whereabouts]="doc/crds/whereabouts.cni.cncf.io_ippools.yaml
+    doc/crds/whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml"
 )
 # Build tags: containerd without the snapshotters whose C headers a plain machine lacks.
 declare -A TAGS=([containerd]="no_btrfs no_devmapper no_zfs")
@@ -54,14 +63,15 @@ declare -A STAMP=(
     k8s.io/component-base/version.gitMinor={minor} k8s.io/client-go/pkg/version.gitVersion=v{v}"
   [containerd]="github.com/containerd/containerd/v2/version.Version=v{v}"
 )
-ORDER=(kubernetes containerd cni-plugins multus)
+ORDER=(kubernetes containerd cni-plugins multus whereabouts)
 if [[ -n $ONLY ]]; then
   [[ -n ${PARTS[$ONLY]:-} ]] || die "--only: no part $ONLY (parts: ${ORDER[*]})"
   ORDER=("$ONLY")
 fi
 # The module whose version each part is named by, in the build's message.
 declare -A PIN=([kubernetes]=^k8s.io/kubernetes [containerd]=^github.com/containerd/containerd/v2
-  [cni-plugins]=^github.com/containernetworking/plugins [multus]=multus-cni)
+  [cni-plugins]=^github.com/containernetworking/plugins [multus]=multus-cni
+  [whereabouts]=^github.com/k8snetworkplumbingwg/whereabouts)
 
 # A Go that builds go 1.26 modules: $RHD_GO, the machine's /usr/local/go, then PATH's.
 GO=
@@ -80,12 +90,15 @@ total_start=$SECONDS
 for m in "${ORDER[@]}"; do
   dir=$REPO/tests/cluster/build/$m
   # The pins and how they are built: a change of either is a new directory.
-  key=$({ cat "$dir/go.mod" "$dir/go.sum"; echo "${TAGS[$m]:-} ${STAMP[$m]:-}"; } | sha256sum | cut -c1-12)
+  key=$({ cat "$dir/go.mod" "$dir/go.sum"; echo "${TAGS[$m]:-} ${STAMP[$m]:-} ${FILES[$m]:-}"; } | sha256sum | cut -c1-12)
   out=$CACHE/$m-$key
   names=()
   for p in ${PARTS[$m]}; do names+=("$(if [[ $p == *=* ]]; then echo "${p%%=*}"; else basename "$p"; fi)"); done
   have=1
   for n in "${names[@]}"; do [[ -x $out/$n ]] || have=0; done
+  files=()
+  for f in ${FILES[$m]:-}; do files+=("$(basename "$f")"); done
+  for f in "${files[@]}"; do [[ -f $out/$f ]] || have=0; done
   if ((have)); then
     say "$m: cached in $out (${names[*]})"
   elif ((DRY)); then
@@ -116,12 +129,16 @@ for m in "${ORDER[@]}"; do
       (cd "$dir" && "$GO" build -trimpath -tags "${TAGS[$m]:-}" -ldflags "$ldflags" -o "$tmp/$n" "${p#*=}") ||
         die "$m: go build ${p#*=} failed (module $dir)"
     done
+    if [[ -n ${FILES[$m]:-} ]]; then
+      moddir=$(cd "$dir" && "$GO" list -m -f '{{.Dir}}' "${pin%% *}") || die "$m: cannot find the module ${pin%% *}"
+      for f in ${FILES[$m]}; do cp "$moddir/$f" "$tmp/" || die "$m: $f is not in ${pin}"; done
+    fi
     rm -rf "$out" && mv "$tmp" "$out"
     # Builds of earlier pins of this module: nothing links to them any more.
     for old in "$CACHE/$m"-*; do [[ $old == "$out" ]] || rm -rf "$old"; done
     say "$m: built in $((SECONDS - start)) s into $out"
   fi
-  for n in "${names[@]}"; do ln -sfn "$out/$n" "$CACHE/bin/$n"; done
+  for n in "${names[@]}" "${files[@]}"; do ln -sfn "$out/$n" "$CACHE/bin/$n"; done
 done
 ((DRY)) || say "all parts ready in $((SECONDS - total_start)) s"
 echo "$CACHE/bin"

@@ -205,12 +205,22 @@ EOF
   # cluster network to bridge + host-local (1.10.0), reading NADs from the API server as the admin
   # (a test cluster; a real one gives Multus a ServiceAccount) and the kubelet's pod-resources
   # socket for device plugin allocations.
-  for p in multus bridge host-local loopback host-device; do
+  for p in multus bridge host-local loopback host-device whereabouts; do
     [[ -x $BIN/$p ]] || die "$BIN/$p missing: scripts/cluster-parts.sh builds it"
     cp "$(readlink -f "$BIN/$p")" "$ROOT/opt/cni/bin/$p"
   done
-  mkdir -p "$ROOT/etc/cni/net.d/multus.d"
+  mkdir -p "$ROOT/etc/cni/net.d/multus.d" "$ROOT/etc/cni/net.d/whereabouts.d"
   cp "$D/admin.kubeconfig" "$ROOT/etc/cni/net.d/multus.d/multus.kubeconfig"
+  # whereabouts (the shipped NAD's IPAM): one pool for the cluster, kept in the API server
+  # (its CRDs applied by `up`), reached with the admin's kubeconfig, as Multus is here.
+  # The CA inline: the plugin confines whereabouts to the node's ipamReadPaths (/etc/cni), and
+  # the cluster's pki directory is not among them.
+  install -m 0600 /dev/null "$ROOT/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig"
+  sed "s|certificate-authority: \"$D/pki/ca.crt\"|certificate-authority-data: \"$(base64 -w0 "$D/pki/ca.crt")\"|" \
+    "$D/admin.kubeconfig" >"$ROOT/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig"
+  cat >"$ROOT/etc/cni/net.d/whereabouts.d/whereabouts.conf" <<EOF
+{"datastore": "kubernetes", "kubernetes": {"kubeconfig": "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig"}}
+EOF
   cat >"$ROOT/etc/cni/net.d/00-multus.conf" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -499,6 +509,8 @@ if [[ ! -f $D/pause.tar ]]; then
       "/bin/grep->busybox" "/bin/env->busybox" >/dev/null
 fi
 kc apply -f "$REPO/tests/cluster/nad-crd.yaml" >/dev/null
+kc apply -f "$BIN/whereabouts.cni.cncf.io_ippools.yaml" \
+  -f "$BIN/whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml" >/dev/null
 
 if [[ $NODE_MODE == vm ]]; then
   say "control plane up in $((SECONDS - start)) s; the node: cluster.sh node $D (in the VM)"

@@ -7,8 +7,9 @@
 # slirp uplink with a hostfwd of its kubelet's port on its own address of this machine
 # (198.51.100.1 and 198.51.100.3). tests/vm/two-nodes-node.sh runs in each guest.
 #
-# Through it, with conf/k8s/daemonset.yaml and conf/multus/rdma-rail-device-plugin.yaml applied
-# with kubectl (the changes to them, and why, are printed and listed in docs/testing.md):
+# Through it, with conf/k8s/daemonset.yaml (node.json's selectors naming the virtio NIC: the
+# shipped pool selects mlx5_core NICs) and conf/multus/rdma-rail-device-plugin.yaml exactly as
+# shipped (its whereabouts IPAM: one pool for the cluster) applied with kubectl:
 #   baseline    the same two NICs and rxe0s from the VMs' own namespaces, no pods: MTU 9000,
 #               ib_write_bw and ib_read_lat (perftest) with a 4096-byte path MTU
 #   device-plugin  two unprivileged pods (uid 1000, no capabilities), one per node, each asking
@@ -17,7 +18,14 @@
 #               per-NIC env naming the RoCE v2 GID of its address; between them a 9000-byte
 #               don't-fragment ping, ib_write_bw and ib_read_lat (each side with -x its own
 #               NCCL_IB_GID_INDEX, -m 4096) and rping (rdma_cm); the figures against the
-#               baseline; on delete both NICs and rxe0s home
+#               baseline
+#   rolling update  `kubectl rollout restart` of the DaemonSet on both nodes while a
+#               4-minute ib_write_bw runs between the pods: the transfer completes, both pods
+#               keep net1 and rxe0
+#   kubelet restart  on node 2 while dp-2 runs: the device plugin registers again, the node
+#               offers the rail again, dp-2 keeps its NIC and reaches dp-1; deleted, its NIC
+#               comes home, and a new pod dp-3 gets it and runs rping with dp-1
+#   drain       of node 2: dp-3 evicted, its NIC home; then dp-1 deleted, its NIC home
 # Figures in target/vm/two-nodes-report.txt.
 #
 # Needs root, the cluster parts, podman, target/vm/rdma-tools.tar (tests/vm/run.sh makes it),
@@ -192,24 +200,9 @@ alloc() { [[ $(kc get node "$1" -o jsonpath='{.status.allocatable.rdma-host-devi
 for n in "$NODE" "$NODE2"; do
   if wait_until 180 alloc "$n"; then ok "$n offers rdma-host-device.io/rail: 1"; else bad "$n offers no rail"; fi
 done
-# The NAD as shipped but for its IPAM: whereabouts (one pool for the cluster) is not built here;
-# host-local keeps a pool per node, so one NAD would give both pods the same address. One copy
-# per node, host-local, disjoint ranges of the shipped subnet; each pod names its node's copy.
-python3 - "$REPO/conf/multus/rdma-rail-device-plugin.yaml" <<'EOF' | kc apply -f - >/dev/null || bad "apply the NADs"
-import json, sys, yaml
-nad = next(d for d in yaml.safe_load_all(open(sys.argv[1])) if d)
-items = []
-for n in (1, 2):
-    d = json.loads(json.dumps(nad))
-    c = json.loads(d["spec"]["config"])
-    sub = c["ipam"]["range"]
-    base = sub.rsplit(".", 1)[0]
-    c["ipam"] = {"type": "host-local", "ranges": [[{"subnet": sub, "rangeStart": f"{base}.{n}1", "rangeEnd": f"{base}.{n}9"}]]}
-    d["metadata"]["name"] = f"rdma-rail-{n}"
-    d["spec"]["config"] = json.dumps(c)
-    items.append(d)
-print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-EOF
+# The NAD exactly as shipped: whereabouts (built among the cluster parts, its CRDs applied by
+# cluster.sh up) keeps one pool for the cluster, so the two pods get different addresses.
+kc apply -f "$REPO/conf/multus/rdma-rail-device-plugin.yaml" >/dev/null || bad "apply the NAD"
 pod_json() { # NAME NETWORK NODE
   python3 - "$@" <<'EOF'
 import json, sys
@@ -229,7 +222,7 @@ EOF
 }
 ready() { [[ $(kc get pod "$1" -o jsonpath='{.status.containerStatuses[0].ready}') == true ]]; }
 both_pods() { ready dp-1 && ready dp-2; }
-{ pod_json dp-1 rdma-rail-1 "$NODE"; pod_json dp-2 rdma-rail-2 "$NODE2"; } |
+{ pod_json dp-1 rdma-rail "$NODE"; pod_json dp-2 rdma-rail "$NODE2"; } |
   python3 -c 'import json,sys; print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [json.loads(l) for l in sys.stdin]}))' >"$D/pods.json"
 t=$(date +%s.%N)
 kc apply -f "$D/pods.json" >/dev/null || bad "apply dp-1 and dp-2"
@@ -264,7 +257,8 @@ out=$(in_pod dp-2 ping -M "do" -s 8972 -c 3 -W 5 "$IP1" 2>&1)
 if [[ $out == *" 0% packet loss"* ]]; then ok "dp-2 -> dp-1: ping -M do -s 8972: $(grep rtt <<<"$out")"; else bad "dp-2 -> dp-1 jumbo ping: $out"; fi
 # Each side's GID index from its own environment, in its own shell
 in_dp1() { in_pod dp-1 sh -c "$1"; }
-in_dp2() { in_pod dp-2 sh -c "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do $1 && exit 0; sleep 2; done; exit 1"; }
+in_pod_retry() { in_pod "$1" sh -c "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do $2 && exit 0; sleep 2; done; exit 1"; }
+in_dp2() { in_pod_retry dp-2 "$1"; }
 out=$(perftest_pair bw in_dp1 in_dp2 "ib_write_bw $BW_ARGS -x \$NCCL_IB_GID_INDEX" "ib_write_bw $BW_ARGS -x \$NCCL_IB_GID_INDEX $IP1")
 POD_BW=$(bw_of "$out") mtu=$(mtu_of "$out")
 if [[ -n $POD_BW && $mtu == 4096 ]]; then ok "dp-2 -> dp-1 ib_write_bw (-x ${GIDX[dp-2]} / ${GIDX[dp-1]} from NCCL_IB_GID_INDEX): $POD_BW MB/s average, path MTU $mtu"
@@ -284,14 +278,95 @@ fig "  ib_write_bw 64 KiB, 5 s:  pods $POD_BW MB/s, VMs' own namespaces $BASE_BW
 fig "  ib_read_lat 2 B, typical: pods $POD_LAT usec, VMs' own namespaces $BASE_LAT usec, ratio $(ratio "$POD_LAT" "$BASE_LAT")"
 fig "  kubectl apply -> both pods Ready: ${READY_S:-} s"
 
-# ---- delete: both NICs and rxe0s home
-t=$SECONDS
-kc delete pod dp-1 dp-2 --wait=true --timeout=300s >/dev/null || bad "delete dp-1 dp-2"
+# ---- what nodes do while a job runs. home N: VM N's NIC and RDMA device back in its own
+# namespace, as the node had them (MTU 1500, rxe0 there)
 home='for i in $(seq 60); do [[ $(cat /sys/class/net/eth0/mtu 2>/dev/null) == 1500 ]] && rdma dev show rxe0 >/dev/null 2>&1 && exit 0; sleep 1; done; ip -br link; rdma dev; exit 1'
-for n in 1 2; do
-  if out=$(vm_run "$n" "$home" 120); then ok "VM $n: eth0 home with MTU 1500 and rxe0 home ($((SECONDS - t)) s after delete)"
-  else bad "VM $n: not home: $out"; fi
+# still_attached POD: "up N" when the pod's net1 is up and its rxe0 has N active ports
+still_attached() {
+  echo "$(in_pod "$1" cat /sys/class/net/net1/operstate 2>&1) $(in_pod "$1" ibv_devinfo -d rxe0 2>&1 | grep -c PORT_ACTIVE)"
+}
+agent_pod() { kc -n kube-system get pods -l app.kubernetes.io/name=rdma-host-device --field-selector "spec.nodeName=$1" -o jsonpath='{.items[0].metadata.name}'; }
+registrations() { kc -n kube-system logs "$(agent_pod "$1")" -c device-plugin 2>/dev/null | grep -c 'registered with the kubelet'; }
+
+# A rolling update of our DaemonSet across both nodes while a transfer runs between the pods:
+# we are not in the data path, so nothing breaks, and no NIC leaves its pod.
+case_ "rolling update of the DaemonSet during a transfer"
+LONG_ARGS="-d rxe0 -m 4096 -s 65536 -D ${RHD_TWO_NODES_TRANSFER_SECONDS:-240} -F"
+long=$D/long-transfer.out
+t=$SECONDS
+perftest_pair bw in_dp1 in_dp2 "ib_write_bw $LONG_ARGS -x \$NCCL_IB_GID_INDEX" "ib_write_bw $LONG_ARGS -x \$NCCL_IB_GID_INDEX $IP1" >"$long" 2>&1 &
+TRANSFER=$!
+sleep 15
+gen0=$(kc -n kube-system get ds rdma-host-device -o jsonpath='{.status.observedGeneration}')
+kc -n kube-system rollout restart ds/rdma-host-device >/dev/null || bad "kubectl rollout restart"
+if kc -n kube-system rollout status ds/rdma-host-device --timeout=900s >/dev/null 2>&1; then
+  rolled=$((SECONDS - t))
+  ok "DaemonSet rolled on both nodes (generation $gen0 -> $(kc -n kube-system get ds rdma-host-device -o jsonpath='{.status.observedGeneration}')) ${rolled} s into the transfer"
+else bad "the DaemonSet did not roll out: $(kc -n kube-system get pods -o wide 2>&1 | tail -5)"; fi
+if kill -0 "$TRANSFER" 2>/dev/null; then ok "the transfer was still running when the rollout ended"
+else bad "the transfer ended before the rollout did (raise RHD_TWO_NODES_TRANSFER_SECONDS)"; fi
+wait "$TRANSFER"
+LONG_BW=$(bw_of "$(cat "$long")")
+fig "  ib_write_bw 64 KiB across a rolling update of the DaemonSet: ${LONG_BW:-} MB/s"
+if [[ -n $LONG_BW ]] && [[ $(grep -ciE 'error|failed|unable' "$long") == 0 ]]; then ok "the transfer across the rollout completed: $LONG_BW MB/s average"
+else bad "the transfer across the rollout: $(cat "$long")"; fi
+for p in dp-1 dp-2; do
+  s=$(still_attached "$p")
+  if [[ $s == "up 1" ]]; then ok "$p still holds net1 (up) and rxe0 (port active) after the rollout"; else bad "$p after the rollout: $s"; fi
 done
+
+# A kubelet restart on node 2 while dp-2 runs: the device plugin registers again (the kubelet
+# removed its socket), the node offers the rail again, the pod keeps its NIC, and a new pod gets
+# the NIC once the old one is gone.
+case_ "kubelet restart on $NODE2"
+before=$(registrations "$NODE2")
+restart_kubelet='p=$(cat /run/rhd-k8s/pids/kubelet) && mapfile -d "" cmd </proc/$p/cmdline && kill "$p" &&
+for i in $(seq 60); do kill -0 "$p" 2>/dev/null || break; sleep 1; done &&
+setsid "${cmd[@]}" </dev/null >>"$RHD_CLUSTER_DIR/logs/node2/kubelet.log" 2>&1 9>&- & echo $! >/run/rhd-k8s/pids/kubelet'
+t=$SECONDS
+vm_run 2 "RHD_CLUSTER_DIR=$D; $restart_kubelet" 120 >/dev/null || bad "restarting the kubelet in VM 2"
+registered_again() { (($(registrations "$NODE2") > before)); }
+if wait_until 300 registered_again; then ok "the device plugin registered again with the restarted kubelet ($((SECONDS - t)) s; $before registration(s) before)"
+else bad "no new registration on $NODE2 after the kubelet restart ($(registrations "$NODE2"), $before before)"; fi
+rail_again() { [[ $(kc get node "$NODE2" -o jsonpath='{.status.capacity.rdma-host-device\.io/rail}') == 1 ]] && node_ready2; }
+node_ready2() { [[ $(kc get node "$NODE2" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]; }
+if wait_until 300 rail_again; then ok "$NODE2 Ready and offering rdma-host-device.io/rail again (the health stream resumed)"
+else bad "$NODE2 after the kubelet restart: $(kc get node "$NODE2" -o jsonpath='{.status.capacity}')"; fi
+s=$(still_attached dp-2)
+if [[ $s == "up 1" ]] && ready dp-2; then ok "dp-2 kept net1 and rxe0 through the kubelet restart"; else bad "dp-2 after the kubelet restart: $s"; fi
+out=$(in_pod dp-1 ping -c 2 -W 5 "$IP2" 2>&1)
+if [[ $out == *" 0% packet loss"* ]]; then ok "dp-1 -> dp-2 ping after the kubelet restart"; else bad "dp-1 -> dp-2 after the kubelet restart: $out"; fi
+kc delete pod dp-2 --wait=true --timeout=300s >/dev/null || bad "delete dp-2"
+if out=$(vm_run 2 "$home" 120); then ok "VM 2: dp-2 deleted, eth0 and rxe0 home"; else bad "VM 2 after deleting dp-2: $out"; fi
+pod_json dp-3 rdma-rail "$NODE2" | kc apply -f - >/dev/null || bad "apply dp-3"
+if wait_until 600 ready dp-3; then
+  IP3=$(ip_of dp-3)
+  out=$(in_pod dp-3 ping -M "do" -s 8972 -c 2 -W 5 "$IP1" 2>&1)
+  if [[ $out == *" 0% packet loss"* ]]; then ok "a new pod dp-3 on $NODE2 got the NIC after the kubelet restart ($IP3; 9000-byte ping to dp-1)"
+  else bad "dp-3 -> dp-1: $out"; fi
+  in_dp3() { in_pod_retry dp-3 "$1"; }
+  out=$(perftest_pair rping in_dp1 in_dp3 "rping -s -a $IP1 -C 5 -v" "rping -c -a $IP1 -C 5 -v")
+  if [[ $(grep -c '^ping data: rdma-ping-' <<<"$out") == 5 ]]; then ok "the job runs again: dp-3 -> dp-1 rping, 5 pings"; else bad "dp-3 -> dp-1 rping: $out"; fi
+else
+  bad "dp-3 not Ready on $NODE2 after the kubelet restart"
+  kc describe pod dp-3 | tail -15
+fi
+
+# A drain of node 2: its pod is evicted and its NIC comes home.
+case_ "drain of $NODE2"
+t=$SECONDS
+if kc drain "$NODE2" --ignore-daemonsets --force --delete-emptydir-data --timeout=300s >/dev/null 2>&1; then ok "kubectl drain $NODE2 ($((SECONDS - t)) s)"
+else bad "kubectl drain $NODE2 failed"; fi
+gone() { ! kc get pod dp-3 >/dev/null 2>&1; }
+if wait_until 120 gone && out=$(vm_run 2 "$home" 120); then ok "VM 2: dp-3 evicted, eth0 and rxe0 home ($((SECONDS - t)) s after the drain began)"
+else bad "VM 2 after the drain: ${out:-dp-3 still there}"; fi
+kc uncordon "$NODE2" >/dev/null || bad "kubectl uncordon $NODE2"
+
+# ---- delete: the last NIC and rxe0 home
+t=$SECONDS
+kc delete pod dp-1 --wait=true --timeout=300s >/dev/null || bad "delete dp-1"
+if out=$(vm_run 1 "$home" 120); then ok "VM 1: eth0 home with MTU 1500 and rxe0 home ($((SECONDS - t)) s after delete)"
+else bad "VM 1: not home: $out"; fi
 
 echo "=== two-nodes: $PASS passed, $FAIL failed (the group $((SECONDS - T0)) s)"
 if ((FAIL)); then
