@@ -66,7 +66,46 @@ fn installed(c: &Cluster) {
                 (v["status"]["numberReady"] == 1).then_some(())
             });
         }
+        every_container_stays_up(c);
     });
+}
+
+/// Every container of both DaemonSets' pods running, ready and never restarted, 15 s after
+/// the DaemonSets were first ready: a container that fails at start is Running for a moment
+/// (the DaemonSet counted ready) before it crash-loops. The shipped uppers watcher did, for want
+/// of NET_BROADCAST, and only a rolling update on two nodes showed it.
+fn every_container_stays_up(c: &Cluster) {
+    std::thread::sleep(std::time::Duration::from_secs(15));
+    let pods = c.get(&["-n", "kube-system", "pods"]);
+    let mut seen = 0;
+    let mut down = Vec::new();
+    for pod in pods["items"].as_array().into_iter().flatten() {
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        if !name.starts_with("rdma-host-device") {
+            continue;
+        }
+        for s in pod["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            seen += 1;
+            if s["ready"] != true || s["restartCount"] != 0 {
+                down.push(format!(
+                    "{name}/{}: ready {}, restarts {}, {}",
+                    s["name"].as_str().unwrap_or_default(),
+                    s["ready"],
+                    s["restartCount"],
+                    s["lastState"]["terminated"]["message"]
+                        .as_str()
+                        .or(s["state"]["waiting"]["reason"].as_str())
+                        .unwrap_or_default()
+                ));
+            }
+        }
+    }
+    assert!(seen >= 6, "the DaemonSets' containers: {seen} seen");
+    assert!(down.is_empty(), "containers not up: {down:#?}");
 }
 
 /// Who serves `rdma-host-device.io/rail` on the node: the device plugin (daemonset.yaml's

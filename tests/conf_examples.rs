@@ -477,6 +477,54 @@ fn daemonset_runs_the_uppers_watcher_where_add_looks_for_it() {
     );
     assert_eq!(spec["hostNetwork"], true);
     assert_eq!(spec["hostPID"], true);
+    // With exactly the capabilities the container is given (a root process's effective set is
+    // its bounding set after exec), the watcher starts and answers: without NET_BROADCAST the
+    // kernel refuses it the notifications of every namespace, and the shipped container
+    // crash-looped (found by the two-node group's rolling update).
+    if !common::root_for("the uppers watcher under the container's capabilities") {
+        return;
+    }
+    let caps: Vec<String> = c["securityContext"]["capabilities"]["add"]
+        .as_array()
+        .expect("capabilities.add")
+        .iter()
+        .map(|v| format!("+{}", v.as_str().unwrap_or_default().to_lowercase()))
+        .collect();
+    assert_eq!(
+        c["securityContext"]["capabilities"]["drop"],
+        json!(["ALL"]),
+        "{c}"
+    );
+    let dir = std::env::temp_dir().join(format!("rhd-uw-caps-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("uppers.sock");
+    let mut child = Command::new("setpriv")
+        .arg(format!("--bounding-set=-all,{}", caps.join(",")))
+        .args([AGENT, "uppers-watch", "--socket"])
+        .arg(&sock)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv runs");
+    let mut answered = false;
+    for _ in 0..100 {
+        if sock.exists() {
+            answered = std::os::unix::net::UnixStream::connect(&sock).is_ok();
+            break;
+        }
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let _ = fs::remove_dir_all(&dir);
+    assert!(
+        answered,
+        "the uppers watcher with {caps:?} did not answer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -39,6 +39,7 @@ cc -static -Os -s -o target/vm/pause tests/cri/pause.c &&
     /bin/busybox '/bin/sh->busybox' '/bin/sleep->busybox' '/bin/cat->busybox' '/bin/ls->busybox' \
     '/bin/env->busybox' /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong \
     /usr/bin/rping /usr/bin/ib_write_bw /usr/bin/ib_read_lat /usr/bin/ping /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/siw.driver \
+    /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 \
     $VERBS/librxe-rdmav34.so $VERBS/libsiw-rdmav34.so >/dev/null &&
   RHD_CRI_STUBS=$REPO/target/vm/cri-stubs "$RHD_VENV/bin/python" tests/cri/cri.py - stubs >/dev/null ||
   { echo "run: cannot make the CRI test's pause image or stubs (scripts/setup.sh)" >&2; exit 1; }
