@@ -304,6 +304,28 @@ registrations() { kc -n kube-system logs "$(agent_pod "$1")" -c device-plugin 2>
 
 # A rolling update of our DaemonSet across both nodes while a transfer runs between the pods:
 # we are not in the data path, so nothing breaks, and no NIC leaves its pod.
+# The same transfer with nothing happening on the nodes first: what a soft-RoCE pair under TCG
+# carries without us doing anything, so a break during the rollout below is told from one
+# without it.
+case_ "a long transfer between the pods, the nodes left alone"
+out=$(perftest_pair bw in_dp1 in_dp2 "ib_write_bw -d rxe0 -m 4096 -s 65536 -n ${RHD_TWO_NODES_TRANSFER_ITERS:-20000} -F -x \$NCCL_IB_GID_INDEX" "ib_write_bw -d rxe0 -m 4096 -s 65536 -n ${RHD_TWO_NODES_TRANSFER_ITERS:-20000} -F -x \$NCCL_IB_GID_INDEX $IP1" 2>&1)
+QUIET_BW=$(bw_of "$out")
+if [[ -n $QUIET_BW && $QUIET_BW != 0.00 ]] && [[ $(grep -ciE 'error|failed|unable|command terminated' <<<"$out") == 0 ]]; then ok "${RHD_TWO_NODES_TRANSFER_ITERS:-20000} writes of 64 KiB completed: $QUIET_BW MB/s average"
+else bad "the long transfer with the nodes left alone: $(grep -iE 'error|failed|status|cnt=' <<<"$out" | tr '\n' ' ')"; fi
+
+# And with both nodes' CPU taken by something that is not ours (two busy loops in each VM, as
+# many as the rollout starts containers per node, for 90 s): tells a break the rollout causes
+# from one any load on a TCG soft-RoCE pair causes.
+case_ "a long transfer between the pods, both nodes busy with something else"
+for n in 1 2; do
+  vm_run "$n" "for i in 1 2; do setsid timeout 90 sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & done" 30 >/dev/null
+done
+out=$(perftest_pair bw in_dp1 in_dp2 "ib_write_bw -d rxe0 -m 4096 -s 65536 -n ${RHD_TWO_NODES_TRANSFER_ITERS:-20000} -F -x \$NCCL_IB_GID_INDEX" "ib_write_bw -d rxe0 -m 4096 -s 65536 -n ${RHD_TWO_NODES_TRANSFER_ITERS:-20000} -F -x \$NCCL_IB_GID_INDEX $IP1" 2>&1)
+BUSY_BW=$(bw_of "$out")
+if [[ -n $BUSY_BW && $BUSY_BW != 0.00 ]] && [[ $(grep -ciE 'error|failed|unable|command terminated' <<<"$out") == 0 ]]; then ok "under load: ${RHD_TWO_NODES_TRANSFER_ITERS:-20000} writes of 64 KiB completed: $BUSY_BW MB/s average"
+else bad "the long transfer with both nodes busy: $(grep -iE 'error|failed|status|cnt=' <<<"$out" | tr '\n' ' ')"; fi
+for n in 1 2; do vm_run "$n" "pkill -f 'while :; do :; done' || true" 30 >/dev/null; done
+
 case_ "rolling update of the DaemonSet during a transfer"
 # A count, not a duration: perftest in duration mode reports a broken QP as 0 iterations and
 # exits 0; with a count a completion error ends it with an error and a non-zero status.
