@@ -29,10 +29,18 @@ fn msg(out: &RunOut) -> String {
 struct Watcher {
     child: Child,
     socket: PathBuf,
+    /// One real watcher at a time in this binary: each hears every namespace's link
+    /// notifications (NETLINK_LISTEN_ALL_NSID) and guards every tagged NIC on the machine, so a
+    /// neighbouring test's watcher would delete this test's foreign upper first and count it in
+    /// its own counter (seen once in CI).
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_WATCHER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Watcher {
     fn start(rig: &Rig) -> Watcher {
+        let alone = ONE_WATCHER.lock().unwrap_or_else(|e| e.into_inner());
         let socket = rig.dir.path().join("uppers.sock");
         let child = Command::new(AGENT)
             .args(["uppers-watch", "--socket"])
@@ -41,7 +49,11 @@ impl Watcher {
             .stdout(Stdio::null())
             .spawn()
             .expect("starting uppers-watch");
-        let mut w = Watcher { child, socket };
+        let mut w = Watcher {
+            child,
+            socket,
+            _alone: alone,
+        };
         for _ in 0..500 {
             if w.socket.exists() {
                 rig.set_node(json!({"uppersSocket": w.socket}));
@@ -341,6 +353,7 @@ fn the_watchers_socket_and_directory_have_their_modes_whatever_the_umask() {
     for mask in [0o000, 0o077] {
         let sub = dir.path().join(format!("run-{mask:03o}"));
         let socket = sub.join("uppers.sock");
+        let alone = ONE_WATCHER.lock().unwrap_or_else(|e| e.into_inner());
         let child = with_umask(&mut Command::new(AGENT), mask)
             .args(["uppers-watch", "--socket"])
             .arg(&socket)
@@ -351,6 +364,7 @@ fn the_watchers_socket_and_directory_have_their_modes_whatever_the_umask() {
         let mut w = Watcher {
             child,
             socket: socket.clone(),
+            _alone: alone,
         };
         assert!(
             wait_for_path(&socket, 5),
