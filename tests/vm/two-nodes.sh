@@ -302,16 +302,26 @@ still_attached() {
 agent_pod() { kc -n kube-system get pods -l app.kubernetes.io/name=rdma-host-device --field-selector "spec.nodeName=$1" -o jsonpath='{.items[0].metadata.name}'; }
 registrations() { kc -n kube-system logs "$(agent_pod "$1")" -c device-plugin 2>/dev/null | grep -c 'registered with the kubelet'; }
 
-# A rolling update of our DaemonSet across both nodes while a transfer runs between the pods:
-# we are not in the data path, so nothing breaks, and no NIC leaves its pod.
-# The same transfer with nothing happening on the nodes first: what a soft-RoCE pair under TCG
+# The long transfer of the three cases below: a count, not a duration (perftest in duration
+# mode reports a broken QP as 0 iterations and exits 0; with a count a completion error ends it
+# with an error and a non-zero status). long_transfer prints both sides' reports; transfer_ok
+# REPORT BW says whether it completed.
+ITERS=${RHD_TWO_NODES_TRANSFER_ITERS:-20000}
+LONG_ARGS="-d rxe0 -m 4096 -s 65536 -n $ITERS -F"
+long_transfer() {
+  perftest_pair bw in_dp1 in_dp2 "ib_write_bw $LONG_ARGS -x \$NCCL_IB_GID_INDEX" "ib_write_bw $LONG_ARGS -x \$NCCL_IB_GID_INDEX $IP1"
+}
+transfer_ok() { [[ -n $2 && $2 != 0.00 ]] && [[ $(grep -ciE 'error|failed|unable|command terminated' <<<"$1") == 0 ]]; }
+why_not() { grep -iE 'error|failed|status|cnt=' <<<"$1" | tr '\n' ' '; }
+
+# The transfer with nothing happening on the nodes first: what a soft-RoCE pair under TCG
 # carries without us doing anything, so a break during the rollout below is told from one
 # without it.
 case_ "a long transfer between the pods, the nodes left alone"
-out=$(perftest_pair bw in_dp1 in_dp2 "ib_write_bw -d rxe0 -m 4096 -s 65536 -n ${RHD_TWO_NODES_TRANSFER_ITERS:-20000} -F -x \$NCCL_IB_GID_INDEX" "ib_write_bw -d rxe0 -m 4096 -s 65536 -n ${RHD_TWO_NODES_TRANSFER_ITERS:-20000} -F -x \$NCCL_IB_GID_INDEX $IP1" 2>&1)
+out=$(long_transfer 2>&1)
 QUIET_BW=$(bw_of "$out")
-if [[ -n $QUIET_BW && $QUIET_BW != 0.00 ]] && [[ $(grep -ciE 'error|failed|unable|command terminated' <<<"$out") == 0 ]]; then ok "${RHD_TWO_NODES_TRANSFER_ITERS:-20000} writes of 64 KiB completed: $QUIET_BW MB/s average"
-else bad "the long transfer with the nodes left alone: $(grep -iE 'error|failed|status|cnt=' <<<"$out" | tr '\n' ' ')"; fi
+if transfer_ok "$out" "$QUIET_BW"; then ok "$ITERS writes of 64 KiB completed: $QUIET_BW MB/s average"
+else bad "the long transfer with the nodes left alone: $(why_not "$out")"; fi
 
 # And with both nodes' CPU taken by something that is not ours (two busy loops in each VM, as
 # many as the rollout starts containers per node, for 90 s): tells a break the rollout causes
@@ -320,19 +330,18 @@ case_ "a long transfer between the pods, both nodes busy with something else"
 for n in 1 2; do
   vm_run "$n" "for i in 1 2; do setsid timeout 90 sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & done" 30 >/dev/null
 done
-out=$(perftest_pair bw in_dp1 in_dp2 "ib_write_bw -d rxe0 -m 4096 -s 65536 -n ${RHD_TWO_NODES_TRANSFER_ITERS:-20000} -F -x \$NCCL_IB_GID_INDEX" "ib_write_bw -d rxe0 -m 4096 -s 65536 -n ${RHD_TWO_NODES_TRANSFER_ITERS:-20000} -F -x \$NCCL_IB_GID_INDEX $IP1" 2>&1)
+out=$(long_transfer 2>&1)
 BUSY_BW=$(bw_of "$out")
-if [[ -n $BUSY_BW && $BUSY_BW != 0.00 ]] && [[ $(grep -ciE 'error|failed|unable|command terminated' <<<"$out") == 0 ]]; then ok "under load: ${RHD_TWO_NODES_TRANSFER_ITERS:-20000} writes of 64 KiB completed: $BUSY_BW MB/s average"
-else bad "the long transfer with both nodes busy: $(grep -iE 'error|failed|status|cnt=' <<<"$out" | tr '\n' ' ')"; fi
+if transfer_ok "$out" "$BUSY_BW"; then ok "under load: $ITERS writes of 64 KiB completed: $BUSY_BW MB/s average"
+else bad "the long transfer with both nodes busy: $(why_not "$out")"; fi
 for n in 1 2; do vm_run "$n" "pkill -f 'while :; do :; done' || true" 30 >/dev/null; done
 
+# A rolling update of our DaemonSet across both nodes while the transfer runs between the pods:
+# we are not in the data path, so nothing breaks, and no NIC leaves its pod.
 case_ "rolling update of the DaemonSet during a transfer"
-# A count, not a duration: perftest in duration mode reports a broken QP as 0 iterations and
-# exits 0; with a count a completion error ends it with an error and a non-zero status.
-LONG_ARGS="-d rxe0 -m 4096 -s 65536 -n ${RHD_TWO_NODES_TRANSFER_ITERS:-20000} -F"
 long=$D/long-transfer.out
 t=$SECONDS
-perftest_pair bw in_dp1 in_dp2 "ib_write_bw $LONG_ARGS -x \$NCCL_IB_GID_INDEX" "ib_write_bw $LONG_ARGS -x \$NCCL_IB_GID_INDEX $IP1" >"$long" 2>&1 &
+long_transfer >"$long" 2>&1 &
 TRANSFER=$!
 sleep 15
 gen0=$(kc -n kube-system get ds rdma-host-device -o jsonpath='{.status.observedGeneration}')
@@ -348,7 +357,7 @@ else bad "the transfer ended before the rollout did (raise RHD_TWO_NODES_TRANSFE
 wait "$TRANSFER"
 LONG_BW=$(bw_of "$(cat "$long")")
 fig "  ib_write_bw 64 KiB across a rolling update of the DaemonSet: ${LONG_BW:-} MB/s"
-if [[ -n $LONG_BW && $LONG_BW != 0.00 ]] && [[ $(grep -ciE 'error|failed|unable|command terminated' "$long") == 0 ]]; then ok "the transfer across the rollout completed: $LONG_BW MB/s average"
+if transfer_ok "$(cat "$long")" "$LONG_BW"; then ok "the transfer across the rollout completed: $LONG_BW MB/s average"
 else bad "the transfer across the rollout: $(cat "$long")"; fi
 for p in dp-1 dp-2; do
   s=$(still_attached "$p")
