@@ -2,8 +2,8 @@
 //! parser and the node configuration's parsers accept is named, in backquotes, in
 //! docs/configuration.md's "Configuration" and "Node configuration" sections (issue 28: "every key in the configuration
 //! reference is checked against the parser by a test"). The keys come from the parsers
-//! themselves: the NAD's key lists, and serde's own list of the fields a node-configuration
-//! struct accepts (its answer to an unknown field), so a key added to either shows up here.
+//! themselves: the NAD's key lists, and the fields a node-configuration struct's derive asks
+//! for (`node::keys_of`), so a key added to either shows up here.
 //! Nor can the docs and comments point at files that are not there (issue 48): every repository
 //! path they name exists (`repository_paths_named`, below, says what counts as one).
 
@@ -17,21 +17,11 @@ use rdma_host_device_core::node::{
 use serde::de::DeserializeOwned;
 use std::path::Path;
 
-/// The fields `T` accepts, as serde names them when it refuses an unknown one.
+/// The fields `T` accepts, as its `Deserialize` derive names them.
 fn fields<T: DeserializeOwned>() -> Vec<String> {
-    let e = match serde_json::from_str::<T>(r#"{"\u0001": 0}"#) {
-        Ok(_) => panic!("{} took an unknown field", std::any::type_name::<T>()),
-        Err(e) => e.to_string(),
-    };
-    let list = e
-        .split_once("expected one of ")
-        .or_else(|| e.split_once("expected "))
-        .unwrap_or_else(|| panic!("{}: {e}", std::any::type_name::<T>()))
-        .1;
-    list.split('`')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_owned)
+    rdma_host_device_core::node::keys_of::<T>()
+        .iter()
+        .map(|k| k.to_string())
         .collect()
 }
 

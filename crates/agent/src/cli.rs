@@ -32,20 +32,24 @@ into a pod. The plugin itself is the rdma-host-device binary in /opt/cni/bin, wh
 runtime runs per attachment; this binary, in the same image, holds what runs on the node beside \
 it: the kubelet device plugin, the Prometheus exporter, the CDI spec writer, inspect, and the \
 checks of node and network configurations, and the DRA driver.",
-    after_long_help = "\
-Node configuration: /etc/rdma-host-device/node.json (or $RDMA_HOST_DEVICE_NODE_CONFIG): \
-stateDir, logDir, allowedNics, allowedUplinks, ipamPlugins, ipamPaths, ipamReadPaths, ipamSockets, \
-ipamConfinement, ipamTimeoutSeconds, deviceInfoDir, memlock, cdiHook, takeRdmaDevicesInUse, uppersSocket, \
-devicePlugin, dra; see docs/configuration.md.
-
-Exit status: 0 done; 1 the run failed (the reason on stderr) or validate rejected a \
-configuration; 2 a bad option or subcommand (the usage on stderr).",
+    after_long_help = after_long_help(),
     subcommand_required = true,
     arg_required_else_help = true
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The node configuration's keys (from its parser, so none is left out) and the exit status.
+fn after_long_help() -> String {
+    use rdma_host_device_core::node::{DEFAULT_PATH, Node, PATH_ENV, keys_of};
+    format!(
+        "Node configuration: {DEFAULT_PATH} (or ${PATH_ENV}): {}; see docs/configuration.md.\n\n\
+         Exit status: 0 done; 1 the run failed (the reason on stderr) or validate rejected a \
+         configuration; 2 a bad option or subcommand (the usage on stderr).",
+        keys_of::<Node>().join(", ")
+    )
 }
 
 #[derive(Debug, Subcommand)]
@@ -369,6 +373,24 @@ mod tests {
             assert!(
                 err.contains(&format!("Usage: {NAME} {} ", a[0])),
                 "{a:?}: the usage: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_help_names_every_node_configuration_key() {
+        let long = Cli::command().render_long_help().to_string();
+        for k in [
+            "stateDir",
+            "memlockFailClosed",
+            "ipamSockets",
+            "devicePlugin",
+            "dra",
+            "gc",
+        ] {
+            assert!(
+                long.contains(&format!("{k},")) || long.contains(&format!("{k};")),
+                "{k}: {long}"
             );
         }
     }

@@ -23,6 +23,23 @@ pub fn is_spec_name(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
+/// A DNS label as Kubernetes reads one (RFC 1123): 1-63 lower-case letters, digits and '-',
+/// starting and ending with a letter or digit.
+pub fn is_dns_label(l: &str) -> bool {
+    !l.is_empty()
+        && l.len() <= 63
+        && l.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !l.starts_with('-')
+        && !l.ends_with('-')
+}
+
+/// A DNS subdomain as Kubernetes reads one: DNS labels joined by '.', `max` bytes at most (253
+/// for a whole name; less where the name is a part of a longer one).
+pub fn is_dns_subdomain(s: &str, max: usize) -> bool {
+    s.len() <= max && s.split('.').all(is_dns_label)
+}
+
 pub fn validate_container_id(id: &str) -> Result<()> {
     if is_spec_name(id) {
         Ok(())

@@ -71,15 +71,7 @@ pub struct Options {
 
 /// A Node's name: a DNS subdomain (the slice's name and pool are made from it).
 fn node_name(s: &str) -> std::result::Result<String, String> {
-    let label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if s.len() > 253 - DRIVER.len() - 1 || !s.split('.').all(label) {
+    if !rdma_host_device_core::names::is_dns_subdomain(s, 253 - DRIVER.len() - 1) {
         return Err(format!("{s:?} is not a node name (a DNS subdomain)"));
     }
     Ok(s.to_owned())

@@ -123,15 +123,7 @@ pub fn check_resource_name(r: &str) -> std::result::Result<(), String> {
     let (domain, name) = r
         .split_once('/')
         .ok_or_else(|| format!("resourceName {r:?} must be vendor-domain/name"))?;
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if domain.len() > 253 || !domain.split('.').all(label_ok) {
+    if !crate::names::is_dns_subdomain(domain, 253) {
         return Err(format!(
             "resourceName {r:?}: {domain:?} is not a DNS subdomain (lower-case letters, digits, '-', '.')"
         ));

@@ -3,11 +3,11 @@
 //! how often, and how old an attachment must be before it may be collected. Written by the
 //! node operator; parsed only by the agent and `node-config`, never by the CNI verbs.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// `gc`: without it (or without `criSocket`), the agent collects nothing and says so.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GcConfig {
     /// The runtime's CRI socket, asked (read-only: `Version`, `ListPodSandbox`) which pod

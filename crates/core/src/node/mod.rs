@@ -18,6 +18,7 @@ mod dirs;
 mod dra;
 mod gc;
 mod ipam;
+mod keys;
 mod memlock;
 mod nics;
 use crate::error::{Code, Error, Result};
@@ -34,9 +35,10 @@ use ipam::{
     default_ipam_paths, default_ipam_plugins, default_ipam_read_paths, default_ipam_sockets,
     default_ipam_timeout,
 };
+pub use keys::keys_of;
 pub use memlock::Memlock;
 pub use nics::{NicFacts, NicPolicy};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_PATH: &str = "/etc/rdma-host-device/node.json";
@@ -46,8 +48,9 @@ pub const DEFAULT_LOG_DIR: &str = "/var/log/rdma-host-device";
 /// Larger than any sane node config; the file is the operator's, but we never read unbounded.
 const MAX_LEN: u64 = 1 << 20;
 
-/// The node configuration file's content.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// The node configuration file's content. Its keys are its fields' names (camelCase), read by
+/// derive and written back by derive ([`Node::to_json`]); [`Node::keys`] lists them for help.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Node {
     /// Where attachments are remembered (and per-attachment locks live).
@@ -57,7 +60,7 @@ pub struct Node {
     #[serde(default = "default_log_dir")]
     pub log_dir: PathBuf,
     /// Only these NICs may be handed to pods (any entry matching is enough).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_nics: Option<NicPolicy>,
     /// NICs (by name or PCI address) that may be handed to pods although they carry the node's
     /// default route, a global address, or are a port of a bond or bridge. Their host addresses
@@ -117,23 +120,38 @@ pub struct Node {
     /// What the device plugin offers the kubelet (`rdma-host-device-agent device-plugin`), kept as
     /// its JSON text: the CNI verbs never parse it (nor stop on a mistake in it); the device
     /// plugin and `node-config` do, through [`Node::device_plugin`].
-    #[serde(default, rename = "devicePlugin", deserialize_with = "raw_json")]
+    #[serde(
+        default,
+        rename = "devicePlugin",
+        deserialize_with = "raw_json",
+        skip_serializing
+    )]
     pub device_plugin_json: Option<String>,
     /// What the DRA driver publishes (`rdma-host-device-agent dra`), kept as its JSON text like
     /// `devicePlugin`; parsed by [`Node::dra`].
-    #[serde(default, rename = "dra", deserialize_with = "raw_json")]
+    #[serde(
+        default,
+        rename = "dra",
+        deserialize_with = "raw_json",
+        skip_serializing
+    )]
     pub dra_json: Option<String>,
     /// The agent's collection of leaked attachments (`gc`), kept as its JSON text like
     /// `devicePlugin`; parsed by [`Node::gc`].
-    #[serde(default, rename = "gc", deserialize_with = "raw_json")]
+    #[serde(
+        default,
+        rename = "gc",
+        deserialize_with = "raw_json",
+        skip_serializing
+    )]
     pub gc_json: Option<String>,
     /// The uppers watcher's socket (`rdma-host-device-agent uppers-watch`), which ADD and the device
     /// plugin ask whether a device of another namespace rides a NIC. Only the cost depends on
     /// it: without an answer from it they look through every namespace themselves.
     #[serde(default = "default_uppers_socket")]
     pub uppers_socket: PathBuf,
-    /// Where this came from, for messages.
-    #[serde(skip)]
+    /// Where this came from, for messages (shown by `to_json`, never read from the file).
+    #[serde(skip_deserializing)]
     pub source: String,
 }
 
@@ -239,27 +257,8 @@ impl Node {
 
     /// The effective settings, defaults filled in, as the operator would write them.
     pub fn to_json(&self) -> String {
-        let mut v = serde_json::json!({
-            "stateDir": self.state_dir,
-            "logDir": self.log_dir,
-            "allowedUplinks": self.allowed_uplinks,
-            "deviceInfoDir": self.device_info_dir,
-            "memlock": self.memlock,
-            "cdiHook": self.cdi_hook,
-            "memlockFailClosed": self.memlock_fail_closed,
-            "ipamPlugins": self.ipam_plugins,
-            "ipamPaths": self.ipam_paths,
-            "ipamReadPaths": self.ipam_read_paths,
-            "ipamSockets": self.ipam_sockets,
-            "ipamConfinement": self.ipam_confinement,
-            "ipamTimeoutSeconds": self.ipam_timeout_seconds,
-            "takeRdmaDevicesInUse": self.take_rdma_devices_in_use,
-            "uppersSocket": self.uppers_socket,
-            "source": self.source,
-        });
-        if let Some(p) = &self.allowed_nics {
-            v["allowedNics"] = p.to_json();
-        }
+        // Every key by derive: one someone adds is shown without being listed here.
+        let mut v = serde_json::to_value(self).unwrap_or_default();
         if let Ok(Some(dp)) = self.device_plugin() {
             v["devicePlugin"] = serde_json::json!({
                 "pools": dp.pools.iter().map(|p| serde_json::json!({
@@ -280,13 +279,7 @@ impl Node {
             v["dra"] = d.to_json();
         }
         if let Ok(Some(g)) = self.gc() {
-            v["gc"] = serde_json::json!({
-                "criSocket": g.cri_socket,
-                "periodSeconds": g.period_seconds,
-                "graceSeconds": g.grace_seconds,
-                "timeoutSeconds": g.timeout_seconds,
-                "cniPath": g.cni_path,
-            });
+            v["gc"] = serde_json::to_value(g).unwrap_or_default();
         }
         serde_json::to_string_pretty(&v).unwrap_or_default()
     }

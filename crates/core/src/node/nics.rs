@@ -5,10 +5,10 @@
 use super::Node;
 use crate::error::{Code, Error, Result};
 use crate::rdma::identity::{format_guid, parse_guid};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Which NICs may be handed to pods. Absent: any NIC except the node's own uplinks.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NicPolicy {
     /// Host interface names (the primary name, as `ip link` shows it).
@@ -69,12 +69,7 @@ impl NicPolicy {
     }
 
     pub(super) fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "names": self.names,
-            "pciAddresses": self.pci_addresses,
-            "drivers": self.drivers,
-            "rdmaDevices": self.rdma_devices,
-        })
+        serde_json::to_value(self).unwrap_or_default()
     }
 }
 

@@ -781,3 +781,23 @@ fn gc_section_is_checked() {
         assert!(e.msg.contains(says), "{body}: {}", e.msg);
     }
 }
+
+/// `node-config` shows every key the file may hold, each section parsed, the defaults filled
+/// in: what the file sets comes back under the key it was set by, and a setting's value taken
+/// from the shown JSON reads back into the same node.
+#[test]
+fn the_effective_settings_show_every_key_and_read_back_the_same() {
+    let body = r#"{"allowedNics":{"drivers":["mlx5_core"]},"memlockFailClosed":true,
+        "gc":{"criSocket":"/run/containerd/containerd.sock"},
+        "devicePlugin":{"pools":[{"resourceName":"rdma-host-device.io/rail","selectors":{"drivers":["mlx5_core"]}}],"charDevices":{"cdi":true}},
+        "dra":{"rails":[{"name":"rail0","selectors":{"drivers":["irdma"]}}]}}"#;
+    let n: Node = serde_json::from_str(body).unwrap();
+    let mut shown: serde_json::Value = serde_json::from_str(&n.to_json()).unwrap();
+    for k in keys_of::<Node>() {
+        assert!(shown.get(*k).is_some(), "{k} not shown: {shown}");
+    }
+    assert_eq!(shown["gc"]["periodSeconds"], 300, "{shown}");
+    shown.as_object_mut().unwrap().remove("source");
+    let again: Node = serde_json::from_value(shown.clone()).unwrap();
+    assert_eq!(again.to_json(), n.to_json(), "{shown}");
+}
