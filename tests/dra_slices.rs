@@ -27,10 +27,7 @@ const DRIVER: &str = "rdma-host-device.io";
 const BOUND: Duration = Duration::from_secs(5);
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
+    rdma_host_device_agent::async_rt::current_thread().unwrap()
 }
 
 /// The agent under test, its log in a file.
@@ -131,7 +128,7 @@ fn attr<'a>(
     s: &'a ResourceSlice,
     dev: &str,
     key: &str,
-) -> Option<&'a rdma_host_device_agent::kube::DeviceAttribute> {
+) -> Option<&'a rdma_host_device_core::dra::metadata::Attribute> {
     device(s, dev)?.attributes.as_ref()?.get(key)
 }
 

@@ -21,10 +21,7 @@ use std::process::Command;
 use std::time::Duration;
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
+    rdma_host_device_agent::async_rt::current_thread().unwrap()
 }
 
 fn slice(name: &str, node: &str, driver: &str, device: &str) -> ResourceSlice {

@@ -36,20 +36,23 @@ pub fn collect_leaked(
     node: &Node,
     leaked: &[crate::cni::netconf::ValidAttachment],
 ) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let rt = runtime()?;
+    rt.block_on(gc::collect(env, conf, node, leaked))
+}
+
+/// The plugin's runtime: one thread (setns is per thread) and I/O only (rtnetlink's socket;
+/// nothing in a plugin call waits on Tokio's clock).
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
-        .map_err(|e| Error::new(Code::Io, format!("cannot start the async runtime: {e}")))?;
-    rt.block_on(gc::collect(env, conf, node, leaked))
+        .map_err(|e| Error::new(Code::Io, format!("cannot start the async runtime: {e}")))
 }
 
 /// Run one verb to completion on a current-thread runtime (setns is per thread, and one
 /// thread is all a plugin call needs).
 pub fn run(env: &Env, conf: &NetConf, node: &Node) -> Result<Output> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .map_err(|e| Error::new(Code::Io, format!("cannot start the async runtime: {e}")))?;
+    let rt = runtime()?;
     rt.block_on(async {
         match env.command {
             Command::Add => add::add(env, conf, node).await.map(Output::Result),

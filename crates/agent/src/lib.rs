@@ -9,6 +9,7 @@
 //! the IPAM confinement gets (`confine`), and the DRA driver leaves out NICs that selection
 //! would refuse (`select::made_elsewhere`). Nothing of the plugin depends back on the agent.
 
+pub mod async_rt;
 pub mod cdi;
 pub mod cli;
 pub mod device_plugin;

@@ -26,7 +26,7 @@ pub mod api;
 pub mod pool;
 pub mod server;
 
-use crate::error::{Result, failed, invalid};
+use crate::error::{Result, invalid};
 use crate::flags::absolute_path;
 use crate::health;
 use rdma_host_device_core::link::Links;
@@ -124,11 +124,7 @@ pub fn run(opts: &Options) -> Result<()> {
             })
         })
         .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .map_err(|e| failed("cannot start the runtime", e))?;
+    let rt = crate::async_rt::current_thread()?;
     rt.block_on(async move {
         let host = Links::open()?;
         let store = Store::new(&state_dir);

@@ -28,7 +28,7 @@ pub mod resource_health;
 pub mod slices;
 pub mod status;
 
-use crate::error::{Result, failed, invalid};
+use crate::error::{Result, invalid};
 use crate::flags::absolute_path;
 use crate::kube::{Endpoint, Kube, KubeOptions};
 use futures::future::BoxFuture;
@@ -133,11 +133,7 @@ pub fn run(opts: &Options) -> Result<()> {
         sys: PathBuf::from("/sys"),
         resync: Duration::from_secs(opts.resync_seconds),
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .map_err(|e| failed("cannot start the runtime", e))?;
+    let rt = crate::async_rt::current_thread()?;
     rt.block_on(async move {
         let kube = Kube::connect(&Endpoint::from_options(&opts.kube)).await?;
         let (health, health_rx) = tokio::sync::watch::channel(Vec::new());

@@ -764,19 +764,13 @@ mod tests {
     }
 
     fn prepare(d: &Driver, c: &[(&str, &str)]) -> api::NodePrepareResourcesResponse {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let rt = crate::async_rt::current_thread().unwrap();
         rt.block_on(d.prepare(api::NodePrepareResourcesRequest { claims: refs(c) }))
             .unwrap()
     }
 
     fn unprepare(d: &Driver, c: &[(&str, &str)]) -> api::NodeUnprepareResourcesResponse {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let rt = crate::async_rt::current_thread().unwrap();
         rt.block_on(d.unprepare(api::NodeUnprepareResourcesRequest { claims: refs(c) }))
             .unwrap()
     }

@@ -100,10 +100,7 @@ mod tests {
 
     #[test]
     fn the_stream_reports_at_once_on_change_and_when_nothing_changed() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let rt = crate::async_rt::current_thread().unwrap();
         rt.block_on(async {
             let (tx, rx) = watch::channel(vec![dev("net-a", Health::Healthy)]);
             let resend = Duration::from_millis(400);

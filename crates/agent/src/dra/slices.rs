@@ -36,10 +36,11 @@ use super::DRIVER;
 use crate::error::Result;
 use crate::health;
 use crate::kube::{
-    ApiError, Device, DeviceAttribute, DeviceTaint, Kube, ResourcePool, ResourceSlice,
-    ResourceSliceSpec, SliceEvent, SliceFilter,
+    ApiError, Device, DeviceTaint, Kube, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    SliceEvent, SliceFilter,
 };
 use futures::StreamExt;
+use rdma_host_device_core::dra::metadata::{Attribute, attr};
 use rdma_host_device_core::inventory::{self, Nic};
 use rdma_host_device_core::link::Links;
 use rdma_host_device_core::node::{DraConfig, Node};
@@ -134,72 +135,50 @@ fn label(prefix: &str, base: &str) -> String {
     s
 }
 
-fn string(v: impl Into<String>) -> DeviceAttribute {
-    DeviceAttribute {
-        string: Some(v.into()),
-        ..Default::default()
-    }
-}
-
-fn int(v: i64) -> DeviceAttribute {
-    DeviceAttribute {
-        int: Some(v),
-        ..Default::default()
-    }
-}
-
-fn boolean(v: bool) -> DeviceAttribute {
-    DeviceAttribute {
-        bool: Some(v),
-        ..Default::default()
-    }
-}
-
 /// The device `f` is published as (`taints`: whether to carry its health as a taint).
 pub fn device(f: &Facts, dra: &DraConfig, taints: bool) -> Device {
-    let mut a: BTreeMap<String, DeviceAttribute> = BTreeMap::new();
-    let mut put = |k: &str, v: DeviceAttribute| {
+    let mut a: BTreeMap<String, Attribute> = BTreeMap::new();
+    let mut put = |k: &str, v: Attribute| {
         a.insert(k.to_owned(), v);
     };
-    let ours = |k: &str| format!("{DRIVER}/{k}");
     if let Some(root) = &f.nic.pci_root {
-        put("resource.kubernetes.io/pcieRoot", string(root));
+        put(attr::PCIE_ROOT, Attribute::string(root));
     }
     if let Some(pci) = &f.nic.pci {
-        put("resource.kubernetes.io/pciBusID", string(pci));
+        put(attr::PCI_BUS_ID, Attribute::string(pci));
     }
     if let Some(n) = f.nic.numa {
-        put("resource.kubernetes.io/numaNode", int(n));
+        put(attr::NUMA_NODE, Attribute::int(n));
     }
-    put("k8s.cni.cncf.io/deviceID", string(&f.nic.id));
+    put(attr::DEVICE_ID, Attribute::string(&f.nic.id));
     if let Some(r) = &dra.resource_name {
-        put("k8s.cni.cncf.io/resourceName", string(r));
+        put(attr::RESOURCE_NAME, Attribute::string(r));
     }
-    put(&ours("ifName"), string(&f.nic.name));
+    put(attr::IF_NAME, Attribute::string(&f.nic.name));
     if let Some(d) = &f.nic.driver {
-        put(&ours("driver"), string(d));
+        put(attr::DRIVER, Attribute::string(d));
     }
     if let Some(m) = f.mtu {
-        put(&ours("mtu"), int(i64::from(m)));
+        put(attr::MTU, Attribute::int(i64::from(m)));
     }
     if let Some(s) = f.speed {
-        put(&ours("linkSpeed"), int(s));
+        put(attr::LINK_SPEED, Attribute::int(s));
     }
     if let Some(up) = f.link_up {
-        put(&ours("linkUp"), boolean(up));
+        put(attr::LINK_UP, Attribute::boolean(up));
     }
-    put(&ours("rdma"), boolean(f.nic.rdma_device.is_some()));
+    put(attr::RDMA, Attribute::boolean(f.nic.rdma_device.is_some()));
     if let Some(d) = &f.nic.rdma_device {
-        put(&ours("rdmaDevice"), string(d));
+        put(attr::RDMA_DEVICE, Attribute::string(d));
     }
     if let Some(g) = f.nic.rdma_guid {
-        put(&ours("nodeGUID"), string(format_guid(g)));
+        put(attr::NODE_GUID, Attribute::string(format_guid(g)));
     }
     if let Some(t) = f.transport {
-        put(&ours("transport"), string(t));
+        put(attr::TRANSPORT, Attribute::string(t));
     }
     if let Some(r) = &f.rail {
-        put(&ours("rail"), string(r));
+        put(attr::RAIL, Attribute::string(r));
     }
     Device {
         name: device_name(&f.nic),
@@ -389,7 +368,7 @@ fn essence(
     taints: bool,
 ) -> (
     &str,
-    Option<&BTreeMap<String, DeviceAttribute>>,
+    Option<&BTreeMap<String, Attribute>>,
     Vec<TaintEssence>,
 ) {
     let t = if taints {

@@ -178,10 +178,7 @@ mod tests {
     /// No runtime at the socket: an error naming the socket, quickly.
     #[test]
     fn no_runtime_is_an_error_naming_the_socket() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = crate::async_rt::current_thread().unwrap();
         let e = rt
             .block_on(sandboxes(
                 Path::new("/nonexistent/containerd.sock"),

@@ -88,10 +88,8 @@ pub enum Round {
 pub fn round(cfg: &GcConfig, node: &Node, counters: &Counters) -> Round {
     let asked_at = SystemTime::now();
     let deadline = Duration::from_secs(cfg.timeout_seconds);
-    let answer = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))
+    let answer = crate::async_rt::current_thread()
+        .map_err(|e| e.to_string())
         .and_then(|rt| rt.block_on(cri::sandboxes(&cfg.cri_socket, deadline)));
     let sandboxes = match answer {
         Ok(s) => s,

@@ -25,10 +25,7 @@ struct RdmaView {
 
 pub(super) fn gather(opts: &Options) -> Result<Report> {
     // One runtime for every netlink question `inspect` asks (the rtnetlink handle is async).
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .map_err(|e| crate::error::failed("cannot start the async runtime", e))?;
+    let rt = crate::async_rt::current_thread()?;
     let links = host_links(&rt)?;
     let (rdma_view, mut summary) = rdma_view();
     let (records, state_error) = match Store::new(&opts.state_dir).all() {

@@ -414,9 +414,7 @@ mod tests {
 
     #[test]
     fn an_answer_over_the_limit_is_refused_before_it_is_held() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let rt = crate::async_rt::current_thread().unwrap();
         rt.block_on(async {
             let ok = read_body(chunks(vec![vec![b'a'; 10], vec![b'b'; 6]]), 16).await;
             assert_eq!(ok.unwrap().len(), 16);

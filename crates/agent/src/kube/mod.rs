@@ -56,10 +56,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use types::{
-    AllocationResult, Device, DeviceAllocationResult, DeviceAttribute,
-    DeviceRequestAllocationResult, DeviceTaint, ObjectMeta, ResourceClaim,
-    ResourceClaimConsumerReference, ResourceClaimStatus, ResourcePool, ResourceSlice,
-    ResourceSliceSpec,
+    AllocationResult, Device, DeviceAllocationResult, DeviceRequestAllocationResult, DeviceTaint,
+    ObjectMeta, ResourceClaim, ResourceClaimConsumerReference, ResourceClaimStatus, ResourcePool,
+    ResourceSlice, ResourceSliceSpec,
 };
 
 /// Where the API server is and who we are.

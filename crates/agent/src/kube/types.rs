@@ -11,6 +11,7 @@
 //!
 //! A slice's `spec` is ours entirely: an update replaces it with what the driver publishes.
 
+use rdma_host_device_core::dra::metadata::Attribute;
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -74,23 +75,9 @@ pub struct ResourcePool {
 pub struct Device {
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub attributes: Option<BTreeMap<String, DeviceAttribute>>,
+    pub attributes: Option<BTreeMap<String, Attribute>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub taints: Option<Vec<DeviceTaint>>,
-}
-
-/// An attribute's value: exactly one field set.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct DeviceAttribute {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bool: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub int: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub string: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
 }
 
 /// A device taint (DRADeviceTaints); the server adds `timeAdded`.

@@ -202,10 +202,7 @@ mod tests {
     }
 
     fn collect(chunks: Vec<Vec<u8>>) -> Vec<Result<String, Failure>> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let rt = crate::async_rt::current_thread().unwrap();
         rt.block_on(
             events(body(chunks), Duration::from_secs(5))
                 .map(|r| r.map(|e| name(&e)))
@@ -290,10 +287,7 @@ mod tests {
 
     #[test]
     fn a_silent_watch_ends_after_the_idle_bound() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let rt = crate::async_rt::current_thread().unwrap();
         let got: Vec<_> = rt.block_on(async {
             let silent =
                 StreamBody::new(futures::stream::pending::<Result<Frame<Bytes>, String>>());

@@ -618,10 +618,7 @@ fn a_header_block_that_never_ends_costs_nothing_kept() {
 #[test]
 fn a_client_that_never_ends_its_header_block_leaves_the_server_waiting_not_spinning() {
     use tokio::io::AsyncReadExt;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = crate::async_rt::current_thread().unwrap();
     rt.block_on(async {
         let (server, mut client) = UnixStream::pair().unwrap();
         let mut s = KubeletStream::new(server);

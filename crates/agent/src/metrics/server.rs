@@ -464,9 +464,7 @@ async fn connection(
 
 /// Serve until the process is killed. Errors only when the address cannot be bound.
 pub fn serve(listen: SocketAddr, exporter: Arc<Exporter>, access: Access) -> std::io::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
+    let rt = crate::async_rt::builder()
         .max_blocking_threads(SCRAPE_THREADS)
         .build()?;
     rt.block_on(async move {
@@ -551,10 +549,7 @@ mod tests {
 
     #[test]
     fn a_connection_not_answered_that_makes_no_progress_is_stalled() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let rt = crate::async_rt::current_thread().unwrap();
         let mut slots = Slots::new();
         // A table a minute old, so "quiet for longer than the limit" can be said.
         slots.start = Instant::now()

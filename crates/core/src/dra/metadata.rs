@@ -56,15 +56,31 @@ const MAX_BYTES: u64 = 1 << 20;
 /// The API's limit for a string attribute.
 const MAX_STRING: usize = 64;
 
-/// Attribute names (fully qualified, as a ResourceSlice's consumer sees them).
+/// Every attribute name we write, in a ResourceSlice's devices and in a claim's device
+/// metadata (fully qualified, as a consumer's CEL selector or a pod reads them): one table, so
+/// the slice and the metadata cannot name one thing two ways.
 pub mod attr {
-    pub const RDMA_DEVICE: &str = "rdma-host-device.io/rdmaDevice";
-    pub const UVERBS: &str = "rdma-host-device.io/uverbs";
+    // Kubernetes' own names, which the scheduler's alignment and other drivers read.
+    pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
+    pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+    pub const NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
+    // Multus' names for what a device plugin hands over.
+    pub const DEVICE_ID: &str = "k8s.cni.cncf.io/deviceID";
+    pub const RESOURCE_NAME: &str = "k8s.cni.cncf.io/resourceName";
+    // Ours.
     pub const IF_NAME: &str = "rdma-host-device.io/ifName";
+    pub const DRIVER: &str = "rdma-host-device.io/driver";
+    pub const MTU: &str = "rdma-host-device.io/mtu";
+    pub const LINK_SPEED: &str = "rdma-host-device.io/linkSpeed";
+    pub const LINK_UP: &str = "rdma-host-device.io/linkUp";
+    pub const RDMA: &str = "rdma-host-device.io/rdma";
+    pub const RDMA_DEVICE: &str = "rdma-host-device.io/rdmaDevice";
+    pub const NODE_GUID: &str = "rdma-host-device.io/nodeGUID";
+    pub const TRANSPORT: &str = "rdma-host-device.io/transport";
+    pub const RAIL: &str = "rdma-host-device.io/rail";
+    pub const UVERBS: &str = "rdma-host-device.io/uverbs";
     pub const GID_INDEX: &str = "rdma-host-device.io/gidIndex";
     pub const GID_INDICES: &str = "rdma-host-device.io/gidIndices";
-    pub const NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
-    pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
 }
 
 /// Env names in the request's CDI device.
@@ -124,7 +140,8 @@ pub struct Device {
     pub network_data: Option<NetworkData>,
 }
 
-/// A device attribute in ResourceSlice form: one of its fields set.
+/// A device attribute (the API's `DeviceAttribute`) as a ResourceSlice and a claim's device
+/// metadata both carry it: one of its fields set.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attribute {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -147,6 +164,12 @@ impl Attribute {
     pub fn string(v: impl Into<String>) -> Attribute {
         Attribute {
             string: Some(v.into()),
+            ..Attribute::default()
+        }
+    }
+    pub fn boolean(v: bool) -> Attribute {
+        Attribute {
+            bool: Some(v),
             ..Attribute::default()
         }
     }
