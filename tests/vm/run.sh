@@ -4,13 +4,13 @@
 #
 #   tests/vm/run.sh [GROUP...]   groups: smoke unit shared exclusive-stock exclusive-move
 #                                exclusive-move-slub metrics cri-exclusive cluster
-#                                two-nodes (default: all but two-nodes)
+#                                two-nodes (default: all of them)
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REPO=$(cd "$HERE/../.." && pwd -P)
 cd "$REPO" || exit 1
 GROUPS_=("$@")
-((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub metrics cri-exclusive cluster)
+((${#GROUPS_[@]})) || GROUPS_=(smoke unit shared exclusive-stock exclusive-move exclusive-move-slub metrics cri-exclusive cluster two-nodes)
 
 "$HERE/vm.sh" --prepare || { echo "run: preparing the VM failed" >&2; exit 1; }
 cargo build -q || exit 1

@@ -19,8 +19,10 @@
 #               don't-fragment ping, ib_write_bw and ib_read_lat (each side with -x its own
 #               NCCL_IB_GID_INDEX, -m 4096) and rping (rdma_cm); the figures against the
 #               baseline
+#   long transfers  ib_write_bw of 50,000 4 KiB writes between the pods with the nodes left
+#               alone, then with both nodes busy: the controls for the next case
 #   rolling update  `kubectl rollout restart` of the DaemonSet on both nodes while an
-#               ib_write_bw of 20,000 64 KiB writes runs between the pods: it completes (a
+#               ib_write_bw of 300,000 4 KiB writes runs between the pods: it completes (a
 #               count, so a broken QP is an error), both pods keep net1 and rxe0
 #   kubelet restart  on node 2 while dp-2 runs: the device plugin registers again, the node
 #               offers the rail again, dp-2 keeps its NIC and reaches dp-1; deleted, its NIC
@@ -133,9 +135,9 @@ GID_OF='gid_of() { ibv_devinfo -v -d rxe0 | sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:s
 # perftest: 64 KiB writes for 5 s, 2-byte reads 500 times; -F: no CPU-frequency check (a VM)
 BW_ARGS="-d rxe0 -m 4096 -s 65536 -D 5 -F"
 LAT_ARGS="-d rxe0 -m 4096 -n 500 -F"
-# the first result line of a perftest report: BW average (MB/s, column 4) or t_typical (usec,
-# column 5)
-bw_of() { awk '$1 == 65536 && NF >= 5 {print $4}' <<<"$1" | sed -n 1p; }
+# the first result line of a perftest report: BW average (MB/s, column 4; of SIZE-byte writes,
+# 65536 unless said) or t_typical (usec, column 5)
+bw_of() { awk -v size="${2:-65536}" '$1 == size && NF >= 5 {print $4}' <<<"$1" | sed -n 1p; }
 lat_of() { awk '$1 == 2 && NF >= 7 {print $5}' <<<"$1" | sed -n 1p; }
 mtu_of() { sed -n 's/^ *Mtu *: *\([0-9]*\)\[B\].*/\1/p' <<<"$1" | sed -n 1p; }
 
@@ -292,6 +294,13 @@ out=$(perftest_pair rping in_dp1 in_dp2 "rping -s -a $IP1 -C 10 -v" "rping -c -a
 if [[ $(grep -c '^ping data: rdma-ping-' <<<"$out") == 10 ]]; then ok "dp-2 -> dp-1 rping (rdma_cm): 10 pings, $(grep '^ping data' <<<"$out" | sed -n '$p')"
 else bad "rping between the pods: $out"; fi
 
+# RHD_TWO_NODES_EXPERIMENT=FILE: FILE sourced here, with both pods up and every helper above
+# defined (a place to try a transfer by hand; the cases below run after it)
+if [[ -n ${RHD_TWO_NODES_EXPERIMENT:-} ]]; then
+  # shellcheck disable=SC1090
+  . "$RHD_TWO_NODES_EXPERIMENT"
+fi
+
 # ---- what nodes do while a job runs. home N: VM N's NIC and RDMA device back in its own
 # namespace, as the node had them (MTU 1500, rxe0 there)
 home='for i in $(seq 60); do [[ $(cat /sys/class/net/eth0/mtu 2>/dev/null) == 1500 ]] && rdma dev show rxe0 >/dev/null 2>&1 && exit 0; sleep 1; done; ip -br link; rdma dev; exit 1'
@@ -304,24 +313,34 @@ registrations() { kc -n kube-system logs "$(agent_pod "$1")" -c device-plugin 2>
 
 # The long transfer of the three cases below: a count, not a duration (perftest in duration
 # mode reports a broken QP as 0 iterations and exits 0; with a count a completion error ends it
-# with an error and a non-zero status). long_transfer prints both sides' reports; transfer_ok
-# REPORT BW says whether it completed.
-ITERS=${RHD_TWO_NODES_TRANSFER_ITERS:-20000}
-LONG_ARGS="-d rxe0 -m 4096 -s 65536 -n $ITERS -F"
+# with an error and a non-zero status). Writes of 4 KiB, one 4096-byte packet each: soft-RoCE on
+# the VMs' 6.1 kernel breaks a multi-packet write's QP now and then when a packet of it is sent
+# again (IBV_WC_REM_INV_REQ_ERR, status 9, after 11,000 of 20,000 64 KiB writes with the nodes
+# left alone, 2026-12-07; 1 of 4 such transfers), with nothing of ours running, a fault of the
+# stand-in and not of a real NIC; one-packet writes do not meet it (600,000 of them in three
+# transfers, none broke). long_transfer N prints both sides' reports of N writes; transfer_ok
+# REPORT N says whether they completed: both sides report all N, and neither saw a completion
+# error (the client's "Couldn't connect" while the server starts is not one: in_pod_retry tries
+# again).
+ITERS=${RHD_TWO_NODES_TRANSFER_ITERS:-300000}
 long_transfer() {
-  perftest_pair bw in_dp1 in_dp2 "ib_write_bw $LONG_ARGS -x \$NCCL_IB_GID_INDEX" "ib_write_bw $LONG_ARGS -x \$NCCL_IB_GID_INDEX $IP1"
+  local a="-d rxe0 -m 4096 -s 4096 -n $1 -F"
+  perftest_pair bw in_dp1 in_dp2 "ib_write_bw $a -x \$NCCL_IB_GID_INDEX" "ib_write_bw $a -x \$NCCL_IB_GID_INDEX $IP1"
 }
-transfer_ok() { [[ -n $2 && $2 != 0.00 ]] && [[ $(grep -ciE 'error|failed|unable|command terminated' <<<"$1") == 0 ]]; }
-why_not() { grep -iE 'error|failed|status|cnt=' <<<"$1" | tr '\n' ' '; }
+failures() { grep -iE 'completion with error|failed status|failed to|command terminated' <<<"$1"; }
+transfer_ok() {
+  [[ $(awk -v n="$2" '$1 == 4096 && $2 == n && NF >= 5' <<<"$1" | wc -l) == 2 && -z $(failures "$1") ]]
+}
+why_not() { echo "$(failures "$1" | tr '\n' ' ') (reports of all writes: $(awk -v n="$2" '$1 == 4096 && $2 == n && NF >= 5' <<<"$1" | wc -l) of 2)"; }
 
-# The transfer with nothing happening on the nodes first: what a soft-RoCE pair under TCG
-# carries without us doing anything, so a break during the rollout below is told from one
-# without it.
+# The transfer with nothing happening on the nodes first (a sixth as long): what a soft-RoCE
+# pair under TCG carries without us doing anything, so a break during the rollout below is told
+# from one without it.
 case_ "a long transfer between the pods, the nodes left alone"
-out=$(long_transfer 2>&1)
-QUIET_BW=$(bw_of "$out")
-if transfer_ok "$out" "$QUIET_BW"; then ok "$ITERS writes of 64 KiB completed: $QUIET_BW MB/s average"
-else bad "the long transfer with the nodes left alone: $(why_not "$out")"; fi
+out=$(long_transfer $((ITERS / 6)) 2>&1)
+QUIET_BW=$(bw_of "$out" 4096)
+if transfer_ok "$out" $((ITERS / 6)); then ok "$((ITERS / 6)) writes of 4 KiB completed: $QUIET_BW MB/s average"
+else bad "the long transfer with the nodes left alone: $(why_not "$out" $((ITERS / 6)))"; fi
 
 # And with both nodes' CPU taken by something that is not ours (two busy loops in each VM, as
 # many as the rollout starts containers per node, for 90 s): tells a break the rollout causes
@@ -330,10 +349,10 @@ case_ "a long transfer between the pods, both nodes busy with something else"
 for n in 1 2; do
   vm_run "$n" "for i in 1 2; do setsid timeout 90 sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & done" 30 >/dev/null
 done
-out=$(long_transfer 2>&1)
-BUSY_BW=$(bw_of "$out")
-if transfer_ok "$out" "$BUSY_BW"; then ok "under load: $ITERS writes of 64 KiB completed: $BUSY_BW MB/s average"
-else bad "the long transfer with both nodes busy: $(why_not "$out")"; fi
+out=$(long_transfer $((ITERS / 6)) 2>&1)
+BUSY_BW=$(bw_of "$out" 4096)
+if transfer_ok "$out" $((ITERS / 6)); then ok "under load: $((ITERS / 6)) writes of 4 KiB completed: $BUSY_BW MB/s average"
+else bad "the long transfer with both nodes busy: $(why_not "$out" $((ITERS / 6)))"; fi
 for n in 1 2; do vm_run "$n" "pkill -f 'while :; do :; done' || true" 30 >/dev/null; done
 
 # A rolling update of our DaemonSet across both nodes while the transfer runs between the pods:
@@ -341,7 +360,7 @@ for n in 1 2; do vm_run "$n" "pkill -f 'while :; do :; done' || true" 30 >/dev/n
 case_ "rolling update of the DaemonSet during a transfer"
 long=$D/long-transfer.out
 t=$SECONDS
-long_transfer >"$long" 2>&1 &
+long_transfer "$ITERS" >"$long" 2>&1 &
 TRANSFER=$!
 sleep 15
 gen0=$(kc -n kube-system get ds rdma-host-device -o jsonpath='{.status.observedGeneration}')
@@ -355,10 +374,10 @@ containers_up "after the rollout"
 if kill -0 "$TRANSFER" 2>/dev/null; then ok "the transfer was still running when the rollout ended"
 else bad "the transfer ended before the rollout did (raise RHD_TWO_NODES_TRANSFER_ITERS)"; fi
 wait "$TRANSFER"
-LONG_BW=$(bw_of "$(cat "$long")")
-fig "  ib_write_bw 64 KiB across a rolling update of the DaemonSet: ${LONG_BW:-} MB/s"
-if transfer_ok "$(cat "$long")" "$LONG_BW"; then ok "the transfer across the rollout completed: $LONG_BW MB/s average"
-else bad "the transfer across the rollout: $(cat "$long")"; fi
+LONG_BW=$(bw_of "$(cat "$long")" 4096)
+fig "  ib_write_bw, $ITERS writes of 4 KiB across a rolling update of the DaemonSet: ${LONG_BW:-} MB/s"
+if transfer_ok "$(cat "$long")" "$ITERS"; then ok "the transfer across the rollout completed: $ITERS writes, $LONG_BW MB/s average"
+else bad "the transfer across the rollout: $(why_not "$(cat "$long")" "$ITERS")"; fi
 for p in dp-1 dp-2; do
   s=$(still_attached "$p")
   if [[ $s == "up 1" ]]; then ok "$p still holds net1 (up) and rxe0 (port active) after the rollout"; else bad "$p after the rollout: $s"; fi
