@@ -4,11 +4,11 @@
 //! `node-config` read it; the CNI verbs never parse it.
 
 use super::NicPolicy;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// `devicePlugin`: what `rdma-host-device-agent device-plugin` offers the kubelet. Each pool is one
 /// extended resource; each NIC its selectors match is one device of it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DevicePluginConfig {
     pub pools: Vec<Pool>,
@@ -17,7 +17,7 @@ pub struct DevicePluginConfig {
     pub char_devices: CharDevices,
     /// Per NIC a CDI device of env (`nic_env`): `Allocate` names it and writes its spec, ADD
     /// completes it with the RoCE v2 GID index it verified (`NCCL_IB_GID_INDEX`). Absent: none.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nic_env: Option<NicEnvConfig>,
 }
 
@@ -25,7 +25,7 @@ pub struct DevicePluginConfig {
 /// (generation 1, at `Allocate` and for every NIC of its pools that has none), ADD and DEL
 /// rewrite them (which read only this key of `devicePlugin`): the path is the node's, made
 /// from this directory and the NIC's own device ID, never from a network configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NicEnvConfig {
     /// Off: no spec, no CDI name.
@@ -64,13 +64,9 @@ impl NicEnvConfig {
             cdi_dir: self.cdi_dir.clone(),
         })
     }
-
-    pub(super) fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({"enabled": self.enabled, "cdiDir": self.cdi_dir})
-    }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Pool {
     /// The extended resource, `vendor-domain/name` (`rdma-host-device.io/rail`).
@@ -102,7 +98,7 @@ impl Pool {
 
 /// Management interfaces (`umad*`, `issm*`): a process holding them can send MADs to the
 /// fabric (issm: mark the port as a subnet manager). Off unless the node operator says so.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CharDevices {
     #[serde(default)]

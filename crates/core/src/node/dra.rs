@@ -6,22 +6,22 @@
 
 use super::NicPolicy;
 use super::device_plugin::check_resource_name;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// `dra`: what the DRA driver publishes. Every NIC it publishes is also one the node policy
 /// (`allowedNics`, never an uplink unless in `allowedUplinks`) lets ADD hand to a pod.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DraConfig {
     /// Publish only the NICs these select. Absent: every NIC backed by a device (a PCI
     /// function or an auxiliary-bus device), never a virtual link (veth, bridge, ...): the
     /// runtime creates one per pod, which would churn the slice.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nics: Option<NicPolicy>,
     /// The `k8s.cni.cncf.io/resourceName` attribute of every device: Multus (DRA mode) hands a
     /// device's `k8s.cni.cncf.io/deviceID` to the CNI of the NAD whose
     /// `k8s.v1.cni.cncf.io/resourceName` equals it. Absent: the attribute is not published.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_name: Option<String>,
     /// Rails: the first whose selectors match a NIC names its `rdma-host-device.io/rail`.
     #[serde(default)]
@@ -31,17 +31,17 @@ pub struct DraConfig {
     /// claim the scheduler makes (KEP-5004). The scheduler uses DRA for it only on nodes whose
     /// allocatable has none of it, so `devicePlugin` may not offer the same name here (both
     /// halves refuse to start), and the device plugin, with no pools, idles.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extended_resource_name: Option<String>,
     /// Where the KEP-5304 device metadata goes (`dra::metadata`); absent: none is written.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_metadata: Option<DeviceMetadataConfig>,
 }
 
 /// `dra.deviceMetadata`: where prepare writes each request's metadata file and CDI specs, and
 /// where ADD (which reads only this key of `dra`) completes them. The paths ADD writes come
 /// from here and from the claim's names, never from a network configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeviceMetadataConfig {
     /// Off (or no `deviceMetadata`): no metadata file, no CDI spec, no env.
@@ -90,17 +90,9 @@ impl DeviceMetadataConfig {
             cdi_dir: self.cdi_dir.clone(),
         })
     }
-
-    fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "enabled": self.enabled,
-            "pluginDataDir": self.plugin_data_dir,
-            "cdiDir": self.cdi_dir,
-        })
-    }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Rail {
     /// The rail's name as claims select it (`device.attributes["rdma-host-device.io"].rail`).
@@ -149,28 +141,6 @@ impl DraConfig {
             }
         }
         Ok(())
-    }
-
-    pub(super) fn to_json(&self) -> serde_json::Value {
-        let mut v = serde_json::json!({
-            "rails": self.rails.iter().map(|r| serde_json::json!({
-                "name": r.name,
-                "selectors": r.selectors.to_json(),
-            })).collect::<Vec<_>>(),
-        });
-        if let Some(n) = &self.nics {
-            v["nics"] = n.to_json();
-        }
-        if let Some(r) = &self.resource_name {
-            v["resourceName"] = r.clone().into();
-        }
-        if let Some(r) = &self.extended_resource_name {
-            v["extendedResourceName"] = r.clone().into();
-        }
-        if let Some(m) = &self.device_metadata {
-            v["deviceMetadata"] = m.to_json();
-        }
-        v
     }
 }
 

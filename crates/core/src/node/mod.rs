@@ -49,7 +49,7 @@ pub const DEFAULT_LOG_DIR: &str = "/var/log/rdma-host-device";
 const MAX_LEN: u64 = 1 << 20;
 
 /// The node configuration file's content. Its keys are its fields' names (camelCase), read by
-/// derive and written back by derive ([`Node::to_json`]); [`Node::keys`] lists them for help.
+/// derive and written back by derive ([`Node::to_json`]); [`keys_of`] lists them for help.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Node {
@@ -259,24 +259,12 @@ impl Node {
     pub fn to_json(&self) -> String {
         // Every key by derive: one someone adds is shown without being listed here.
         let mut v = serde_json::to_value(self).unwrap_or_default();
+        // Each agent section as its parser read it (defaults filled in), when it parses.
         if let Ok(Some(dp)) = self.device_plugin() {
-            v["devicePlugin"] = serde_json::json!({
-                "pools": dp.pools.iter().map(|p| serde_json::json!({
-                    "resourceName": p.resource_name,
-                    "selectors": p.selectors.to_json(),
-                })).collect::<Vec<_>>(),
-                "charDevices": {
-                    "umad": dp.char_devices.umad,
-                    "issm": dp.char_devices.issm,
-                    "cdi": dp.char_devices.cdi,
-                },
-            });
-            if let Some(e) = &dp.nic_env {
-                v["devicePlugin"]["nicEnv"] = e.to_json();
-            }
+            v["devicePlugin"] = serde_json::to_value(dp).unwrap_or_default();
         }
         if let Ok(Some(d)) = self.dra() {
-            v["dra"] = d.to_json();
+            v["dra"] = serde_json::to_value(d).unwrap_or_default();
         }
         if let Ok(Some(g)) = self.gc() {
             v["gc"] = serde_json::to_value(g).unwrap_or_default();

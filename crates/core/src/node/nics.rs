@@ -67,10 +67,6 @@ impl NicPolicy {
         .into_iter()
         .flat_map(|(k, l)| l.iter().map(move |v| format!("{k} {v:?}")))
     }
-
-    pub(super) fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).unwrap_or_default()
-    }
 }
 
 /// What the NIC is, as far as the node policy cares.
