@@ -328,10 +328,10 @@ long_transfer() {
   perftest_pair bw in_dp1 in_dp2 "ib_write_bw $a -x \$NCCL_IB_GID_INDEX" "ib_write_bw $a -x \$NCCL_IB_GID_INDEX $IP1"
 }
 failures() { grep -iE 'completion with error|failed status|failed to|command terminated' <<<"$1"; }
-transfer_ok() {
-  [[ $(awk -v n="$2" '$1 == 4096 && $2 == n && NF >= 5' <<<"$1" | wc -l) == 2 && -z $(failures "$1") ]]
-}
-why_not() { echo "$(failures "$1" | tr '\n' ' ') (reports of all writes: $(awk -v n="$2" '$1 == 4096 && $2 == n && NF >= 5' <<<"$1" | wc -l) of 2)"; }
+# full_reports REPORT N: how many sides (of 2) report all N writes of 4 KiB
+full_reports() { awk -v n="$2" '$1 == 4096 && $2 == n && NF >= 5' <<<"$1" | wc -l; }
+transfer_ok() { [[ $(full_reports "$1" "$2") == 2 && -z $(failures "$1") ]]; }
+why_not() { echo "$(failures "$1" | tr '\n' ' ') (reports of all writes: $(full_reports "$1" "$2") of 2)"; }
 
 # The transfer with nothing happening on the nodes first (a sixth as long): what a soft-RoCE
 # pair under TCG carries without us doing anything, so a break during the rollout below is told
