@@ -2,8 +2,8 @@
 # The style gate for shell (scripts/test.sh's style step): every shell script of the repository
 # (*.sh, .ci/run, and any tracked file whose first line runs bash or sh)
 #   1. passes Debian's shellcheck, with the repository's .shellcheckrc;
-#   2. has no pipeline whose reader may stop before its writer is done: `| head`, `| grep -q`,
-#      `| grep -m`, `| awk ... exit`, `| sed ... q`. Under `pipefail` the writer then dies of
+#   2. has no pipeline whose reader may stop before its writer is done: a pipe into head,
+#      grep -q, grep -m, an awk that exits or a sed that quits. Under `pipefail` the writer dies of
 #      SIGPIPE and the pipeline fails (141) only when the writer is slow or its output big: on a
 #      cold cache, never on the warm machine that wrote the script. Read to the end instead:
 #      `| sed -n 1p`, `| grep PATTERN >/dev/null`, awk that keeps the first match and prints it
