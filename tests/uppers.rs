@@ -40,7 +40,16 @@ static ONE_WATCHER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Watcher {
     fn start(rig: &Rig) -> Watcher {
-        let alone = ONE_WATCHER.lock().unwrap_or_else(|e| e.into_inner());
+        Watcher::start_alone(rig, Watcher::alone())
+    }
+
+    /// No other test's watcher runs while this is held (for a test that must act before its
+    /// own watcher starts).
+    fn alone() -> std::sync::MutexGuard<'static, ()> {
+        ONE_WATCHER.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn start_alone(rig: &Rig, alone: std::sync::MutexGuard<'static, ()>) -> Watcher {
         let socket = rig.dir.path().join("uppers.sock");
         let child = Command::new(AGENT)
             .args(["uppers-watch", "--socket"])
@@ -449,4 +458,120 @@ fn the_watcher_deletes_a_neighbours_macvlan_on_an_attached_nic_at_once() {
     rig.call("DEL", &conf, &victim.path(), &rig.cid(0), IF, &[])
         .ok();
     nic.assert_home(Some(&victim), &"after DEL");
+}
+
+/// DEL and CHECK, logging at debug level (their stderr says whether the guard vouched), with
+/// ADD's result for CHECK.
+fn check_and_del(rig: &Rig, nic: &Veth, pod: &Netns, added: &RunOut) -> (RunOut, RunOut) {
+    let mut conf = rig.conf("1.1.0", json!({"device": nic.name, "logLevel": "debug"}));
+    let del_conf = conf.clone();
+    conf["prevResult"] = added.ok();
+    let check = rig.call("CHECK", &conf, &pod.path(), &rig.cid(0), IF, &[]);
+    let del = rig.call("DEL", &del_conf, &pod.path(), &rig.cid(0), IF, &[]);
+    (check, del)
+}
+
+const VOUCHED: &str = "the uppers guard vouches for";
+const DECLINED: &str = "the uppers guard does not vouch for";
+
+/// A neighbour's `macvlan mode passthru` on the pod's NIC, made in the neighbour's namespace.
+fn ride(victim: &Netns, attacker: &Netns, mv: &str) {
+    ip(&[
+        "-n",
+        &victim.name,
+        "link",
+        "add",
+        "link",
+        IF,
+        "name",
+        mv,
+        "netns",
+        &attacker.name,
+        "type",
+        "macvlan",
+        "mode",
+        "passthru",
+    ]);
+}
+
+/// Issue 47: DEL and CHECK do not search every namespace for riders when the guard has watched
+/// the NIC since ADD (their cost stays flat with the pods beside them); they take its word, and
+/// the NIC comes home.
+#[test]
+fn del_and_check_take_the_guards_word_for_a_nic_it_watched_since_add() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let _w = Watcher::start(&rig);
+    let added = add(&rig, &nic, &victim);
+    let (check, del) = check_and_del(&rig, &nic, &victim, &added);
+    check.ok();
+    assert!(check.stderr.contains(VOUCHED), "CHECK searched\n{check}");
+    del.ok();
+    assert!(del.stderr.contains(VOUCHED), "DEL searched\n{del}");
+    nic.assert_home(Some(&victim), &del);
+    rig.assert_state_empty(&del);
+}
+
+/// The guard follows tagged NICs; a pod that rewrites its NIC's alias drops that, and a
+/// neighbour's macvlan then stays on the NIC. The guard heard the NIC touched all the same and
+/// does not vouch: CHECK fails naming the rider, and DEL deletes it before the NIC goes home.
+#[test]
+fn a_rider_the_guard_did_not_follow_is_named_by_check_and_deleted_by_del() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    let w = Watcher::start(&rig);
+    let added = add(&rig, &nic, &victim);
+    added.ok();
+    ip(&["-n", &victim.name, "link", "set", IF, "alias", "mine now"]);
+    let mv = format!("rh{}u{}", tag(), rig.n);
+    ride(&victim, &attacker, &mv);
+    // The guard answers in order: once it has answered a later question, it has read the
+    // macvlan's notification, and it left the macvlan alone.
+    let _ = w.ask(&rig.nic(1));
+    assert!(
+        link(Some(&attacker.name), &mv).is_some(),
+        "the guard deleted a rider of a NIC without our tag: this test no longer tests DEL"
+    );
+    let (check, del) = check_and_del(&rig, &nic, &victim, &added);
+    assert_eq!(code(&check), 106, "{check}");
+    assert!(msg(&check).contains(&format!("macvlan {mv}")), "{check}");
+    assert!(check.stderr.contains(DECLINED), "{check}");
+    del.ok();
+    assert!(del.stderr.contains(DECLINED), "{del}");
+    assert!(
+        link(Some(&attacker.name), &mv).is_none(),
+        "the neighbour's macvlan outlived DEL\n{del}"
+    );
+    nic.assert_home(Some(&victim), &del);
+    rig.assert_state_empty(&del);
+}
+
+/// A guard that started after ADD did not hear what came before it: it does not vouch, and
+/// DEL finds and deletes the rider stacked while no watcher ran.
+#[test]
+fn a_guard_started_after_add_does_not_vouch_for_that_nic() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    // No other test's guard may delete the rider meanwhile.
+    let alone = Watcher::alone();
+    let added = add(&rig, &nic, &victim);
+    added.ok();
+    let mv = format!("rh{}l{}", tag(), rig.n);
+    ride(&victim, &attacker, &mv);
+    let _w = Watcher::start_alone(&rig, alone);
+    let (check, del) = check_and_del(&rig, &nic, &victim, &added);
+    assert_eq!(code(&check), 106, "{check}");
+    assert!(check.stderr.contains(DECLINED), "{check}");
+    del.ok();
+    assert!(del.stderr.contains(DECLINED), "{del}");
+    assert!(
+        link(Some(&attacker.name), &mv).is_none(),
+        "the neighbour's macvlan outlived DEL\n{del}"
+    );
+    nic.assert_home(Some(&victim), &del);
 }

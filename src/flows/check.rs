@@ -73,8 +73,13 @@ pub async fn check(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
     }
     // Nothing another namespace made may ride the pod's NIC for the whole attachment (a
     // neighbour's `macvlan mode passthru` on it gets this pod's frames).
-    let riders =
-        rdma_host_device_core::uppers::arrival::foreign_riders(&pod_ns, link.index, &env.ifname)?;
+    let riders = rdma_host_device_core::uppers::arrival::foreign_riders(
+        &node.uppers_socket,
+        record.as_ref().and_then(|r| r.moved_after.as_ref()),
+        &pod_ns,
+        link.index,
+        &env.ifname,
+    )?;
     if !riders.is_empty() {
         return Err(mismatch(format!(
             "{} has devices of other network namespaces riding it ({}): they receive this pod's frames; the node's uppers watcher deletes them, or DEL does before the NIC leaves",

@@ -168,6 +168,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             None => None,
         },
         dra: from_dra.map(|(_, d)| d),
+        moved_after: rdma_host_device_core::state::Since::now(),
         ..Record::of_home(&home)
     };
     if let Some(p) = &rdma {

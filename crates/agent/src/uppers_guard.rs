@@ -16,14 +16,25 @@
 //! NIC of every namespace. A pod that rewrites its NIC's alias only drops its own guard (CHECK
 //! and DEL still look); one that tags its own links only costs the watcher scans, one per
 //! burst of notifications.
+//!
+//! DEL and CHECK ask it ([`Guard::vouch`]) before they search every namespace themselves: it
+//! vouches for a NIC when it has heard every notification of the NIC's namespace since a
+//! moment before the NIC left the host (no start and no loss since, or a search and removal
+//! for that NIC after them), and each one about the NIC that could be an upper linked to it
+//! was followed by a search and removal that succeeded. It remembers, per (namespace id, link
+//! index), the last such notification and the last successful search, by the order it heard
+//! them; every link of every namespace with an id counts, tagged or not, so a rewritten alias
+//! makes it decline, never vouch wrongly.
 
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use rdma_host_device_core::link::raw;
 use rdma_host_device_core::netlink_sync;
 use rdma_host_device_core::netns::{self, Netns};
 use rdma_host_device_core::state::Tag;
+use rdma_host_device_core::state::boottime_ns;
 use rdma_host_device_core::uppers::arrival;
-use std::collections::BTreeSet;
+use rdma_host_device_core::uppers::{Answer, WatchedNic};
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -39,6 +50,12 @@ const DATAGRAM: usize = 64 << 10;
 /// The file, beside the watcher's socket, that holds how many links the guard deleted: the
 /// exporter serves it as `rdma_host_device_foreign_uppers_removed_total`.
 pub const COUNTER_FILE: &str = "foreign-uppers-removed";
+/// (namespace id, link index) pairs remembered: a bound, not a working size. Past it, the
+/// guard forgets them all and counts that as a moment it might have missed something.
+const REMEMBERED: usize = 1 << 16;
+
+/// A link in a pod's namespace: the id the host has for that namespace, the link's index.
+type Key = (i32, u32);
 
 pub struct Guard {
     nl: Socket,
@@ -46,6 +63,16 @@ pub struct Guard {
     /// Links deleted since the watcher started.
     removed: u64,
     counter: PathBuf,
+    /// Datagrams read (and losses): the order in which it heard things.
+    heard: u64,
+    /// The latest moment it may have missed a notification (its start, a loss, a forgetting):
+    /// CLOCK_BOOTTIME, and `heard` then.
+    blind_ns: u64,
+    blind_heard: u64,
+    /// Per link: the last notification that could be an upper linked to it (`heard`).
+    touched_at: HashMap<Key, u64>,
+    /// Per link: where the last search and removal that succeeded began (`heard`).
+    cleared_at: HashMap<Key, u64>,
 }
 
 impl Guard {
@@ -79,6 +106,11 @@ impl Guard {
             buf: vec![0; DATAGRAM],
             removed: 0,
             counter,
+            heard: 0,
+            blind_ns: now_ns(),
+            blind_heard: 0,
+            touched_at: HashMap::new(),
+            cleared_at: HashMap::new(),
         };
         g.write_counter();
         Ok(g)
@@ -92,8 +124,10 @@ impl Guard {
     pub fn drain(&mut self) -> io::Result<()> {
         // (the namespace's id in the host's, the NIC's index there, its name there)
         let mut touched: BTreeSet<(i32, u32, String)> = BTreeSet::new();
+        let mut heard: Vec<Key> = Vec::new();
         let mut lost = false;
         loop {
+            self.heard += 1;
             match self.recv() {
                 Ok(None) => break,
                 Ok(Some((n, nsid))) => {
@@ -105,12 +139,19 @@ impl Guard {
                         continue;
                     };
                     for m in msgs {
+                        // An upper linked to a link, or unlinked, is an RTM_NEWLINK for it
+                        // with no flag changed; so are other changes, which cost a search.
                         if let Some((false, l)) = raw::notification(m)
                             && netlink_sync::u32_at(m, 28) == Some(0)
-                            && l.alias.as_deref().and_then(Tag::decode).is_some()
                         {
-                            touched.insert((nsid, l.index, l.shown()));
+                            heard.push((nsid, l.index));
+                            if l.alias.as_deref().and_then(Tag::decode).is_some() {
+                                touched.insert((nsid, l.index, l.shown()));
+                            }
                         }
+                    }
+                    for key in heard.drain(..) {
+                        self.touch(key);
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => lost = true,
@@ -118,6 +159,7 @@ impl Guard {
             }
         }
         if lost {
+            self.blind();
             log::warn!(
                 "uppers guard: link notifications of the pods' namespaces were lost; looking at every attached NIC"
             );
@@ -126,6 +168,45 @@ impl Guard {
             self.look(&touched);
         }
         Ok(())
+    }
+
+    /// Whether nothing of another namespace rides `nic` as far as the guard can vouch (see
+    /// the module's doc): [`Answer::Riding`] with nothing when it can, [`Answer::Unknown`]
+    /// saying why not. What was queued before the question is read first.
+    pub fn vouch(&mut self, nic: &WatchedNic) -> io::Result<Answer> {
+        self.drain()?;
+        let key = (nic.nsid, nic.ifindex);
+        let cleared = self.cleared_at.get(&key).copied();
+        let why_not = if let Some(t) = self.touched_at.get(&key)
+            && cleared.is_none_or(|c| c < *t)
+        {
+            Some("something touched it that the guard did not follow with a search")
+        } else if nic.since_ns < self.blind_ns && cleared.is_none_or(|c| c < self.blind_heard) {
+            Some("the guard may have missed notifications since the NIC left the host")
+        } else {
+            None
+        };
+        Ok(match why_not {
+            Some(w) => Answer::Unknown(format!("{} (index {}): {w}", nic.name, nic.ifindex)),
+            None => Answer::Riding(Vec::new()),
+        })
+    }
+
+    /// A notification that could be an upper linked to `key`.
+    fn touch(&mut self, key: Key) {
+        if self.touched_at.len() >= REMEMBERED && !self.touched_at.contains_key(&key) {
+            self.blind();
+        }
+        self.touched_at.insert(key, self.heard);
+    }
+
+    /// From here on, it vouches only for links it searched after this moment.
+    fn blind(&mut self) {
+        self.heard += 1;
+        self.blind_ns = now_ns();
+        self.blind_heard = self.heard;
+        self.touched_at.clear();
+        self.cleared_at.clear();
     }
 
     /// One datagram: its length and the id of the namespace it comes from (`None`: the
@@ -199,15 +280,21 @@ impl Guard {
                 continue;
             };
             for (_, index, name) in touched.iter().filter(|(n, _, _)| *n == id) {
-                self.remove(&ns, &label, *index, name);
+                self.remove(&ns, &label, (id, *index), name);
             }
         }
     }
 
     /// Every tagged NIC of every namespace (after lost notifications).
     fn sweep(&mut self) {
+        let Ok(mut host) = netlink_sync::route_socket() else {
+            return;
+        };
         for (path, label) in netns::others_on_node() {
             let Ok(ns) = Netns::open(&path) else { continue };
+            let Ok(Some(id)) = raw::nsid_of(&mut host, ns.raw_fd()) else {
+                continue;
+            };
             let ours: Vec<(u32, String)> = match ns.within(raw::dump) {
                 Ok(Ok(Some(links))) => links
                     .into_iter()
@@ -217,14 +304,21 @@ impl Guard {
                 _ => continue,
             };
             for (index, name) in ours {
-                self.remove(&ns, &label, index, &name);
+                self.remove(&ns, &label, (id, index), &name);
             }
         }
     }
 
-    fn remove(&mut self, ns: &Netns, label: &str, index: u32, name: &str) {
-        match arrival::remove_foreign_riders(ns, index, name) {
+    /// Search every other namespace for what rides link `key.1` of `ns` and delete it.
+    fn remove(&mut self, ns: &Netns, label: &str, key: Key, name: &str) {
+        let (began, index) = (self.heard, key.1);
+        match arrival::scan_and_remove_foreign_riders(ns, index, name) {
             Ok(gone) => {
+                if self.cleared_at.len() >= REMEMBERED && !self.cleared_at.contains_key(&key) {
+                    self.blind();
+                } else {
+                    self.cleared_at.insert(key, began);
+                }
                 for what in &gone {
                     log::warn!(
                         "uppers guard: {name} (index {index}) in {label}, an attached NIC: {what} (something with NET_ADMIN in that namespace stacked it on another pod's NIC)"
@@ -249,4 +343,9 @@ impl Guard {
             log::warn!("uppers guard: writing {}: {e}", self.counter.display());
         }
     }
+}
+
+/// CLOCK_BOOTTIME now; the end of time when it cannot be read (nothing is vouched for).
+fn now_ns() -> u64 {
+    boottime_ns().unwrap_or(u64::MAX)
 }

@@ -21,12 +21,15 @@
 //! for a moment, so the next ADD finds it certified.
 //!
 //! Beside it, the guard (`uppers_guard.rs`) watches the NICs pods hold: what another namespace
-//! stacks on one is deleted at once (issue 47).
+//! stacks on one is deleted at once (issue 47), and DEL and CHECK ask it whether they must
+//! search for riders themselves.
 
 use crate::error::{Error, Result};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use rdma_host_device_core::link::raw;
-use rdma_host_device_core::uppers::{Answer, DEFAULT_SOCKET, MAX_LINE, Query, own_netns, scan};
+use rdma_host_device_core::uppers::{
+    Answer, DEFAULT_SOCKET, MAX_LINE, Query, Watched, own_netns, scan,
+};
 use std::collections::{HashMap, HashSet};
 use std::io::{self, BufRead, Read, Write};
 use std::os::fd::AsRawFd;
@@ -100,7 +103,7 @@ pub fn serve(socket: &Path) -> Result<()> {
                 Ok((client, _)) => {
                     if let Err(e) = rdma_host_device_core::files::check_peer(client.as_raw_fd()) {
                         log::warn!("uppers watcher: refused a client: {e}");
-                    } else if let Err(e) = w.serve_client(client) {
+                    } else if let Err(e) = w.serve_client(client, &mut guard) {
                         log::debug!("uppers watcher: a client: {e}");
                     }
                 }
@@ -404,7 +407,13 @@ impl Watcher {
         Ok(a)
     }
 
-    fn serve_client(&mut self, client: UnixStream) -> io::Result<()> {
+    /// One client: a question about a host link (ADD's policy check) or about a NIC a pod
+    /// holds (DEL's and CHECK's, which the guard answers).
+    fn serve_client(
+        &mut self,
+        client: UnixStream,
+        guard: &mut crate::uppers_guard::Guard,
+    ) -> io::Result<()> {
         client.set_nonblocking(false)?;
         client.set_read_timeout(Some(CLIENT_TIMEOUT))?;
         client.set_write_timeout(Some(CLIENT_TIMEOUT))?;
@@ -414,7 +423,13 @@ impl Watcher {
             .read_until(b'\n', &mut line)?;
         let answer = match serde_json::from_slice::<Query>(&line) {
             Ok(q) => self.answer(q)?,
-            Err(e) => Answer::Unknown(format!("the query does not parse: {e}")),
+            Err(e) => match serde_json::from_slice::<Watched>(&line) {
+                Ok(Watched { watched }) if watched.netns != self.netns => {
+                    Answer::Unknown("the watcher watches another network namespace".into())
+                }
+                Ok(Watched { watched }) => guard.vouch(&watched)?,
+                Err(_) => Answer::Unknown(format!("the query does not parse: {e}")),
+            },
         };
         let mut out = serde_json::to_vec(&answer).map_err(io::Error::other)?;
         out.push(b'\n');

@@ -197,6 +197,55 @@ pub struct Record {
     /// ignores it still undoes the attachment right (no new format).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dra: Option<DraAttachment>,
+    /// A moment before the NIC left the host (ADD's plan): DEL and CHECK ask the uppers
+    /// guard whether it has watched the NIC in the pod, without a break, since then; if it
+    /// has, they need not search every namespace for riders themselves. `None` in records of
+    /// versions before this rule (they search).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_after: Option<Since>,
+}
+
+/// A moment on this machine's clock that counts through suspend (CLOCK_BOOTTIME), with the
+/// boot it belongs to: comparable only within that boot, and never across a reboot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Since {
+    /// /proc/sys/kernel/random/boot_id.
+    pub boot: String,
+    /// Nanoseconds since that boot.
+    pub ns: u64,
+}
+
+impl Since {
+    /// Now; `None` when the clock or the boot id cannot be read (the caller then never
+    /// relies on a comparison).
+    pub fn now() -> Option<Since> {
+        let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        Some(Since {
+            boot: boot.trim().to_owned(),
+            ns: boottime_ns()?,
+        })
+    }
+
+    /// Whether this moment belongs to the running boot.
+    pub fn this_boot(&self) -> bool {
+        fs::read_to_string("/proc/sys/kernel/random/boot_id").is_ok_and(|b| b.trim() == self.boot)
+    }
+}
+
+/// CLOCK_BOOTTIME in nanoseconds.
+pub fn boottime_ns() -> Option<u64> {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a pointer to a timespec that outlives the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut t) } != 0 {
+        return None;
+    }
+    let s = u64::try_from(t.tv_sec).ok()?;
+    let n = u64::try_from(t.tv_nsec).ok()?;
+    s.checked_mul(1_000_000_000)?.checked_add(n)
 }
 
 /// Which DRA claim's device an attachment is, and the network data ADD gave it.
@@ -756,7 +805,9 @@ mod tests {
             pod: None,
             device_info: None,
             dra: None,
+            moved_after: Since::now(),
         };
+        assert!(r.moved_after.as_ref().is_some_and(Since::this_boot));
         // A state dir an older version made 0755: tightened by the next save.
         fs::create_dir_all(&dir).unwrap();
         fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();

@@ -361,7 +361,11 @@ pub async fn give_back_nic(places: &Places<'_>, record: Option<&Record>) -> Resu
             // Nor what another namespace stacked on it (through an id for the pod's
             // namespace): it would ride the NIC home and keep its frames.
             let removed = rdma_host_device_core::uppers::arrival::remove_foreign_riders(
-                pod_ns, link.index, &link.name,
+                &places.node.uppers_socket,
+                r.moved_after.as_ref(),
+                pod_ns,
+                link.index,
+                &link.name,
             )
             .map_err(keep)?;
             for what in removed {

@@ -24,14 +24,18 @@
 //! every namespace a host veth's peer is in: every pod's). [`foreign_riders`] finds such
 //! uppers (CHECK fails on them), [`remove_foreign_riders`] deletes them (DEL, before the NIC
 //! leaves; the agent's uppers watcher, as soon as the kernel reports the NIC's new upper).
+//! Both search every namespace, unless the watcher's guard vouches that it heard everything
+//! about the NIC since ADD and followed up (so a DEL or CHECK costs the same beside 300 pods).
 
 use crate::error::{Code, Error, Result};
 use crate::link::raw::{self, RawLink};
 use crate::netlink_sync;
 use crate::netns::{self, Netns};
+use crate::state::Since;
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::path::Path;
 
 /// RTNLGRP_LINK: link notifications.
 const RTNLGRP_LINK: u32 = 1;
@@ -215,16 +219,93 @@ pub fn riding_in(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
 /// empty when none. Something another namespace made rides a pod's NIC only through an id
 /// that namespace was given for the pod's (RTM_NEWNSID, or one the kernel allocates when a
 /// NET_ADMIN pod dumps the host's links with IFLA_TARGET_NETNSID): it gets the pod's frames
-/// (a `macvlan mode passthru` gets all of them). Run in the host's namespace; the full scan.
-pub fn foreign_riders(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
+/// (a `macvlan mode passthru` gets all of them). Run in the host's namespace. The watcher's
+/// guard at `socket` answers when it can vouch for the NIC since `since` (see [`guarded`]);
+/// else the full scan.
+pub fn foreign_riders(
+    socket: &Path,
+    since: Option<&Since>,
+    ns: &Netns,
+    index: u32,
+    name: &str,
+) -> Result<Vec<String>> {
+    if guarded(socket, since, ns, index, name) {
+        return Ok(Vec::new());
+    }
     foreign(ns, index, name, false)
 }
 
-/// The same, each one found deleted in its own namespace (DEL before the NIC leaves the pod,
-/// the watcher at once): what was removed, in words. A link that cannot be deleted is an error
-/// naming it; one gone meanwhile is not.
-pub fn remove_foreign_riders(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
+/// The same, each one found deleted in its own namespace (DEL, before the NIC leaves the
+/// pod): what was removed, in words. A link that cannot be deleted is an error naming it; one
+/// gone meanwhile is not.
+pub fn remove_foreign_riders(
+    socket: &Path,
+    since: Option<&Since>,
+    ns: &Netns,
+    index: u32,
+    name: &str,
+) -> Result<Vec<String>> {
+    if guarded(socket, since, ns, index, name) {
+        return Ok(Vec::new());
+    }
     foreign(ns, index, name, true)
+}
+
+/// The full scan and removal, without asking anyone: the guard's own, when a notification
+/// says something was stacked on a NIC it watches.
+pub fn scan_and_remove_foreign_riders(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
+    foreign(ns, index, name, true)
+}
+
+/// Whether the uppers watcher's guard vouches that nothing of another namespace rides link
+/// `index` of `ns`: it has heard every link notification of `ns` since `since` (a moment
+/// before the NIC left the host, from ADD's record; the host has had an id for `ns`, and so
+/// heard it, since the move at the latest), and every one about this link that could be an
+/// upper linked to it was followed by its search and removal, which succeeded. The kernel
+/// queues a notification before the change returns to whoever made it, so whatever was
+/// stacked before this question is among what the guard read before answering. Anything less
+/// (no record of when, another boot, no id for `ns`, no guard, a guard that started later or
+/// lost notifications since, a notification it did not follow: the pod rewrote its NIC's
+/// alias, which the guard goes by) and the caller searches itself. The cost of the search,
+/// which grows with the pods, is paid only then.
+fn guarded(socket: &Path, since: Option<&Since>, ns: &Netns, index: u32, name: &str) -> bool {
+    let Some(since) = since.filter(|s| s.this_boot()) else {
+        return false;
+    };
+    let nsid = netlink_sync::route_socket().and_then(|mut s| raw::nsid_of(&mut s, ns.raw_fd()));
+    let asked = match nsid {
+        Ok(Some(nsid)) => super::own_netns().and_then(|netns| {
+            super::client::ask_guard(
+                socket,
+                &super::WatchedNic {
+                    netns,
+                    nsid,
+                    ifindex: index,
+                    name: name.to_owned(),
+                    since_ns: since.ns,
+                },
+                super::DEADLINE,
+            )
+        }),
+        Ok(None) => Err(io::Error::other(
+            "the host has no id for the pod's namespace",
+        )),
+        Err(e) => Err(e),
+    };
+    match asked {
+        Ok(()) => {
+            log::debug!(
+                "the uppers guard vouches for {name}: nothing of another namespace rides it"
+            );
+            true
+        }
+        Err(e) => {
+            log::debug!(
+                "the uppers guard does not vouch for {name} ({e}); searching every namespace for devices riding it"
+            );
+            false
+        }
+    }
 }
 
 fn failed(name: &str, label: &str, e: io::Error) -> Error {

@@ -2,7 +2,7 @@
 //! absent, refuses, stalls or answers garbage is an error the caller answers by scanning
 //! itself. Only a socket owned by root is asked.
 
-use super::{Answer, MAX_LINE, Query, own_netns};
+use super::{Answer, MAX_LINE, Query, Watched, WatchedNic, own_netns};
 use std::io::{self, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -12,6 +12,36 @@ use std::time::{Duration, Instant};
 
 /// What the watcher at `socket` says rides host link `ifindex`, within `deadline`.
 pub fn ask(socket: &Path, ifindex: u32, name: &str, deadline: Duration) -> io::Result<Vec<String>> {
+    let q = Query {
+        ifindex,
+        name: name.to_owned(),
+        netns: own_netns()?,
+    };
+    match exchange(socket, &q, deadline)? {
+        Answer::Riding(why) => Ok(why),
+        Answer::Unknown(why) => Err(io::Error::other(format!("it cannot tell: {why}"))),
+    }
+}
+
+/// Whether the watcher's guard vouches that nothing of another namespace rides `nic` (it has
+/// watched it without a break since `nic.since_ns` and removed what came), within `deadline`:
+/// `Ok(())` only on its plain "nothing"; its reason, or what went wrong, otherwise.
+pub fn ask_guard(socket: &Path, nic: &WatchedNic, deadline: Duration) -> io::Result<()> {
+    let q = Watched {
+        watched: nic.clone(),
+    };
+    match exchange(socket, &q, deadline)? {
+        Answer::Riding(why) if why.is_empty() => Ok(()),
+        Answer::Riding(why) => Err(io::Error::other(format!(
+            "it names riders: {}",
+            why.join("; ")
+        ))),
+        Answer::Unknown(why) => Err(io::Error::other(why)),
+    }
+}
+
+/// One question, one answer line, within `deadline` from the first byte to the last.
+fn exchange<Q: serde::Serialize>(socket: &Path, q: &Q, deadline: Duration) -> io::Result<Answer> {
     let end = Instant::now() + deadline;
     let m = std::fs::symlink_metadata(socket)?;
     if !m.file_type().is_socket() || m.uid() != 0 {
@@ -21,12 +51,7 @@ pub fn ask(socket: &Path, ifindex: u32, name: &str, deadline: Duration) -> io::R
         )));
     }
     let mut s = connect(socket)?;
-    let q = Query {
-        ifindex,
-        name: name.to_owned(),
-        netns: own_netns()?,
-    };
-    let mut line = serde_json::to_vec(&q).map_err(io::Error::other)?;
+    let mut line = serde_json::to_vec(q).map_err(io::Error::other)?;
     line.push(b'\n');
     s.set_write_timeout(Some(left(end)?))?;
     s.write_all(&line)?;
@@ -45,11 +70,8 @@ pub fn ask(socket: &Path, ifindex: u32, name: &str, deadline: Duration) -> io::R
             return Err(io::Error::other("the watcher's answer is too long"));
         }
     }
-    match serde_json::from_slice::<Answer>(&got) {
-        Ok(Answer::Riding(why)) => Ok(why),
-        Ok(Answer::Unknown(why)) => Err(io::Error::other(format!("it cannot tell: {why}"))),
-        Err(e) => Err(io::Error::other(format!("its answer does not parse: {e}"))),
-    }
+    serde_json::from_slice::<Answer>(&got)
+        .map_err(|e| io::Error::other(format!("its answer does not parse: {e}")))
 }
 
 /// The time left before `end`; an error once it has passed.

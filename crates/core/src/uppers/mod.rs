@@ -81,6 +81,28 @@ pub struct Query {
     pub netns: (u64, u64),
 }
 
+/// A question to the watcher's guard (DEL and CHECK, `arrival`): has it watched link
+/// `ifindex` of the namespace the host numbers `nsid`, without a break since `since_ns`
+/// (CLOCK_BOOTTIME, this boot), and deleted whatever another namespace stacked on it
+/// meanwhile? `netns` is the asker's namespace, the host's: an id means nothing in another.
+/// The answer is [`Answer::Riding`] with nothing in it when it has, [`Answer::Unknown`] when
+/// it cannot say so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Watched {
+    pub watched: WatchedNic,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchedNic {
+    pub netns: (u64, u64),
+    pub nsid: i32,
+    pub ifindex: u32,
+    pub name: String,
+    pub since_ns: u64,
+}
+
 /// The watcher's answer: what rides it (empty: nothing), or why it cannot tell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
@@ -116,6 +138,23 @@ mod tests {
             r#"{"ifindex":7,"name":"eth1","netns":[4,4026531840]}"#
         );
         assert_eq!(serde_json::from_str::<Query>(&line).unwrap(), q);
+        let w = Watched {
+            watched: WatchedNic {
+                netns: (4, 4026531840),
+                nsid: 3,
+                ifindex: 9,
+                name: "net1".into(),
+                since_ns: 12,
+            },
+        };
+        let line = serde_json::to_string(&w).unwrap();
+        assert_eq!(
+            line,
+            r#"{"watched":{"netns":[4,4026531840],"nsid":3,"ifindex":9,"name":"net1","since_ns":12}}"#
+        );
+        // The two questions never parse as each other: a watcher tells them apart.
+        assert!(serde_json::from_str::<Query>(&line).is_err());
+        assert!(serde_json::from_str::<Watched>(&serde_json::to_string(&q).unwrap()).is_err());
         let a = Answer::Riding(vec!["macvlan m in x is stacked on it".into()]);
         let line = serde_json::to_string(&a).unwrap();
         assert_eq!(line, r#"{"riding":["macvlan m in x is stacked on it"]}"#);
