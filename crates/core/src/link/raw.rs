@@ -136,6 +136,32 @@ pub fn dump_on(sock: &mut SyncSocket) -> std::io::Result<Option<Vec<RawLink>>> {
     }
 }
 
+/// The links of `sock`'s namespace that `keep` keeps, however many links the namespace holds:
+/// the dump is read to its end, and only what is kept is held (a search for what rides one
+/// NIC must not pass over a namespace because it is large).
+pub fn dump_where(
+    sock: &mut SyncSocket,
+    keep: impl Fn(&RawLink) -> bool,
+) -> std::io::Result<Vec<RawLink>> {
+    let mut out = Vec::new();
+    let mut req = vec![0u8; IFINFOMSG_LEN];
+    req.extend_from_slice(&8u16.to_ne_bytes());
+    req.extend_from_slice(&IFLA_EXT_MASK.to_ne_bytes());
+    req.extend_from_slice(&RTEXT_FILTER_SKIP_STATS.to_ne_bytes());
+    let mut outcome = Ok(true);
+    sock.dump(RTM_GETLINK, &req, usize::MAX, |buf| {
+        let mut these = Vec::new();
+        outcome = parse(buf, &mut these);
+        out.extend(these.into_iter().filter(|l| keep(l)));
+        outcome == Ok(true)
+    })?;
+    match outcome {
+        Ok(false) => Ok(out),
+        Ok(true) => Err(std::io::Error::other("the link dump ended early")),
+        Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
 /// Delete link `index` of `sock`'s namespace (RTM_DELLINK). One gone already is not an error.
 pub fn delete_on(sock: &mut SyncSocket, index: u32) -> std::io::Result<()> {
     let mut req = vec![0u8; IFINFOMSG_LEN];

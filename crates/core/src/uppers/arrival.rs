@@ -192,16 +192,18 @@ enum Seen {
 pub fn riding_in(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
     let label = ns.path().display().to_string();
     // Its own namespace: whatever rides it there (a device made there from outside).
-    let own = ns.within(raw::dump)?.map_err(|e| failed(name, &label, e))?;
+    let own = ns
+        .within(|| {
+            raw::dump_where(&mut netlink_sync::route_socket()?, |upper| {
+                upper.lower == Some(index)
+                    && upper.lower_netnsid.is_none()
+                    && upper.index != index
+                    && upper.kind.as_deref() != Some("veth")
+            })
+        })?
+        .map_err(|e| failed(name, &label, e))?;
     let mut why: Vec<String> = own
         .into_iter()
-        .flatten()
-        .filter(|upper| {
-            upper.lower == Some(index)
-                && upper.lower_netnsid.is_none()
-                && upper.index != index
-                && upper.kind.as_deref() != Some("veth")
-        })
         .map(|upper| {
             format!(
                 "{} {} in {label} rides it",
@@ -333,22 +335,14 @@ fn foreign(ns: &Netns, index: u32, name: &str, remove: bool) -> Result<Vec<Strin
         let seen: io::Result<Vec<(RawLink, io::Result<()>)>> = other.within(|| {
             let mut sock = netlink_sync::route_socket()?;
             // The dump first: filling in a link whose lower is in another namespace gives
-            // that namespace an id here if it had none, which the question then reads.
-            let Some(links) = raw::dump_on(&mut sock)? else {
-                log::warn!(
-                    "{label} holds more than {} MiB of links; not searched for devices riding {name}",
-                    raw::MAX_BYTES >> 20
-                );
-                return Ok(Vec::new());
-            };
-            let candidates: Vec<RawLink> = links
-                .into_iter()
-                .filter(|u| {
-                    u.lower == Some(index)
-                        && u.lower_netnsid.is_some()
-                        && u.kind.as_deref() != Some("veth")
-                })
-                .collect();
+            // that namespace an id here if it had none, which the question then reads. Read
+            // to its end whatever its size, keeping only the candidates: a namespace is never
+            // passed over for holding many links.
+            let candidates = raw::dump_where(&mut sock, |u| {
+                u.lower == Some(index)
+                    && u.lower_netnsid.is_some()
+                    && u.kind.as_deref() != Some("veth")
+            })?;
             if candidates.is_empty() {
                 return Ok(Vec::new());
             }

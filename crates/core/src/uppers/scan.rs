@@ -6,8 +6,9 @@
 //! - `elsewhere`: in every other namespace of the node, links whose lower (IFLA_LINK, a vxlan's
 //!   `dev`) is the host link's index in the namespace that one numbers as the host's
 //!   (IFLA_LINK_NETNSID). One setns, one netlink socket and two requests per namespace (its id
-//!   for the host, a raw link dump without statistics): a pod can fill its own namespace with
-//!   tens of thousands of links.
+//!   for the host, a raw link dump without statistics, read to its end however large and
+//!   keeping only what rides the link): a pod can fill its own namespace with tens of
+//!   thousands of links, and is searched all the same.
 //!
 //! A veth's IFLA_LINK is its peer, not a lower device.
 
@@ -15,9 +16,6 @@ use crate::error::{Code, Error, Result};
 use crate::link::raw::{self, RawLink};
 use crate::netlink_sync;
 use crate::netns::{self, Netns};
-
-/// What a namespace holds that may ride the host: its links, if it numbers the host at all.
-type Seen = Option<Option<Vec<RawLink>>>;
 
 /// Kinds that ride a device named by `dev` (IFLA_LINK, a vxlan's IFLA_VXLAN_LINK) without the
 /// kernel linking them to it as uppers, so sysfs does not list them: the IP tunnels, and vxlan
@@ -78,44 +76,32 @@ pub fn elsewhere(index: u32, name: &str) -> Result<Vec<String>> {
         let Ok(ns) = Netns::open(&path) else {
             continue;
         };
-        let seen: std::io::Result<(Option<i32>, Seen)> = ns.within(|| {
+        // Read to its end whatever its size, keeping only what rides the link: a namespace
+        // is never passed over for holding many links.
+        let seen: std::io::Result<Vec<RawLink>> = ns.within(|| {
             let mut sock = netlink_sync::route_socket()?;
             let Some(host_id) = raw::nsid_of(&mut sock, host.raw_fd())? else {
                 // It numbers no link's lower as being in the host's namespace.
-                return Ok((None, None));
+                return Ok(Vec::new());
             };
-            Ok((Some(host_id), Some(raw::dump_on(&mut sock)?)))
+            raw::dump_where(&mut sock, |upper| {
+                upper.lower == Some(index)
+                    && upper.lower_netnsid == Some(host_id)
+                    && upper.kind.as_deref() != Some("veth")
+            })
         })?;
-        let (host_id, links) = seen.map_err(|e| {
+        let riding = seen.map_err(|e| {
             Error::new(
                 Code::Netlink,
                 format!("looking for devices riding {name} in {label}: {e}"),
             )
         })?;
-        let (Some(host_id), Some(links)) = (host_id, links) else {
-            continue;
-        };
-        // One past the dump's bound is not searched: failing would let that pod stop every
-        // ADD on the node, while what rides the NIC from there is that pod's own (its macvlan
-        // NAD's).
-        let Some(links) = links else {
-            log::warn!(
-                "{label} holds more than {} MiB of links; not searched for devices riding {name}",
-                raw::MAX_BYTES >> 20
-            );
-            continue;
-        };
-        for upper in links {
-            if upper.lower == Some(index)
-                && upper.lower_netnsid == Some(host_id)
-                && upper.kind.as_deref() != Some("veth")
-            {
-                why.push(format!(
-                    "{} {} in {label} is stacked on it",
-                    upper.kind.as_deref().unwrap_or("link"),
-                    upper.shown()
-                ));
-            }
+        for upper in riding {
+            why.push(format!(
+                "{} {} in {label} is stacked on it",
+                upper.kind.as_deref().unwrap_or("link"),
+                upper.shown()
+            ));
         }
     }
     Ok(why)
