@@ -246,12 +246,15 @@ class Series:
         self.add, self.dele, self.cycle, self.rss_add, self.rss_del = [], [], [], [], []
 
 
-def cycle_direct(plugin, host_ns, pod_ns, device, cid, ipam_addr, version=None):
+def cycle_direct(plugin, host_ns, pod_ns, device, cid, ipam_addr, version=None, hold=0.0):
+    """ADD, then DEL `hold` seconds later (untimed)."""
     if plugin.kind == "ip":
         return cycle_ip(host_ns, pod_ns, device)
     conf = plugin.conf(device, ipam_addr, version)
     enter(host_ns)
     a = must(plugin.spawn("ADD", conf, cid, pod_ns).reap(), f"{plugin.label} ADD")
+    if hold:
+        time.sleep(hold)
     conf_del = dict(conf)
     if plugin.version != "0.1.0":
         conf_del["prevResult"] = json.loads(a.out)

@@ -17,6 +17,11 @@ NIC that a pod gave back is attached again no sooner than a pod is scheduled, se
 The watcher scans a NIC that came home in that time. `--settle 0` measures the worst case, an
 ADD right behind a DEL, which waits for that scan (or makes it).
 
+Between an ADD and its DEL the harness waits --hold seconds (untimed; default 0, a DEL right
+behind its ADD). The watcher's guard searches every namespace once after each ADD (the kernel's
+notification of the NIC's tag looks, to it, like an upper linked to the NIC); a DEL within that
+search waits for it, a DEL after it (a pod that lived a moment) takes the guard's word at once.
+
 Also printed per level: the watcher's CPU per ADD+DEL pair of all three plugins (every DEL
 brings the NIC home and it scans again), its answer to a NIC it had certified, and to one
 whose certificate a notification just voided (a full scan of the node's namespaces); each
@@ -145,10 +150,10 @@ def cpu_ms(pid):
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def cycle(p, host_ns, pod_ns, device, cid):
+def cycle(p, host_ns, pod_ns, device, cid, hold):
     if p.kind == "ip":
         return cycle_floor(pod_ns, device)
-    return cycle_direct(p, host_ns, pod_ns, device, cid, None)
+    return cycle_direct(p, host_ns, pod_ns, device, cid, None, hold=hold)
 
 
 def goals(rows, floor):
@@ -179,6 +184,8 @@ def main():
     ap.add_argument("--pods", default="0,100,300", help="cumulative levels")
     ap.add_argument("-n", type=int, default=12, help="interleaved rounds per level")
     ap.add_argument("--settle", type=float, default=0.5, help="seconds between a DEL and the next ADD")
+    ap.add_argument("--hold", type=float, default=0.0,
+                    help="seconds between an ADD and its DEL (untimed): a pod's life")
     ap.add_argument("--neighbour", type=int, default=40000,
                     help="links in one more pod's namespace after the last level (0: skip)")
     ap.add_argument("--json")
@@ -239,9 +246,9 @@ def main():
 
         for p in plugins:  # warm-up
             for _ in range(3):
-                cycle(p, h, pod, dev, "rhdb-warm")
+                cycle(p, h, pod, dev, "rhdb-warm", 0.0)
         print(f"pods on the node: ADD+DEL of one veth NIC, no IPAM, n={args.n} rounds per point, "
-              f"settle {args.settle} s", flush=True)
+              f"settle {args.settle} s, hold {args.hold} s", flush=True)
         print("  medians in ms: ADD+DEL (ADD alone); ours/@0: ours' ADD+DEL over its 0-pod figure;"
               " above: ours minus the ip floor; watcher: its CPU per pair, its answer certified"
               " (warm) and after a notification (cold: a full scan)", flush=True)
@@ -274,7 +281,7 @@ def main():
             for i in range(args.n):
                 order = plugins[i % len(plugins):] + plugins[:i % len(plugins)]
                 for p in order:
-                    a, d = cycle(p, h, pod, dev, f"rhdb-c{i}")
+                    a, d = cycle(p, h, pod, dev, f"rhdb-c{i}", args.hold)
                     res[p.label].append(a.ms + d.ms)
                     adds[p.label].append(a.ms)
                     if a.cpu_ms is not None:
@@ -321,7 +328,7 @@ def main():
             print(f"  {'':>5} {'RSS':>6} " + " ".join(
                 f"{'':>9}{r[p.label][0]:>5.2f} /{r[p.label][1]:>5.2f}" for p in plugins if p is not F)
                 + "   (peak RSS MiB, ADD / DEL)", flush=True)
-            rows.append(dict(pods=label, netns=seen, settle=args.settle, n=args.n,
+            rows.append(dict(pods=label, netns=seen, settle=args.settle, hold=args.hold, n=args.n,
                              median=m, p90={k: q(v, .9) for k, v in res.items()},
                              add_median={k: med(v) for k, v in adds.items()},
                              ours_vs_empty=m["ours"] / base[0], ours_above_floor=above,

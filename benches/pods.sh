@@ -4,7 +4,7 @@
 # says how). Figures and method: docs/bench.md, "Pods on the node".
 #
 # usage (as root): benches/pods.sh --main BIN [--no-build] [-n ROUNDS] [--pods 0,100,300]
-#                                  [--settle SECS] [--neighbour LINKS] [--json FILE]
+#                                  [--settle SECS] [--hold SECS] [--neighbour LINKS] [--json FILE]
 #   BIN: an rdma-host-device built from the commit to compare with, e.g.
 #     git worktree add /tmp/main-X X && (cd /tmp/main-X && cargo build --release)
 # environment: CARGO_TARGET_DIR (default ./target), BENCH_WORK (default $CARGO_TARGET_DIR/bench).
