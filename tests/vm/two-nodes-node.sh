@@ -31,6 +31,8 @@ T0=$(up)
 modprobe rdma_rxe_netns && modprobe rdma_ucm && rdma link add rxe0 type rxe_ns netdev "$NIC" &&
   ip link set "$NIC" up || { say "rxe0 on $NIC failed"; exit 1; }
 ip addr add "$NODE_IP/32" dev lo
+# What /run holds as the VM booted: a node's reboot (two-nodes.sh) empties it of all else.
+mkdir -p "$D/vmcmd/$N" && ls -A /run >"$D/vmcmd/$N/run-at-boot"
 mount --make-rshared /
 mkdir -p /var/lib/containerd && mount -t tmpfs tmpfs /var/lib/containerd
 if [[ $N == 2 ]]; then "$REPO/tests/cluster/cluster.sh" node "$D" 2 || exit 1
