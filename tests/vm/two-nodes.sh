@@ -21,6 +21,7 @@
 #               baseline
 #   long transfers  ib_write_bw of 50,000 4 KiB writes between the pods with the nodes left
 #               alone, then with both nodes busy: the controls for the next case
+#   exporters   each node's exporter shows its pod's rxe0 packets, labelled by the pod
 #   rolling update  `kubectl rollout restart` of the DaemonSet on both nodes while an
 #               ib_write_bw of 300,000 4 KiB writes runs between the pods: it completes (a
 #               count, so a broken QP is an error), both pods keep net1 and rxe0
@@ -301,6 +302,19 @@ else bad "ib_read_lat between the pods: $out"; fi
 out=$(perftest_pair rping in_dp1 in_dp2 "rping -s -a $IP1 -C 10 -v" "rping -c -a $IP1 -C 10 -v")
 if [[ $(grep -c '^ping data: rdma-ping-' <<<"$out") == 10 ]]; then ok "dp-2 -> dp-1 rping (rdma_cm): 10 pings, $(grep '^ping data' <<<"$out" | sed -n '$p')"
 else bad "rping between the pods: $out"; fi
+
+# Both nodes' exporters (the DaemonSet's metrics container on the node's :9879) show the job's
+# RDMA traffic, labelled by the pod: its rxe0's packets sent and received
+# exported N POD COUNTER: node N's scrape of POD's rxe0 hardware counter COUNTER
+exported() {
+  vm_run "$1" "curl -s http://127.0.0.1:9879/metrics" 60 |
+    awk -v p="pod=\"$2\"" -v c="counter=\"$3\"" '/^rdma_host_device_rdma_hw_counter_total[{]/ && index($0, p) && index($0, c) {v = $NF} END {print v}'
+}
+for n in 1 2; do
+  sent=$(exported "$n" "dp-$n" sent_pkts) rcvd=$(exported "$n" "dp-$n" rcvd_pkts)
+  if [[ $sent =~ ^[0-9]+$ && $rcvd =~ ^[0-9]+$ && $sent -gt 0 && $rcvd -gt 0 ]]; then ok "node $n's exporter: rxe0 of pod dp-$n sent $sent and received $rcvd packets (rdma_host_device_rdma_hw_counter_total{pod=\"dp-$n\"})"
+  else bad "node $n's exporter: dp-$n's rxe0 sent_pkts '$sent', rcvd_pkts '$rcvd'"; fi
+done
 
 # RHD_TWO_NODES_EXPERIMENT=FILE: FILE sourced here, with both pods up and every helper above
 # defined (a place to try a transfer by hand; the cases below run after it)
