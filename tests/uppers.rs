@@ -401,22 +401,7 @@ fn the_watcher_deletes_a_neighbours_macvlan_on_an_attached_nic_at_once() {
     let counter = w.socket.with_file_name("foreign-uppers-removed");
     add(&rig, &nic, &victim).ok();
     let mv = format!("rh{}g{}", tag(), rig.n);
-    ip(&[
-        "-n",
-        &victim.name,
-        "link",
-        "add",
-        "link",
-        IF,
-        "name",
-        &mv,
-        "netns",
-        &attacker.name,
-        "type",
-        "macvlan",
-        "mode",
-        "passthru",
-    ]);
+    ride(&victim, &attacker, &mv);
     // Deleted by the watcher, not by any verb of ours: none runs until it is gone.
     let deadline = Instant::now() + Duration::from_secs(20);
     while link(Some(&attacker.name), &mv).is_some() {

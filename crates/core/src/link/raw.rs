@@ -70,10 +70,7 @@ pub fn dump() -> std::io::Result<Option<Vec<RawLink>>> {
 /// with its socket.
 pub fn dump_kind(kind: &str) -> std::io::Result<Vec<RawLink>> {
     let mut sock = netlink_sync::route_socket()?;
-    let mut req = vec![0u8; IFINFOMSG_LEN];
-    req.extend_from_slice(&8u16.to_ne_bytes());
-    req.extend_from_slice(&IFLA_EXT_MASK.to_ne_bytes());
-    req.extend_from_slice(&RTEXT_FILTER_SKIP_STATS.to_ne_bytes());
+    let mut req = every_link();
     let mut name = kind.as_bytes().to_vec();
     name.push(0);
     let mut info = Vec::new();
@@ -116,16 +113,20 @@ fn push_attr(b: &mut Vec<u8>, kind: u16, value: &[u8]) {
     }
 }
 
-/// `dump` on `sock`, in the namespace it was opened in.
-pub fn dump_on(sock: &mut SyncSocket) -> std::io::Result<Option<Vec<RawLink>>> {
-    let mut out = Vec::new();
-    // AF_UNSPEC in a zeroed ifinfomsg: every link; no statistics.
+/// The request for every link: AF_UNSPEC in a zeroed ifinfomsg, no statistics.
+fn every_link() -> Vec<u8> {
     let mut req = vec![0u8; IFINFOMSG_LEN];
     req.extend_from_slice(&8u16.to_ne_bytes());
     req.extend_from_slice(&IFLA_EXT_MASK.to_ne_bytes());
     req.extend_from_slice(&RTEXT_FILTER_SKIP_STATS.to_ne_bytes());
+    req
+}
+
+/// `dump` on `sock`, in the namespace it was opened in.
+pub fn dump_on(sock: &mut SyncSocket) -> std::io::Result<Option<Vec<RawLink>>> {
+    let mut out = Vec::new();
     let mut outcome = Ok(true);
-    sock.dump(RTM_GETLINK, &req, MAX_BYTES, |buf| {
+    sock.dump(RTM_GETLINK, &every_link(), MAX_BYTES, |buf| {
         outcome = parse(buf, &mut out);
         outcome == Ok(true)
     })?;
@@ -144,12 +145,8 @@ pub fn dump_where(
     keep: impl Fn(&RawLink) -> bool,
 ) -> std::io::Result<Vec<RawLink>> {
     let mut out = Vec::new();
-    let mut req = vec![0u8; IFINFOMSG_LEN];
-    req.extend_from_slice(&8u16.to_ne_bytes());
-    req.extend_from_slice(&IFLA_EXT_MASK.to_ne_bytes());
-    req.extend_from_slice(&RTEXT_FILTER_SKIP_STATS.to_ne_bytes());
     let mut outcome = Ok(true);
-    sock.dump(RTM_GETLINK, &req, usize::MAX, |buf| {
+    sock.dump(RTM_GETLINK, &every_link(), usize::MAX, |buf| {
         let mut these = Vec::new();
         outcome = parse(buf, &mut these);
         out.extend(these.into_iter().filter(|l| keep(l)));

@@ -231,10 +231,7 @@ pub fn foreign_riders(
     index: u32,
     name: &str,
 ) -> Result<Vec<String>> {
-    if guarded(socket, since, ns, index, name) {
-        return Ok(Vec::new());
-    }
-    foreign(ns, index, name, false)
+    guarded_or_searched(socket, since, ns, index, name, false)
 }
 
 /// The same, each one found deleted in its own namespace (DEL, before the NIC leaves the
@@ -247,10 +244,22 @@ pub fn remove_foreign_riders(
     index: u32,
     name: &str,
 ) -> Result<Vec<String>> {
+    guarded_or_searched(socket, since, ns, index, name, true)
+}
+
+/// Nothing when the guard vouches for the NIC; else the search (and removal when `remove`).
+fn guarded_or_searched(
+    socket: &Path,
+    since: Option<&Since>,
+    ns: &Netns,
+    index: u32,
+    name: &str,
+    remove: bool,
+) -> Result<Vec<String>> {
     if guarded(socket, since, ns, index, name) {
         return Ok(Vec::new());
     }
-    foreign(ns, index, name, true)
+    foreign(ns, index, name, remove)
 }
 
 /// The full scan and removal, without asking anyone: the guard's own, when a notification
