@@ -452,3 +452,112 @@ fn a_peerless_host_link_squatting_a_pods_nic_name_is_not_that_nic() {
     }
     nic.assert_home(Some(&victim), &"renamed back");
 }
+
+/// The first step of issue 47's item 1, as a pod takes it: one RTM_GETLINK dump of the host
+/// through the id its namespace has for the host's (IFLA_TARGET_NETNSID, argv[1]). Prints
+/// "links N" (N links came back) or "refused ERRNO".
+const TARGET_DUMP: &str = r#"
+import socket, struct, sys
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+s.bind((0, 0))
+body = struct.pack("=BxHiII", 0, 0, 0, 0, 0) + struct.pack("=HHi", 8, 46, int(sys.argv[1]))
+s.send(struct.pack("=IHHII", 16 + len(body), 18, 0x301, 1, 0) + body)
+links = 0
+while True:
+    data, at = s.recv(1 << 20), 0
+    while at + 16 <= len(data):
+        n, kind = struct.unpack_from("=IH", data, at)
+        if kind in (2, 3):
+            code = struct.unpack_from("=i", data, at + 16)[0] if n >= 20 else 0
+            print(f"refused {-code}" if code < 0 else f"links {links}")
+            sys.exit(0)
+        links += kind == 16
+        at += (n + 3) & ~3
+"#;
+
+/// The id that the namespace `prefix` runs `ip` in has for the host's, as its veth `link` (its
+/// peer on the host) shows it.
+fn host_id(prefix: &[&str], link: &str) -> String {
+    let mut args: Vec<&str> = prefix.to_vec();
+    args.extend(["ip", "-j", "-d", "link", "show", "dev", link]);
+    let out = run(args[0], &args[1..]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    match &v[0]["link_netnsid"] {
+        serde_json::Value::Number(n) => n.to_string(),
+        other => panic!(
+            "{link} shows no link-netnsid ({other}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// docs/trust.md: `hostUsers: false` ends what a NET_ADMIN pod can do to its neighbours through
+/// namespace ids. A pod in the node's user namespace (the control) gets the host's links through
+/// the id its namespace has for the host's, the first step to riding a neighbour's NIC; the same
+/// pod in a user namespace of its own, root there as `hostUsers: false` makes it, is refused
+/// (EACCES): its NET_ADMIN is not the host namespace's owner's. The pod is a stand-in made with
+/// `unshare --user --map-root-user --net`, a user namespace owning the pod's network namespace,
+/// as the runtime makes one; the check refusing it is the kernel's, whichever made the pod.
+#[test]
+fn a_pod_in_a_user_namespace_of_its_own_is_refused_the_hosts_links_through_its_namespace_id() {
+    let rig = Rig::new();
+    let t = tag();
+    let shared = rig.netns(0);
+    let (h0, p0) = (format!("rh{t}h{}", rig.n), format!("rh{t}p{}", rig.n));
+    ip(&[
+        "link",
+        "add",
+        &h0,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &p0,
+        "netns",
+        &shared.name,
+    ]);
+    let exec = ["ip", "netns", "exec", shared.name.as_str()];
+    let id = host_id(&exec, &p0);
+    let mut args = exec.to_vec();
+    args.extend(["python3", "-c", TARGET_DUMP, &id]);
+    let got = run(args[0], &args[1..]);
+    let said = String::from_utf8_lossy(&got.stdout).trim().to_owned();
+    assert!(
+        said.starts_with("links ") && said != "links 0",
+        "the control: a pod in the node's user namespace dumps the host's links: {said:?} {}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+
+    let mut pod = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "sleep", "600"])
+        .spawn()
+        .expect("unshare");
+    let pid = pod.id().to_string();
+    let ours = std::fs::read_link("/proc/self/ns/user").expect("our user namespace");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read_link(format!("/proc/{pid}/ns/user")).ok() == Some(ours.clone()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "unshare made no namespaces"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (h1, p1) = (format!("rh{t}H{}", rig.n), format!("rh{t}P{}", rig.n));
+    ip(&[
+        "link", "add", &h1, "type", "veth", "peer", "name", &p1, "netns", &pid,
+    ]);
+    let enter = ["nsenter", "-t", pid.as_str(), "-U", "-n"];
+    let id = host_id(&enter, &p1);
+    let mut args = enter.to_vec();
+    args.extend(["python3", "-c", TARGET_DUMP, &id]);
+    let got = run(args[0], &args[1..]);
+    let _ = pod.kill();
+    let _ = pod.wait();
+    let said = String::from_utf8_lossy(&got.stdout).trim().to_owned();
+    assert_eq!(
+        said,
+        format!("refused {}", libc::EACCES),
+        "a pod in a user namespace of its own: {}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+}
