@@ -33,6 +33,10 @@
 #               dead sandbox's record collected, dp-1 recreated gets the NIC with its CDI env
 #               again, and rping and ib_write_bw run between it and dp-3
 #   drain       of node 2: dp-3 evicted, its NIC home; then dp-1 deleted, its NIC home
+#   DRA         node.json switched to DRA, conf/k8s/dra.yaml and dra-claims.yaml's one-rail and
+#               rail-0 as shipped: one pod per node with a claim, different addresses, each
+#               one's NCCL_IB_GID_INDEX naming its GID, rping and ib_write_bw between them;
+#               deleted, their claims gone and the NICs home
 #   baseline again, the DaemonSet running as beside the pods: the figures' reference
 # Figures in target/vm/two-nodes-report.txt.
 #
@@ -540,6 +544,84 @@ kc delete pod dp-1 --wait=true --timeout=300s >/dev/null || bad "delete dp-1"
 if out=$(vm_run 1 "$home" 120); then ok "VM 1: eth0 home with MTU 1500 and rxe0 home ($((SECONDS - t)) s after delete)"
 else bad "VM 1: not home: $out"; fi
 
+# ---- the DRA path across the nodes: node.json switched to DRA as tests/cluster.rs does (no
+# devicePlugin pool; dra.nics the NIC; dra.extendedResourceName), conf/k8s/dra.yaml as shipped,
+# conf/k8s/dra-claims.yaml's one-rail template and NAD rail-0 as shipped; one pod per node, each
+# with a claim from the template
+case_ "DRA"
+python3 - "$REPO/conf/k8s/daemonset.yaml" "$PCI" <<'EOF' | kc apply -f - >/dev/null || bad "node.json for DRA"
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+cms = [d for d in docs if d["kind"] == "ConfigMap" and "node.json" in d.get("data", {})]
+for d in cms:
+    n = json.loads(d["data"]["node.json"])
+    sel = {"pciAddresses": [sys.argv[2]]}
+    n["allowedNics"] = sel
+    n.pop("devicePlugin", None)
+    n["dra"]["nics"] = sel
+    n["dra"]["extendedResourceName"] = "rdma-host-device.io/rail"
+    d["data"]["node.json"] = json.dumps(n)
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": cms}))
+EOF
+kc apply -f "$REPO/conf/k8s/dra.yaml" >/dev/null || bad "apply dra.yaml"
+kc -n kube-system rollout restart daemonset rdma-host-device >/dev/null || bad "restart the DaemonSet for node.json"
+t=$SECONDS
+dra_ready() { [[ $(kc -n kube-system get ds rdma-host-device-dra -o jsonpath='{.status.numberReady}') == 2 ]]; }
+slices() { [[ $(kc get resourceslices -o json | python3 -c 'import json,sys; print(sum(len(s["spec"].get("devices", [])) for s in json.load(sys.stdin)["items"] if s["spec"]["driver"] == "rdma-host-device.io"))') == 2 ]]; }
+if kc -n kube-system rollout status daemonset rdma-host-device --timeout=600s >/dev/null && wait_until 600 dra_ready && wait_until 300 slices; then
+  ok "the DRA driver on both nodes, one device in each node's ResourceSlice ($((SECONDS - t)) s)"
+else bad "the DRA driver not ready on both nodes: $(kc get resourceslices 2>&1 | xargs)"; fi
+python3 - "$REPO/conf/k8s/dra-claims.yaml" <<'EOF' | kc apply -f - >/dev/null || bad "apply one-rail and rail-0"
+import json, sys, yaml
+want = {("ResourceClaimTemplate", "one-rail"), ("NetworkAttachmentDefinition", "rail-0")}
+items = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and (d["kind"], d["metadata"]["name"]) in want]
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+EOF
+# dra_pod NAME NODE: as pod_json's pods, asking for a claim from one-rail and the network rail-0
+dra_pod() {
+  pod_json "$1" rail-0 "$2" | python3 -c 'import json,sys
+p = json.load(sys.stdin)
+c = p["spec"]["containers"][0]
+del c["resources"]["limits"]
+c["resources"]["claims"] = [{"name": "rails"}]
+p["spec"]["resourceClaims"] = [{"name": "rails", "resourceClaimTemplateName": "one-rail"}]
+print(json.dumps(p))'
+}
+t=$(date +%s.%N)
+{ dra_pod dra-1 "$NODE"; dra_pod dra-2 "$NODE2"; } |
+  python3 -c 'import json,sys; print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [json.loads(l) for l in sys.stdin]}))' |
+  kc apply -f - >/dev/null || bad "apply dra-1 and dra-2"
+both_dra() { ready dra-1 && ready dra-2; }
+if wait_until 600 both_dra; then
+  DRA_READY_S=$(awk -v a="$t" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+  ok "dra-1 on $NODE and dra-2 on $NODE2 Ready with their claims $DRA_READY_S s after one kubectl apply"
+  D1=$(ip_of dra-1) D2=$(ip_of dra-2)
+  if [[ -n $D1 && -n $D2 && $D1 != "$D2" ]]; then ok "rail-0 addresses: dra-1 $D1, dra-2 $D2"
+  else bad "rail-0 addresses: '$D1' '$D2' (a pool per node gives both the same)"; fi
+  for p in dra-1 dra-2; do
+    ip=$D1; [[ $p == dra-2 ]] && ip=$D2
+    g=$(in_pod "$p" sh -c 'echo "$NCCL_IB_GID_INDEX"')
+    dra_gid() { in_pod "$p" ibv_devinfo -v -d rxe0 | grep -E "GID\[ *$g\]:[[:space:]]*::ffff:$ip, RoCE v2"; }
+    if [[ -n $g ]] && wait_until 20 dra_gid; then ok "$p: NCCL_IB_GID_INDEX=$g (the claim's device metadata, through CDI) names ::ffff:$ip, RoCE v2"
+    else bad "$p: NCCL_IB_GID_INDEX '$g', $ip: $(in_pod "$p" ibv_devinfo -v -d rxe0 2>&1 | grep GID | xargs)"; fi
+  done
+  in_dra1() { in_pod dra-1 sh -c "$1"; }
+  in_dra2() { in_pod_retry dra-2 "$1"; }
+  out=$(perftest_pair rping in_dra1 in_dra2 "rping -s -a $D1 -C 5 -v" "rping -c -a $D1 -C 5 -v")
+  if [[ $(grep -c '^ping data: rdma-ping-' <<<"$out") == 5 ]]; then ok "dra-2 -> dra-1 rping (rdma_cm): 5 pings"; else bad "dra-2 -> dra-1 rping: $out"; fi
+  out=$(perftest_pair bw in_dra1 in_dra2 "ib_write_bw $BW_ARGS -x \$NCCL_IB_GID_INDEX" "ib_write_bw $BW_ARGS -x \$NCCL_IB_GID_INDEX $D1")
+  DRA_BW=$(bw_of "$out")
+  if [[ -n $DRA_BW ]]; then ok "dra-2 -> dra-1 ib_write_bw: $DRA_BW MB/s"; else bad "ib_write_bw between the DRA pods: $out"; fi
+else
+  bad "dra-1 and dra-2 not both Ready"
+  kc describe pod dra-1 dra-2 | tail -30
+fi
+t=$SECONDS
+kc delete pod dra-1 dra-2 --wait=true --timeout=300s >/dev/null || bad "delete dra-1 and dra-2"
+claims_gone() { [[ -z $(kc get resourceclaims -o name) ]]; }
+if wait_until 120 claims_gone && out=$(vm_run 1 "$home" 120) && out=$(vm_run 2 "$home" 120); then ok "dra-1 and dra-2 deleted: their claims gone, eth0 and rxe0 home on both VMs ($((SECONDS - t)) s)"
+else bad "after deleting the DRA pods: ${out:-claims left: $(kc get resourceclaims -o name | xargs)}"; fi
+
 case_ "baseline (the VMs' own namespaces, no pods), the DaemonSet running as it did beside the pods"
 baseline after
 # ---- the figures
@@ -547,6 +629,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else pr
 fig "two-nodes $(date -u +%FT%TZ): two TCG guests, one vCPU each, rdma_rxe_netns, MTU 9000, path MTU 4096"
 fig "  ib_write_bw 4 KiB, 5 s:  pods $POD_BW MB/s; VMs' own namespaces $BASE_BW MB/s with the DaemonSet running (ratio $(ratio "$POD_BW" "$BASE_BW")), $BASE0_BW MB/s before it"
 fig "  ib_read_lat 2 B, typical: pods $POD_LAT usec; VMs' own namespaces $BASE_LAT usec with the DaemonSet running (ratio $(ratio "$POD_LAT" "$BASE_LAT")), $BASE0_LAT usec before it"
+fig "  kubectl apply -> both DRA pods Ready (a claim each): ${DRA_READY_S:-} s; ib_write_bw 4 KiB between them ${DRA_BW:-} MB/s"
 fig "  kubectl apply -> both pods Ready: ${READY_S:-} s"
 
 echo "=== two-nodes: $PASS passed, $FAIL failed (the group $((SECONDS - T0)) s)"
