@@ -220,17 +220,22 @@ impl Since {
     /// Now; `None` when the clock or the boot id cannot be read (the caller then never
     /// relies on a comparison).
     pub fn now() -> Option<Since> {
-        let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
         Some(Since {
-            boot: boot.trim().to_owned(),
+            boot: boot_id()?,
             ns: boottime_ns()?,
         })
     }
 
     /// Whether this moment belongs to the running boot.
     pub fn this_boot(&self) -> bool {
-        fs::read_to_string("/proc/sys/kernel/random/boot_id").is_ok_and(|b| b.trim() == self.boot)
+        boot_id().is_some_and(|b| b == self.boot)
     }
+}
+
+/// The running boot's id (/proc/sys/kernel/random/boot_id).
+fn boot_id() -> Option<String> {
+    let b = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(b.trim().to_owned())
 }
 
 /// CLOCK_BOOTTIME in nanoseconds.

@@ -51,6 +51,15 @@ pub struct RawLink {
 }
 
 impl RawLink {
+    /// Whether this link is stacked on link `index` of the namespace it numbers as
+    /// `lower_netnsid` (`None`: its own): its IFLA_LINK names it, and it is not a veth (a
+    /// veth's IFLA_LINK is its peer, not a lower device).
+    pub fn rides(&self, index: u32, lower_netnsid: Option<i32>) -> bool {
+        self.lower == Some(index)
+            && self.lower_netnsid == lower_netnsid
+            && self.kind.as_deref() != Some("veth")
+    }
+
     /// The name for messages: its bytes, escaped (`logging::escaped`).
     pub fn shown(&self) -> String {
         crate::logging::escaped(&self.name, crate::logging::MAX_SHOWN)
@@ -419,5 +428,24 @@ mod tests {
         // Whatever this namespace holds, the dump answers, loopback among its links.
         let links = dump().expect("a link dump").expect("a small namespace");
         assert!(links.iter().any(|l| l.name == b"lo"), "{links:?}");
+    }
+    #[test]
+    fn a_link_rides_the_index_it_names_in_the_namespace_it_names_but_a_veth_never_does() {
+        let mv = RawLink {
+            index: 9,
+            lower: Some(4),
+            lower_netnsid: Some(2),
+            kind: Some("macvlan".into()),
+            ..RawLink::default()
+        };
+        assert!(mv.rides(4, Some(2)));
+        assert!(!mv.rides(4, None), "another namespace's index 4");
+        assert!(!mv.rides(4, Some(3)));
+        assert!(!mv.rides(5, Some(2)));
+        let peer = RawLink {
+            kind: Some("veth".into()),
+            ..mv.clone()
+        };
+        assert!(!peer.rides(4, Some(2)), "a veth's IFLA_LINK is its peer");
     }
 }

@@ -175,10 +175,7 @@ impl Links {
             )
         };
         let riding = |upper: &super::raw::RawLink| {
-            upper.lower == Some(link.index)
-                && upper.lower_netnsid.is_none()
-                && upper.index != link.index
-                && upper.kind.as_deref() != Some("veth")
+            upper.rides(link.index, None) && upper.index != link.index
         };
         let Some(uppers) = sysfs_uppers(link) else {
             let all = super::raw::dump().map_err(raw_error)?.ok_or_else(|| {

@@ -163,10 +163,7 @@ impl Sentry {
             ));
         }
         // A veth's IFLA_LINK is its peer, not a lower: a peer's carrier follows the NIC's.
-        if l.lower == Some(self.index)
-            && l.lower_netnsid.is_none()
-            && l.kind.as_deref() != Some("veth")
-        {
+        if l.rides(self.index, None) {
             return Seen::Touched(format!(
                 "the host reported a change of {} {}, which rides {}, while it was handed over",
                 l.kind.as_deref().unwrap_or("link"),
@@ -195,10 +192,7 @@ pub fn riding_in(ns: &Netns, index: u32, name: &str) -> Result<Vec<String>> {
     let own = ns
         .within(|| {
             raw::dump_where(&mut netlink_sync::route_socket()?, |upper| {
-                upper.lower == Some(index)
-                    && upper.lower_netnsid.is_none()
-                    && upper.index != index
-                    && upper.kind.as_deref() != Some("veth")
+                upper.rides(index, None) && upper.index != index
             })
         })?
         .map_err(|e| failed(name, &label, e))?;
@@ -348,9 +342,8 @@ fn foreign(ns: &Netns, index: u32, name: &str, remove: bool) -> Result<Vec<Strin
             // to its end whatever its size, keeping only the candidates: a namespace is never
             // passed over for holding many links.
             let candidates = raw::dump_where(&mut sock, |u| {
-                u.lower == Some(index)
-                    && u.lower_netnsid.is_some()
-                    && u.kind.as_deref() != Some("veth")
+                u.lower_netnsid
+                    .is_some_and(|other| u.rides(index, Some(other)))
             })?;
             if candidates.is_empty() {
                 return Ok(Vec::new());

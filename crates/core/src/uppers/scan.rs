@@ -84,11 +84,7 @@ pub fn elsewhere(index: u32, name: &str) -> Result<Vec<String>> {
                 // It numbers no link's lower as being in the host's namespace.
                 return Ok(Vec::new());
             };
-            raw::dump_where(&mut sock, |upper| {
-                upper.lower == Some(index)
-                    && upper.lower_netnsid == Some(host_id)
-                    && upper.kind.as_deref() != Some("veth")
-            })
+            raw::dump_where(&mut sock, |upper| upper.rides(index, Some(host_id)))
         })?;
         let riding = seen.map_err(|e| {
             Error::new(
