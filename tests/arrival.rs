@@ -367,22 +367,7 @@ fn a_neighbours_macvlan_on_an_attached_nic_fails_check_and_del_removes_it() {
     rig.call("CHECK", &check_conf, &victim.path(), &rig.cid(0), IF, &[])
         .ok();
     let mv = format!("rh{}p{}", tag(), rig.n);
-    ip(&[
-        "-n",
-        &victim.name,
-        "link",
-        "add",
-        "link",
-        IF,
-        "name",
-        &mv,
-        "netns",
-        &attacker.name,
-        "type",
-        "macvlan",
-        "mode",
-        "passthru",
-    ]);
+    stack_passthru(&victim, IF, &attacker, &mv);
     assert_eq!(macvlans(&attacker.name), vec![mv.clone()]);
 
     let check = rig.call("CHECK", &check_conf, &victim.path(), &rig.cid(0), IF, &[]);

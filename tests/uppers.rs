@@ -401,7 +401,7 @@ fn the_watcher_deletes_a_neighbours_macvlan_on_an_attached_nic_at_once() {
     let counter = w.socket.with_file_name("foreign-uppers-removed");
     add(&rig, &nic, &victim).ok();
     let mv = format!("rh{}g{}", tag(), rig.n);
-    ride(&victim, &attacker, &mv);
+    stack_passthru(&victim, IF, &attacker, &mv);
     // Deleted by the watcher, not by any verb of ours: none runs until it is gone.
     let deadline = Instant::now() + Duration::from_secs(20);
     while link(Some(&attacker.name), &mv).is_some() {
@@ -459,26 +459,6 @@ fn check_and_del(rig: &Rig, nic: &Veth, pod: &Netns, added: &RunOut) -> (RunOut,
 const VOUCHED: &str = "the uppers guard vouches for";
 const DECLINED: &str = "the uppers guard does not vouch for";
 
-/// A neighbour's `macvlan mode passthru` on the pod's NIC, made in the neighbour's namespace.
-fn ride(victim: &Netns, attacker: &Netns, mv: &str) {
-    ip(&[
-        "-n",
-        &victim.name,
-        "link",
-        "add",
-        "link",
-        IF,
-        "name",
-        mv,
-        "netns",
-        &attacker.name,
-        "type",
-        "macvlan",
-        "mode",
-        "passthru",
-    ]);
-}
-
 /// Issue 47: DEL and CHECK do not search every namespace for riders when the guard has watched
 /// the NIC since ADD (their cost stays flat with the pods beside them); they take its word, and
 /// the NIC comes home.
@@ -512,7 +492,7 @@ fn a_rider_the_guard_did_not_follow_is_named_by_check_and_deleted_by_del() {
     added.ok();
     ip(&["-n", &victim.name, "link", "set", IF, "alias", "mine now"]);
     let mv = format!("rh{}u{}", tag(), rig.n);
-    ride(&victim, &attacker, &mv);
+    stack_passthru(&victim, IF, &attacker, &mv);
     // The guard answers in order: once it has answered a later question, it has read the
     // macvlan's notification, and it left the macvlan alone.
     let _ = w.ask(&rig.nic(1));
@@ -547,7 +527,7 @@ fn a_guard_started_after_add_does_not_vouch_for_that_nic() {
     let added = add(&rig, &nic, &victim);
     added.ok();
     let mv = format!("rh{}l{}", tag(), rig.n);
-    ride(&victim, &attacker, &mv);
+    stack_passthru(&victim, IF, &attacker, &mv);
     let _w = Watcher::start_alone(&rig, alone);
     let (check, del) = check_and_del(&rig, &nic, &victim, &added);
     assert_eq!(code(&check), 106, "{check}");

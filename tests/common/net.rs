@@ -168,6 +168,28 @@ fn parse_link(v: &Value) -> Link {
     }
 }
 
+/// A neighbour's `macvlan mode passthru` named `name` in namespace `attacker`, riding link
+/// `ifname` of `victim` (made from the victim's side with `netns`: the same link in the end as
+/// one made through an id for the victim's namespace).
+pub fn stack_passthru(victim: &Netns, ifname: &str, attacker: &Netns, name: &str) {
+    ip(&[
+        "-n",
+        &victim.name,
+        "link",
+        "add",
+        "link",
+        ifname,
+        "name",
+        name,
+        "netns",
+        &attacker.name,
+        "type",
+        "macvlan",
+        "mode",
+        "passthru",
+    ]);
+}
+
 /// All links in the host (`None`) or in netns `ns`.
 pub fn links(ns: Option<&str>) -> Vec<Link> {
     let out = ip_in(ns, &["-j", "addr", "show"]);
