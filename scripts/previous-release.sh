@@ -25,7 +25,9 @@ if [[ ! -x $BIN ]]; then
   # this one): without this cargo refuses to build it.
   printf '\n[workspace]\n' >>"$OUT/src/Cargo.toml"
   echo "previous-release.sh: building ${PREVIOUS:0:12}'s plugin in $OUT" >&2
-  (cd "$OUT/src" && CARGO_TARGET_DIR=$OUT/target cargo build --locked --quiet --bin rdma-host-device) >&2 ||
+  # Line tables only, as this workspace's own debug profile (Cargo.toml): the old commit's
+  # profile keeps full debug info, a gigabyte of disk for one binary.
+  (cd "$OUT/src" && CARGO_TARGET_DIR=$OUT/target CARGO_PROFILE_DEV_DEBUG=line-tables-only cargo build --locked --quiet --bin rdma-host-device) >&2 ||
     die "building $PREVIOUS failed"
 fi
 echo "$BIN"

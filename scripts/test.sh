@@ -17,7 +17,21 @@ for a in "$@"; do
 done
 [[ $(id -u) == 0 ]] || { echo "test: run as root (the tests create network namespaces)" >&2; exit 1; }
 export RHD_TESTS_MUST_RUN=1 # an integration test that cannot run fails, never skips (tests/common/root.rs)
-step() { printf '\n=== %s\n' "$*"; }
+# Every build here is from a clean target on CI: incremental state would only cost disk (a third
+# of a cold debug target) and time.
+export CARGO_INCREMENTAL=0
+# Free space on this checkout's disk, in GiB, shown at each step: a fresh machine's disk is
+# not a setting (docs/testing.md, "Disk").
+free_gib() { df -BG --output=avail . | tail -n +2 | tr -dc 0-9; }
+step() { printf '\n=== %s (%s GiB free)\n' "$*" "$(free_gib)"; }
+# What a cold run of this script takes at its peak, measured (docs/testing.md, "Disk"), and a
+# margin. Below it, say so now rather than as a linker's bus error twenty minutes in.
+NEED_GIB=${RHD_TEST_NEED_GIB:-20}
+HAVE_GIB=$(free_gib)
+((HAVE_GIB >= NEED_GIB)) || {
+  echo "test: $HAVE_GIB GiB free on $(df --output=target . | tail -n +2), and a cold run needs $NEED_GIB GiB (docs/testing.md, \"Disk\"); free some, or set RHD_TEST_NEED_GIB to try with less" >&2
+  exit 1
+}
 
 step "setup: the plan for each set, then the test set's packages"
 scripts/setup.sh --for demo --for pictures --dry-run
@@ -42,9 +56,9 @@ cargo test --workspace --no-fail-fast
 # 108 bytes): the tests that make such paths, built and run again from a copy of this tree at a
 # path of over 150 characters.
 step "path-sensitive tests from a checkout path of 150+ characters"
-LONG=$(mktemp -d /tmp/rhd-long-XXXXXX)
-trap 'rm -rf "$LONG"' EXIT
-LONG=$LONG/$(printf 'a-checkout-as-deep-as-a-home-directory-makes-it-%s/' 1 2 3)rdma-host-device
+LONGTOP=$(mktemp -d /tmp/rhd-long-XXXXXX)
+trap 'rm -rf "$LONGTOP"' EXIT
+LONG=$LONGTOP/$(printf 'a-checkout-as-deep-as-a-home-directory-makes-it-%s/' 1 2 3)rdma-host-device
 mkdir -p "$LONG"
 git ls-files -z --cached --others --exclude-standard |
   tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$LONG"
@@ -53,6 +67,7 @@ echo "checkout copied to $LONG (${#LONG} characters)"
 # plugin's (tests/common/mod.rs): build both binaries first.
 (cd "$LONG" && export CARGO_TARGET_DIR=$LONG/target &&
   cargo build -q --workspace --bins && cargo test -q --test image --test cri --test dhcp)
+rm -rf "$LONGTOP" # its target directory is a second build's worth of disk
 
 if [[ $VM == 1 ]]; then
   step "RDMA tests in a VM (tests/vm/run.sh)"
