@@ -150,7 +150,7 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
         check_ipv6_mtu(conf.mtu.unwrap_or(home.mtu), "the config's ipam")?;
     }
     // Pairing reads the kernel's view of the NIC as it is now (sysfs by its current name).
-    let rdma = rdma::plan(env, conf, node, &resolved.link)?;
+    let rdma = rdma::pair_and_check(env, conf, node, &resolved.link)?;
     let mut record = Record {
         container_id: env.container_id.clone(),
         ifname: env.ifname.clone(),

@@ -1,6 +1,6 @@
-//! The RDMA steps of ADD, CHECK and STATUS: pair and check before any change (`plan`), move the
-//! device in or create a software one, verify GIDs inside the pod (ADD and CHECK), and STATUS's
-//! port check. Giving the device back is give_back/rdma.rs's.
+//! The RDMA steps of ADD, CHECK and STATUS: pair and check before any change
+//! (`pair_and_check`), move the device in or create a software one, verify GIDs inside the pod
+//! (ADD and CHECK), and STATUS's port check. Giving the device back is give_back/rdma.rs's.
 //!
 //! Order on ADD, exclusive mode: the RDMA device moves BEFORE the NIC. If the kernel refuses
 //! (EOPNOTSUPP: the driver lacks `disassociate_ucontext`) the NIC has not left the host, so
@@ -53,7 +53,12 @@ impl RdmaPlan {
 }
 
 /// Pair and check. `None`: RDMA is not involved in this attachment.
-pub fn plan(env: &Env, conf: &NetConf, node: &Node, nic: &LinkInfo) -> Result<Option<RdmaPlan>> {
+pub fn pair_and_check(
+    env: &Env,
+    conf: &NetConf,
+    node: &Node,
+    nic: &LinkInfo,
+) -> Result<Option<RdmaPlan>> {
     let rdma_conf = &conf.rdma;
     if rdma_conf.isolation == Isolation::None {
         // "Do not touch RDMA" cannot protect a software device bound to the NIC: the kernel
