@@ -41,11 +41,12 @@ SET[demo]="${SET[build]} ${SET[vm]} containernetworking-plugins"
 # VM; Prometheus + node_exporter for tests/vm/metrics.sh; strace for benches/; containerd, runc
 # and a venv (grpcio) for tests/cri.rs; podman for tests/image.rs; runc for tests/nri.rs; curl
 # and openssl for the DRA tests' REST calls and their stand-in API server's certificate;
-# iputils-ping (ping -M do: a don't-fragment jumbo ping) in the two-node group's pods.
+# iputils-ping (ping -M do: a don't-fragment jumbo ping), and Open MPI with UCX (openmpi-bin;
+# libopenmpi-dev's mpicc builds tests/vm/allreduce.c) in the two-node group's pods.
 # For the style step and the cold check: Debian's shellcheck and debootstrap (scripts/lint-shell.sh,
 # scripts/cold-check.sh).
 SET[test]="${SET[demo]} golang-go golang-github-appc-cni-dev dnsmasq-base perftest rdmacm-utils
-  iputils-ping  prometheus prometheus-node-exporter strace containerd runc python3-venv podman curl openssl
+  iputils-ping openmpi-bin libopenmpi-dev prometheus prometheus-node-exporter strace containerd runc python3-venv podman curl openssl
   shellcheck debootstrap"
 # The real cluster (tests/cluster/cluster.sh): runc under containerd 2.4, openssl for its
 # certificates, nsenter/unshare, a static pause and busybox for its images, podman for ours.

@@ -19,7 +19,8 @@ its gRPC socket, sending what kubelet sends for a pod sandbox, and prints one JS
     cri.py - image PAUSE_BINARY NAME OUT.tar  -> an OCI image layout (tar) for `ctr images import`
     cri.py - files-image NAME OUT.tar ENTRY PATH... -> the same, one layer holding each PATH
                                                  (this machine's file at that path, ELF files
-                                                 with their ldd closure) or DST->TARGET symlinks
+                                                 with their ldd closure), DST->TARGET symlinks,
+                                                 or DST=SRC (this machine's file SRC at DST)
     cri.py - stubs                            -> generate the stubs now (for a read-only later run)
 
 A failed call prints {"error": <gRPC status name>, "message": <containerd's message>, "ms"} and
@@ -114,7 +115,8 @@ def ldd(path):
 
 def files_image(name, out, entry, *paths):
     """An image whose one layer holds each of `paths` (this machine's file at that path, with
-    the ldd closure of ELF files) and `DST->TARGET` symlinks; `entry` is its entrypoint."""
+    the ldd closure of ELF files), `DST->TARGET` symlinks and `DST=SRC` files (this machine's
+    file SRC at DST, with its closure); `entry` is its entrypoint."""
     entries = {}
     todo = list(paths)
     while todo:
@@ -123,12 +125,13 @@ def files_image(name, out, entry, *paths):
             dst, target = p.split("->", 1)
             entries[dst.lstrip("/")] = ("link", target)
             continue
-        if p.lstrip("/") in entries:
+        dst, src = p.split("=", 1) if "=" in p else (p, p)
+        if dst.lstrip("/") in entries:
             continue
-        if not os.path.isfile(p):
-            sys.exit(f"cri.py files-image: {p} is not a file on this machine")
-        entries[p.lstrip("/")] = ("file", p)
-        todo.extend(ldd(p))
+        if not os.path.isfile(src):
+            sys.exit(f"cri.py files-image: {src} is not a file on this machine")
+        entries[dst.lstrip("/")] = ("file", src)
+        todo.extend(ldd(src))
     return image_of(entries, name, out, [entry])
 
 

@@ -28,19 +28,27 @@ GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$REPO/target/tmp/go-cache \
 
 # For cri-exclusive (tests/vm/cri.sh): the sandbox image, an image with this machine's RDMA
 # tools (busybox, ibverbs-utils, rdmacm-utils, perftest, iputils' ping, the rxe and siw
-# providers, their libraries) and
+# providers, their libraries; Debian's Open MPI with UCX and our allreduce for two-nodes) and
 # the CRI client's stubs, made here because the guest sees this machine's files read-only and
 # has no compiler run to spare.
 export RHD_VENV=${RHD_VENV:-$HOME/.cache/rhd-venv}
 VERBS=/usr/lib/x86_64-linux-gnu/libibverbs
+# Open MPI loads its components, PMIx's and UCX's modules by name at run time, and reads its
+# help texts: their whole directories (files and the soname links), not an ldd closure.
+LIB=/usr/lib/x86_64-linux-gnu
+mapfile -t MPI_PARTS < <(find "$LIB/openmpi/lib/openmpi3" "$LIB/pmix2/lib/pmix" "$LIB/pmix2/share" "$LIB/ucx" \
+  /usr/share/openmpi /etc/openmpi \( -type f -o -type l \) | sort)
+mpicc -O2 -o target/vm/allreduce tests/vm/allreduce.c &&
 cc -static -Os -s -o target/vm/pause tests/cri/pause.c &&
   "$RHD_VENV/bin/python" tests/cri/cri.py - image target/vm/pause localhost/rhd-pause:test target/vm/pause.tar >/dev/null &&
   "$RHD_VENV/bin/python" tests/cri/cri.py - files-image localhost/rhd-rdma-tools:test target/vm/rdma-tools.tar /bin/sh \
     /bin/busybox '/bin/sh->busybox' '/bin/sleep->busybox' '/bin/cat->busybox' '/bin/ls->busybox' \
-    '/bin/env->busybox' /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong \
+    '/bin/env->busybox' /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong /usr/bin/ibv_ud_pingpong \
     /usr/bin/rping /usr/bin/ib_write_bw /usr/bin/ib_read_lat /usr/bin/ping /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/siw.driver \
     /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 \
-    $VERBS/librxe-rdmav34.so $VERBS/libsiw-rdmav34.so >/dev/null &&
+    $VERBS/librxe-rdmav34.so $VERBS/libsiw-rdmav34.so \
+    /usr/bin/mpirun /usr/bin/orted "/bin/allreduce=$REPO/target/vm/allreduce" \
+    "/bin/mpi-rsh=$HERE/mpi-rsh.sh" '/bin/nc->busybox' '/bin/setsid->busybox' "${MPI_PARTS[@]}" >/dev/null &&
   RHD_CRI_STUBS=$REPO/target/vm/cri-stubs "$RHD_VENV/bin/python" tests/cri/cri.py - stubs >/dev/null ||
   { echo "run: cannot make the CRI test's pause image or stubs (scripts/setup.sh)" >&2; exit 1; }
 

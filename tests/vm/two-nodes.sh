@@ -11,14 +11,16 @@
 # shipped pool selects mlx5_core NICs) and conf/multus/rdma-rail-device-plugin.yaml exactly as
 # shipped (its whereabouts IPAM: one pool for the cluster) applied with kubectl:
 #   baseline    the same two NICs and rxe0s from the VMs' own namespaces, no pods: MTU 9000,
-#               ib_write_bw and ib_read_lat (perftest) with a 4096-byte path MTU
+#               ib_write_bw and ib_read_lat (perftest) with a 4096-byte path MTU, an MPI
+#               allreduce (Open MPI over UCX verbs, tests/vm/allreduce.c)
 #   device-plugin  two unprivileged pods (uid 1000, no capabilities), one per node, each asking
 #               for rdma-host-device.io/rail with the NAD: Ready time from one kubectl apply;
 #               in each net1 at MTU 9000, rxe0 active_mtu 4096, NCCL_IB_GID_INDEX from the
 #               per-NIC env naming the RoCE v2 GID of its address; between them a 9000-byte
 #               don't-fragment ping, ib_write_bw and ib_read_lat (each side with -x its own
-#               NCCL_IB_GID_INDEX, -m 4096) and rping (rdma_cm); the figures against the
-#               baseline
+#               NCCL_IB_GID_INDEX, -m 4096), rping (rdma_cm) and the MPI allreduce (each
+#               rank's UCX_IB_GID_INDEX from its pod's NCCL_IB_GID_INDEX; the rxe0s' packet
+#               counters show RDMA carried it); the figures against the baseline
 #   long transfers  ib_write_bw of 50,000 4 KiB writes between the pods with the nodes left
 #               alone, then with both nodes busy: the controls for the next case
 #   exporters   each node's exporter shows its pod's rxe0 packets, labelled by the pod
@@ -35,7 +37,8 @@
 #   drain       of node 2: dp-3 evicted, its NIC home; then dp-1 deleted, its NIC home
 #   DRA         node.json switched to DRA, conf/k8s/dra.yaml and dra-claims.yaml's one-rail and
 #               rail-0 as shipped: one pod per node with a claim, different addresses, each
-#               one's NCCL_IB_GID_INDEX naming its GID, rping and ib_write_bw between them;
+#               one's NCCL_IB_GID_INDEX naming its GID, rping, ib_write_bw, ib_read_lat and the
+#               MPI allreduce between them;
 #               deleted, their claims gone and the NICs home
 #   baseline again, the DaemonSet running as beside the pods: the figures' reference
 # Figures in target/vm/two-nodes-report.txt.
@@ -170,6 +173,27 @@ perftest_pair() {
 }
 on_vm1() { vm_run 1 "$1" 180; }
 on_vm2() { vm_run 2 "for i in \$(seq 20); do $1 && exit 0; sleep 2; done; exit 1" 180; }
+
+# An MPI allreduce (tests/vm/allreduce.c) between two ends, launched as an MPI job launches:
+# mpirun on one end starts Open MPI's daemon on the other through a remote shell
+# (tests/vm/mpi-rsh.sh: a busybox nc serving /bin/sh on port 2222 stands in for the sshd a job's
+# image carries), and the ranks talk over UCX on each end's rxe0 alone (UCX_TLS: RC for the data,
+# UD for UCX's own wireup; no TCP, no shared memory). Each end's UCX_IB_GID_INDEX is its own,
+# set where it starts (not sent by mpirun). UCX_UD_ETH_DGID_CHECK=n: UCX 1.13 checks the
+# destination GID in each UD packet's GRH, and what soft-RoCE writes there for RoCE v2 over IPv4
+# does not pass it, so every wireup packet was dropped ("UD endpoint ... unhandled timeout
+# error", 2026-12-07, the same in one VM over rxe's loopback); with it off the job runs.
+MPI_ENV='SHELL=/bin/sh TMPDIR=/dev/shm OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1'
+MPI_UCX='--mca pml ucx --mca osc ucx --mca btl self -x UCX_NET_DEVICES=rxe0:1 -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_UD_ETH_DGID_CHECK=n'
+# the listener on the far end: GID-INDEX-EXPR is evaluated there (a number, or $NCCL_IB_GID_INDEX)
+mpi_listen() { echo "$MPI_ENV UCX_IB_GID_INDEX=$1 setsid busybox nc -ll -p 2222 -e /bin/sh </dev/null >/dev/null 2>&1 & echo \$! >/dev/shm/mpi-listener.pid"; }
+# mpirun's command line: GID-INDEX-EXPR IFACE HERE-IP FAR-IP ALLREDUCE RSH
+mpi_job() { echo "$MPI_ENV UCX_IB_GID_INDEX=$1 busybox timeout 150 mpirun -np 2 -H $3:1,$4:1 --mca plm_rsh_agent $6 --mca oob_tcp_if_include $2 $MPI_UCX $5 1048576 2>&1"; }
+mpi_stop='kill "$(cat /dev/shm/mpi-listener.pid)"'
+# ar_of REPORT BYTES COLUMN: of allreduce's line for BYTES, column 4 (us per allreduce) or 6 (busbw MB/s)
+ar_of() { awk -v b="$2" -v c="$3" '$1 == "allreduce" && $2 == b {print $c}' <<<"$1" | sed -n 1p; }
+# a whole allreduce report: every size from 4 B to 1 MiB, summed right
+ar_whole() { [[ $(grep -c '^allreduce [0-9]' <<<"$1") == 10 && -n $(ar_of "$1" 1048576 6) ]]; }
 # baseline WHEN: the same NICs and rxe0s from the VMs' own namespaces, no pods: MTU 9000, a
 # 9000-byte ping, ib_write_bw and ib_read_lat; BASE_BW and BASE_LAT set; the NICs then as the
 # node had them (no address, MTU 1500)
@@ -188,13 +212,18 @@ baseline() {
   out=$(perftest_pair lat on_vm1 on_vm2 "ib_read_lat $LAT_ARGS -x $G1" "ib_read_lat $LAT_ARGS -x $G2 $B1")
   BASE_LAT=$(lat_of "$out") mtu=$(mtu_of "$out")
   if [[ -n $BASE_LAT && $mtu == 4096 ]]; then ok "baseline $1 ib_read_lat: $BASE_LAT usec typical, path MTU $mtu"; else bad "baseline $1 ib_read_lat: $out"; fi
+  vm_run 2 "$(mpi_listen "$G2")" >/dev/null || bad "baseline $1: the MPI launch listener in VM 2"
+  out=$(vm_run 1 "$(mpi_job "$G1" eth0 "$B1" "$B2" "$REPO/target/vm/allreduce" "$HERE/mpi-rsh.sh")" 180)
+  BASE_AR_LAT=$(ar_of "$out" 4 4) BASE_AR_BW=$(ar_of "$out" 1048576 6)
+  if ar_whole "$out"; then ok "baseline $1 MPI allreduce: 4 B in $BASE_AR_LAT us, 1 MiB at $BASE_AR_BW MB/s busbw"; else bad "baseline $1 MPI allreduce: $out"; fi
+  vm_run 2 "$mpi_stop" >/dev/null
   # as the node was: no address, MTU 1500 (the plugin puts back what it found)
   vm_run 1 "ip addr flush dev eth0 && ip link set eth0 mtu 1500" >/dev/null &&
     vm_run 2 "ip addr flush dev eth0 && ip link set eth0 mtu 1500" >/dev/null || bad "the VMs' eth0 back as they were"
 }
 case_ "baseline (the VMs' own namespaces, no pods), before the DaemonSet"
 baseline before
-BASE0_BW=$BASE_BW BASE0_LAT=$BASE_LAT
+BASE0_BW=$BASE_BW BASE0_LAT=$BASE_LAT BASE0_AR_LAT=$BASE_AR_LAT BASE0_AR_BW=$BASE_AR_BW
 
 # ---- the DaemonSet, node.json naming the NIC by PCI address (as tests/vm/cluster-node.sh): the
 # shipped node.json's pool selects mlx5_core NICs; an operator of virtio nodes names theirs
@@ -319,6 +348,27 @@ for n in 1 2; do
   if [[ $sent =~ ^[0-9]+$ && $rcvd =~ ^[0-9]+$ && $sent -gt 0 && $rcvd -gt 0 ]]; then ok "node $n's exporter: rxe0 of pod dp-$n sent $sent and received $rcvd packets (rdma_host_device_rdma_hw_counter_total{pod=\"dp-$n\"})"
   else bad "node $n's exporter: dp-$n's rxe0 sent_pkts '$sent', rcvd_pkts '$rcvd'"; fi
 done
+
+# mpi_pods A B IP-A IP-B: an MPI allreduce from pod A with pod B, each end's GID index from its
+# own NCCL_IB_GID_INDEX; AR_LAT and AR_BW set. Its rxe0s' packet counters show that RDMA carried
+# it: 1 MiB four times is at least 1024 packets of 4096 bytes each way, and UCX_TLS has no TCP.
+sent_pkts() { in_pod "$1" cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts; }
+mpi_pods() {
+  local sa sb da db out
+  sa=$(sent_pkts "$1") sb=$(sent_pkts "$2")
+  in_pod "$2" sh -c "$(mpi_listen '$NCCL_IB_GID_INDEX')" || bad "the MPI launch listener in $2"
+  out=$(in_pod "$1" sh -c "$(mpi_job '$NCCL_IB_GID_INDEX' net1 "$3" "$4" /bin/allreduce /bin/mpi-rsh)")
+  AR_LAT=$(ar_of "$out" 4 4) AR_BW=$(ar_of "$out" 1048576 6)
+  da=$(($(sent_pkts "$1") - sa)) db=$(($(sent_pkts "$2") - sb))
+  if ar_whole "$out"; then ok "$1 + $2 MPI allreduce, 4 B to 1 MiB, sums right: 4 B in $AR_LAT us, 1 MiB at $AR_BW MB/s busbw"
+  else bad "MPI allreduce between $1 and $2: $out"; fi
+  if ((da >= 1024 && db >= 1024)); then ok "the allreduce went over RDMA: rxe0 sent $da packets in $1, $db in $2"
+  else bad "the allreduce's rxe0 packets: $1 $da, $2 $db (fewer than 1024)"; fi
+  in_pod "$2" sh -c "$mpi_stop" || bad "the MPI launch listener in $2 stopped"
+}
+case_ "an MPI allreduce across the two pods (Open MPI over UCX verbs)"
+mpi_pods dp-1 dp-2 "$IP1" "$IP2"
+POD_AR_LAT=$AR_LAT POD_AR_BW=$AR_BW
 
 # RHD_TWO_NODES_EXPERIMENT=FILE: FILE sourced here, with both pods up and every helper above
 # defined (a place to try a transfer by hand; the cases below run after it)
@@ -612,6 +662,11 @@ if wait_until 600 both_dra; then
   out=$(perftest_pair bw in_dra1 in_dra2 "ib_write_bw $BW_ARGS -x \$NCCL_IB_GID_INDEX" "ib_write_bw $BW_ARGS -x \$NCCL_IB_GID_INDEX $D1")
   DRA_BW=$(bw_of "$out")
   if [[ -n $DRA_BW ]]; then ok "dra-2 -> dra-1 ib_write_bw: $DRA_BW MB/s"; else bad "ib_write_bw between the DRA pods: $out"; fi
+  out=$(perftest_pair lat in_dra1 in_dra2 "ib_read_lat $LAT_ARGS -x \$NCCL_IB_GID_INDEX" "ib_read_lat $LAT_ARGS -x \$NCCL_IB_GID_INDEX $D1")
+  DRA_LAT=$(lat_of "$out")
+  if [[ -n $DRA_LAT ]]; then ok "dra-2 -> dra-1 ib_read_lat: $DRA_LAT usec typical"; else bad "ib_read_lat between the DRA pods: $out"; fi
+  mpi_pods dra-1 dra-2 "$D1" "$D2"
+  DRA_AR_LAT=$AR_LAT DRA_AR_BW=$AR_BW
 else
   bad "dra-1 and dra-2 not both Ready"
   kc describe pod dra-1 dra-2 | tail -30
@@ -629,7 +684,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else pr
 fig "two-nodes $(date -u +%FT%TZ): two TCG guests, one vCPU each, rdma_rxe_netns, MTU 9000, path MTU 4096"
 fig "  ib_write_bw 4 KiB, 5 s:  pods $POD_BW MB/s; VMs' own namespaces $BASE_BW MB/s with the DaemonSet running (ratio $(ratio "$POD_BW" "$BASE_BW")), $BASE0_BW MB/s before it"
 fig "  ib_read_lat 2 B, typical: pods $POD_LAT usec; VMs' own namespaces $BASE_LAT usec with the DaemonSet running (ratio $(ratio "$POD_LAT" "$BASE_LAT")), $BASE0_LAT usec before it"
-fig "  kubectl apply -> both DRA pods Ready (a claim each): ${DRA_READY_S:-} s; ib_write_bw 4 KiB between them ${DRA_BW:-} MB/s"
+fig "  MPI allreduce (Open MPI, UCX rc_verbs), 4 B (one float): pods $POD_AR_LAT us; VMs' own namespaces ${BASE_AR_LAT:-} us (ratio $(ratio "$POD_AR_LAT" "${BASE_AR_LAT:-}")), ${BASE0_AR_LAT:-} us before the DaemonSet"
+fig "  MPI allreduce 1 MiB, busbw: pods $POD_AR_BW MB/s; VMs' own namespaces ${BASE_AR_BW:-} MB/s (ratio $(ratio "$POD_AR_BW" "${BASE_AR_BW:-}")), ${BASE0_AR_BW:-} MB/s before the DaemonSet"
+fig "  kubectl apply -> both DRA pods Ready (a claim each): ${DRA_READY_S:-} s; between them ib_write_bw 4 KiB ${DRA_BW:-} MB/s, ib_read_lat ${DRA_LAT:-} usec, MPI allreduce 4 B ${DRA_AR_LAT:-} us and 1 MiB ${DRA_AR_BW:-} MB/s busbw"
 fig "  kubectl apply -> both pods Ready: ${READY_S:-} s"
 
 echo "=== two-nodes: $PASS passed, $FAIL failed (the group $((SECONDS - T0)) s)"
