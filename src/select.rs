@@ -2,7 +2,7 @@
 //! Direct lookups (by name, by sysfs path) wherever the kernel offers them; a full link dump
 //! only for MACs and for recognising a NIC that came back from a dead pod under another name.
 
-use crate::cni::netconf::Selector;
+use crate::cni::netconf::NicRequest;
 use rdma_host_device_core::error::{Code, Error, Result};
 use rdma_host_device_core::inventory::{self, Identity};
 use rdma_host_device_core::link::{LinkInfo, Links};
@@ -27,7 +27,7 @@ pub struct Resolved {
     pub records: Vec<Record>,
 }
 
-fn not_found(sel: &Selector, why: &str) -> Error {
+fn not_found(sel: &NicRequest, why: &str) -> Error {
     Error::new(
         Code::DeviceNotFound,
         format!("no host network interface matches {sel}: {why}"),
@@ -38,10 +38,10 @@ fn not_found(sel: &Selector, why: &str) -> Error {
 /// from "in use by a pod". It is read after the host lookups: ADD saves its record before it
 /// moves a NIC and DEL forgets it after the NIC is back, so a NIC missing from the host is
 /// always explained by a record read afterwards, even while other calls run.
-pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Resolved> {
+pub async fn resolve(sel: &NicRequest, host: &Links, store: &Store) -> Result<Resolved> {
     // The host lookup first: the link the selector names, and the name it was found by.
     let (candidate, by_name): (Option<LinkInfo>, Option<String>) = match sel {
-        Selector::Mac(mac) => {
+        NicRequest::Mac(mac) => {
             let all = host.all().await?;
             let hits: Vec<&LinkInfo> = all.iter().filter(|l| l.mac == *mac).collect();
             match hits.as_slice() {
@@ -63,14 +63,14 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
         }
         _ => {
             let names = match sel {
-                Selector::Name(n) => vec![n.clone()],
-                Selector::KernelPath(p) => sysfs::netdevs_under(Path::new(p)),
-                Selector::Pci(id) => sysfs::netdevs_of_bus_device(id),
-                Selector::DeviceId(id) => netdevs_of_device_id(id)?,
-                Selector::RdmaDevice(dev) => {
+                NicRequest::Name(n) => vec![n.clone()],
+                NicRequest::KernelPath(p) => sysfs::netdevs_under(Path::new(p)),
+                NicRequest::Pci(id) => sysfs::netdevs_of_bus_device(id),
+                NicRequest::DeviceId(id) => netdevs_of_device_id(id)?,
+                NicRequest::RdmaDevice(dev) => {
                     rdma_host_device_core::rdma::identity::netdevs_of_rdma_device(dev)?
                 }
-                Selector::Mac(_) => Vec::new(),
+                NicRequest::Mac(_) => Vec::new(),
             };
             match names.as_slice() {
                 [] => (None, None),
@@ -95,7 +95,7 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
             .as_deref()
             .is_none_or(|name| link.name == name || altname_is_the_nodes(&link, name, &records))
     {
-        if let Selector::Name(_) = sel {
+        if let NicRequest::Name(_) = sel {
             refuse_a_link_born_while_the_nic_was_away(&link, &records, sel)?;
         }
         return found_on_host(link, &records, sel);
@@ -113,7 +113,7 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
             ),
         ));
     }
-    if let Selector::RdmaDevice(dev) = sel {
+    if let NicRequest::RdmaDevice(dev) = sel {
         // The network asked for RDMA by name: say that RDMA is what is missing.
         let why = if sysfs::has_rdma() {
             "no RDMA device of that name has a network interface in the host network namespace (see `rdma link show`)"
@@ -141,7 +141,7 @@ pub async fn resolve(sel: &Selector, host: &Links, store: &Store) -> Result<Reso
 fn refuse_a_link_born_while_the_nic_was_away(
     link: &LinkInfo,
     records: &[Record],
-    sel: &Selector,
+    sel: &NicRequest,
 ) -> Result<()> {
     if link.alias.as_deref().and_then(Tag::decode).is_some() {
         // Back from a dead pod: `found_on_host` and `admit` judge it by its tag and record.
@@ -270,7 +270,7 @@ pub fn made_elsewhere(l: &LinkInfo) -> Option<String> {
 /// A link found on the host. One that carries our tag is lost (our tag only leaves the pod
 /// with a dead netns: every move sets or clears it in the same request), so it is free even
 /// when its old attachment's record is still there; the caller gives it back.
-fn found_on_host(link: LinkInfo, records: &[Record], sel: &Selector) -> Result<Resolved> {
+fn found_on_host(link: LinkInfo, records: &[Record], sel: &NicRequest) -> Result<Resolved> {
     // The loopback device (which `"hwaddr": "00:00:00:00:00:00"` also selects) is no NIC: the
     // kernel refuses to move it, and a record naming index 1 could never be undone.
     if link.flags & libc::IFF_LOOPBACK as u32 != 0 {
@@ -304,16 +304,16 @@ fn found_on_host(link: LinkInfo, records: &[Record], sel: &Selector) -> Result<R
 }
 
 /// Does attachment `r` hold the NIC that `sel` names?
-fn attachment_holds(r: &Record, sel: &Selector) -> bool {
+fn attachment_holds(r: &Record, sel: &NicRequest) -> bool {
     match sel {
-        Selector::Name(n) => r.host_name == *n || r.altnames.contains(n),
-        Selector::Mac(m) => r.mac == *m,
-        Selector::Pci(id) => r.pci.as_deref() == Some(id.as_str()),
-        Selector::DeviceId(id) => {
+        NicRequest::Name(n) => r.host_name == *n || r.altnames.contains(n),
+        NicRequest::Mac(m) => r.mac == *m,
+        NicRequest::Pci(id) => r.pci.as_deref() == Some(id.as_str()),
+        NicRequest::DeviceId(id) => {
             r.pci.as_deref() == Some(id.as_str()) || Identity::of_record(r).device_id == *id
         }
-        Selector::RdmaDevice(d) => r.rdma_device.as_deref() == Some(d.as_str()),
-        Selector::KernelPath(p) => Path::new(p).file_name().is_some_and(|f| {
+        NicRequest::RdmaDevice(d) => r.rdma_device.as_deref() == Some(d.as_str()),
+        NicRequest::KernelPath(p) => Path::new(p).file_name().is_some_and(|f| {
             r.host_name == f.to_string_lossy() || r.pci.as_deref() == Some(&*f.to_string_lossy())
         }),
     }
@@ -343,7 +343,7 @@ fn altname_is_the_nodes(link: &LinkInfo, alt: &str, records: &[Record]) -> bool 
 
 /// A NIC that came back from a dead pod keeps the pod-side name but carries our tag with its
 /// original name: find it by that identity (an altname only if the node gave it).
-async fn find_lost(sel: &Selector, host: &Links, records: &[Record]) -> Result<Option<Resolved>> {
+async fn find_lost(sel: &NicRequest, host: &Links, records: &[Record]) -> Result<Option<Resolved>> {
     // The name a lost NIC comes home under: its record's (found by its device when the pod
     // rewrote the tag), else the tag's.
     let home_name = |l: &LinkInfo, tag: &Tag| {
@@ -351,20 +351,22 @@ async fn find_lost(sel: &Selector, host: &Links, records: &[Record]) -> Result<O
             .map_or(tag.host_name.clone(), |r| r.host_name.clone())
     };
     let wanted = |l: &LinkInfo, tag: &Tag| match sel {
-        Selector::Name(n) => {
+        NicRequest::Name(n) => {
             home_name(l, tag) == *n
                 || (l.altnames.contains(n)
                     && records
                         .iter()
                         .any(|r| r.owner() == tag.owner && r.altnames.contains(n)))
         }
-        Selector::Mac(m) => l.mac == *m,
-        Selector::Pci(id) | Selector::DeviceId(id) => sysfs::pci_of(&l.name).as_deref() == Some(id),
-        Selector::KernelPath(p) => {
+        NicRequest::Mac(m) => l.mac == *m,
+        NicRequest::Pci(id) | NicRequest::DeviceId(id) => {
+            sysfs::pci_of(&l.name).as_deref() == Some(id)
+        }
+        NicRequest::KernelPath(p) => {
             sysfs::netdevs_under(Path::new(p)).contains(&l.name)
                 || home_name(l, tag) == file_name(p)
         }
-        Selector::RdmaDevice(_) => false,
+        NicRequest::RdmaDevice(_) => false,
     };
     for l in host.all().await? {
         if let Some(tag) = l.alias.as_deref().and_then(Tag::decode)

@@ -9,7 +9,7 @@ use super::give_back::decide::record_for_lost;
 use super::give_back::lost;
 use super::rdma::{self, RdmaPlan};
 use crate::cni::env::Env;
-use crate::cni::netconf::{NetConf, Selector};
+use crate::cni::netconf::{NetConf, NicRequest};
 use crate::lock;
 use crate::select::{self, Resolved};
 use rdma_host_device_core::dra::checkpoint::{PreparedClaim, PreparedDevice};
@@ -59,15 +59,15 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
     // selects from it, and every ADD checks the NIC it resolves against it.
     let prepared = Prepared::read(node)?;
     let from_dra = match from_claim(conf) {
-        FromClaim::Request(request) => Some(dra_selector(env, node, &prepared, request)?),
+        FromClaim::Request(request) => Some(dra_nic(env, node, &prepared, request)?),
         FromClaim::ExtendedResource(resource) => {
-            Some(dra_extended_selector(env, node, &prepared, resource)?)
+            Some(dra_extended_nic(env, node, &prepared, resource)?)
         }
         FromClaim::No => None,
     };
-    let selector = match &from_dra {
+    let request = match &from_dra {
         Some((s, _)) => s,
-        None => conf.require_selector()?,
+        None => conf.require_nic()?,
     };
     // The node decides what this root process may exec for the tenant: checked first.
     // The paths in `ipam` too: the plugin runs as root and writes, reads or connects there.
@@ -96,9 +96,9 @@ pub async fn plan(env: &Env, conf: &NetConf, node: &Node) -> Result<Plan> {
             ),
         ));
     }
-    let (resolved, nic_lock) = resolve_locked(selector, &host, &host_ns, &store).await?;
+    let (resolved, nic_lock) = resolve_locked(request, &host, &host_ns, &store).await?;
     log::info!(
-        "{selector} is {} (mac {}, mtu {}{})",
+        "{request} is {} (mac {}, mtu {}{})",
         resolved.link.name,
         resolved.link.mac,
         resolved.link.mtu,
@@ -205,11 +205,7 @@ enum FromClaim<'a> {
 /// without it, the checkpoint" (the one NAD serves a node whose device plugin hands out the
 /// resource, through Multus, and a node whose DRA driver does).
 fn from_claim(conf: &NetConf) -> FromClaim<'_> {
-    match (
-        &conf.dra_request,
-        &conf.selector,
-        &conf.dra_extended_resource,
-    ) {
+    match (&conf.dra_request, &conf.nic, &conf.dra_extended_resource) {
         (Some(request), _, _) => FromClaim::Request(request),
         (None, None, Some(resource)) => FromClaim::ExtendedResource(resource),
         _ => FromClaim::No,
@@ -275,12 +271,12 @@ fn refuse_another_pods_prepared_nic(env: &Env, prepared: &Prepared, r: &Resolved
 /// under one request, the first not already attached (one ADD per NIC). With it, which claim
 /// and allocation result it is, for the record (the driver reports the NIC's network data in
 /// that claim's status).
-fn dra_selector(
+fn dra_nic(
     env: &Env,
     node: &Node,
     prepared: &Prepared,
     request: &str,
-) -> Result<(Selector, DraAttachment)> {
+) -> Result<(NicRequest, DraAttachment)> {
     let Prepared { cp, path } = prepared;
     let uid = env.pod().map(|p| p.uid).unwrap_or_default();
     if uid.is_empty() {
@@ -334,7 +330,7 @@ fn first_unattached(
     uid: &str,
     devices: &[(&str, &PreparedClaim, &PreparedDevice)],
     attached: &[String],
-) -> Result<(Selector, DraAttachment)> {
+) -> Result<(NicRequest, DraAttachment)> {
     match devices
         .iter()
         .find(|(_, _, d)| !attached.contains(&d.device_id))
@@ -359,7 +355,7 @@ fn first_unattached(
                 network: None,
                 metadata: claim.metadata,
             };
-            Ok((Selector::DeviceId(d.device_id.clone()), dra))
+            Ok((NicRequest::DeviceId(d.device_id.clone()), dra))
         }
         None => Err(Error::new(
             Code::DeviceBusy,
@@ -383,12 +379,12 @@ fn first_unattached(
 /// `draRequest` finds one: by the UID the runtime puts in CNI_ARGS, never by anything the NAD
 /// says, among the claims the driver recorded as extended-resource claims reserved for that
 /// pod. Of several NICs (several networks, or `limits` > 1), the first not attached.
-fn dra_extended_selector(
+fn dra_extended_nic(
     env: &Env,
     node: &Node,
     prepared: &Prepared,
     resource: &str,
-) -> Result<(Selector, DraAttachment)> {
+) -> Result<(NicRequest, DraAttachment)> {
     let Prepared { cp, path } = prepared;
     let what = format!("draExtendedResource {resource}");
     let uid = env.pod().map(|p| p.uid).unwrap_or_default();
@@ -425,7 +421,7 @@ fn dra_extended_selector(
 /// loser of a race for the NIC gets "device busy" (102) from it, or 11 if the wait ran out,
 /// and has changed nothing.
 async fn resolve_locked(
-    sel: &Selector,
+    sel: &NicRequest,
     host: &Links,
     host_ns: &Netns,
     store: &Store,
@@ -563,7 +559,7 @@ mod tests {
         let multus = r#","deviceID":"0000:3b:00.0","pciBusID":"0000:3b:00.0","runtimeConfig":{"deviceID":"0000:3b:00.0"}"#;
         let c = nad(&format!("{key}{multus}"));
         assert_eq!(from_claim(&c), FromClaim::No);
-        assert_eq!(c.selector, Some(Selector::DeviceId("0000:3b:00.0".into())));
+        assert_eq!(c.nic, Some(NicRequest::DeviceId("0000:3b:00.0".into())));
         assert_eq!(
             from_claim(&nad(r#","draRequest":"nic""#)),
             FromClaim::Request("nic")
@@ -658,29 +654,29 @@ mod tests {
             ))
         };
         let r = "rdma-host-device.io/rail";
-        let (sel, dra) = dra_extended_selector(&pod("pod-b"), &node, &p, r).unwrap();
-        assert_eq!(sel, Selector::DeviceId("0000:5e:00.0".into()));
+        let (sel, dra) = dra_extended_nic(&pod("pod-b"), &node, &p, r).unwrap();
+        assert_eq!(sel, NicRequest::DeviceId("0000:5e:00.0".into()));
         assert_eq!(
             (dra.name.as_str(), dra.uid.as_str(), dra.request.as_str()),
             ("b-extended-resources-x2", "uid-3", "container-0-request-0")
         );
         // Pod a: its extended claim's first NIC, never its own claim's (that is draRequest's).
-        let (sel, _) = dra_extended_selector(&pod("pod-a"), &node, &p, r).unwrap();
-        assert_eq!(sel, Selector::DeviceId("0000:3b:00.0".into()));
+        let (sel, _) = dra_extended_nic(&pod("pod-a"), &node, &p, r).unwrap();
+        assert_eq!(sel, NicRequest::DeviceId("0000:3b:00.0".into()));
         // The next ADD of the pod (another network) gets the next NIC; then none is left.
         let devices = p.cp.extended_for_pod("pod-a");
         let (sel, dra) =
             first_unattached("x", "pod-a", &devices, &["0000:3b:00.0".to_owned()]).unwrap();
-        assert_eq!(sel, Selector::DeviceId("0000:3b:00.1".into()));
+        assert_eq!(sel, NicRequest::DeviceId("0000:3b:00.1".into()));
         assert_eq!(dra.request, "container-1-request-0");
         let all = ["0000:3b:00.0".to_owned(), "0000:3b:00.1".to_owned()];
         let e = first_unattached("x", "pod-a", &devices, &all).unwrap_err();
         assert_eq!(e.code, Code::DeviceBusy);
         // A pod with only claims it names, a pod with none, a call with no pod UID.
-        let e = dra_extended_selector(&pod("pod-c"), &node, &p, r).unwrap_err();
+        let e = dra_extended_nic(&pod("pod-c"), &node, &p, r).unwrap_err();
         assert_eq!(e.code, Code::DeviceNotFound);
         assert!(e.msg.contains("use draRequest"), "{}", e.msg);
-        let e = dra_extended_selector(&pod("pod-z"), &node, &p, r).unwrap_err();
+        let e = dra_extended_nic(&pod("pod-z"), &node, &p, r).unwrap_err();
         assert_eq!(e.code, Code::DeviceNotFound);
         assert!(
             e.msg
@@ -688,7 +684,7 @@ mod tests {
             "{}",
             e.msg
         );
-        let e = dra_extended_selector(&env_of("K8S_POD_NAME=p"), &node, &p, r).unwrap_err();
+        let e = dra_extended_nic(&env_of("K8S_POD_NAME=p"), &node, &p, r).unwrap_err();
         assert_eq!(e.code, Code::InvalidEnv);
         let _ = std::fs::remove_dir_all(&state);
     }

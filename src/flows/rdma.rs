@@ -8,7 +8,7 @@
 //! first. On DEL the RDMA device goes back before the NIC (dranet#177).
 
 use crate::cni::env::Env;
-use crate::cni::netconf::{Isolation, NetConf, Selector, SoftDevice};
+use crate::cni::netconf::{Isolation, NetConf, NicRequest, SoftDevice};
 use rdma_host_device_core::error::{Code, Error, Result};
 use rdma_host_device_core::link::LinkInfo;
 use rdma_host_device_core::netns::Netns;
@@ -68,7 +68,7 @@ pub fn pair_and_check(
     }
     let required = rdma_conf.soft_device.is_some()
         || rdma_conf.isolation == Isolation::Exclusive
-        || matches!(conf.selector, Some(Selector::RdmaDevice(_)));
+        || matches!(conf.nic, Some(NicRequest::RdmaDevice(_)));
     let mut sock = match RdmaSocket::open() {
         Ok(s) => s,
         Err(e @ RdmaNlError::Unavailable(_)) if !required => {

@@ -15,7 +15,7 @@ use super::give_back::lost::{give_back_lost, name_lost_unreadable};
 /// STATUS: ready (Ok) when the configured NIC can be attached or already is, the node policy
 /// allows it, and the IPAM plugin answers; otherwise 50 with the reason.
 pub async fn status(env: &Env, conf: &NetConf, node: &Node) -> Result<()> {
-    if let Some(sel) = &conf.selector {
+    if let Some(sel) = &conf.nic {
         let host = Links::open()?;
         name_lost_unreadable(&host, &rdma_host_device_core::netns::Netns::current()?).await?;
         let store = Store::new(&node.state_dir);

@@ -5,7 +5,7 @@
 //! the flows rely on (names safe in paths, absolute dirs, MTU in range, results that print
 //! and re-read in every version).
 
-use crate::cni::netconf::{NetConf, Selector, peek_version};
+use crate::cni::netconf::{NetConf, NicRequest, peek_version};
 use crate::cni::result::CniResult;
 use crate::cni::version::SUPPORTED;
 use crate::mutate::{self, Rng};
@@ -73,16 +73,16 @@ fn check_netconf(input: &[u8]) -> Result<(), String> {
             {
                 return Err(format!("accepted ipam.type {t:?}"));
             }
-            match &c.selector {
-                Some(Selector::Name(n)) if validate_ifname(n).is_err() => {
+            match &c.nic {
+                Some(NicRequest::Name(n)) if validate_ifname(n).is_err() => {
                     return Err(format!("accepted device {n:?}"));
                 }
-                Some(Selector::Pci(id) | Selector::DeviceId(id))
+                Some(NicRequest::Pci(id) | NicRequest::DeviceId(id))
                     if id.contains('/') || id == ".." || id.is_empty() =>
                 {
                     return Err(format!("accepted bus id {id:?}"));
                 }
-                Some(Selector::KernelPath(p))
+                Some(NicRequest::KernelPath(p))
                     if !p.starts_with("/sys/devices/") || p.contains("/../") =>
                 {
                     return Err(format!("accepted kernelpath {p:?}"));

@@ -2,7 +2,7 @@
 //! NetworkAttachmentDefinition as JSON) run through the checks ADD applies, as a person runs it
 //! before deploying them.
 
-use rdma_host_device::cni::netconf::{MAX_CONFIG_LEN, NetConf, Selector};
+use rdma_host_device::cni::netconf::{MAX_CONFIG_LEN, NetConf, NicRequest};
 use rdma_host_device_core::error::{Code, Error, Result, invalid_config};
 use serde_json::Value;
 use std::io::Read;
@@ -104,8 +104,8 @@ pub fn check_config(raw: &[u8]) -> Result<String> {
     }
     let node = rdma_host_device_core::node::Node::load()?;
     let conf = NetConf::parse_strict(raw.to_vec(), &node)?;
-    let selector = match &conf.selector {
-        Some(Selector::DeviceId(d)) => format!("deviceID {d:?}"),
+    let selector = match &conf.nic {
+        Some(NicRequest::DeviceId(d)) => format!("deviceID {d:?}"),
         Some(s) => s.to_string(),
         None => {
             let capability = v

@@ -117,9 +117,10 @@ impl Default for RdmaConf {
     }
 }
 
-/// How the config names the host NIC. Exactly one must be given.
+/// How the config names the host NIC it asks for (its one selector key: `device`, `hwaddr`, ...).
+/// What the node lets it have is core's `node::NicPolicy`, judged on the NIC found. Exactly one must be given.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Selector {
+pub enum NicRequest {
     Name(String),
     Mac(String),
     KernelPath(String),
@@ -130,15 +131,15 @@ pub enum Selector {
     RdmaDevice(String),
 }
 
-impl std::fmt::Display for Selector {
+impl std::fmt::Display for NicRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Selector::Name(v) => write!(f, "device {}", shown(v)),
-            Selector::Mac(v) => write!(f, "hwaddr {}", shown(v)),
-            Selector::KernelPath(v) => write!(f, "kernelpath {}", shown(v)),
-            Selector::Pci(v) => write!(f, "pciBusID {}", shown(v)),
-            Selector::DeviceId(v) => write!(f, "deviceID {}", shown(v)),
-            Selector::RdmaDevice(v) => write!(f, "rdmaDevice {}", shown(v)),
+            NicRequest::Name(v) => write!(f, "device {}", shown(v)),
+            NicRequest::Mac(v) => write!(f, "hwaddr {}", shown(v)),
+            NicRequest::KernelPath(v) => write!(f, "kernelpath {}", shown(v)),
+            NicRequest::Pci(v) => write!(f, "pciBusID {}", shown(v)),
+            NicRequest::DeviceId(v) => write!(f, "deviceID {}", shown(v)),
+            NicRequest::RdmaDevice(v) => write!(f, "rdmaDevice {}", shown(v)),
         }
     }
 }
@@ -192,14 +193,14 @@ pub struct NetConf {
     pub ipam_type: Option<String>,
     pub dns: Option<super::result::Dns>,
     pub prev_result: Option<CniResult>,
-    pub selector: Option<Selector>,
+    pub nic: Option<NicRequest>,
     /// `draRequest`: the NIC our DRA driver prepared for this pod under that request of its
-    /// claim (`flows::plan::dra_selector`); exclusive with the selectors above.
+    /// claim (`flows::plan::dra_nic`); exclusive with the selectors above.
     pub dra_request: Option<String>,
     /// `draExtendedResource`: when no `deviceID` came (a device plugin's, through Multus'
     /// `resourceName`), the next NIC not yet attached of this pod's extended-resource claim,
     /// the claim the scheduler made for the pod's `resources.limits` of this name on a node
-    /// that serves it through DRA (`flows::plan::dra_extended_selector`). `deviceID` wins.
+    /// that serves it through DRA (`flows::plan::dra_extended_nic`). `deviceID` wins.
     pub dra_extended_resource: Option<String>,
     pub mtu: Option<u32>,
     pub rdma: RdmaConf,
@@ -399,7 +400,7 @@ impl NetConf {
                 &node.device_info_dir,
             )?),
         };
-        let selector = selector(
+        let nic = nic_request(
             given.device,
             given.hwaddr,
             given.kernelpath,
@@ -410,7 +411,7 @@ impl NetConf {
         )?;
         if let Some(r) = &given.dra_request {
             validate_request_name(r)?;
-            if let Some(sel) = &selector {
+            if let Some(sel) = &nic {
                 return Err(Error::new(
                     Code::DeviceAmbiguous,
                     format!(
@@ -434,9 +435,9 @@ impl NetConf {
             }
             // Only a deviceID (what Multus passes from a device plugin) may come beside it, and
             // wins; a selector the NAD fixes itself would always win, leaving it dead.
-            if let Some(sel) = selector
+            if let Some(sel) = nic
                 .as_ref()
-                .filter(|s| !matches!(s, Selector::DeviceId(_)))
+                .filter(|s| !matches!(s, NicRequest::DeviceId(_)))
             {
                 return Err(Error::new(
                     Code::DeviceAmbiguous,
@@ -453,7 +454,7 @@ impl NetConf {
             ipam_type,
             dns: given.dns,
             prev_result,
-            selector,
+            nic,
             dra_request: given.dra_request,
             dra_extended_resource: given.dra_extended_resource,
             mtu: given.mtu,
@@ -467,8 +468,8 @@ impl NetConf {
     }
 
     /// The selector, required for the verbs that act on a NIC.
-    pub fn require_selector(&self) -> Result<&Selector> {
-        self.selector.as_ref().ok_or_else(|| {
+    pub fn require_nic(&self) -> Result<&NicRequest> {
+        self.nic.as_ref().ok_or_else(|| {
             invalid_config(
                 "no device selected: set one of \"device\", \"hwaddr\", \"kernelpath\", \"pciBusID\", \"rdmaDevice\", \"deviceID\" (top level or runtimeConfig), \"draRequest\" or \"draExtendedResource\"",
             )
@@ -523,7 +524,7 @@ fn validate_network_name(name: &str) -> Result<()> {
     }
 }
 
-fn selector(
+fn nic_request(
     device: Option<String>,
     hwaddr: Option<String>,
     kernelpath: Option<String>,
@@ -531,7 +532,7 @@ fn selector(
     device_id: Option<String>,
     rc_device_id: Option<String>,
     rdma_device: Option<String>,
-) -> Result<Option<Selector>> {
+) -> Result<Option<NicRequest>> {
     // Multus may put the same deviceID at top level and in runtimeConfig: that is one selector.
     let device_id = match (device_id, rc_device_id) {
         (Some(a), Some(b)) if a != b => {
@@ -556,10 +557,10 @@ fn selector(
     if let Some(v) = device {
         rdma_host_device_core::names::validate_ifname(&v)
             .map_err(|m| invalid_config(format!("device: {m}")))?;
-        found.push(Selector::Name(v));
+        found.push(NicRequest::Name(v));
     }
     if let Some(v) = hwaddr {
-        found.push(Selector::Mac(normalised_hwaddr(&v)?));
+        found.push(NicRequest::Mac(normalised_hwaddr(&v)?));
     }
     if let Some(v) = kernelpath {
         if !v.starts_with("/sys/devices/") || v.contains("/../") || v.ends_with("/..") {
@@ -568,15 +569,15 @@ fn selector(
                 shown(&v)
             )));
         }
-        found.push(Selector::KernelPath(v));
+        found.push(NicRequest::KernelPath(v));
     }
     if let Some(v) = pci {
         validate_bus_id("pciBusID", &v)?;
-        found.push(Selector::Pci(v));
+        found.push(NicRequest::Pci(v));
     }
     if let Some(v) = device_id {
         validate_bus_id("deviceID", &v)?;
-        found.push(Selector::DeviceId(v));
+        found.push(NicRequest::DeviceId(v));
     }
     if let Some(v) = rdma_device {
         if v.is_empty() || v.len() > 64 || v.contains('/') || v.starts_with('.') {
@@ -585,7 +586,7 @@ fn selector(
                 shown(&v)
             )));
         }
-        found.push(Selector::RdmaDevice(v));
+        found.push(NicRequest::RdmaDevice(v));
     }
     match found.len() {
         0 => Ok(None),

@@ -8,7 +8,7 @@ fn parse(s: &str) -> Result<NetConf> {
 fn minimal_config() {
     let c = parse(r#"{"cniVersion":"1.0.0","name":"n","type":"rdma-host-device","device":"eth1"}"#)
         .unwrap();
-    assert_eq!(c.selector, Some(Selector::Name("eth1".into())));
+    assert_eq!(c.nic, Some(NicRequest::Name("eth1".into())));
     assert_eq!(c.rdma.isolation, Isolation::Auto);
     assert_eq!(c.rdma.gid_timeout_ms, 5000);
 }
@@ -49,7 +49,7 @@ fn del_is_lenient_and_says_what_it_ignored() {
     assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
     assert_eq!(c.log_file, None);
     assert_eq!(c.mtu, None);
-    assert_eq!(c.selector, None);
+    assert_eq!(c.nic, None);
     assert_eq!(c.raw, raw.to_vec(), "IPAM gets the bytes the runtime sent");
     let all = ignored.join("\n");
     for k in ["typo", "mtu", "stateDir", "logFile", "rdma"] {
@@ -81,7 +81,7 @@ fn full_config() {
         c.log_file,
         Some(PathBuf::from("/var/log/rdma-host-device/x.log"))
     );
-    assert_eq!(c.selector, Some(Selector::Mac("aa:bb:cc:dd:ee:ff".into())));
+    assert_eq!(c.nic, Some(NicRequest::Mac("aa:bb:cc:dd:ee:ff".into())));
     assert_eq!(c.ipam_type.as_deref(), Some("host-local"));
     assert_eq!(c.rdma.soft_device, Some(SoftDevice::Siw));
     assert_eq!(c.log_level, Some(log::LevelFilter::Debug));
@@ -90,13 +90,13 @@ fn full_config() {
 #[test]
 fn same_device_id_twice_is_one_selector() {
     let c = parse(r#"{"cniVersion":"1.0.0","name":"n","deviceID":"0000:00:05.0","runtimeConfig":{"deviceID":"0000:00:05.0"}}"#).unwrap();
-    assert_eq!(c.selector, Some(Selector::DeviceId("0000:00:05.0".into())));
+    assert_eq!(c.nic, Some(NicRequest::DeviceId("0000:00:05.0".into())));
 }
 
 #[test]
 fn multus_device_id_and_pci_bus_id_are_one_selector() {
     let c = parse(r#"{"cniVersion":"1.0.0","name":"n","deviceID":"0000:00:05.0","pciBusID":"0000:00:05.0","runtimeConfig":{"deviceID":"0000:00:05.0"}}"#).unwrap();
-    assert_eq!(c.selector, Some(Selector::DeviceId("0000:00:05.0".into())));
+    assert_eq!(c.nic, Some(NicRequest::DeviceId("0000:00:05.0".into())));
     let e = parse(
         r#"{"cniVersion":"1.0.0","name":"n","deviceID":"0000:00:05.0","pciBusID":"0000:00:06.0"}"#,
     )
@@ -254,14 +254,14 @@ fn oversized_config_is_rejected() {
 #[test]
 fn no_selector_is_reported_by_require() {
     let c = parse(r#"{"cniVersion":"1.0.0","name":"n"}"#).unwrap();
-    assert_eq!(c.require_selector().unwrap_err().code, Code::InvalidConfig);
+    assert_eq!(c.require_nic().unwrap_err().code, Code::InvalidConfig);
 }
 
 #[test]
 fn dra_request_names_a_claims_request_and_only_it_selects() {
     let c = parse(r#"{"cniVersion":"1.0.0","name":"n","draRequest":"rail/gpu-0"}"#).unwrap();
     assert_eq!(c.dra_request.as_deref(), Some("rail/gpu-0"));
-    assert_eq!(c.selector, None);
+    assert_eq!(c.nic, None);
     let base = r#""cniVersion":"1.0.0","name":"n""#;
     for (input, code) in [
         (
@@ -312,7 +312,7 @@ fn dra_extended_resource_names_a_resource_and_lets_only_a_device_id_beside_it() 
         c.dra_extended_resource.as_deref(),
         Some("rdma-host-device.io/rail")
     );
-    assert_eq!(c.selector, None);
+    assert_eq!(c.nic, None);
     // The name every DeviceClass answers to.
     parse(&format!(
         "{{{base},\"draExtendedResource\":\"deviceclass.resource.kubernetes.io/rdma-host-device.io\"}}"
@@ -323,7 +323,7 @@ fn dra_extended_resource_names_a_resource_and_lets_only_a_device_id_beside_it() 
         "{{{base},{key},\"deviceID\":\"0000:3b:00.0\",\"pciBusID\":\"0000:3b:00.0\",\"runtimeConfig\":{{\"deviceID\":\"0000:3b:00.0\"}}}}"
     ))
     .unwrap();
-    assert_eq!(c.selector, Some(Selector::DeviceId("0000:3b:00.0".into())));
+    assert_eq!(c.nic, Some(NicRequest::DeviceId("0000:3b:00.0".into())));
     for (input, code, says) in [
         (
             format!("{{{base},\"draExtendedResource\":\"rail\"}}"),
