@@ -152,8 +152,9 @@ GID_OF='gid_of() { ibv_devinfo -v -d rxe0 | sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:s
 BW_ARGS="-d rxe0 -m 4096 -s 4096 -D 5 -F"
 LAT_ARGS="-d rxe0 -m 4096 -n 500 -F"
 # the first result line of a perftest report: BW average (MB/s, column 4; of SIZE-byte writes,
-# 4096 unless said) or t_typical (usec, column 5)
-bw_of() { awk -v size="${2:-4096}" '$1 == size && NF >= 5 {print $4}' <<<"$1" | sed -n 1p; }
+# 4096 unless said; nothing when it is 0, which is what a QP broken in duration mode reports)
+# or t_typical (usec, column 5)
+bw_of() { awk -v size="${2:-4096}" '$1 == size && NF >= 5 && $4 > 0 {print $4}' <<<"$1" | sed -n 1p; }
 lat_of() { awk '$1 == 2 && NF >= 7 {print $5}' <<<"$1" | sed -n 1p; }
 mtu_of() { sed -n 's/^ *Mtu *: *\([0-9]*\)\[B\].*/\1/p' <<<"$1" | sed -n 1p; }
 
@@ -207,8 +208,16 @@ baseline() {
   out=$(vm_run 2 "ping -M 'do' -s 8972 -c 3 -W 5 $B1" 60)
   if [[ $out == *" 0% packet loss"* ]]; then ok "baseline $1: ping -M do -s 8972 $B1 from VM 2: $(grep rtt <<<"$out")"; else bad "baseline $1 jumbo ping: $out"; fi
   out=$(perftest_pair bw on_vm1 on_vm2 "ib_write_bw $BW_ARGS -x $G1" "ib_write_bw $BW_ARGS -x $G2 $B1")
-  BASE_BW=$(bw_of "$out") mtu=$(mtu_of "$out")
-  if [[ -n $BASE_BW && $mtu == 4096 ]]; then ok "baseline $1 ib_write_bw: $BASE_BW MB/s average, path MTU $mtu"; else bad "baseline $1 ib_write_bw: $out"; fi
+  BASE_BW=$(bw_of "$out") again=""
+  # Nothing of ours is in this data path: a run that moved nothing (once at the end of a run,
+  # 2026-12-07: "0.00 MB/s") is the stand-in's, shown here and run once more for the figure
+  if [[ -z $BASE_BW ]]; then
+    echo "baseline $1 ib_write_bw moved nothing; its report, then once more:"; echo "$out"
+    out=$(perftest_pair bw on_vm1 on_vm2 "ib_write_bw $BW_ARGS -x $G1" "ib_write_bw $BW_ARGS -x $G2 $B1")
+    BASE_BW=$(bw_of "$out") again=" (the second run: the first moved nothing)"
+  fi
+  mtu=$(mtu_of "$out")
+  if [[ -n $BASE_BW && $mtu == 4096 ]]; then ok "baseline $1 ib_write_bw: $BASE_BW MB/s average, path MTU $mtu$again"; else bad "baseline $1 ib_write_bw: $out"; fi
   out=$(perftest_pair lat on_vm1 on_vm2 "ib_read_lat $LAT_ARGS -x $G1" "ib_read_lat $LAT_ARGS -x $G2 $B1")
   BASE_LAT=$(lat_of "$out") mtu=$(mtu_of "$out")
   if [[ -n $BASE_LAT && $mtu == 4096 ]]; then ok "baseline $1 ib_read_lat: $BASE_LAT usec typical, path MTU $mtu"; else bad "baseline $1 ib_read_lat: $out"; fi
