@@ -117,8 +117,9 @@ impl Default for RdmaConf {
     }
 }
 
-/// How the config names the host NIC it asks for (its one selector key: `device`, `hwaddr`, ...).
-/// What the node lets it have is core's `node::NicPolicy`, judged on the NIC found. Exactly one must be given.
+/// How the config names the host NIC it asks for (its one selector key: `device`, `hwaddr`,
+/// ...). Exactly one must be given. What the node lets it have is core's `node::NicPolicy`,
+/// judged on the NIC found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NicRequest {
     Name(String),
