@@ -51,11 +51,14 @@ impl Watcher {
 
     fn start_alone(rig: &Rig, alone: std::sync::MutexGuard<'static, ()>) -> Watcher {
         let socket = rig.dir.path().join("uppers.sock");
+        let log = std::fs::File::create(rig.dir.path().join("uppers-watch.log"))
+            .expect("the watcher's log");
         let child = Command::new(AGENT)
-            .args(["uppers-watch", "--socket"])
+            .args(["uppers-watch", "--debug", "--socket"])
             .arg(&socket)
             .env_remove("CNI_COMMAND")
             .stdout(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("starting uppers-watch");
         let mut w = Watcher {
@@ -90,6 +93,11 @@ impl Watcher {
         let mut line = String::new();
         std::io::BufReader::new(&c).read_line(&mut line).unwrap();
         line
+    }
+
+    /// What it logged so far (at debug level: each search it made).
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.socket.with_file_name("uppers-watch.log")).unwrap_or_default()
     }
 
     fn stop(&mut self) {
@@ -538,5 +546,119 @@ fn a_guard_started_after_add_does_not_vouch_for_that_nic() {
         link(Some(&attacker.name), &mv).is_none(),
         "the neighbour's macvlan outlived DEL\n{del}"
     );
+    nic.assert_home(Some(&victim), &del);
+}
+
+const SEARCHED: &str = "uppers guard: searching every namespace for what rides";
+
+/// The operational state `ip` shows for link `name` of namespace `ns`.
+fn operstate(ns: &Netns, name: &str) -> String {
+    let out = ip(&["-n", &ns.name, "-j", "link", "show", name]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("ip -j");
+    v[0]["operstate"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Issue 47: the guard follows an ADD without searching every namespace (its cost on the node
+/// stays flat with the pods beside it). ADD's own notifications of the NIC (its move, name,
+/// MTU, state) each announce a change; a neighbour's macvlan stacked after them announces
+/// none, and is searched for and deleted all the same. DEL right behind ADD takes the
+/// guard's word.
+#[test]
+fn the_guard_searches_nothing_for_add_and_still_deletes_a_rider_after_it() {
+    let rig = Rig::new();
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    let w = Watcher::start(&rig);
+    // With an MTU of its own: ADD changes that too, while the NIC is down.
+    let conf = rig.conf("1.1.0", json!({"device": nic.name, "mtu": 1400}));
+    let added = rig.call("ADD", &conf, &victim.path(), &rig.cid(0), IF, &[]);
+    assert_eq!(
+        link(Some(&victim.name), IF).map(|l| l.mtu),
+        Some(1400),
+        "{added}"
+    );
+    // Linkwatch reports the state after ADD has answered: wait for it, then make sure the
+    // guard has read it (it reads its notifications before it answers a question).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while operstate(&victim, IF) == "DOWN" {
+        assert!(
+            Instant::now() < deadline,
+            "net1 is still DOWN 20 s after ADD"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = w.ask(&rig.nic(1));
+    let searched = w.log().matches(SEARCHED).count();
+    assert_eq!(searched, 0, "the guard searched after ADD\n{}", w.log());
+    let mv = format!("rh{}s{}", tag(), rig.n);
+    stack_passthru(&victim, IF, &attacker, &mv);
+    while link(Some(&attacker.name), &mv).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the neighbour's macvlan still rides the pod's NIC\n{}",
+            w.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(w.log().contains(SEARCHED), "{}", w.log());
+    let (check, del) = check_and_del(&rig, &nic, &victim, &added);
+    check.ok();
+    assert!(check.stderr.contains(VOUCHED), "CHECK searched\n{check}");
+    del.ok();
+    assert!(del.stderr.contains(VOUCHED), "DEL searched\n{del}");
+    nic.assert_home(Some(&victim), &del);
+}
+
+/// Issue 47: ADD tags the NIC while it is down, which the kernel announces with nothing until
+/// the link comes up; a neighbour's macvlan stacked in that moment is announced with the new
+/// tag as the only thing new. The guard does not take that for one of ADD's changes: it
+/// searches and deletes the macvlan while ADD is still held after the move.
+#[test]
+fn a_rider_stacked_while_add_holds_the_nic_down_and_tagged_is_deleted_by_the_guard() {
+    let rig = std::sync::Arc::new(Rig::new());
+    let nic = rig.nic(0);
+    let victim = rig.netns(0);
+    let attacker = rig.netns(1);
+    let w = Watcher::start(&rig);
+    let conf = rig.conf("1.1.0", json!({"device": nic.name}));
+    let (r, c, path, cid) = (rig.clone(), conf.clone(), victim.path(), rig.cid(0));
+    let add = std::thread::spawn(move || {
+        r.call(
+            "ADD",
+            &c,
+            &path,
+            &cid,
+            IF,
+            &[("RHD_FAULT", "add:after-nic-move:sleep=8000")],
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while link(Some(&victim.name), IF).is_none() {
+        assert!(Instant::now() < deadline, "the NIC never reached the pod");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let l = link(Some(&victim.name), IF).expect("net1 in the pod");
+    assert!(!l.up && l.alias.is_some(), "not down and tagged: {l:?}");
+    let before = w.log().matches(SEARCHED).count();
+    let mv = format!("rh{}w{}", tag(), rig.n);
+    stack_passthru(&victim, IF, &attacker, &mv);
+    while link(Some(&attacker.name), &mv).is_some() {
+        assert!(
+            !add.is_finished(),
+            "ADD went on with the neighbour's macvlan riding the NIC\n{}",
+            w.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !add.is_finished(),
+        "ADD, not the guard, may have deleted it: this test no longer tests the guard"
+    );
+    assert!(w.log().matches(SEARCHED).count() > before, "{}", w.log());
+    let added = add.join().expect("the ADD thread");
+    added.ok();
+    let del = rig.call("DEL", &conf, &victim.path(), &rig.cid(0), IF, &[]);
+    del.ok();
     nic.assert_home(Some(&victim), &del);
 }

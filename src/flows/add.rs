@@ -88,7 +88,11 @@ async fn attach(places: &Places<'_>, plan: &Plan, ledger: &mut Ledger) -> Result
         fault::hit("add:after-rdma-move")?;
     }
 
-    // 4. Move, rename, MTU, tag and up, in one request.
+    // 4. Move, rename, MTU and tag in one request; up in its own once nothing rides it
+    // (below). The uppers guard tells ADD's notifications of the NIC from an upper linked to
+    // it by what each says new (`raw::Announced`). A request that sets the alias of a link
+    // that is up by its end closes with a notification that says nothing new, which would
+    // cost the guard a search of every namespace.
     let tag = record.tag().encode();
     ledger.took(Taken::Nic {
         record: Box::new(record.clone()),
@@ -102,7 +106,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, ledger: &mut Ledger) -> Result
                 name: &env.ifname,
                 mtu: conf.mtu,
                 alias: Some(&tag),
-                up: true,
+                up: false,
                 mac: None,
             },
         )
@@ -141,6 +145,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, ledger: &mut Ledger) -> Result
     // Nothing of another namespace came with it (stacked on it between the policy check and
     // the move, through a namespace id): else it goes home and ADD fails naming what.
     rdma_host_device_core::uppers::arrival::check(&plan.sentry, pod_ns, inside.index, &env.ifname)?;
+    pod.set_up(inside.index).await?;
     log::info!(
         "moved {} into {} as {} (index {}, mtu {})",
         record.host_name,

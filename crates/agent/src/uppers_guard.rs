@@ -10,8 +10,11 @@
 //! the host has an id for, with that id; moving a NIC into a pod gives the pod's namespace one
 //! (the move's RTM_DELLINK carries it). The kernel reports an upper linked to a NIC, from any
 //! namespace, as an RTM_NEWLINK for the NIC in the NIC's namespace with no flag changed
-//! (NETDEV_CHANGEUPPER); our NICs in pods carry our tag as their alias. Such a notification
-//! has the watcher look, for that NIC, in every other namespace (`arrival::remove_foreign_riders`)
+//! (NETDEV_CHANGEUPPER) and nothing new in what the kernel announces of a link (its name, MTU
+//! and state: `raw::Announced`), which tells it from ADD's own notifications of the NIC
+//! (`Guard::could_be_an_upper`); our NICs in pods carry our tag as their alias. Such a
+//! notification has the watcher look, for that NIC, in every other namespace
+//! (`arrival::remove_foreign_riders`)
 //! and delete what rides it there; lost notifications (ENOBUFS) have it look at every tagged
 //! NIC of every namespace. A pod that rewrites its NIC's alias only drops its own guard (CHECK
 //! and DEL still look); one that tags its own links only costs the watcher scans, one per
@@ -33,6 +36,7 @@ use rdma_host_device_core::netns::{self, Netns};
 use rdma_host_device_core::state::{Tag, boottime_ns};
 use rdma_host_device_core::uppers::{Answer, WatchedNic, arrival};
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasher, RandomState};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -71,6 +75,10 @@ pub struct Guard {
     touched_at: HashMap<Key, u64>,
     /// Per link: where the last search and removal that succeeded began (`heard`).
     cleared_at: HashMap<Key, u64>,
+    /// Per link: what its last notification said ([`raw::Announced`]), as a fingerprint.
+    /// Fingerprints that collide make two notifications look alike, which costs a search.
+    said: HashMap<Key, u64>,
+    fingerprints: RandomState,
 }
 
 impl Guard {
@@ -109,6 +117,8 @@ impl Guard {
             blind_heard: 0,
             touched_at: HashMap::new(),
             cleared_at: HashMap::new(),
+            said: HashMap::new(),
+            fingerprints: RandomState::new(),
         };
         g.write_counter();
         Ok(g)
@@ -122,7 +132,6 @@ impl Guard {
     pub fn drain(&mut self) -> io::Result<()> {
         // (the namespace's id in the host's, the NIC's index there, its name there)
         let mut touched: BTreeSet<(i32, u32, String)> = BTreeSet::new();
-        let mut heard: Vec<Key> = Vec::new();
         let mut lost = false;
         loop {
             self.heard += 1;
@@ -132,25 +141,10 @@ impl Guard {
                     // Messages of the host's own namespace carry no id: the watcher's other
                     // socket reads those.
                     let Some(nsid) = nsid else { continue };
-                    let Some(msgs) = raw::messages(&self.buf[..n]) else {
-                        lost = true;
-                        continue;
-                    };
-                    for m in msgs {
-                        // An upper linked to a link, or unlinked, is an RTM_NEWLINK for it
-                        // with no flag changed; so are other changes, which cost a search.
-                        if let Some((false, l)) = raw::notification(m)
-                            && netlink_sync::u32_at(m, 28) == Some(0)
-                        {
-                            heard.push((nsid, l.index));
-                            if l.alias.as_deref().and_then(Tag::decode).is_some() {
-                                touched.insert((nsid, l.index, l.shown()));
-                            }
-                        }
-                    }
-                    for key in heard.drain(..) {
-                        self.touch(key);
-                    }
+                    let buf = std::mem::take(&mut self.buf);
+                    let whole = self.heard_datagram(&buf[..n], nsid, &mut touched);
+                    self.buf = buf;
+                    lost |= !whole;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => lost = true,
                 Err(e) => return Err(e),
@@ -190,6 +184,60 @@ impl Guard {
         })
     }
 
+    /// The messages of one datagram from namespace `nsid`: each that could be an upper linked
+    /// to a link is a touch, and a tagged link so touched goes into `touched`. False when the
+    /// datagram is cut short (as good as lost).
+    fn heard_datagram(
+        &mut self,
+        datagram: &[u8],
+        nsid: i32,
+        touched: &mut BTreeSet<(i32, u32, String)>,
+    ) -> bool {
+        let Some(msgs) = raw::messages(datagram) else {
+            return false;
+        };
+        for m in msgs {
+            let Some((gone, l)) = raw::notification(m) else {
+                continue;
+            };
+            let key = (nsid, l.index);
+            if gone {
+                self.said.remove(&key);
+            } else if self.could_be_an_upper(key, m) {
+                self.touch(key);
+                if l.alias.as_deref().and_then(Tag::decode).is_some() {
+                    touched.insert((nsid, l.index, l.shown()));
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether notification `m` of link `key` could be an upper linked to it or unlinked
+    /// from it (and remember what it says). The kernel sends that as an RTM_NEWLINK for the
+    /// link with no flag changed (NETDEV_CHANGEUPPER) that says what the link's previous
+    /// notification said, as far as [`raw::Announced`] goes. So do other changes with no flag
+    /// to show, but ADD's own (the link's name, MTU, operational state: ADD makes the first
+    /// two, linkwatch the last) each say something new there, and the kernel makes no such
+    /// change without a notification of its own after it. So a notification that says
+    /// something new announces a change and costs no search; one that says nothing new, or
+    /// follows nothing the guard heard of that link, could be an upper. An upper linked while
+    /// such a change is under way (its notification then says the change) is searched for at
+    /// the change's own notification, which then says nothing new: each change explains one
+    /// notification, and the upper makes one more.
+    fn could_be_an_upper(&mut self, key: Key, m: &[u8]) -> bool {
+        let said = raw::announced(m).map(|a| self.fingerprints.hash_one(a));
+        if self.said.len() >= REMEMBERED && !self.said.contains_key(&key) {
+            self.blind();
+        }
+        let before = match said {
+            Some(f) => self.said.insert(key, f),
+            None => self.said.remove(&key),
+        };
+        let announces = matches!((before, said), (Some(b), Some(n)) if b != n);
+        netlink_sync::u32_at(m, 28) == Some(0) && !announces
+    }
+
     /// A notification that could be an upper linked to `key`.
     fn touch(&mut self, key: Key) {
         if self.touched_at.len() >= REMEMBERED && !self.touched_at.contains_key(&key) {
@@ -205,6 +253,7 @@ impl Guard {
         self.blind_heard = self.heard;
         self.touched_at.clear();
         self.cleared_at.clear();
+        self.said.clear();
     }
 
     /// One datagram: its length and the id of the namespace it comes from (`None`: the
@@ -310,6 +359,9 @@ impl Guard {
     /// Search every other namespace for what rides link `key.1` of `ns` and delete it.
     fn remove(&mut self, ns: &Netns, label: &str, key: Key, name: &str) {
         let (began, index) = (self.heard, key.1);
+        log::debug!(
+            "uppers guard: searching every namespace for what rides {name} (index {index}) in {label}"
+        );
         match arrival::scan_and_remove_foreign_riders(ns, index, name) {
             Ok(gone) => {
                 if self.cleared_at.len() >= REMEMBERED && !self.cleared_at.contains_key(&key) {

@@ -15,6 +15,8 @@ const NETNSA_NSID: u16 = 1;
 const NETNSA_FD: u16 = 3;
 const RTM_GETLINK: u16 = 18;
 const IFLA_IFNAME: u16 = 3;
+const IFLA_MTU: u16 = 4;
+const IFLA_OPERSTATE: u16 = 16;
 const IFLA_LINKINFO: u16 = 18;
 const IFLA_INFO_KIND: u16 = 1;
 const IFLA_IFALIAS: u16 = 20;
@@ -189,6 +191,40 @@ pub fn notification(msg: &[u8]) -> Option<(bool, RawLink)> {
     Some((gone, link(msg.get(16..)?)?))
 }
 
+/// What a link notification says of its link that the kernel changes only with a
+/// notification of its own, sent after the change and whether the link is up or down: its
+/// name (NETDEV_CHANGENAME), MTU (NETDEV_CHANGEMTU) and operational state as reported (DOWN
+/// while the link is not running; opening and closing it send a notification, and while it
+/// runs linkwatch sends one with each change). Not the alias: the kernel announces one set on a
+/// link that is down with nothing (`netdev_state_change` sends only for a link that is up).
+/// Nor flags, promiscuity or carrier: the kernel changes them without a notification of their
+/// own, when an upper adds an address for one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Announced {
+    pub name: Vec<u8>,
+    pub mtu: Option<u32>,
+    pub operstate: Option<u8>,
+}
+
+/// [`Announced`] of a link notification (a whole message); `None` when it is not one.
+pub fn announced(msg: &[u8]) -> Option<Announced> {
+    notification(msg)?;
+    let mut a = Announced {
+        name: Vec::new(),
+        mtu: None,
+        operstate: None,
+    };
+    for (kind, value) in attrs(msg.get(16 + IFINFOMSG_LEN..)?) {
+        match kind {
+            IFLA_IFNAME => a.name = bytes(value).to_vec(),
+            IFLA_MTU => a.mtu = u32_at(value, 0),
+            IFLA_OPERSTATE => a.operstate = value.first().copied(),
+            _ => {}
+        }
+    }
+    Some(a)
+}
+
 /// Whether a link notification (a whole message) says only that its link went down: the
 /// interface flags without IFF_UP and IFF_UP among the changed ones (`ifi_change`). The
 /// kernel closes a link before it moves it to another namespace, so the move itself sends
@@ -350,6 +386,32 @@ mod tests {
         body.extend(attr(IFLA_IFNAME, &n));
         body.extend_from_slice(extra);
         crate::netlink_sync::test_message(RTM_NEWLINK, 0, 0, &body)
+    }
+
+    #[test]
+    fn a_notification_announces_its_links_name_mtu_and_state_and_not_its_alias() {
+        let mut extra = attr(IFLA_MTU, &1400u32.to_ne_bytes());
+        extra.extend(attr(IFLA_OPERSTATE, &[6]));
+        extra.extend(attr(IFLA_IFALIAS, b"rdma-host-device:v1:x\0"));
+        let msg = newlink(7, b"net1", &extra);
+        let a = announced(&msg).expect("a link notification");
+        assert_eq!(
+            a,
+            Announced {
+                name: b"net1".to_vec(),
+                mtu: Some(1400),
+                operstate: Some(6),
+            }
+        );
+        // Another alias announces nothing new.
+        let mut other = attr(IFLA_MTU, &1400u32.to_ne_bytes());
+        other.extend(attr(IFLA_OPERSTATE, &[6]));
+        other.extend(attr(IFLA_IFALIAS, b"mine now\0"));
+        assert_eq!(announced(&newlink(7, b"net1", &other)), Some(a));
+        // Not a link notification: nothing.
+        let mut route = msg.clone();
+        route[4..6].copy_from_slice(&24u16.to_ne_bytes());
+        assert_eq!(announced(&route), None);
     }
 
     #[test]
