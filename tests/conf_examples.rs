@@ -5,9 +5,8 @@
 //! network that conf/ defines. No root needed except for the install script's chroot check.
 
 mod common;
-mod conf_yaml;
 
-use common::{AGENT, PLUGIN, files_under, output_text};
+use common::{AGENT, PLUGIN, files_under, output_text, yaml};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -47,8 +46,8 @@ fn documents() -> Vec<(PathBuf, Value)> {
                 docs.push((f, v));
             }
             "yaml" | "yml" => {
-                let vs = conf_yaml::parse_all(&text)
-                    .unwrap_or_else(|e| panic!("{}: YAML: {e}", rel(&f)));
+                let vs =
+                    yaml::parse_all(&text).unwrap_or_else(|e| panic!("{}: YAML: {e}", rel(&f)));
                 assert!(!vs.is_empty(), "{} holds no YAML document", rel(&f));
                 docs.extend(vs.into_iter().map(|v| (f.clone(), v)));
             }
@@ -114,7 +113,7 @@ fn yaml_reader_agrees_with_pyyaml() {
             String::from_utf8_lossy(&out.stderr)
         );
         let theirs: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let ours = Value::Array(conf_yaml::parse_all(&fs::read_to_string(&f).unwrap()).unwrap());
+        let ours = Value::Array(yaml::parse_all(&fs::read_to_string(&f).unwrap()).unwrap());
         assert_eq!(
             ours,
             theirs,
@@ -198,6 +197,103 @@ fn a_typo_in_an_example_is_rejected_with_code_2() {
         let (ok, out) = validate(&doc);
         assert!(!ok, "{label} with a typo was accepted:\n{out}");
         assert!(out.contains("rejected with code 2"), "{label}: {out}");
+    }
+}
+
+/// Issue 48: `validate FILE` reads what an operator holds, as shipped: each YAML file of conf/
+/// that holds a NAD or a ConfigMap with node.json, whole (its other kinds passed over), one
+/// line per such document, each ok.
+#[test]
+fn every_shipped_manifest_is_validated_as_it_is() {
+    let mut seen = 0;
+    for f in files_under(&conf_dir())
+        .into_iter()
+        .filter(|f| ext(f) == "yaml")
+    {
+        let docs = yaml::parse_all(&fs::read_to_string(&f).unwrap()).unwrap();
+        let ours = docs
+            .iter()
+            .filter(|d| {
+                d["kind"] == "NetworkAttachmentDefinition"
+                    || (d["kind"] == "ConfigMap" && d["data"]["node.json"].is_string())
+            })
+            .count();
+        if ours == 0 {
+            continue;
+        }
+        seen += ours;
+        let out = Command::new(AGENT)
+            .arg("validate")
+            .arg(&f)
+            .env_remove("CNI_COMMAND")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}: {text}", rel(&f));
+        assert_eq!(
+            text.lines().filter(|l| l.contains(": ok (")).count(),
+            ours,
+            "{}: {text}",
+            rel(&f)
+        );
+    }
+    assert!(seen >= 5, "the NADs and the DaemonSet's node.json: {seen}");
+}
+
+/// A typo in a shipped YAML manifest is rejected with the spec's code 2, naming the line of
+/// the config that holds it and the key; a typo in the DaemonSet's node.json too.
+#[test]
+fn a_typo_in_a_yaml_manifest_is_rejected_naming_its_line_and_key() {
+    let dir = common::TempDir::new("validate-yaml");
+    let nad = conf_dir().join("multus/rdma-nic-whereabouts.yaml");
+    let text = fs::read_to_string(&nad).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.trim_start().starts_with("config:"))
+        .expect("a config: line")
+        + 1;
+    let typo = text.replacen(
+        "\"type\": \"rdma-host-device\",",
+        "\"type\": \"rdma-host-device\", \"devcie\": \"eth9\",",
+        1,
+    );
+    assert_ne!(typo, text, "the NAD's config names its type as expected");
+    let ds = fs::read_to_string(conf_dir().join("k8s/daemonset.yaml")).unwrap();
+    let ds_typo = ds.replacen(
+        "  node.json: |\n    {\n",
+        "  node.json: |\n    {\n      \"stateDri\": \"/x\",\n",
+        1,
+    );
+    assert_ne!(ds_typo, ds, "the DaemonSet's node.json opens as expected");
+    for (name, body, want) in [
+        (
+            "nad.yaml",
+            typo,
+            format!("nad.yaml:{line} NetworkAttachmentDefinition/"),
+        ),
+        (
+            "ds.yaml",
+            ds_typo,
+            "ConfigMap/rdma-host-device-install data.node.json: rejected".to_owned(),
+        ),
+    ] {
+        let p = dir.path().join(name);
+        fs::write(&p, body).unwrap();
+        let out = Command::new(AGENT)
+            .arg("validate")
+            .arg(&p)
+            .env_remove("CNI_COMMAND")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{name}: {text}");
+        assert!(text.contains(&want), "{name}: {text}");
+        let key = if name == "nad.yaml" {
+            "devcie"
+        } else {
+            "stateDri"
+        };
+        assert!(text.contains(key), "{name}: {text}");
     }
 }
 

@@ -19,7 +19,6 @@
 //! run them for real. Needs root and `go` (see tests/common/mod.rs).
 
 mod common;
-mod conf_yaml;
 
 use common::*;
 use serde_json::{Value, json};
@@ -34,7 +33,7 @@ fn nad_config(file: &str) -> Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("conf/multus")
         .join(file);
-    let docs = conf_yaml::parse_all(&fs::read_to_string(&p).unwrap())
+    let docs = yaml::parse_all(&fs::read_to_string(&p).unwrap())
         .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     let nad = docs
         .iter()

@@ -24,7 +24,6 @@
 //! with grpcio that scripts/setup.sh makes, curl and `go`.
 
 mod common;
-mod conf_yaml;
 #[path = "dra/kubelet.rs"]
 mod kubelet;
 #[path = "kube/standin.rs"]
@@ -45,7 +44,7 @@ const RESOURCE_NAME: &str = "rdma-host-device.io/rail";
 /// The example NAD for Multus' DRA mode (conf/k8s/dra-multus.yaml), its IPAM made local.
 fn example_nad(rig: &Rig, ns: &str) -> Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/k8s/dra-multus.yaml");
-    let docs = conf_yaml::parse_all(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let docs = yaml::parse_all(&std::fs::read_to_string(&p).unwrap()).unwrap();
     let mut nad = docs
         .into_iter()
         .find(|d| d["kind"] == "NetworkAttachmentDefinition")

@@ -7,7 +7,7 @@
 //! Nor can the docs and comments point at files that are not there (issue 48): every repository
 //! path they name exists (`repository_paths_named`, below, says what counts as one).
 
-mod conf_yaml;
+use rdma_host_device_agent::validate::yaml;
 
 use rdma_host_device::cni::netconf::{OTHER_KEYS, RdmaConf, SELECTOR_KEYS};
 use rdma_host_device_core::node::{
@@ -109,7 +109,7 @@ fn the_picture_names_every_container_the_daemonsets_run() {
     let mut containers = Vec::new();
     for file in ["conf/k8s/daemonset.yaml", "conf/k8s/dra.yaml"] {
         let text = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
-        for doc in conf_yaml::parse_all(&text).unwrap() {
+        for doc in yaml::parse_all(&text).unwrap() {
             if doc["kind"] != "DaemonSet" {
                 continue;
             }

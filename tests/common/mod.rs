@@ -30,10 +30,9 @@ mod rig;
 mod root;
 mod standin;
 mod world;
-/// The YAML reader of tests/conf_yaml, for the manifests the shared helpers read.
-#[allow(clippy::duplicate_mod)] // test files that read YAML themselves also declare it
-#[path = "../conf_yaml/mod.rs"]
-pub mod yaml;
+/// The YAML reader `validate` reads operators' manifests with, for the ones the shared helpers
+/// read.
+pub use rdma_host_device_agent::validate::yaml;
 
 pub use cleanup::*;
 pub use client::*;

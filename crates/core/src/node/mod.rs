@@ -291,6 +291,18 @@ impl Node {
             }
             Err(e) => return Err(bad(format!("cannot read it: {e}"))),
         };
+        Self::from_json(&body, &path.display().to_string())
+    }
+
+    /// The node configuration `body` (what a node.json holds), checked as a file of it is;
+    /// `source` names where it came from in errors.
+    pub fn from_json(body: &[u8], source: &str) -> Result<Node> {
+        let bad = |what: String| {
+            Error::new(
+                Code::InvalidConfig,
+                format!("node configuration {source}: {what}"),
+            )
+        };
         // serde reads a struct from a JSON array too, field by field (`["/x"]` set stateDir):
         // the file is one object of named keys or nothing.
         if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
@@ -299,8 +311,8 @@ impl Node {
                     .into(),
             ));
         }
-        let mut node: Node = serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?;
-        node.source = path.display().to_string();
+        let mut node: Node = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+        node.source = source.to_owned();
         for (key, dir) in [
             ("stateDir", &node.state_dir),
             ("logDir", &node.log_dir),

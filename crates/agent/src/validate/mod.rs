@@ -1,6 +1,9 @@
-//! `rdma-host-device-agent validate`: network configurations (a .conf, a .conflist, a
-//! NetworkAttachmentDefinition as JSON) run through the checks ADD applies, as a person runs it
-//! before deploying them.
+//! `rdma-host-device-agent validate`: what an operator holds before deploying it, run through the
+//! checks the plugin and the agent apply: a .conf, a .conflist, NetworkAttachmentDefinitions, a
+//! ConfigMap holding node.json, or a List of those, as JSON or YAML (one document or many;
+//! other kinds in a manifest are passed over).
+
+pub mod yaml;
 
 use rdma_host_device::cni::netconf::{MAX_CONFIG_LEN, NetConf, NicRequest};
 use rdma_host_device_core::error::{Code, Error, Result, invalid_config};
@@ -137,7 +140,8 @@ pub fn check_config(raw: &[u8]) -> Result<String> {
 /// `validate FILE|- ...`: the files to check (`-`: stdin).
 #[derive(Debug, PartialEq, Eq, clap::Args)]
 pub struct Options {
-    /// A .conf, a .conflist or a NetworkAttachmentDefinition as JSON; - for stdin
+    /// A .conf, a .conflist, NetworkAttachmentDefinitions, a ConfigMap holding node.json, or a
+    /// List, as JSON or YAML (many documents too); - for stdin
     #[arg(value_name = "FILE|-", required = true)]
     pub files: Vec<String>,
 }
@@ -196,44 +200,184 @@ fn judge_file(f: &str) -> Vec<(Verdict, String)> {
         Ok(t) => t,
         Err(e) => return rejected(format!("{f}: cannot read: {e}")),
     };
-    let doc: Value = match serde_json::from_slice(&text) {
+    let docs = match documents(&text) {
         Ok(d) => d,
-        Err(e) => {
-            return rejected(format!(
-                "{f}: not JSON ({e}); YAML manifests: kubectl get net-attach-def NAME -o json | rdma-host-device-agent validate -"
-            ));
+        Err(why) => return rejected(format!("{f}: {why}")),
+    };
+    let mut out = Vec::new();
+    for (doc, value) in &docs {
+        judge_document(f, &text, doc, value, &mut out);
+    }
+    if out.is_empty() {
+        return rejected(format!(
+            "{f}: holds no network configuration, NetworkAttachmentDefinition or ConfigMap with node.json"
+        ));
+    }
+    out
+}
+
+/// Where a document is in its file.
+enum Place {
+    /// The whole file, as JSON.
+    Json,
+    /// A YAML document: its lines, 1-based.
+    Yaml { first: usize, last: usize },
+}
+
+/// The documents of a file: JSON (one document), or else YAML. An error says where.
+fn documents(text: &[u8]) -> std::result::Result<Vec<(Place, Value)>, String> {
+    let json_err = match serde_json::from_slice::<Value>(text) {
+        Ok(v) => return Ok(vec![(Place::Json, v)]),
+        Err(e) => e,
+    };
+    let starts_like_json = matches!(
+        text.iter().find(|b| !b.is_ascii_whitespace()),
+        Some(b'{' | b'[')
+    );
+    let Ok(s) = std::str::from_utf8(text) else {
+        return Err(format!("neither JSON ({json_err}) nor YAML (not UTF-8)"));
+    };
+    match yaml::documents(s) {
+        Ok(docs) if !starts_like_json => Ok(docs
+            .into_iter()
+            .map(|d| {
+                let place = Place::Yaml {
+                    first: d.first_line,
+                    last: d.last_line,
+                };
+                (place, d.value)
+            })
+            .collect()),
+        // What starts as JSON is JSON: its error is the one to fix.
+        _ if starts_like_json => Err(format!("not valid JSON: {json_err}")),
+        Ok(_) => Err(format!("not valid JSON: {json_err}")),
+        Err(e) => Err(format!(
+            "line {}: not YAML this reads ({}), nor JSON",
+            e.line, e.msg
+        )),
+    }
+}
+
+/// One document's verdicts into `out`: a CNI config or conflist (no `kind`), a NAD, a ConfigMap
+/// holding node.json, or a List of those; any other kind is passed over.
+fn judge_document(
+    f: &str,
+    text: &[u8],
+    place: &Place,
+    doc: &Value,
+    out: &mut Vec<(Verdict, String)>,
+) {
+    let kind = doc.get("kind").and_then(Value::as_str);
+    let name = doc
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .map(|n| format!(" {}/{}", kind.unwrap_or_default(), shown(n)))
+        .unwrap_or_default();
+    // Where a key's line is: the first line of the document that holds it, for YAML.
+    let at = |key: &str| -> String {
+        match place {
+            Place::Json => f.to_owned(),
+            Place::Yaml { first, last } => {
+                let line = line_of(text, *first, *last, key).unwrap_or(*first);
+                format!("{f}:{line}")
+            }
         }
     };
-    let mut found = match configs_in(&doc) {
-        Ok(found) => found,
-        Err(e) => return rejected(format!("{f}: {}", e.msg)),
-    };
-    if let [one] = found.as_mut_slice()
-        && one.place.is_empty()
-    {
-        // A plain config reaches the plugin as the file's bytes: judge those, as ADD would.
-        one.config = text;
-    }
-    found
-        .into_iter()
-        .map(|c| {
-            let place = if c.place.is_empty() {
-                String::new()
+    match kind {
+        None | Some("NetworkAttachmentDefinition") => {
+            let here = if kind.is_some() {
+                format!("{}{name}", at("config"))
             } else {
-                format!(" {}", c.place)
+                at("")
             };
-            match check_config(&c.config) {
-                Ok(summary) => (Verdict::Accepted, format!("{f}{place}: ok ({summary})")),
-                Err(e) => (
-                    Verdict::Rejected,
-                    format!(
-                        "{f}{place}: rejected with code {}: {}",
-                        e.code as u32, e.msg
-                    ),
-                ),
+            let mut found = match configs_in(doc) {
+                Ok(found) => found,
+                Err(e) => {
+                    out.push((Verdict::Rejected, format!("{here}: {}", e.msg)));
+                    return;
+                }
+            };
+            if let (Place::Json, [one]) = (place, found.as_mut_slice())
+                && one.place.is_empty()
+            {
+                // A plain config reaches the plugin as the file's bytes: judge those, as ADD
+                // would.
+                one.config = text.to_vec();
             }
+            for c in found {
+                let sep = if c.place.is_empty() { "" } else { " " };
+                let here = format!("{here}{sep}{}", c.place);
+                out.push(match check_config(&c.config) {
+                    Ok(summary) => (Verdict::Accepted, format!("{here}: ok ({summary})")),
+                    Err(e) => (
+                        Verdict::Rejected,
+                        format!("{here}: rejected with code {}: {}", e.code as u32, e.msg),
+                    ),
+                });
+            }
+        }
+        Some("ConfigMap") => {
+            let Some(body) = doc.pointer("/data/node.json") else {
+                return;
+            };
+            let here = format!("{}{name} data.node.json", at("node.json"));
+            let Some(body) = body.as_str() else {
+                out.push((Verdict::Rejected, format!("{here}: not a string")));
+                return;
+            };
+            out.push(match check_node(body.as_bytes(), "node.json") {
+                Ok(()) => (
+                    Verdict::Accepted,
+                    format!("{here}: ok (node configuration)"),
+                ),
+                Err(e) => (Verdict::Rejected, format!("{here}: rejected: {e}")),
+            });
+        }
+        Some("List") => {
+            for item in doc
+                .get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                judge_document(f, text, place, item, out);
+            }
+        }
+        Some(_) => {}
+    }
+}
+
+/// A node configuration, checked as `node-config` checks a file (the agent's sections too).
+fn check_node(body: &[u8], source: &str) -> crate::error::Result<()> {
+    let node = rdma_host_device_core::node::Node::from_json(body, source)?;
+    node.device_plugin()?;
+    node.dra()?;
+    node.gc()?;
+    Ok(())
+}
+
+/// The first of lines `first..=last` (1-based) of `text` that holds `key` as a mapping key.
+fn line_of(text: &[u8], first: usize, last: usize, key: &str) -> Option<usize> {
+    if key.is_empty() {
+        return None;
+    }
+    let text = std::str::from_utf8(text).ok()?;
+    text.lines()
+        .enumerate()
+        .skip(first.saturating_sub(1))
+        .take(last.saturating_sub(first) + 1)
+        .find(|(_, l)| {
+            let t = l.trim_start().trim_start_matches("- ");
+            t.strip_prefix(key)
+                .or_else(|| t.strip_prefix(&format!("\"{key}\"")))
+                .is_some_and(|r| r.starts_with(':'))
         })
-        .collect()
+        .map(|(i, _)| i + 1)
+}
+
+/// A tenant's or operator's name, escaped for a line a person reads.
+fn shown(s: &str) -> String {
+    rdma_host_device_core::logging::escaped(s.as_bytes(), rdma_host_device_core::logging::MAX_SHOWN)
 }
 
 #[cfg(test)]
@@ -334,5 +478,99 @@ mod tests {
     fn list_without_our_plugin_is_an_error() {
         let list = json!({"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "bridge"}]});
         assert!(configs_in(&list).is_err());
+    }
+
+    /// `judge_file` on `body` written to a file of its own: its lines.
+    fn judged(name: &str, body: &str) -> Vec<(Verdict, String)> {
+        let dir = std::env::temp_dir().join(format!("rhd-validate-yaml-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        let out = judge_file(p.to_str().unwrap());
+        let _ = std::fs::remove_file(&p);
+        out
+    }
+
+    #[test]
+    fn yaml_manifests_are_read_document_by_document_naming_lines() {
+        let manifest = r#"apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: other
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: good
+spec:
+  config: |
+    {"cniVersion": "1.0.0", "name": "good", "type": "rdma-host-device", "device": "eth1"}
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: bad
+spec:
+  config: '{"cniVersion": "1.0.0", "name": "bad", "type": "rdma-host-device", "devcie": "eth1"}'
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: node
+data:
+  node.json: |
+    {"stateDir": "/var/lib/cni/rdma-host-device", "memlock": "nonsense"}
+"#;
+        let out = judged("m.yaml", manifest);
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert_eq!(out[0].0, Verdict::Accepted, "{out:?}");
+        assert!(
+            out[0]
+                .1
+                .contains("m.yaml:11 NetworkAttachmentDefinition/good spec.config: ok"),
+            "{out:?}"
+        );
+        assert_eq!(out[1].0, Verdict::Rejected);
+        assert!(
+            out[1].1.contains(
+                "m.yaml:19 NetworkAttachmentDefinition/bad spec.config: rejected with code 2"
+            ),
+            "{out:?}"
+        );
+        assert!(out[1].1.contains("devcie"), "{out:?}");
+        assert_eq!(out[2].0, Verdict::Rejected);
+        assert!(
+            out[2]
+                .1
+                .contains("m.yaml:26 ConfigMap/node data.node.json: rejected"),
+            "{out:?}"
+        );
+        assert!(out[2].1.contains("memlock"), "{out:?}");
+        // A List of them (kubectl get -o yaml) is read item by item.
+        let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: k8s.cni.cncf.io/v1\n  kind: NetworkAttachmentDefinition\n  metadata:\n    name: good\n  spec:\n    config: '{\"cniVersion\": \"1.0.0\", \"name\": \"good\", \"type\": \"rdma-host-device\", \"device\": \"eth1\"}'\n";
+        let out = judged("l.yaml", list);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].0, Verdict::Accepted, "{out:?}");
+    }
+
+    #[test]
+    fn a_file_with_nothing_to_validate_or_bad_yaml_is_rejected_saying_why() {
+        let out = judged(
+            "ds.yaml",
+            "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: x\n",
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, Verdict::Rejected);
+        assert!(
+            out[0].1.contains("holds no network configuration"),
+            "{out:?}"
+        );
+        let out = judged("bad.yaml", "kind: ConfigMap\ndata:\n  a: &anchor 1\n");
+        assert_eq!(out[0].0, Verdict::Rejected);
+        assert!(out[0].1.contains("line 3"), "{out:?}");
+        // What starts as JSON is judged as JSON.
+        let out = judged("bad.json", "{\"cniVersion\": ");
+        assert_eq!(out[0].0, Verdict::Rejected);
+        assert!(out[0].1.contains("not valid JSON"), "{out:?}");
     }
 }

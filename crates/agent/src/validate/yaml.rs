@@ -1,15 +1,19 @@
-//! A small, strict YAML reader for the manifests in conf/ (the project has no YAML dependency).
+//! A small, strict YAML reader for the manifests an operator holds (`validate`) and the ones in
+//! conf/ (the tests): the project has no YAML dependency.
 //!
 //! It reads the block-style subset Kubernetes manifests are written in: `---` documents,
 //! `#` comments, block mappings and sequences (`- key: v` items included), plain, 'single'
 //! and "double" quoted scalars, literal block scalars (`|`, `|-`, `|+`) and empty flow
 //! collections (`[]`, `{}`). Anything else (anchors, tags, folded `>`, non-empty flow
-//! collections, multi-line plain scalars) is an error naming the line, so an example that
-//! leaves the subset fails loudly instead of being half-read. tests/conf_examples.rs also
-//! cross-checks every file against PyYAML when python3 has it.
-#![allow(dead_code)]
+//! collections, multi-line plain scalars, nesting deeper than [`MAX_DEPTH`]) is an error naming
+//! the line, so a file that leaves the subset fails loudly instead of being half-read.
+//! tests/conf_examples.rs also cross-checks every file in conf/ against PyYAML when python3 has
+//! it. Its input is bounded by its caller; its work is linear in the lines times the depth.
 
 use serde_json::{Map, Value};
+
+/// Nested collections deeper than this are refused (a Kubernetes manifest nests a dozen).
+pub const MAX_DEPTH: usize = 64;
 
 #[derive(Debug)]
 pub struct YamlError {
@@ -32,16 +36,34 @@ fn err<T>(line: usize, msg: impl Into<String>) -> Res<T> {
     })
 }
 
+/// One document of a file: its lines (1-based, the first with content to the last before
+/// the next document) and what it holds.
+#[derive(Debug)]
+pub struct Document {
+    pub first_line: usize,
+    pub last_line: usize,
+    pub value: Value,
+}
+
 /// Every document in `text`, as JSON values (empty documents are skipped).
 pub fn parse_all(text: &str) -> Res<Vec<Value>> {
+    Ok(documents(text)?.into_iter().map(|d| d.value).collect())
+}
+
+/// Every document in `text` with where it is (empty documents are skipped).
+pub fn documents(text: &str) -> Res<Vec<Document>> {
     let lines: Vec<String> = text.lines().map(str::to_owned).collect();
     let mut docs = Vec::new();
     let mut start = 0;
-    let mut p = Parser { lines };
+    let mut p = Parser { lines, depth: 0 };
     for i in 0..=p.lines.len() {
         if i == p.lines.len() || p.lines[i] == "---" || p.lines[i].starts_with("--- ") {
-            if let Some(v) = p.document(start, i)? {
-                docs.push(v);
+            if let Some((first, v)) = p.document(start, i)? {
+                docs.push(Document {
+                    first_line: first + 1,
+                    last_line: i,
+                    value: v,
+                });
             }
             start = i + 1;
         } else if p.lines[i] == "..." {
@@ -53,6 +75,8 @@ pub fn parse_all(text: &str) -> Res<Vec<Value>> {
 
 struct Parser {
     lines: Vec<String>,
+    /// Collections open around the one being read.
+    depth: usize,
 }
 
 fn indent_of(l: &str) -> usize {
@@ -65,7 +89,8 @@ fn is_blank_or_comment(l: &str) -> bool {
 }
 
 impl Parser {
-    fn document(&mut self, from: usize, to: usize) -> Res<Option<Value>> {
+    /// The document in lines `from..to`: its first content line and its value.
+    fn document(&mut self, from: usize, to: usize) -> Res<Option<(usize, Value)>> {
         let Some(first) = self.next_content(from, to) else {
             return Ok(None);
         };
@@ -74,7 +99,7 @@ impl Parser {
         if let Some(extra) = self.next_content(end, to) {
             return err(extra, "unexpected content (indentation?)");
         }
-        Ok(Some(v))
+        Ok(Some((first, v)))
     }
 
     fn next_content(&self, from: usize, to: usize) -> Option<usize> {
@@ -83,12 +108,18 @@ impl Parser {
 
     /// The node starting at content line `i`, whose lines are indented `ind`.
     fn node(&mut self, i: usize, to: usize, ind: usize) -> Res<(Value, usize)> {
-        let t = self.lines[i][ind..].to_owned();
-        if t == "-" || t.starts_with("- ") {
+        if self.depth >= MAX_DEPTH {
+            return err(i, format!("nested deeper than {MAX_DEPTH} levels"));
+        }
+        self.depth += 1;
+        let t = &self.lines[i][ind..];
+        let read = if t == "-" || t.starts_with("- ") {
             self.sequence(i, to, ind)
         } else {
             self.mapping(i, to, ind)
-        }
+        };
+        self.depth -= 1;
+        read
     }
 
     fn sequence(&mut self, mut i: usize, to: usize, ind: usize) -> Res<(Value, usize)> {
@@ -130,7 +161,7 @@ impl Parser {
                 // dash and read a mapping at the column of "key".
                 let col = l.len() - rest.len();
                 self.lines[j] = format!("{}{}", " ".repeat(col), rest);
-                let (v, end) = self.mapping(j, to, col)?;
+                let (v, end) = self.node(j, to, col)?;
                 items.push(v);
                 i = end;
             } else {
@@ -230,8 +261,10 @@ impl Parser {
         let bi = block_ind.unwrap_or(ind + 1);
         let mut text = String::new();
         for l in &self.lines[j + 1..end] {
-            if l.len() > bi {
-                text.push_str(&l[bi..]);
+            // A line with content is indented at least `bi` spaces; a blank one may hold other
+            // whitespace, of any width.
+            if let Some(rest) = l.get(bi..) {
+                text.push_str(rest);
             }
             text.push('\n');
         }
@@ -376,5 +409,36 @@ mod tests {
                    "d": "q\n", "e": []})
         );
         assert_eq!(v[1], json!([493]));
+    }
+
+    #[test]
+    fn documents_know_their_lines() {
+        let docs = documents("# head\na: 1\n---\n\nb:\n  c: 2\n").unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!((docs[0].first_line, docs[0].last_line), (2, 2));
+        assert_eq!((docs[1].first_line, docs[1].last_line), (5, 6));
+        assert_eq!(docs[1].value, json!({"b": {"c": 2}}));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_a_stack_overflow() {
+        let mut text = String::new();
+        for d in 0..10_000 {
+            text.push_str(&" ".repeat((2 * d) % 200));
+            text.push_str("- k:\n");
+        }
+        let e = parse_all(&text).unwrap_err();
+        assert!(e.msg.contains("nested deeper"), "{e}");
+        let mut deep = String::new();
+        for d in 0..(MAX_DEPTH + 1) {
+            deep.push_str(&format!("{}k{d}:\n", " ".repeat(d)));
+        }
+        assert!(parse_all(&deep).unwrap_err().msg.contains("nested deeper"));
+    }
+
+    #[test]
+    fn a_blank_line_of_wide_whitespace_in_a_block_scalar_is_read_not_a_panic() {
+        let v = parse_all("a: |\n  x\n \u{3000}\n  y\n").unwrap();
+        assert_eq!(v[0]["a"].as_str().unwrap().lines().count(), 3);
     }
 }
