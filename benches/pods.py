@@ -18,9 +18,11 @@ The watcher scans a NIC that came home in that time. `--settle 0` measures the w
 ADD right behind a DEL, which waits for that scan (or makes it).
 
 Between an ADD and its DEL the harness waits --hold seconds (untimed; default 0, a DEL right
-behind its ADD). The watcher's guard searches every namespace once after each ADD (the kernel's
-notification of the NIC's tag looks, to it, like an upper linked to the NIC); a DEL within that
-search waits for it, a DEL after it (a pod that lived a moment) takes the guard's word at once.
+behind its ADD). Before 8bc9c5d the watcher's guard searched every namespace once after each
+ADD (the kernel's notification of the NIC's tag looked, to it, like an upper linked to the NIC),
+and a DEL within that search waited for it; it still does so for a `main` older than that, which
+tags its NIC and brings it up in one request. Its searches are in the watcher's log
+(`watcher.log` under --work, "searching every namespace").
 
 Also printed per level: the watcher's CPU per ADD+DEL pair of all three plugins (every DEL
 brings the NIC home and it scans again), its answer to a NIC it had certified, and to one
