@@ -302,16 +302,27 @@ fn a_kubelet_naming_the_socket_path_as_authority_registers_the_driver_and_is_ser
     let info = PluginInfo::decode(&info[..]).expect("a PluginInfo");
     assert_eq!(info.name, DRIVER);
     assert_eq!(info.endpoint, dra.display().to_string());
-    // The DRA service the registration names, called the same way.
-    let dra_path = dra.display().to_string();
-    for a in grpc_go_calls(&dra, &dra_path, Coding::Plain, PREPARE, &[], 2) {
+    // The DRA service the registration names, called as the kubelet's DRA manager calls it
+    // (`localhost`), by hand and by grpc-go.
+    for a in grpc_go_calls(&dra, "localhost", Coding::Plain, PREPARE, &[], 2) {
         assert!(a.ok(), "NodePrepareResources: {a:?}\n{}", d.log());
         let r = NodePrepareResourcesResponse::decode(&a.message[..]).expect("an answer");
         assert!(r.claims.is_empty(), "{r:?}");
     }
-    let r = kubelet_dial(&dra, PREPARE).unwrap_or_else(|e| panic!("{e}\n{}", d.log()));
+    let r = kubelet_dial_localhost(&dra, PREPARE).unwrap_or_else(|e| panic!("{e}\n{}", d.log()));
     let r = NodePrepareResourcesResponse::decode(&r[..]).expect("an answer");
     assert!(r.claims.is_empty(), "{r:?}");
+    // Only the registration socket is read through the rewriter (issue 48): h2 refuses a path
+    // as :authority on the DRA socket, which no kubelet sends there.
+    let dra_path = dra.display().to_string();
+    for a in grpc_go_calls(&dra, &dra_path, Coding::Plain, PREPARE, &[], 1) {
+        assert_eq!(
+            a.reset,
+            Some(1),
+            "PROTOCOL_ERROR expected: {a:?}\n{}",
+            d.log()
+        );
+    }
 }
 
 #[test]

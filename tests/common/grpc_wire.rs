@@ -6,6 +6,9 @@
 //! again on the connection all from the dynamic table. What comes back is read as a client
 //! would, so a test can assert what the kubelet would see.
 
+use rdma_host_device_agent::kubelet_grpc::grpc_go_wire::{
+    PREFACE, SECOND_REQUEST, first_request, frame, settings,
+};
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -14,7 +17,6 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
@@ -75,18 +77,16 @@ pub fn grpc_go_calls(
         .unwrap_or_else(|e| panic!("connecting to {}: {e}", socket.display()));
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut hello = PREFACE.to_vec();
-    // SETTINGS_INITIAL_WINDOW_SIZE 4 MiB, as grpc-go says.
-    hello.extend(frame(SETTINGS, 0, 0, &[0, 4, 0, 0x40, 0, 0]));
+    hello.extend(settings());
     s.write_all(&hello).unwrap();
     let mut their_hpack = loona_hpack::Decoder::new();
     let mut answers = Vec::new();
     for i in 0..calls {
         let stream = 1 + 2 * i as u32;
         let block = if i == 0 {
-            first_block(path, authority, coding)
+            first_request(path, authority, matches!(coding, Coding::Huffman))
         } else {
-            // te (62), content-type (63), :authority (64), :path (65).
-            vec![0x83, 0x86, 0xc1, 0xc0, 0xbf, 0xbe]
+            SECOND_REQUEST.to_vec()
         };
         let mut body = vec![0];
         body.extend((request.len() as u32).to_be_bytes());
@@ -97,24 +97,6 @@ pub fn grpc_go_calls(
         answers.push(answer(&mut s, stream, &mut their_hpack));
     }
     answers
-}
-
-fn first_block(path: &str, authority: &str, coding: Coding) -> Vec<u8> {
-    let mut b = vec![0x83, 0x86]; // :method POST, :scheme http
-    b.push(0x44); // :path, the static table's name 4, indexed
-    string(&mut b, path.as_bytes(), false);
-    b.push(0x41); // :authority, the static table's name 1, indexed
-    string(
-        &mut b,
-        authority.as_bytes(),
-        matches!(coding, Coding::Huffman),
-    );
-    b.push(0x5f); // content-type, the static table's name 31, indexed
-    string(&mut b, b"application/grpc", false);
-    b.push(0x40); // te, a new name, indexed
-    string(&mut b, b"te", false);
-    string(&mut b, b"trailers", false);
-    b
 }
 
 /// Read frames until `stream`'s answer is whole (or the stream or connection ends).
@@ -173,103 +155,22 @@ fn answer(s: &mut UnixStream, stream: u32, hpack: &mut loona_hpack::Decoder) -> 
     }
 }
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len();
-    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    f.extend(stream.to_be_bytes());
-    f.extend(payload);
-    f
-}
-
-fn string(out: &mut Vec<u8>, s: &[u8], huffman: bool) {
-    let (high, bytes) = if huffman {
-        let h = huffman_code(s);
-        let back = loona_hpack::huffman::HuffmanDecoder::new().decode(&h);
-        assert_eq!(
-            back.ok().as_deref(),
-            Some(s),
-            "the Huffman codes here are the RFC's"
-        );
-        (0x80, h)
-    } else {
-        (0, s.to_vec())
-    };
-    // An HPACK integer, 7-bit prefix.
-    let mut v = bytes.len();
-    if v < 127 {
-        out.push(high | v as u8);
-    } else {
-        out.push(high | 127);
-        v -= 127;
-        while v >= 128 {
-            out.push((v % 128) as u8 | 0x80);
-            v /= 128;
-        }
-        out.push(v as u8);
-    }
-    out.extend(bytes);
-}
-
-/// RFC 7541's Huffman code, of the characters the tests' socket paths use (a path with another
-/// one panics: add its code from the RFC's appendix B).
-fn huffman_code(s: &[u8]) -> Vec<u8> {
-    let (mut acc, mut bits, mut out) = (0u64, 0u32, Vec::new());
-    for &c in s {
-        let (code, n): (u64, u32) = match c {
-            b'-' => (0x16, 6),
-            b'.' => (0x17, 6),
-            b'/' => (0x18, 6),
-            b'0' => (0x0, 5),
-            b'1' => (0x1, 5),
-            b'2' => (0x2, 5),
-            b'a' => (0x3, 5),
-            b'b' => (0x23, 6),
-            b'c' => (0x4, 5),
-            b'd' => (0x24, 6),
-            b'e' => (0x5, 5),
-            b'f' => (0x25, 6),
-            b'g' => (0x26, 6),
-            b'h' => (0x27, 6),
-            b'i' => (0x6, 5),
-            b'j' => (0x74, 7),
-            b'k' => (0x75, 7),
-            b'l' => (0x28, 6),
-            b'm' => (0x29, 6),
-            b'n' => (0x2a, 6),
-            b'o' => (0x7, 5),
-            b'p' => (0x2b, 6),
-            b'q' => (0x76, 7),
-            b'r' => (0x2c, 6),
-            b's' => (0x8, 5),
-            b't' => (0x9, 5),
-            b'u' => (0x2d, 6),
-            b'v' => (0x77, 7),
-            b'w' => (0x78, 7),
-            b'x' => (0x79, 7),
-            b'y' => (0x7a, 7),
-            b'z' => (0x7b, 7),
-            b'_' => (0x22, 6),
-            other => panic!("no Huffman code here for {:?}", other as char),
-        };
-        acc = (acc << n) | code;
-        bits += n;
-        while bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-        acc &= (1 << bits) - 1;
-    }
-    if bits > 0 {
-        // Padded with the most significant bits of EOS (all ones).
-        out.push(((acc << (8 - bits)) as u8) | ((1u8 << (8 - bits)) - 1));
-    }
-    out
-}
-
 /// One call of `method` with an empty request by tests/kubelet-dial, a grpc-go client dialling
-/// `socket` as the kubelet's plugin watcher does: the answer's bytes, or grpc-go's error.
-/// Built once per test binary into target/tmp (grpc-go from the Go module proxy, by go.sum).
+/// `socket` as the kubelet's plugin watcher does (the path as `:authority`): the answer's bytes,
+/// or grpc-go's error. Built once per test binary into target/tmp (grpc-go from the Go module
+/// proxy, by go.sum).
 pub fn kubelet_dial(socket: &Path, method: &str) -> Result<Vec<u8>, String> {
+    kubelet_dial_as(socket, method, &[])
+}
+
+/// [`kubelet_dial`] as the kubelet's device and DRA managers dial a plugin's socket:
+/// `localhost` as `:authority` (here `unix:` and the path, as the DRA manager does; the device
+/// manager says `grpc.WithAuthority("localhost")`).
+pub fn kubelet_dial_localhost(socket: &Path, method: &str) -> Result<Vec<u8>, String> {
+    kubelet_dial_as(socket, method, &["dra"])
+}
+
+fn kubelet_dial_as(socket: &Path, method: &str, how: &[&str]) -> Result<Vec<u8>, String> {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     let bin = BIN.get_or_init(|| {
         let dir = Path::new(super::TARGET_TMP).join("kubelet-dial-bin");
@@ -300,6 +201,7 @@ pub fn kubelet_dial(socket: &Path, method: &str) -> Result<Vec<u8>, String> {
     let res = Command::new(bin)
         .arg(socket)
         .arg(method)
+        .args(how)
         .output()
         .expect("run kubelet-dial");
     let answer: serde_json::Value = serde_json::from_slice(&res.stdout).unwrap_or_else(|e| {

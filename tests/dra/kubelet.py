@@ -51,17 +51,26 @@ drivers = {}  # driver name -> endpoint of its latest registration
 channels = {}  # endpoint -> DRAPlugin stub
 
 
-def channel(path):
-    # As the kubelet: its plugin watcher dials the registration socket by its path
+def channel(path, authority):
+    return grpc.insecure_channel(f"unix:{path}", options=[("grpc.default_authority", authority)])
+
+
+def registration_channel(path):
+    # As the kubelet's plugin watcher: it dials the registration socket by its path
     # (grpc.DialContext(ctx, socketPath, ...) with a unix dialer, no WithAuthority), so grpc-go's
-    # passthrough resolver names the path as HTTP/2 :authority, which is no URI authority; the
-    # DRA service is dialled the same way here, the harder case for the server.
-    return grpc.insecure_channel(f"unix:{path}", options=[("grpc.default_authority", path)])
+    # passthrough resolver names the path as HTTP/2 :authority, which is no URI authority.
+    return channel(path, path)
+
+
+def dra_channel(path):
+    # As the kubelet's DRA plugin manager: grpc.NewClient("unix:" + endpoint), whose unix
+    # resolver names "localhost" as HTTP/2 :authority.
+    return channel(path, "localhost")
 
 
 def register(sock):
     """What the plugin watcher and the DRA plugin manager do with a new registration socket."""
-    ch = channel(sock)
+    ch = registration_channel(sock)
     try:
         reg = reg_rpc.RegistrationStub(ch)
         info = reg.GetInfo(reg_pb.InfoRequest(), timeout=5)
@@ -122,7 +131,7 @@ def stub(driver):
     if ep is None:
         raise KeyError(f"DRA driver {driver} is not registered")
     if ep not in channels:
-        channels[ep] = dra_rpc.DRAPluginStub(channel(ep))
+        channels[ep] = dra_rpc.DRAPluginStub(dra_channel(ep))
     return channels[ep]
 
 

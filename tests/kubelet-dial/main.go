@@ -4,7 +4,11 @@
 // so grpc-go's passthrough resolver names the path as HTTP/2 :authority. The request is an
 // empty message; the answer's bytes are printed in hex, or the call's error, as JSON.
 //
-//	kubelet-dial SOCKET METHOD
+// With "dra" after the method, it dials as the kubelet's DRA plugin manager dials a DRA socket
+// (pkg/kubelet/cm/dra/plugin, grpc.NewClient("unix:" + endpoint)): the unix resolver, which
+// names "localhost" as :authority.
+//
+//	kubelet-dial SOCKET METHOD [dra]
 package main
 
 import (
@@ -30,20 +34,27 @@ func (raw) Unmarshal(data []byte, v any) error {
 func (raw) Name() string { return "proto" }
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: kubelet-dial SOCKET METHOD")
+	if len(os.Args) < 3 || len(os.Args) > 4 || (len(os.Args) == 4 && os.Args[3] != "dra") {
+		fmt.Fprintln(os.Stderr, "usage: kubelet-dial SOCKET METHOD [dra]")
 		os.Exit(2)
 	}
 	socket, method := os.Args[1], os.Args[2]
 	out := map[string]string{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	//lint:ignore SA1019 the kubelet's own calls
-	c, err := grpc.DialContext(ctx, socket, grpc.WithInsecure(), grpc.WithBlock(),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-		}),
-	)
+	var c *grpc.ClientConn
+	var err error
+	if len(os.Args) == 4 {
+		//lint:ignore SA1019 grpc.NewClient is newer than this module's grpc-go
+		c, err = grpc.DialContext(ctx, "unix:"+socket, grpc.WithInsecure(), grpc.WithBlock())
+	} else {
+		//lint:ignore SA1019 the kubelet's own calls
+		c, err = grpc.DialContext(ctx, socket, grpc.WithInsecure(), grpc.WithBlock(),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+			}),
+		)
+	}
 	if err != nil {
 		out["error"] = fmt.Sprintf("dial: %v", err)
 	} else {

@@ -220,10 +220,11 @@ pub async fn supervise(plugin: Arc<Plugin>, dir: PathBuf) {
     let resource = plugin.pool.resource_name.clone();
     let served = socket::Plugin {
         name: resource.clone(),
-        sockets: vec![(
-            dir.join(&endpoint),
-            kubelet_grpc::service(Service(plugin.clone())),
-        )],
+        sockets: vec![socket::Endpoint {
+            path: dir.join(&endpoint),
+            service: kubelet_grpc::service(Service(plugin.clone())),
+            dialled: kubelet_grpc::Dialled::Localhost,
+        }],
         tick: WATCH_TICK,
     };
     let kubelet = dir.join(api::KUBELET_SOCKET);

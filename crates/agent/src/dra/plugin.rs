@@ -29,7 +29,7 @@ use super::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice};
 use super::nics::{NicRef, Nics};
 use crate::kube::ResourceClaim;
 use crate::kubelet_grpc::registration::{PluginInfo, PluginWatcher};
-use crate::kubelet_grpc::{self, socket, unary};
+use crate::kubelet_grpc::{self, Dialled, socket, unary};
 use futures::future::BoxFuture;
 use rdma_host_device_core::dra::metadata;
 use std::path::{Path, PathBuf};
@@ -635,8 +635,16 @@ pub async fn supervise(driver: Arc<Driver>, sockets: Sockets) {
     let plugin = socket::Plugin {
         name: driver.name.clone(),
         sockets: vec![
-            (sockets.dra, kubelet_grpc::service(DraService(driver))),
-            (sockets.registration, kubelet_grpc::service(registration)),
+            socket::Endpoint {
+                path: sockets.dra,
+                service: kubelet_grpc::service(DraService(driver)),
+                dialled: Dialled::Localhost,
+            },
+            socket::Endpoint {
+                path: sockets.registration,
+                service: kubelet_grpc::service(registration),
+                dialled: Dialled::ByPath,
+            },
         ],
         tick: WATCH_TICK,
     };

@@ -4,7 +4,7 @@
 //! restarts) or a server that stopped: every socket of the plugin is created and served anew,
 //! and the plugin registers again (a fresh [`Registrar`]).
 
-use super::Service;
+use super::{Dialled, Service};
 use futures::future::BoxFuture;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -30,7 +30,7 @@ pub struct Served {
 impl Served {
     /// Serve `svc` on a fresh socket at `at`: its directory made (0750) where missing, a stale
     /// socket removed, and only root (the kubelet) let in: 0600 from the moment it exists.
-    pub fn start(at: &Path, svc: Service) -> std::io::Result<Served> {
+    pub fn start(at: &Path, svc: Service, dialled: Dialled) -> std::io::Result<Served> {
         if let Some(dir) = at.parent() {
             rdma_host_device_core::files::create_dirs(dir, 0o750)?;
         }
@@ -41,7 +41,7 @@ impl Served {
         })?;
         let id = identity(at);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = super::serve(listener, svc, async {
+        let task = super::serve(listener, svc, dialled, async {
             let _ = stopped.await;
         });
         Ok(Served {
@@ -85,11 +85,19 @@ impl Registrar for Found {
     }
 }
 
+/// One of a plugin's sockets: where it is, what it serves, and how the kubelet's client of
+/// it names it.
+pub struct Endpoint {
+    pub path: PathBuf,
+    pub service: Service,
+    pub dialled: Dialled,
+}
+
 /// A kubelet plugin: its services, each on its socket (served in this order: the kubelet
 /// dials the first as soon as it learns of the last), and who it is in the log.
 pub struct Plugin {
     pub name: String,
-    pub sockets: Vec<(PathBuf, Service)>,
+    pub sockets: Vec<Endpoint>,
     /// How often the sockets are checked and the registrar asked.
     pub tick: Duration,
 }
@@ -99,8 +107,9 @@ pub async fn supervise<R: Registrar>(plugin: Plugin, mut registrar: impl FnMut()
     let what = &plugin.name;
     'round: loop {
         let mut served: Vec<Served> = Vec::new();
-        for (at, svc) in &plugin.sockets {
-            match Served::start(at, svc.clone()) {
+        for e in &plugin.sockets {
+            let at = &e.path;
+            match Served::start(at, e.service.clone(), e.dialled) {
                 Ok(s) => served.push(s),
                 Err(e) => {
                     log::error!(

@@ -3,107 +3,22 @@
 //! read back as h2 reads them.
 
 use super::*;
+use crate::kubelet_grpc::grpc_go_wire::{
+    PREFACE, SECOND_REQUEST, first_request as request_of, frame, huffman_code, settings, string,
+};
+use std::time::Duration;
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// grpc-go's first request on a connection: GetInfo, naming `authority`.
+fn first_request(authority: &str, huffman: bool) -> Vec<u8> {
+    request_of(GET_INFO, authority, huffman)
+}
+
 const SOCKET: &str = "/var/lib/kubelet/plugins_registry/rdma-host-device.io-reg.sock";
 const GET_INFO: &str = "/pluginregistration.Registration/GetInfo";
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len();
-    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// A string literal, plain or Huffman-coded.
-fn string(out: &mut Vec<u8>, s: &[u8], huffman: bool) {
-    if huffman {
-        let h = huffman_code(s);
-        integer(out, 7, 0x80, h.len());
-        out.extend_from_slice(&h);
-    } else {
-        integer(out, 7, 0, s.len());
-        out.extend_from_slice(s);
-    }
-}
-
-/// RFC 7541's Huffman code of the characters socket paths here use (checked against the
-/// decoder's own table in `the_huffman_codes_here_are_the_rfcs`).
-fn huffman_code(s: &[u8]) -> Vec<u8> {
-    let (mut acc, mut bits, mut out) = (0u64, 0u32, Vec::new());
-    for &c in s {
-        let (code, n): (u64, u32) = match c {
-            b'-' => (0x16, 6),
-            b'.' => (0x17, 6),
-            b'/' => (0x18, 6),
-            b'a' => (0x3, 5),
-            b'b' => (0x23, 6),
-            b'c' => (0x4, 5),
-            b'd' => (0x24, 6),
-            b'e' => (0x5, 5),
-            b'g' => (0x26, 6),
-            b'h' => (0x27, 6),
-            b'i' => (0x6, 5),
-            b'k' => (0x75, 7),
-            b'l' => (0x28, 6),
-            b'm' => (0x29, 6),
-            b'n' => (0x2a, 6),
-            b'o' => (0x7, 5),
-            b'p' => (0x2b, 6),
-            b'r' => (0x2c, 6),
-            b's' => (0x8, 5),
-            b't' => (0x9, 5),
-            b'u' => (0x2d, 6),
-            b'v' => (0x77, 7),
-            b'y' => (0x7a, 7),
-            b'_' => (0x22, 6),
-            other => panic!("no code here for {other:?}"),
-        };
-        acc = (acc << n) | code;
-        bits += n;
-        while bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-        acc &= (1 << bits) - 1;
-    }
-    if bits > 0 {
-        // Padded with the most significant bits of EOS (all ones).
-        out.push(((acc << (8 - bits)) as u8) | ((1u8 << (8 - bits)) - 1));
-    }
-    out
-}
-
-/// Request headers as grpc-go's first request on a connection encodes them: `:method POST`
-/// and `:scheme http` from the static table, the rest literals with incremental indexing
-/// (names from the static table where it has them). Afterwards the dynamic table holds, newest
-/// first: te (62), content-type (63), :authority (64), :path (65).
-fn first_request(authority: &str, huffman: bool) -> Vec<u8> {
-    let mut b = vec![0x83, 0x86];
-    b.push(0x44); // :path, static name 4
-    string(&mut b, GET_INFO.as_bytes(), false);
-    b.push(0x41); // :authority, static name 1
-    string(&mut b, authority.as_bytes(), huffman);
-    b.push(0x5f); // content-type, static name 31
-    string(&mut b, b"application/grpc", false);
-    b.push(0x40); // te, a new name
-    string(&mut b, b"te", false);
-    string(&mut b, b"trailers", false);
-    b
-}
-
-/// The same request again on the connection: all from the dynamic table.
-const SECOND_REQUEST: &[u8] = &[0x83, 0x86, 0xc1, 0xc0, 0xbf, 0xbe];
 
 /// An empty gRPC message, the last of its stream.
 fn empty_message(stream: u32) -> Vec<u8> {
     frame(0x0, END_STREAM, stream, &[0, 0, 0, 0, 0])
-}
-
-fn settings() -> Vec<u8> {
-    // SETTINGS_INITIAL_WINDOW_SIZE 4 MiB, as grpc-go says it.
-    frame(0x4, 0, 0, &[0, 4, 0, 0x40, 0, 0])
 }
 
 fn rewrite(input: &[u8]) -> Vec<u8> {
