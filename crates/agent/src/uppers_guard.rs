@@ -30,7 +30,7 @@
 //! makes it decline, never vouch wrongly.
 
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
-use rdma_host_device_core::link::raw;
+use rdma_host_device_core::link::raw::{self, RawLink};
 use rdma_host_device_core::netlink_sync;
 use rdma_host_device_core::netns::{self, Netns};
 use rdma_host_device_core::state::{Tag, boottime_ns};
@@ -203,7 +203,7 @@ impl Guard {
             let key = (nsid, l.index);
             if gone {
                 self.said.remove(&key);
-            } else if self.could_be_an_upper(key, m) {
+            } else if self.could_be_an_upper(key, m, &l) {
                 self.touch(key);
                 if l.alias.as_deref().and_then(Tag::decode).is_some() {
                     touched.insert((nsid, l.index, l.shown()));
@@ -213,7 +213,7 @@ impl Guard {
         true
     }
 
-    /// Whether notification `m` of link `key` could be an upper linked to it or unlinked
+    /// Whether notification `m` of link `key` (`l`, as parsed) could be an upper linked to it or unlinked
     /// from it (and remember what it says). The kernel sends that as an RTM_NEWLINK for the
     /// link with no flag changed (NETDEV_CHANGEUPPER) that says what the link's previous
     /// notification said, as far as [`raw::Announced`] goes. So do other changes with no flag
@@ -225,16 +225,13 @@ impl Guard {
     /// such a change is under way (its notification then says the change) is searched for at
     /// the change's own notification, which then says nothing new: each change explains one
     /// notification, and the upper makes one more.
-    fn could_be_an_upper(&mut self, key: Key, m: &[u8]) -> bool {
-        let said = raw::announced(m).map(|a| self.fingerprints.hash_one(a));
+    fn could_be_an_upper(&mut self, key: Key, m: &[u8], l: &RawLink) -> bool {
+        let said = self.fingerprints.hash_one(l.announced());
         if self.said.len() >= REMEMBERED && !self.said.contains_key(&key) {
             self.blind();
         }
-        let before = match said {
-            Some(f) => self.said.insert(key, f),
-            None => self.said.remove(&key),
-        };
-        let announces = matches!((before, said), (Some(b), Some(n)) if b != n);
+        let before = self.said.insert(key, said);
+        let announces = before.is_some_and(|b| b != said);
         netlink_sync::u32_at(m, 28) == Some(0) && !announces
     }
 

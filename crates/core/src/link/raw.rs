@@ -1,6 +1,6 @@
 //! A small synchronous RTM_GETLINK dump that decodes only what the plugin asks of every link
-//! of a namespace: its name as bytes, alias, parent device, kind, and the device it rides
-//! (IFLA_LINK, or a vxlan's `dev`) with that device's namespace id. For what the rtnetlink crate
+//! of a namespace: its name as bytes, alias, parent device, kind, MTU and reported state, and
+//! the device it rides (IFLA_LINK, or a vxlan's `dev`) with that device's namespace id. For what the rtnetlink crate
 //! cannot do (names that are not UTF-8, which it drops: `unreadable.rs`) or does too slowly to
 //! run over every pod's namespace (a pod can fill its own with tens of thousands of links:
 //! `uses.rs`). Statistics are not asked for (RTEXT_FILTER_SKIP_STATS): most of a link's bytes.
@@ -50,6 +50,9 @@ pub struct RawLink {
     pub lower: Option<u32>,
     /// IFLA_LINK_NETNSID: the namespace `lower` is in, as this link's namespace numbers it.
     pub lower_netnsid: Option<i32>,
+    pub mtu: Option<u32>,
+    /// IFLA_OPERSTATE, as the kernel reports it (DOWN while the link is not running).
+    pub operstate: Option<u8>,
 }
 
 impl RawLink {
@@ -65,6 +68,15 @@ impl RawLink {
     /// The name for messages: its bytes, escaped (`logging::escaped`).
     pub fn shown(&self) -> String {
         crate::logging::escaped(&self.name, crate::logging::MAX_SHOWN)
+    }
+
+    /// What its notification announces ([`Announced`]).
+    pub fn announced(&self) -> Announced<'_> {
+        Announced {
+            name: &self.name,
+            mtu: self.mtu,
+            operstate: self.operstate,
+        }
     }
 }
 
@@ -199,30 +211,11 @@ pub fn notification(msg: &[u8]) -> Option<(bool, RawLink)> {
 /// link that is down with nothing (`netdev_state_change` sends only for a link that is up).
 /// Nor flags, promiscuity or carrier: the kernel changes them without a notification of their
 /// own, when an upper adds an address for one.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Announced {
-    pub name: Vec<u8>,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Announced<'a> {
+    pub name: &'a [u8],
     pub mtu: Option<u32>,
     pub operstate: Option<u8>,
-}
-
-/// [`Announced`] of a link notification (a whole message); `None` when it is not one.
-pub fn announced(msg: &[u8]) -> Option<Announced> {
-    notification(msg)?;
-    let mut a = Announced {
-        name: Vec::new(),
-        mtu: None,
-        operstate: None,
-    };
-    for (kind, value) in attrs(msg.get(16 + IFINFOMSG_LEN..)?) {
-        match kind {
-            IFLA_IFNAME => a.name = bytes(value).to_vec(),
-            IFLA_MTU => a.mtu = u32_at(value, 0),
-            IFLA_OPERSTATE => a.operstate = value.first().copied(),
-            _ => {}
-        }
-    }
-    Some(a)
 }
 
 /// Whether a link notification (a whole message) says only that its link went down: the
@@ -337,6 +330,8 @@ fn link(body: &[u8]) -> Option<RawLink> {
     for (kind, value) in attrs(body.get(IFINFOMSG_LEN..)?) {
         match kind {
             IFLA_IFNAME => l.name = bytes(value).to_vec(),
+            IFLA_MTU => l.mtu = u32_at(value, 0),
+            IFLA_OPERSTATE => l.operstate = value.first().copied(),
             IFLA_IFALIAS => l.alias = std::str::from_utf8(bytes(value)).ok().map(str::to_owned),
             IFLA_PARENT_DEV_NAME => {
                 l.parent = std::str::from_utf8(bytes(value)).ok().map(str::to_owned)
@@ -390,28 +385,25 @@ mod tests {
 
     #[test]
     fn a_notification_announces_its_links_name_mtu_and_state_and_not_its_alias() {
-        let mut extra = attr(IFLA_MTU, &1400u32.to_ne_bytes());
-        extra.extend(attr(IFLA_OPERSTATE, &[6]));
-        extra.extend(attr(IFLA_IFALIAS, b"rdma-host-device:v1:x\0"));
-        let msg = newlink(7, b"net1", &extra);
-        let a = announced(&msg).expect("a link notification");
+        let said = |alias: &[u8]| {
+            let mut extra = attr(IFLA_MTU, &1400u32.to_ne_bytes());
+            extra.extend(attr(IFLA_OPERSTATE, &[6]));
+            extra.extend(attr(IFLA_IFALIAS, alias));
+            let (gone, l) = notification(&newlink(7, b"net1", &extra)).expect("a notification");
+            assert!(!gone);
+            l
+        };
+        let tagged = said(b"rdma-host-device:v1:x\0");
         assert_eq!(
-            a,
+            tagged.announced(),
             Announced {
-                name: b"net1".to_vec(),
+                name: b"net1",
                 mtu: Some(1400),
                 operstate: Some(6),
             }
         );
         // Another alias announces nothing new.
-        let mut other = attr(IFLA_MTU, &1400u32.to_ne_bytes());
-        other.extend(attr(IFLA_OPERSTATE, &[6]));
-        other.extend(attr(IFLA_IFALIAS, b"mine now\0"));
-        assert_eq!(announced(&newlink(7, b"net1", &other)), Some(a));
-        // Not a link notification: nothing.
-        let mut route = msg.clone();
-        route[4..6].copy_from_slice(&24u16.to_ne_bytes());
-        assert_eq!(announced(&route), None);
+        assert_eq!(said(b"mine now\0").announced(), tagged.announced());
     }
 
     #[test]
