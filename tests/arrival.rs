@@ -171,17 +171,14 @@ fn a_macvlan_stacked_on_the_nic_between_the_check_and_the_move_is_named_and_the_
     let attacker = rig.netns(1);
     let mv = format!("rh{}d{}", tag(), rig.n);
     let conf = rig.conf("1.0.0", json!({"device": nic.name}));
-    let (r, c, path, cid) = (rig.clone(), conf.clone(), victim.path(), rig.cid(0));
-    let add = std::thread::spawn(move || {
-        r.call(
-            "ADD",
-            &c,
-            &path,
-            &cid,
-            IF,
-            &[("RHD_FAULT", "add:after-state:sleep=1500")],
-        )
-    });
+    let add = rig.call_on_thread(
+        "ADD",
+        &conf,
+        victim.path(),
+        rig.cid(0),
+        IF,
+        &[("RHD_FAULT", "add:after-state:sleep=1500")],
+    );
     std::thread::sleep(std::time::Duration::from_millis(500));
     ip(&[
         "link",
@@ -317,17 +314,14 @@ fn an_ifname_taken_in_the_pod_during_the_move_is_reported_truly_and_the_nic_come
     let nic = rig.nic(0);
     let pod = rig.netns(0);
     let conf = rig.conf("1.0.0", json!({"device": nic.name}));
-    let (r, c, path, cid) = (rig.clone(), conf.clone(), pod.path(), rig.cid(0));
-    let add = std::thread::spawn(move || {
-        r.call(
-            "ADD",
-            &c,
-            &path,
-            &cid,
-            IF,
-            &[("RHD_FAULT", "add:after-state:sleep=1500")],
-        )
-    });
+    let add = rig.call_on_thread(
+        "ADD",
+        &conf,
+        pod.path(),
+        rig.cid(0),
+        IF,
+        &[("RHD_FAULT", "add:after-state:sleep=1500")],
+    );
     std::thread::sleep(std::time::Duration::from_millis(500));
     let taker = format!("rh{}t{}", tag(), rig.n);
     ip(&[

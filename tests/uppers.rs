@@ -622,17 +622,14 @@ fn a_rider_stacked_while_add_holds_the_nic_down_and_tagged_is_deleted_by_the_gua
     let attacker = rig.netns(1);
     let w = Watcher::start(&rig);
     let conf = rig.conf("1.1.0", json!({"device": nic.name}));
-    let (r, c, path, cid) = (rig.clone(), conf.clone(), victim.path(), rig.cid(0));
-    let add = std::thread::spawn(move || {
-        r.call(
-            "ADD",
-            &c,
-            &path,
-            &cid,
-            IF,
-            &[("RHD_FAULT", "add:after-nic-move:sleep=8000")],
-        )
-    });
+    let add = rig.call_on_thread(
+        "ADD",
+        &conf,
+        victim.path(),
+        rig.cid(0),
+        IF,
+        &[("RHD_FAULT", "add:after-nic-move:sleep=8000")],
+    );
     let deadline = Instant::now() + Duration::from_secs(8);
     while link(Some(&victim.name), IF).is_none() {
         assert!(Instant::now() < deadline, "the NIC never reached the pod");

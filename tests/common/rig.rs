@@ -467,6 +467,21 @@ impl Rig {
         out.what = format!("{cmd} {cid}/{ifname} in {netns:?} env {extra:?}\n  conf {conf}");
         out
     }
+
+    /// [`Rig::call`] on a thread of its own, for a test that acts while the call is held at a
+    /// fault point (`extra` naming `RHD_FAULT`).
+    pub fn call_on_thread(
+        self: &std::sync::Arc<Self>,
+        cmd: &'static str,
+        conf: &Value,
+        netns: String,
+        cid: String,
+        ifname: &'static str,
+        extra: &'static [(&'static str, &'static str)],
+    ) -> std::thread::JoinHandle<RunOut> {
+        let (rig, conf) = (self.clone(), conf.clone());
+        std::thread::spawn(move || rig.call(cmd, &conf, &netns, &cid, ifname, extra))
+    }
 }
 
 // ---------------------------------------------------------------- the inspect subcommand
