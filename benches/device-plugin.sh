@@ -5,7 +5,7 @@
 # served, 10 s idle) and its threads, and health propagation (a NIC's peer set down, then up:
 # the time until kubelet.py's ListAndWatch stream shows Unhealthy, then Healthy; FLIPS flips,
 # median and max). The kubelet is tests/device_plugin/kubelet.py (grpcio), as in
-# tests/device_plugin.rs. Everything it makes starts with `rhddp` and is deleted at the end.
+# crates/agent/tests/node_agent/device_plugin.rs. Everything it makes starts with `rhddp` and is deleted at the end.
 #
 # usage (as root): benches/device-plugin.sh [N ...]
 # environment: RHD_BIN (default target/release/rdma-host-device, else target/debug), RHD_AGENT

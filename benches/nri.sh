@@ -5,7 +5,7 @@
 # and answers with the rlimit) and one without; the plugin's RSS after serving; and how long a
 # restarted runtime waits for the plugin to register again after AWAY seconds without it (the
 # plugin's backoff: 200 ms doubling to 5 s). The runtime is tests/nri/runtime.py, as in
-# tests/nri.rs; the node's device is a char node the bench makes with mknod in its own dir.
+# crates/agent/tests/node_agent/nri.rs; the node's device is a char node the bench makes with mknod in its own dir.
 #
 # usage (as root): benches/nri.sh
 # environment: RHD_AGENT (default target/release/rdma-host-device-agent, else target/debug),

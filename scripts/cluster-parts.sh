@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the real cluster parts the cluster tests run (tests/cluster.rs) from their Go modules,
+# Builds the real cluster parts the cluster tests run (crates/agent/tests/real_cluster/pods.rs) from their Go modules,
 # once per machine: Kubernetes 1.37 (kube-apiserver, kubelet, kube-scheduler,
 # kube-controller-manager, kubectl) and the etcd it is built against, containerd 2.4 (daemon,
 # runc shim, ctr), the CNI plugins 1.10.0, Multus' thin plugin 4.3.0 and whereabouts 0.9.2 (the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # previous-release.sh: build the CNI plugin of the previous release and print its path, for
-# tests/upgrade.rs (upgrade and rollback of the DaemonSet while pods hold NICs; scripts/test.sh
+# tests/give_back/upgrade.rs (upgrade and rollback of the DaemonSet while pods hold NICs; scripts/test.sh
 # exports it as RHD_PREVIOUS_PLUGIN).
 #
 # The previous release is the commit in PREVIOUS: move it forward at each release. It is taken

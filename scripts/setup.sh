@@ -10,7 +10,7 @@
 #   --for SET        build     compiling the plugin (rdma-mummy-sys needs cmake and libclang)
 #                    demo      build + the RDMA VM + Debian's IPAM plugins (scripts/demo.sh)
 #                    test      demo + everything scripts/test.sh runs (the default)
-#                    cluster   the real cluster of tests/cluster.rs: Kubernetes 1.37, containerd
+#                    cluster   the real cluster of crates/agent/tests/real_cluster/pods.rs: Kubernetes 1.37, containerd
 #                              2.4, the CNI plugins and Multus built from their Go modules
 #                              (scripts/cluster-parts.sh: cached, seconds when nothing changed;
 #                              needs Go 1.21+, 1.26 best) and what the harness runs beside them
@@ -19,7 +19,7 @@
 #   --packages-only  only the packages: no venv, no cluster parts, no Rust toolchain check (the
 #                    cold check, scripts/cold-check.sh, plans so in a fresh Debian 12 root)
 #   --plan-from F    take apt's simulated plan from F instead of asking apt, print what setup
-#                    decides, change nothing (tests/setup.rs feeds it recorded plans)
+#                    decides, change nothing (tests/shipped/setup.rs feeds it recorded plans)
 #
 # When apt would remove or downgrade something, setup resolves the cases it knows (today one:
 # a backported qemu-utils, newer than Debian 12's QEMU allows, is replaced by Debian 12's
@@ -37,9 +37,9 @@ SET[build]="cmake clang libclang-dev make gcc libc6-dev"
 SET[vm]="qemu-system-x86 busybox-static kmod cpio xz-utils zstd gcc-12 binutils patch python3
   iproute2 util-linux ibverbs-utils ibverbs-providers"
 SET[demo]="${SET[build]} ${SET[vm]} containernetworking-plugins"
-# libcni (Go source) for the test client; dnsmasq for tests/dhcp.rs; rping and perftest in the
+# libcni (Go source) for the test client; dnsmasq for tests/attach/dhcp.rs; rping and perftest in the
 # VM; Prometheus + node_exporter for tests/vm/metrics.sh; strace for benches/; containerd, runc
-# and a venv (grpcio) for tests/cri.rs; podman for tests/image.rs; runc for tests/nri.rs; curl
+# and a venv (grpcio) for tests/runtimes/cri.rs; podman for tests/runtimes/image.rs; runc for crates/agent/tests/node_agent/nri.rs; curl
 # and openssl for the DRA tests' REST calls and their stand-in API server's certificate;
 # iputils-ping (ping -M do: a don't-fragment jumbo ping), and Open MPI with UCX (openmpi-bin;
 # libopenmpi-dev's mpicc builds tests/vm/allreduce.c) in the two-node group's pods.
@@ -206,7 +206,7 @@ if [[ -n $plan ]]; then
   fi
   show "$decisions"$'\n'"$actions"
   if [[ -n $PLAN_FROM ]]; then
-    # What setup would do, one line each, for tests/setup.rs.
+    # What setup would do, one line each, for tests/shipped/setup.rs.
     printf '%s\n' "$decisions" "$actions" | awk 'NF'
     exit 0
   fi

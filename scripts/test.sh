@@ -16,7 +16,7 @@ for a in "$@"; do
   esac
 done
 [[ $(id -u) == 0 ]] || { echo "test: run as root (the tests create network namespaces)" >&2; exit 1; }
-export RHD_TESTS_MUST_RUN=1 # an integration test that cannot run fails, never skips (tests/common/root.rs)
+export RHD_TESTS_MUST_RUN=1 # an integration test that cannot run fails, never skips (crates/test-support/src/root.rs)
 # Every build here is from a clean target on CI: incremental state would only cost disk (a third
 # of a cold debug target) and time.
 export CARGO_INCREMENTAL=0
@@ -64,9 +64,10 @@ git ls-files -z --cached --others --exclude-standard |
   tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$LONG"
 echo "checkout copied to $LONG (${#LONG} characters)"
 # `--test` selects the plugin crate's tests only, which run the agent's binary beside the
-# plugin's (tests/common/mod.rs): build both binaries first.
+# plugin's (crates/test-support/src/lib.rs): build both binaries first.
 (cd "$LONG" && export CARGO_TARGET_DIR=$LONG/target &&
-  cargo build -q --workspace --bins && cargo test -q --test image --test cri --test dhcp)
+  cargo build -q --workspace --bins && cargo test -q --test runtimes &&
+  cargo test -q --test attach dhcp::)
 rm -rf "$LONGTOP" # its target directory is a second build's worth of disk
 
 if [[ $VM == 1 ]]; then

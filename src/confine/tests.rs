@@ -528,7 +528,7 @@ fn debian_ipam_plugins_do_under_the_allow_list_what_they_do_without_it() {
                 "static" => serde_json::json!({"type": plugin,
                     "addresses": [{"address": "10.230.1.2/24", "gateway": "10.230.1.1"}]}),
                 // No daemon at this socket: every verb but VERSION fails, alike both ways
-                // (tests/dhcp.rs runs it against a daemon and dnsmasq through the plugin).
+                // (tests/attach/dhcp.rs runs it against a daemon and dnsmasq through the plugin).
                 _ => serde_json::json!({"type": plugin,
                     "daemonSocketPath": data.join("dhcp.sock")}),
             };

@@ -1,6 +1,6 @@
 //! A small deterministic mutation engine for the fuzz tests (no nightly, no extra crates):
 //! byte edits, JSON token insertions, JSON values replaced at random paths, splices. Shared by
-//! the in-process fuzzer (src/fuzz/mod.rs), the binary one (tests/fuzz.rs) and the randomised
+//! the in-process fuzzer (src/fuzz/mod.rs), the binary one (tests/confinement/fuzz.rs) and the randomised
 //! integration tests (through the library: `rdma_host_device::mutate`).
 
 use serde_json::{Value, json};

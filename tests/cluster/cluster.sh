@@ -375,10 +375,10 @@ ADMIN_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   echo "sched-$ADMIN_TOKEN,system:kube-scheduler,sched,"
   echo "cm-$ADMIN_TOKEN,system:kube-controller-manager,cm,"
 } >"$D/pki/tokens.csv"
-# The admin's token alone, for clients that take a token file (tests/kube/standin.rs).
+# The admin's token alone, for clients that take a token file (crates/test-support/src/apiserver.rs).
 printf '%s' "$ADMIN_TOKEN" >"$D/pki/admin.token"
 # An audit log of what users (not the node's own components) asked of the API server: the
-# tests read it to show a request never reached the server (tests/kube_api.rs).
+# tests read it to show a request never reached the server (crates/agent/tests/real_cluster/kube_api.rs).
 cat >"$D/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A kubelet stand-in for tests/cri.rs: calls containerd's CRI (runtime.v1.RuntimeService) over
+"""A kubelet stand-in for tests/runtimes/cri.rs: calls containerd's CRI (runtime.v1.RuntimeService) over
 its gRPC socket, sending what kubelet sends for a pod sandbox, and prints one JSON object.
 
     cri.py SOCK version | status

@@ -1,4 +1,4 @@
-/* The sandbox ("pause") image's only program, built static by tests/cri.rs: it holds the pod's
+/* The sandbox ("pause") image's only program, built static by tests/runtimes/cri.rs: it holds the pod's
  * namespaces open until it is told to stop, and reaps what would otherwise be zombies, as
  * Kubernetes' own pause does. No registry is reachable here, so the image is made locally. */
 #include <signal.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A kubelet stand-in for tests/device_plugin.rs: the kubelet's half of the device-plugin API
+"""A kubelet stand-in for crates/agent/tests/node_agent/device_plugin.rs: the kubelet's half of the device-plugin API
 (v1beta1) over real gRPC (grpcio), stubs generated from deviceplugin.proto beside this file.
 
     kubelet.py DIR      serve Registration on DIR/kubelet.sock; then read commands, one JSON
@@ -101,7 +101,7 @@ def stub(resource):
     """One channel per endpoint, as the kubelet keeps one per plugin (dropped on restart). The
     kubelet of today dials with grpc.WithAuthority("localhost")
     (devicemanager/plugin/v1beta1/client.go), as here; older ones named the socket's path, which
-    tests/device_plugin.rs sends on the wire itself (a_kubelet_naming_the_socket_path_...)."""
+    crates/agent/tests/node_agent/device_plugin.rs sends on the wire itself (a_kubelet_naming_the_socket_path_...)."""
     ep = endpoints[resource]
     if ep not in stubs_by_endpoint:
         ch = grpc.insecure_channel(f"unix:{os.path.join(DIR, ep)}", options=[("grpc.default_authority", "localhost")])

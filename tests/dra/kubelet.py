@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A kubelet stand-in for tests/dra.rs: the kubelet's half of a DRA driver's two gRPC APIs over
+"""A kubelet stand-in for crates/agent/tests/node_agent/dra.rs: the kubelet's half of a DRA driver's two gRPC APIs over
 real gRPC (grpcio; stubs generated at test time from pluginregistration.proto and dra.proto
 beside this file, our own copies of the kubelet's).
 

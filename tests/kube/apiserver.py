@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A kube-apiserver STAND-IN for the DRA driver's tests (tests/dra_slices.rs, tests/dra.rs,
-tests/multus_dra.rs): the part of the Kubernetes REST contract the driver uses, for
+"""A kube-apiserver STAND-IN for the DRA driver's tests (crates/agent/tests/real_cluster/dra_slices.rs, crates/agent/tests/node_agent/dra.rs,
+crates/agent/tests/real_cluster/multus_dra.rs): the part of the Kubernetes REST contract the driver uses, for
 `resource.k8s.io/v1` ResourceSlices (cluster-scoped) and ResourceClaims (namespaced, with
 the /status subresource), with the API's own JSON. It is written apart from the driver (nothing here is imported from src/), from the
 contract as kubernetes/kubernetes and kubernetes/api define it:

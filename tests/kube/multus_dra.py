@@ -42,8 +42,8 @@ token, the API's own JSON):
    goes to the CNI unchanged.
 4. pkg/types/conf.go LoadDelegateNetConf puts the deviceID into the delegate's config as
    `deviceID` AND `pciBusID` (every plugin of a list), and Multus offers it as the `deviceID`
-   capability: the same as for a device plugin's device, which tests/multus.rs reproduces
-   (tests/common/multus.rs); the test hands the answer below to that code.
+   capability: the same as for a device plugin's device, which tests/attach/multus.rs reproduces
+   (crates/test-support/src/multus.rs); the test hands the answer below to that code.
 
     multus_dra.py --server URL --ca FILE --token FILE --namespace NS --pod NAME --uid UID
                   --network NAD[,NAD...]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A container runtime's NRI side, a stand-in for containerd 2.x (which no registry here ships),
-for tests/nri.rs. Written from containerd/nri's pkg/adaptation, pkg/net/multiplex and
+for crates/agent/tests/node_agent/nri.rs. Written from containerd/nri's pkg/adaptation, pkg/net/multiplex and
 containerd/ttrpc, apart from the plugin under test: it listens on an NRI socket, and for each
 plugin that connects speaks NRI's real wire (the multiplexer's frames, ttrpc messages, protobuf
 from nri.proto and ttrpc.proto beside this file, generated at test time by grpcio-tools):

@@ -604,7 +604,7 @@ kc delete pod dp-1 --wait=true --timeout=300s >/dev/null || bad "delete dp-1"
 if out=$(vm_run 1 "$home" 120); then ok "VM 1: eth0 home with MTU 1500 and rxe0 home ($((SECONDS - t)) s after delete)"
 else bad "VM 1: not home: $out"; fi
 
-# ---- the DRA path across the nodes: node.json switched to DRA as tests/cluster.rs does (no
+# ---- the DRA path across the nodes: node.json switched to DRA as crates/agent/tests/real_cluster/pods.rs does (no
 # devicePlugin pool; dra.nics the NIC; dra.extendedResourceName), conf/k8s/dra.yaml as shipped,
 # conf/k8s/dra-claims.yaml's one-rail template and NAD rail-0 as shipped; one pod per node, each
 # with a claim from the template

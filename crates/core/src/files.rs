@@ -484,7 +484,7 @@ mod tests {
 
     /// Modes with group-write bits, which the usual umask (022) takes away: what `files`
     /// makes has them all the same (each umask's own test is the agent's, in a child process:
-    /// tests/{cdi,device_plugin,dra,uppers}.rs).
+    /// crates/agent/tests/node_agent/{cdi,device_plugin,dra,uppers}.rs).
     #[test]
     fn what_files_creates_has_exactly_its_mode() {
         let d = tmp("modes");

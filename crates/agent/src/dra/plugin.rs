@@ -654,7 +654,7 @@ pub async fn supervise(driver: Arc<Driver>, sockets: Sockets) {
 #[cfg(test)]
 mod tests {
     //! The logic of prepare and unprepare with claims and NICs given in memory; the gRPC wire,
-    //! registration and restarts are tests/dra.rs's, against a kubelet stand-in.
+    //! registration and restarts are crates/agent/tests/node_agent/dra.rs's, against a kubelet stand-in.
     use super::*;
     use serde_json::{Value, json};
     use std::sync::Mutex;

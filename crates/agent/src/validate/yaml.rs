@@ -7,7 +7,7 @@
 //! collections (`[]`, `{}`). Anything else (anchors, tags, folded `>`, non-empty flow
 //! collections, multi-line plain scalars, nesting deeper than [`MAX_DEPTH`]) is an error naming
 //! the line, so a file that leaves the subset fails loudly instead of being half-read.
-//! tests/conf_examples.rs also cross-checks every file in conf/ against PyYAML when python3 has
+//! tests/shipped/conf.rs also cross-checks every file in conf/ against PyYAML when python3 has
 //! it. Its input is bounded by its caller; its work is linear in the lines times the depth.
 
 use serde_json::{Map, Value};
