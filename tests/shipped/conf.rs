@@ -7,6 +7,7 @@
 use test_support as common;
 
 use common::{AGENT, PLUGIN, files_under, output_text, yaml};
+use rdma_host_device::cni::netconf::SELECTOR_KEYS;
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -238,6 +239,55 @@ fn every_shipped_manifest_is_validated_as_it_is() {
         );
     }
     assert!(seen >= 5, "the NADs and the DaemonSet's node.json: {seen}");
+}
+
+/// `validate` says where each shipped NAD's NIC comes from as ADD would take it: a NAD with
+/// `draRequest` from the pod's claim, never "deviceID must come from Multus", which it does
+/// not need.
+#[test]
+fn validate_names_where_each_shipped_nads_nic_comes_from() {
+    let mut by_claim = 0;
+    for f in files_under(&conf_dir())
+        .into_iter()
+        .filter(|f| ext(f) == "yaml")
+    {
+        let docs = yaml::parse_all(&fs::read_to_string(&f).unwrap()).unwrap();
+        let out = Command::new(AGENT)
+            .arg("validate")
+            .arg(&f)
+            .env_remove("CNI_COMMAND")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        for d in docs
+            .iter()
+            .filter(|d| d["kind"] == "NetworkAttachmentDefinition")
+        {
+            let name = d["metadata"]["name"].as_str().unwrap();
+            let conf: Value = serde_json::from_str(d["spec"]["config"].as_str().unwrap()).unwrap();
+            let line = text
+                .lines()
+                .find(|l| l.contains(&format!(" NetworkAttachmentDefinition/{name} ")))
+                .unwrap_or_else(|| panic!("{}: no line for {name}: {text}", rel(&f)));
+            if let Some(r) = conf["draRequest"].as_str() {
+                by_claim += 1;
+                assert!(
+                    line.contains(&format!("draRequest {r:?}")) && !line.contains("must come from"),
+                    "{line}"
+                );
+            } else if SELECTOR_KEYS
+                .iter()
+                .chain(&["draExtendedResource"])
+                .all(|k| conf.get(k).is_none())
+            {
+                assert!(line.contains("Multus"), "{line}");
+            }
+        }
+    }
+    assert!(
+        by_claim >= 8,
+        "conf/k8s/dra-claims.yaml's rails: {by_claim}"
+    );
 }
 
 /// A typo in a shipped YAML manifest is rejected with the spec's code 2, naming the line of

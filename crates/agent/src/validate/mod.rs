@@ -107,10 +107,18 @@ pub fn check_config(raw: &[u8]) -> Result<String> {
     }
     let node = rdma_host_device_core::node::Node::load()?;
     let conf = NetConf::parse_strict(raw.to_vec(), &node)?;
-    let selector = match &conf.nic {
-        Some(NicRequest::DeviceId(d)) => format!("deviceID {d:?}"),
-        Some(s) => s.to_string(),
-        None => {
+    // As ADD's plan takes it: `draRequest` first, then a selector or a `deviceID`, then
+    // `draExtendedResource`.
+    let selector = match (&conf.dra_request, &conf.nic, &conf.dra_extended_resource) {
+        (Some(r), _, _) => format!(
+            "draRequest {r:?}: the NIC our DRA driver prepared for the pod's ResourceClaim under that request"
+        ),
+        (None, Some(NicRequest::DeviceId(d)), _) => format!("deviceID {d:?}"),
+        (None, Some(s), _) => s.to_string(),
+        (None, None, Some(x)) => format!(
+            "draExtendedResource {x:?}: deviceID from Multus (a device plugin's resourceName annotation), else the NIC our DRA driver prepared for the pod's claim of that resource"
+        ),
+        (None, None, None) => {
             let capability = v
                 .pointer("/capabilities/deviceID")
                 .and_then(Value::as_bool)
@@ -118,7 +126,7 @@ pub fn check_config(raw: &[u8]) -> Result<String> {
             if capability {
                 "no selector: deviceID comes from the runtime (capability) or Multus".to_owned()
             } else {
-                "no selector: deviceID must come from Multus (a device plugin's resourceName annotation); ADD fails with code 7 without it".to_owned()
+                "no selector: deviceID must come from Multus (a device plugin's resourceName annotation, or a ResourceClaim in Multus' DRA mode); ADD fails with code 7 without it".to_owned()
             }
         }
     };
