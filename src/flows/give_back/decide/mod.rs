@@ -241,6 +241,3 @@ pub(in crate::flows) fn lost_to_give_back(
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod lost_tests;

@@ -1,6 +1,6 @@
 //! Which links on the host GC restores as lost NICs ([`lost_to_give_back`]): plain data in, no netlink, no root.
 
-use super::*;
+use crate::flows::give_back::decide::*;
 use rdma_host_device_core::state::owner_key;
 
 fn link(alias: Option<String>) -> LinkInfo {

@@ -3,6 +3,8 @@
 //! MAC). Plain data in, no netlink, no root.
 
 use super::*;
+
+mod lost;
 use rdma_host_device_core::state::owner_key;
 use serde_json::json;
 
