@@ -109,110 +109,140 @@ pub async fn release_attachment(
     if let (Some(ns), Some(r)) = (&pod_ns, record) {
         rdma::refuse_releasing_a_used_soft_device(ns, r)?;
     }
-    // IPAM first, while the interface is still in the pod: a plugin may need it to give its
-    // address back (the dhcp daemon sends DHCPRELEASE from it; once the NIC has left, the
-    // lease would leak). Whatever IPAM says, the NIC is still returned. A plugin the node does
-    // not allow (now), or paths in its `ipam` outside the node's `ipamPaths`/`ipamReadPaths`,
-    // are not run: ADD only ever recorded what passed, so this is an operator who has since
-    // narrowed the node, an older record, or no record and a config ADD refused (the runtime's
-    // clean-up DEL after that ADD failed).
-    // DEL still succeeds, loudly: failing would keep the pod from ever being deleted for the
-    // sake of an allocation in a plugin the node has decided not to run.
-    if let Some((t, raw)) = ipam_of(conf, record) {
-        match Ipam::new(&t, env, node).and_then(|i| i.del(&raw)) {
-            Ok(()) => {
-                log::info!("IPAM {t} released");
-                fault::hit("del:after-ipam-release")?;
-            }
-            Err(e) if e.code == Code::NotAllowed && record.is_none() => log::warn!(
-                "not running IPAM {t:?} for DEL: {}; there is no record of {}/{}, so no ADD of this config got that far (ADD refuses what the node does not allow), and nothing is released",
-                e.msg,
-                env.container_id,
-                env.ifname
-            ),
-            Err(e) if e.code == Code::NotAllowed => log::error!(
-                "not releasing IPAM: {}; whatever {t:?} allocated for {}/{} stays allocated (the NIC still comes home)",
-                e.msg,
-                env.container_id,
-                env.ifname
-            ),
-            Err(e) => errors.push(e),
-        }
+    release_ipam(env, conf, node, record, &mut errors)?;
+    remove_device_info(record, &mut errors);
+    take_adds_part_out_of_claim_metadata(node, record);
+    take_adds_part_out_of_nic_env(node, record);
+    return_nic(&places, record, &mut errors).await?;
+    if errors.is_empty() {
+        // The state file, and a temp file left by an ADD killed while writing it.
+        store.remove(&env.container_id, &env.ifname)?;
     }
-    // The device-info file ADD wrote for Multus (it may have been a device plugin's copy
-    // before): it describes a device the pod no longer has.
+    rdma_host_device_core::error::first_error(errors)
+}
+
+/// IPAM first, while the interface is still in the pod: a plugin may need it to give its
+/// address back (the dhcp daemon sends DHCPRELEASE from it; once the NIC has left, the lease
+/// would leak). Whatever IPAM says, the NIC is still returned. A plugin the node does not allow
+/// (now), or paths in its `ipam` outside the node's `ipamPaths`/`ipamReadPaths`, are not run:
+/// ADD only ever recorded what passed, so this is an operator who has since narrowed the node,
+/// an older record, or no record and a config ADD refused (the runtime's clean-up DEL after
+/// that ADD failed). DEL still succeeds, loudly: failing would keep the pod from ever being
+/// deleted for the sake of an allocation in a plugin the node has decided not to run.
+fn release_ipam(
+    env: &Env,
+    conf: &NetConf,
+    node: &Node,
+    record: Option<&Record>,
+    errors: &mut Vec<Error>,
+) -> Result<()> {
+    let Some((t, raw)) = ipam_of(conf, record) else {
+        return Ok(());
+    };
+    match Ipam::new(&t, env, node).and_then(|i| i.del(&raw)) {
+        Ok(()) => {
+            log::info!("IPAM {t} released");
+            fault::hit("del:after-ipam-release")?;
+        }
+        Err(e) if e.code == Code::NotAllowed && record.is_none() => log::warn!(
+            "not running IPAM {t:?} for DEL: {}; there is no record of {}/{}, so no ADD of this config got that far (ADD refuses what the node does not allow), and nothing is released",
+            e.msg,
+            env.container_id,
+            env.ifname
+        ),
+        Err(e) if e.code == Code::NotAllowed => log::error!(
+            "not releasing IPAM: {}; whatever {t:?} allocated for {}/{} stays allocated (the NIC still comes home)",
+            e.msg,
+            env.container_id,
+            env.ifname
+        ),
+        Err(e) => errors.push(e),
+    }
+    Ok(())
+}
+
+/// The device-info file ADD wrote for Multus (it may have been a device plugin's copy
+/// before): it describes a device the pod no longer has.
+fn remove_device_info(record: Option<&Record>, errors: &mut Vec<Error>) {
     if let Some(path) = record.and_then(|r| r.device_info.as_ref())
         && let Err(e) = rdma_host_device_core::device_info::remove(path)
     {
         errors.push(e);
     }
-    // ADD's part of a DRA claim's device metadata (ifName, addresses, GID indices): the pod no
-    // longer has them. Lenient: a file that is gone (the claim unprepared) or cannot be
-    // rewritten is logged, and DEL goes on; unprepare removes the files in any case.
-    if let Some(dra) = record.and_then(|r| r.dra.as_ref()) {
-        match super::metadata::files(node, Some(dra)) {
-            Ok(Some(files)) => {
-                match rdma_host_device_core::dra::metadata::update_device(
-                    &files,
-                    &dra.pool,
-                    &dra.device,
-                    None,
-                ) {
-                    Ok(Some(g)) => log::info!(
-                        "device metadata {}: ADD's part taken out (generation {g})",
-                        files.file.display()
-                    ),
-                    Ok(None) => {}
-                    Err(e) => log::warn!("device metadata {}: {e}", files.file.display()),
-                }
+}
+
+/// ADD's part of a DRA claim's device metadata (ifName, addresses, GID indices): the pod no
+/// longer has them. Lenient: a file that is gone (the claim unprepared) or cannot be rewritten
+/// is logged, and DEL goes on; unprepare removes the files in any case.
+fn take_adds_part_out_of_claim_metadata(node: &Node, record: Option<&Record>) {
+    let Some(dra) = record.and_then(|r| r.dra.as_ref()) else {
+        return;
+    };
+    match super::metadata::files(node, Some(dra)) {
+        Ok(Some(files)) => {
+            match rdma_host_device_core::dra::metadata::update_device(
+                &files,
+                &dra.pool,
+                &dra.device,
+                None,
+            ) {
+                Ok(Some(g)) => log::info!(
+                    "device metadata {}: ADD's part taken out (generation {g})",
+                    files.file.display()
+                ),
+                Ok(None) => {}
+                Err(e) => log::warn!("device metadata {}: {e}", files.file.display()),
             }
-            Ok(None) => {}
-            Err(e) => log::warn!("device metadata: {e}"),
         }
+        Ok(None) => {}
+        Err(e) => log::warn!("device metadata: {e}"),
     }
-    // The device plugin's env spec of the NIC (`nic_env`): back to generation 1, as its
-    // Allocate wrote it; the GID index ADD put there is the pod's, which no longer has the NIC.
-    // Lenient like the metadata above.
-    if let Some(r) = record {
-        match super::metadata::nic_env_of(node, r) {
-            Ok(Some(ne)) => {
-                match rdma_host_device_core::nic_env::update(
-                    &ne.place,
-                    &ne.id,
-                    r.rdma_device.as_deref(),
-                    None,
-                ) {
-                    Ok(Some(g)) => log::info!(
-                        "env {}: ADD's part taken out (generation {g})",
-                        rdma_host_device_core::nic_env::cdi_id(&ne.id)
-                    ),
-                    Ok(None) => {}
-                    Err(e) => log::warn!(
-                        "env {}: {e}",
-                        rdma_host_device_core::nic_env::cdi_id(&ne.id)
-                    ),
-                }
+}
+
+/// The device plugin's env spec of the NIC (`nic_env`): back to generation 1, as its Allocate
+/// wrote it; the GID index ADD put there is the pod's, which no longer has the NIC. Lenient like
+/// the claim's metadata.
+fn take_adds_part_out_of_nic_env(node: &Node, record: Option<&Record>) {
+    let Some(r) = record else {
+        return;
+    };
+    match super::metadata::nic_env_of(node, r) {
+        Ok(Some(ne)) => {
+            let id = rdma_host_device_core::nic_env::cdi_id(&ne.id);
+            match rdma_host_device_core::nic_env::update(
+                &ne.place,
+                &ne.id,
+                r.rdma_device.as_deref(),
+                None,
+            ) {
+                Ok(Some(g)) => log::info!("env {id}: ADD's part taken out (generation {g})"),
+                Ok(None) => {}
+                Err(e) => log::warn!("env {id}: {e}"),
             }
-            Ok(None) => {}
-            Err(e) => log::warn!("the per-NIC env: {e}"),
         }
+        Ok(None) => {}
+        Err(e) => log::warn!("the per-NIC env: {e}"),
     }
-    match give_back_nic(&places, record).await {
+}
+
+/// The NIC home ([`give_back_nic`]); a failure is kept with the others, and the state with it.
+async fn return_nic(
+    places: &Places<'_>,
+    record: Option<&Record>,
+    errors: &mut Vec<Error>,
+) -> Result<()> {
+    match give_back_nic(places, record).await {
         Ok(true) => {
             log::info!("NIC returned to the host");
             fault::hit("del:after-nic-return")?;
         }
         Ok(false) => log::info!(
             "no NIC held by {} in the pod or on the host; nothing to return",
-            env.ifname
+            places.env.ifname
         ),
         Err(e) => errors.push(e.context("returning the NIC to the host")),
     }
-    if errors.is_empty() {
-        // The state file, and a temp file left by an ADD killed while writing it.
-        store.remove(&env.container_id, &env.ifname)?;
-    }
-    rdma_host_device_core::error::first_error(errors)
+    Ok(())
 }
 
 /// Refuse (4) a pod namespace that is not the one ADD attached in (see
@@ -330,82 +360,106 @@ pub async fn give_back_nic(places: &Places<'_>, record: Option<&Record>) -> Resu
     let owner = r.owner();
     // Lock the NIC before touching it (re-entrant: ADD's rollback already holds it).
     let _nic = lock::device(&r.host_name)?;
-    let original_alias = r.host_alias.as_deref();
-    if let (Some(pod), Some(pod_ns)) = (places.pod, places.pod_ns) {
-        // A name that is not UTF-8 hides a link from every lookup: give ours a readable one.
-        pod.name_unreadable(pod_ns, |u| unreadable_is_ours(u, r, &owner))
-            .await?;
-        let links = pod.all().await?;
-        let ours = find_nic(&links, r, &owner, Where::Pod);
-        // The RDMA side first, while the NIC is in the pod: a software device dies with its
-        // netdev's move, and a moved device must not be left behind. Without the NIC there
-        // (ADD killed between moving the RDMA device and the NIC) the device may be alone.
-        if r.rdma_device.is_some() || r.soft_device.is_some() {
-            rdma::release(
-                pod_ns,
-                places.host_ns,
-                ours.as_ref().map(|l| l.index),
-                Some(r),
-            )?;
-        }
-        if let Some(link) = ours {
-            // What the pod made of its NIC does not leave with it: links stacked on it go,
-            // flags, group, queue length and altnames return to what the node had.
-            let keep = |e: Error| {
-                let mut e = e.context(format!("{} is still in pod {}", r.host_name, r.netns));
-                e.msg
-                    .push_str("; keeping the attachment's state so that DEL can be retried");
-                e
-            };
-            pod.delete_uppers(link.index).await.map_err(keep)?;
-            // Nor what another namespace stacked on it (through an id for the pod's
-            // namespace): it would ride the NIC home and keep its frames.
-            let removed = rdma_host_device_core::uppers::arrival::remove_foreign_riders(
-                &places.node.uppers_socket,
-                r.moved_after.as_ref(),
-                pod_ns,
-                link.index,
-                &link.name,
-            )
-            .map_err(keep)?;
-            for what in removed {
-                log::warn!(
-                    "{} in pod {}: {what} before the NIC goes home",
-                    link.name,
-                    r.netns
-                );
-            }
-            pod.restore_settings(link.index, &r.settings())
-                .await
-                .map_err(keep)?;
-            free_home_name(places, r, &owner).await.map_err(keep)?;
-            let home = HomeName::find(places.host, r, None).await.map_err(keep)?;
-            let how = Arrival {
-                name: &home.name,
-                alias: home.alias(original_alias),
-                ..given_back(r, original_alias, &link)
-            };
-            log::info!(
-                "returning {} (index {} in the pod) to the host as {} (mtu {})",
-                link.name,
-                link.index,
-                home.name,
-                r.host_mtu
-            );
-            pod.move_to(link.index, places.host_ns, &how).await?;
-            if let Some(still) = find_nic(&pod.all().await?, r, &owner, Where::Pod) {
-                return Err(still_in_pod(r, &still));
-            }
-            home.report(places.host, r, link.index).await;
-            return Ok(true);
-        }
+    if let (Some(pod), Some(pod_ns)) = (places.pod, places.pod_ns)
+        && from_pod(places, pod, pod_ns, r, &owner).await?
+    {
+        return Ok(true);
     }
+    if lost_on_host(places, r, &owner).await? {
+        return Ok(true);
+    }
+    neither_in_pod_nor_on_host(places, r).await
+}
+
+/// The NIC from the pod, with what the pod made of it left behind: whether it was there.
+async fn from_pod(
+    places: &Places<'_>,
+    pod: &Links,
+    pod_ns: &Netns,
+    r: &Record,
+    owner: &str,
+) -> Result<bool> {
+    let original_alias = r.host_alias.as_deref();
+    // A name that is not UTF-8 hides a link from every lookup: give ours a readable one.
+    pod.name_unreadable(pod_ns, |u| unreadable_is_ours(u, r, owner))
+        .await?;
+    let links = pod.all().await?;
+    let ours = find_nic(&links, r, owner, Where::Pod);
+    // The RDMA side first, while the NIC is in the pod: a software device dies with its
+    // netdev's move, and a moved device must not be left behind. Without the NIC there
+    // (ADD killed between moving the RDMA device and the NIC) the device may be alone.
+    if r.rdma_device.is_some() || r.soft_device.is_some() {
+        rdma::release(
+            pod_ns,
+            places.host_ns,
+            ours.as_ref().map(|l| l.index),
+            Some(r),
+        )?;
+    }
+    let Some(link) = ours else {
+        return Ok(false);
+    };
+    // What the pod made of its NIC does not leave with it: links stacked on it go, flags,
+    // group, queue length and altnames return to what the node had.
+    let keep = |e: Error| {
+        let mut e = e.context(format!("{} is still in pod {}", r.host_name, r.netns));
+        e.msg
+            .push_str("; keeping the attachment's state so that DEL can be retried");
+        e
+    };
+    pod.delete_uppers(link.index).await.map_err(keep)?;
+    // Nor what another namespace stacked on it (through an id for the pod's namespace): it
+    // would ride the NIC home and keep its frames.
+    let removed = rdma_host_device_core::uppers::arrival::remove_foreign_riders(
+        &places.node.uppers_socket,
+        r.moved_after.as_ref(),
+        pod_ns,
+        link.index,
+        &link.name,
+    )
+    .map_err(keep)?;
+    for what in removed {
+        log::warn!(
+            "{} in pod {}: {what} before the NIC goes home",
+            link.name,
+            r.netns
+        );
+    }
+    pod.restore_settings(link.index, &r.settings())
+        .await
+        .map_err(keep)?;
+    free_home_name(places, r, owner).await.map_err(keep)?;
+    let home = HomeName::find(places.host, r, None).await.map_err(keep)?;
+    let how = Arrival {
+        name: &home.name,
+        alias: home.alias(original_alias),
+        ..given_back(r, original_alias, &link)
+    };
+    log::info!(
+        "returning {} (index {} in the pod) to the host as {} (mtu {})",
+        link.name,
+        link.index,
+        home.name,
+        r.host_mtu
+    );
+    pod.move_to(link.index, places.host_ns, &how).await?;
+    if let Some(still) = find_nic(&pod.all().await?, r, owner, Where::Pod) {
+        return Err(still_in_pod(r, &still));
+    }
+    home.report(places.host, r, link.index).await;
+    Ok(true)
+}
+
+/// The NIC back on the host without a DEL (its pod's netns died), still tagged: restored in
+/// place under its name. Whether it was there.
+async fn lost_on_host(places: &Places<'_>, r: &Record, owner: &str) -> Result<bool> {
+    let original_alias = r.host_alias.as_deref();
     places
         .host
-        .name_unreadable(places.host_ns, |u| tagged_by(u, Some(&owner)))
+        .name_unreadable(places.host_ns, |u| tagged_by(u, Some(owner)))
         .await?;
     let on_host = places.host.all().await?;
-    let lost = match find_nic(&on_host, r, &owner, Where::Host) {
+    let lost = match find_nic(&on_host, r, owner, Where::Host) {
         Some(l) => Some(l),
         None if r.parent.is_some() => {
             let records = Store::new(&places.node.state_dir).all()?;
@@ -413,41 +467,45 @@ pub async fn give_back_nic(places: &Places<'_>, record: Option<&Record>) -> Resu
         }
         None => None,
     };
-    if let Some(link) = lost {
-        log::info!(
-            "{} is back on the host without a DEL{}; giving it back under its name {}",
-            link.name,
-            if link
-                .alias
-                .as_deref()
-                .and_then(Tag::decode)
-                .is_some_and(|t| t.owner != owner)
-            {
-                " under a tag its pod rewrote"
-            } else {
-                ""
-            },
-            r.host_name
-        );
-        // Settings first, while the link still bears the tag that lets a retry find it.
-        places
-            .host
-            .restore_settings(link.index, &r.settings())
-            .await?;
-        let home = HomeName::find(places.host, r, Some(link.index)).await?;
-        let how = Arrival {
-            name: &home.name,
-            alias: home.alias(original_alias),
-            ..given_back(r, original_alias, &link)
-        };
-        places.host.restore_in_place(link.index, &how).await?;
-        home.report(places.host, r, link.index).await;
-        return Ok(true);
-    }
-    // Not in the pod, not lost on the host: at home already, or gone. A hardware NIC whose
-    // device still exists but whose netdev is in neither namespace was moved on by the pod
-    // (into a namespace of its own): DEL must not say it is done. One whose device is gone
-    // (a VF destroyed, a NIC unplugged) has nothing left to return.
+    let Some(link) = lost else {
+        return Ok(false);
+    };
+    log::info!(
+        "{} is back on the host without a DEL{}; giving it back under its name {}",
+        link.name,
+        if link
+            .alias
+            .as_deref()
+            .and_then(Tag::decode)
+            .is_some_and(|t| t.owner != owner)
+        {
+            " under a tag its pod rewrote"
+        } else {
+            ""
+        },
+        r.host_name
+    );
+    // Settings first, while the link still bears the tag that lets a retry find it.
+    places
+        .host
+        .restore_settings(link.index, &r.settings())
+        .await?;
+    let home = HomeName::find(places.host, r, Some(link.index)).await?;
+    let how = Arrival {
+        name: &home.name,
+        alias: home.alias(original_alias),
+        ..given_back(r, original_alias, &link)
+    };
+    places.host.restore_in_place(link.index, &how).await?;
+    home.report(places.host, r, link.index).await;
+    Ok(true)
+}
+
+/// Not in the pod, not lost on the host: at home already, or gone. A hardware NIC whose device
+/// still exists but whose netdev is in neither namespace was moved on by the pod (into a
+/// namespace of its own): DEL must not say it is done. One whose device is gone (a VF destroyed,
+/// a NIC unplugged) has nothing left to return.
+async fn neither_in_pod_nor_on_host(places: &Places<'_>, r: &Record) -> Result<bool> {
     let Some(parent) = r.parent.as_deref().filter(|_| !legacy(r)) else {
         return Ok(false);
     };
