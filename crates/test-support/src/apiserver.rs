@@ -29,14 +29,26 @@ impl ApiServer {
     /// API objects only: the node and its NICs stay free for tests that work them.
     pub fn real() -> ApiServer {
         let (c, using) = Cluster::api();
+        ApiServer::of_cluster(c, using, 443, c.dir.join("logs/audit.log"), None)
+    }
+
+    /// A real API server of cluster `c` on `port`, as its admin (the cluster's CA and token),
+    /// `log` its audit log, `child` its process if this test started it.
+    fn of_cluster(
+        c: &Cluster,
+        using: ApiUse,
+        port: u16,
+        log: PathBuf,
+        child: Option<Child>,
+    ) -> ApiServer {
         ApiServer {
             _cluster: Some(using),
-            child: None,
+            child,
             audited: true,
-            url: format!("https://{}:443", c.node_ip),
+            url: format!("https://{}:{port}", c.node_ip),
             ca: c.dir.join("pki/ca.crt"),
             token: c.dir.join("pki/admin.token"),
-            log: c.dir.join("logs/audit.log"),
+            log,
         }
     }
 
@@ -60,7 +72,6 @@ impl ApiServer {
     /// with another release's features, e.g. `DRADeviceTaints=false` (GA in 1.37, still
     /// switchable) for one that drops device taints. Stopped when dropped.
     pub fn real_with_feature_gates(gates: &str, port: u16) -> ApiServer {
-        let cluster = ApiServer::real();
         let (c, using) = Cluster::api();
         let pid = std::fs::read_to_string(c.dir.join("pids/kube-apiserver"))
             .expect("the cluster's kube-apiserver pid");
@@ -94,18 +105,8 @@ impl ApiServer {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("start a second kube-apiserver");
-        let url = cluster.url.replace(":443", &format!(":{port}"));
-        let api = ApiServer {
-            _cluster: Some(using),
-            child: Some(child),
-            audited: true,
-            url,
-            ca: cluster.ca.clone(),
-            token: cluster.token.clone(),
-            log: audit,
-        };
+        let mut api = ApiServer::of_cluster(c, using, port, audit, Some(child));
         let t = std::time::Instant::now();
-        let mut api = api;
         while !api.try_call("GET", "/readyz", None).0 {
             if let Some(st) = api.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 panic!(

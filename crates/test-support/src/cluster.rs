@@ -1,7 +1,8 @@
 //! The real one-node cluster of tests/cluster/cluster.sh (Kubernetes 1.37, containerd 2.4,
 //! built from their Go modules by scripts/cluster-parts.sh), started when a test first asks,
-//! anew for each module of tests that works its node, and stopped when the binary exits; `kubectl` against it, commands inside the node (its network and mount
-//! namespaces), and the DaemonSet's image imported into its containerd.
+//! anew for each module of tests that works its node, and stopped when the binary exits;
+//! `kubectl` against it, commands inside the node (its network and mount namespaces), and the
+//! DaemonSet's image imported into its containerd.
 
 use crate::daemonset::{build_image, release_binary};
 use crate::net::ORIG_MTU;
@@ -32,6 +33,11 @@ pub struct Cluster {
 
 fn script() -> PathBuf {
     repo().join("tests/cluster/cluster.sh")
+}
+
+/// `cluster.sh down DIR`: the pods deleted through the kubelet, everything stopped.
+fn down(dir: &Path) {
+    let _ = Command::new(script()).arg("down").arg(dir).status();
 }
 
 /// The cluster that is up, and who works its node. A module of tests that works the node
@@ -155,7 +161,7 @@ impl Cluster {
             .expect("run tests/cluster/cluster.sh");
         if !out.status.success() {
             // What did start is stopped now: the exit hook knows only a cluster that came up.
-            let _ = Command::new(script()).arg("down").arg(&dir).status();
+            down(&dir);
             panic!("cluster.sh up failed; logs in {}/logs", dir.display());
         }
         let env = fs::read_to_string(dir.join("env")).expect("cluster env");
@@ -179,9 +185,8 @@ impl Cluster {
         c
     }
 
-    /// `cluster.sh down`: the pods deleted through the kubelet, everything stopped.
     fn down(&self) {
-        let _ = Command::new(script()).arg("down").arg(&self.dir).status();
+        down(&self.dir);
     }
 
     pub fn bin(&self, name: &str) -> PathBuf {

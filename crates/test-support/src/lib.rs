@@ -1,5 +1,6 @@
 //! The integration tests' shared harness, a dev-only crate both packages' tests use, by
-//! concern: `process.rs` (commands, the plugin exec'd directly, `RunOut`), `net.rs` (netns,
+//! concern: `programs.rs` (the programs under test, found beside this build, and what they are
+//! given), `process.rs` (commands, the plugin exec'd directly, `RunOut`), `net.rs` (netns,
 //! veth NICs, `ip -j` views), `client.rs` (the libcni client), `containerd.rs` (a private
 //! containerd CRI, the kubelet-side client), `cluster.rs` (the real one-node Kubernetes of
 //! tests/cluster/cluster.sh), `apiserver.rs` (its API server, or a stand-in for the faults the
