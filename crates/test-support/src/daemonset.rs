@@ -172,7 +172,29 @@ pub fn podman_args(ds: &Value, name: &str, node: &Node, image: &str, detach: boo
 /// lock, so this does not wait on the test build.
 pub fn release_binary() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
+    let mut build = Command::new(cargo);
+    // As from a shell, whichever package's test asks: cargo gives a test the variables of its
+    // package (CARGO_PKG_NAME, CARGO_MANIFEST_DIR, ...), and ring's build script asks to run
+    // again when they change (rerun-if-env-changed), and with it all that links ring (the
+    // agent, with LTO). The plugin's tests and the agent's would each build it anew.
+    for (k, _) in std::env::vars_os() {
+        if let Some(k) = k.to_str()
+            && (k.starts_with("CARGO_PKG_")
+                || matches!(
+                    k,
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_MANIFEST_LINKS"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_BIN_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                        | "CARGO_TARGET_TMPDIR"
+                ))
+        {
+            build.env_remove(k);
+        }
+    }
+    let out = build
         .args(["build", "--release", "--quiet"])
         .current_dir(repo())
         .output()
