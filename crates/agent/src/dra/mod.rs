@@ -92,16 +92,41 @@ impl plugin::ClaimSource for Kube {
     }
 }
 
+/// The node configuration, once its file is there. On a fresh node this DaemonSet's pod
+/// starts beside the rdma-host-device DaemonSet's, whose install container writes node.json;
+/// a driver that went on with the defaults would publish none of the node's NICs until
+/// restarted. The real cluster's tests saw the driver start 0.1 s before the install
+/// container.
+fn node_once_installed() -> Result<Node> {
+    let path = Node::path();
+    let mut said = false;
+    while let Err(e) = std::fs::symlink_metadata(&path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            break;
+        }
+        if !said {
+            log::info!(
+                "waiting for the node configuration {}: the install container of the \
+                 rdma-host-device DaemonSet (conf/k8s/daemonset.yaml) writes it",
+                path.display()
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Ok(Node::load_from(&path)?)
+}
+
 /// Run the driver until killed; returns only if it cannot start (the node configuration, a
 /// checkpoint this build cannot read, the API server's address or credentials, its refusal of
 /// our first publication).
 pub fn run(opts: &Options) -> Result<()> {
     rdma_host_device_core::logging::init(log::LevelFilter::Info, None, " dra".into());
-    let node = Node::load()?;
-    let dra = node.dra()?.unwrap_or_default();
     if opts.resync_seconds == 0 {
         return Err(invalid("--resync-seconds must be at least 1"));
     }
+    let node = node_once_installed()?;
+    let dra = node.dra()?.unwrap_or_default();
     let state_dir = opts.state_dir.clone().unwrap_or(node.state_dir.clone());
     let cdi = match &opts.cdi_spec {
         None => None,

@@ -37,6 +37,17 @@ struct Agent {
 
 impl Agent {
     fn start(rig: &Rig, api: &ApiServer, node: &str, token: Option<&std::path::Path>) -> Agent {
+        Agent::start_reading(rig, api, node, token, &rig.node_config())
+    }
+
+    /// [`Agent::start`] with the node configuration at `config`.
+    fn start_reading(
+        rig: &Rig,
+        api: &ApiServer,
+        node: &str,
+        token: Option<&std::path::Path>,
+        config: &std::path::Path,
+    ) -> Agent {
         let log = rig.dir.path().join(format!(
             "dra-{}.log",
             rig.dir.path().read_dir().unwrap().count()
@@ -52,7 +63,7 @@ impl Agent {
             // The kubelet side serves its sockets here, not in the machine's /var/lib/kubelet.
             .arg("--kubelet-dir")
             .arg(rig.dir.path().join("kubelet"))
-            .env(NODE_CONFIG_ENV, rig.node_config())
+            .env(NODE_CONFIG_ENV, config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -232,6 +243,47 @@ fn the_slice_lists_the_allowed_nics_with_their_attributes_and_never_an_uplink() 
             "{k}: a veth has none (linkUp: admin down, unknown)"
         );
     }
+}
+
+/// On a fresh node the DRA DaemonSet's pod may start before the install container of
+/// daemonset.yaml's pod has written node.json (the real cluster's pods tests saw it, 0.1 s
+/// apart). The driver waits for the file, saying what writes it, and then publishes the NICs
+/// the file names: not the defaults' none, until a restart.
+#[test]
+fn a_driver_started_before_its_node_configuration_publishes_once_it_is_written() {
+    let rig = Rig::new();
+    let v = node_with_four_veths(&rig);
+    let api = ApiServer::real();
+    let node = node_name(&rig);
+    let later = rig.dir.path().join("installed-later");
+    std::fs::create_dir(&later).unwrap();
+    let config = later.join("node.json");
+    let agent = Agent::start_reading(&rig, &api, &node, None, &config);
+    let start = Instant::now();
+    while !agent.log().contains("waiting for the node configuration") {
+        assert!(
+            start.elapsed() < BOUND,
+            "no word of the wait: {}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        agent.log().contains(&config.display().to_string()),
+        "{}",
+        agent.log()
+    );
+    assert!(slices(&api, &node).is_empty(), "nothing before the file");
+    // Written as the install container does: whole, under its name.
+    let tmp = later.join(".node.json.tmp");
+    std::fs::copy(rig.node_config(), &tmp).unwrap();
+    std::fs::rename(&tmp, &config).unwrap();
+    let (s, took) = wait_slice(&api, &agent, &node, BOUND, "the slice", |s| {
+        s.spec.devices.as_ref().is_some_and(|d| d.len() == 2)
+    });
+    eprintln!("published {took:?} after node.json was written");
+    let names: Vec<_> = s.spec.devices.iter().flatten().map(|d| &d.name).collect();
+    assert_eq!(names, [&dev(&v[0]), &dev(&v[3])]);
 }
 
 #[test]

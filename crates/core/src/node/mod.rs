@@ -244,9 +244,15 @@ impl Node {
     /// The node configuration: the file named by the environment or the default path; the
     /// built-in defaults when the default file does not exist.
     pub fn load() -> Result<Node> {
+        let named = std::env::var_os(PATH_ENV).is_some_and(|p| !p.is_empty());
+        Self::from_file(&Self::path(), named)
+    }
+
+    /// Where [`Node::load`] reads: the file the environment names, else the default path.
+    pub fn path() -> PathBuf {
         match std::env::var_os(PATH_ENV) {
-            Some(p) if !p.is_empty() => Self::from_file(Path::new(&p), true),
-            _ => Self::from_file(Path::new(DEFAULT_PATH), false),
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => PathBuf::from(DEFAULT_PATH),
         }
     }
 
