@@ -88,7 +88,7 @@ async fn attach(places: &Places<'_>, plan: &Plan, ledger: &mut Ledger) -> Result
 /// status reports (the pod's name for it, its addresses as IPAM gave them, its MAC on arrival).
 struct Applied {
     ips: Vec<IpAddr>,
-    network: metadata::NetworkData,
+    network: NetworkData,
 }
 
 /// Step 1: A NIC lost to a dead pod gets its own name, MTU and MAC back first.
@@ -278,7 +278,7 @@ async fn apply_addresses(
         .collect();
     let applied = Applied {
         ips: ours_ips.iter().map(|ip| ip.address.addr()).collect(),
-        network: metadata::NetworkData {
+        network: NetworkData {
             interface_name: env.ifname.clone(),
             ips: ours_ips.iter().map(|ip| ip.address.to_string()).collect(),
             hardware_address: inside.mac.clone(),
@@ -446,15 +446,11 @@ fn complete_nic_env(plan: &Plan, attached: &metadata::Attached, ledger: &mut Led
 fn note_network_data(
     places: &Places<'_>,
     record: &mut Record,
-    network: &metadata::NetworkData,
+    network: &NetworkData,
     ledger: &mut Ledger,
 ) -> Result<()> {
     if let Some(dra) = &mut record.dra {
-        dra.network = Some(NetworkData {
-            interface_name: network.interface_name.clone(),
-            ips: network.ips.clone(),
-            hardware_address: network.hardware_address.clone(),
-        });
+        dra.network = Some(network.clone());
         // Like the NIC's index, worth something only while the pod's netns lives: no fsync.
         Store::new(&places.node.state_dir).update(record)?;
         ledger.update_record(record);

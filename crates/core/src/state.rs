@@ -276,16 +276,19 @@ pub struct DraAttachment {
     pub metadata: bool,
 }
 
-/// KEP-4817's `networkData` as ADD applied it: the interface name in the pod (CNI_IFNAME),
-/// the addresses in CIDR form (address/prefix, as IPAM gave them), the MAC the NIC had when
-/// it arrived. What the pod may change afterwards is not looked at again.
+/// KEP-4817's `networkData` (the API's `NetworkDeviceData`), one type wherever it goes: as ADD
+/// applied it, in the record, in a claim's device metadata and in its `status.devices[]`. The
+/// interface name in the pod (CNI_IFNAME), the addresses in CIDR form (address/prefix, as IPAM
+/// gave them), the MAC the NIC had when it arrived. What the pod may change afterwards is not
+/// looked at again. Empty fields are left out, as the API's optional ones are.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkData {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub interface_name: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ips: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hardware_address: String,
 }
 

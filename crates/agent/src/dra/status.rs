@@ -94,17 +94,7 @@ pub fn merge(
 
 /// `networkData` in the API's JSON; empty fields left out (they are optional).
 fn network_json(n: &NetworkData) -> Value {
-    let mut v = json!({});
-    if !n.interface_name.is_empty() {
-        v["interfaceName"] = n.interface_name.clone().into();
-    }
-    if !n.ips.is_empty() {
-        v["ips"] = n.ips.clone().into();
-    }
-    if !n.hardware_address.is_empty() {
-        v["hardwareAddress"] = n.hardware_address.clone().into();
-    }
-    v
+    serde_json::to_value(n).unwrap_or_else(|_| json!({}))
 }
 
 /// `driver`'s devices in the claim's `status.allocation.devices.results[]`.

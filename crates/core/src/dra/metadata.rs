@@ -38,6 +38,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use super::DRIVER;
+use crate::state::NetworkData;
 
 pub const API_VERSION: &str = "metadata.resource.k8s.io/v1beta1";
 pub const KIND: &str = "DeviceMetadata";
@@ -173,18 +174,6 @@ impl Attribute {
             ..Attribute::default()
         }
     }
-}
-
-/// KEP-4817's `NetworkDeviceData`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NetworkData {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub interface_name: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ips: Vec<String>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub hardware_address: String,
 }
 
 impl DeviceMetadata {

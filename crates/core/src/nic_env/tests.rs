@@ -1,5 +1,5 @@
 use super::*;
-use crate::dra::metadata::NetworkData;
+use crate::state::NetworkData;
 use std::net::IpAddr;
 
 fn place(tag: &str) -> Place {
