@@ -11,7 +11,7 @@ use rdma_host_device_agent::validate::yaml;
 
 use rdma_host_device::cni::netconf::{OTHER_KEYS, RdmaConf, SELECTOR_KEYS};
 use rdma_host_device_core::node::{
-    CharDevices, DeviceMetadataConfig, DevicePluginConfig, DraConfig, NicEnvConfig, NicPolicy,
+    CharDevices, DeviceMetadataConfig, DevicePluginConfig, DraConfig, NicEnvConfig, NicSelectors,
     Node, Pool, Rail,
 };
 use serde::de::DeserializeOwned;
@@ -76,7 +76,7 @@ fn every_node_configuration_key_the_parser_accepts_is_in_the_reference() {
     let mut keys = fields::<Node>();
     assert!(keys.contains(&"stateDir".to_owned()), "{keys:?}");
     for (parent, sub) in [
-        ("allowedNics", fields::<NicPolicy>()),
+        ("allowedNics", fields::<NicSelectors>()),
         ("devicePlugin", fields::<DevicePluginConfig>()),
         ("devicePlugin.pools[]", fields::<Pool>()),
         ("devicePlugin.charDevices", fields::<CharDevices>()),

@@ -118,8 +118,8 @@ impl Default for RdmaConf {
 }
 
 /// How the config names the host NIC it asks for (its one selector key: `device`, `hwaddr`,
-/// ...). Exactly one must be given. What the node lets it have is core's `node::NicPolicy`,
-/// judged on the NIC found.
+/// ...). Exactly one must be given. What the node lets it have is its policy, core's
+/// `Node::admit` (its `allowedNics` a `node::NicSelectors`), judged on the NIC found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NicRequest {
     Name(String),

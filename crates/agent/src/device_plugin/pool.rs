@@ -87,7 +87,7 @@ pub async fn gather(
 mod tests {
     use super::*;
     use rdma_host_device_core::inventory::device_id;
-    use rdma_host_device_core::node::{NicPolicy, Pool};
+    use rdma_host_device_core::node::{NicSelectors, Pool};
 
     fn nic(name: &str, pci: Option<&str>, driver: &str) -> Nic {
         Nic {
@@ -107,7 +107,7 @@ mod tests {
         }
     }
 
-    fn pool(name: &str, sel: NicPolicy) -> Pool {
+    fn pool(name: &str, sel: NicSelectors) -> Pool {
         Pool {
             resource_name: name.into(),
             selectors: sel,
@@ -120,14 +120,14 @@ mod tests {
             pools: vec![
                 pool(
                     "x.io/rail",
-                    NicPolicy {
+                    NicSelectors {
                         drivers: vec!["mlx5_core".into()],
                         ..Default::default()
                     },
                 ),
                 pool(
                     "x.io/other",
-                    NicPolicy {
+                    NicSelectors {
                         names: vec!["ens2".into(), "ens3".into()],
                         ..Default::default()
                     },
@@ -167,7 +167,7 @@ mod tests {
         // allowedUplinks lifts the uplink rule, as for ADD; allowedNics narrows.
         let node = Node {
             allowed_uplinks: vec!["ens0".into()],
-            allowed_nics: Some(NicPolicy {
+            allowed_nics: Some(NicSelectors {
                 pci_addresses: vec!["0000:01:00.0".into(), "0000:3b:00.0".into()],
                 ..Default::default()
             }),

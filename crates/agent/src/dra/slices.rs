@@ -740,7 +740,7 @@ fn spawn_slice_watch(kube: Kube, filter: SliceFilter, tx: tokio::sync::mpsc::Sen
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdma_host_device_core::node::{NicPolicy, Rail};
+    use rdma_host_device_core::node::{NicSelectors, Rail};
 
     fn facts(nic: Nic) -> Facts {
         Facts {
@@ -783,7 +783,7 @@ mod tests {
             resource_name: Some("rdma-host-device.io/rail".into()),
             rails: vec![Rail {
                 name: "3".into(),
-                selectors: NicPolicy::default(),
+                selectors: NicSelectors::default(),
             }],
             ..Default::default()
         };

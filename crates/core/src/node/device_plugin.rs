@@ -3,7 +3,7 @@
 //! and the char devices the node lets pods have. Validated where the device plugin and
 //! `node-config` read it; the CNI verbs never parse it.
 
-use super::NicPolicy;
+use super::NicSelectors;
 use serde::{Deserialize, Serialize};
 
 /// `devicePlugin`: what `rdma-host-device-agent device-plugin` offers the kubelet. Each pool is one
@@ -72,7 +72,7 @@ pub struct Pool {
     /// The extended resource, `vendor-domain/name` (`rdma-host-device.io/rail`).
     pub resource_name: String,
     /// The same shape as `allowedNics`: any entry matching puts the NIC in this pool.
-    pub selectors: NicPolicy,
+    pub selectors: NicSelectors,
 }
 
 impl Pool {

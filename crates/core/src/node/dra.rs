@@ -4,7 +4,7 @@
 //! node operator; parsed by the agent and `node-config`; the CNI verbs read `deviceMetadata` alone
 //! (`Node::dra_metadata`).
 
-use super::NicPolicy;
+use super::NicSelectors;
 use super::device_plugin::check_resource_name;
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +17,7 @@ pub struct DraConfig {
     /// function or an auxiliary-bus device), never a virtual link (veth, bridge, ...): the
     /// runtime creates one per pod, which would churn the slice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nics: Option<NicPolicy>,
+    pub nics: Option<NicSelectors>,
     /// The `k8s.cni.cncf.io/resourceName` attribute of every device: Multus (DRA mode) hands a
     /// device's `k8s.cni.cncf.io/deviceID` to the CNI of the NAD whose
     /// `k8s.v1.cni.cncf.io/resourceName` equals it. Absent: the attribute is not published.
@@ -97,7 +97,7 @@ impl DeviceMetadataConfig {
 pub struct Rail {
     /// The rail's name as claims select it (`device.attributes["rdma-host-device.io"].rail`).
     pub name: String,
-    pub selectors: NicPolicy,
+    pub selectors: NicSelectors,
 }
 
 /// The most a string attribute may hold (resource.k8s.io/v1 `DeviceAttribute.string`).

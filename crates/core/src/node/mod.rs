@@ -37,7 +37,7 @@ use ipam::{
 };
 pub use keys::keys_of;
 pub use memlock::Memlock;
-pub use nics::{NicFacts, NicPolicy};
+pub use nics::{NicFacts, NicSelectors};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -61,7 +61,7 @@ pub struct Node {
     pub log_dir: PathBuf,
     /// Only these NICs may be handed to pods (any entry matching is enough).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allowed_nics: Option<NicPolicy>,
+    pub allowed_nics: Option<NicSelectors>,
     /// NICs (by name or PCI address) that may be handed to pods although they carry the node's
     /// default route, a global address, or are a port of a bond or bridge. Their host addresses
     /// and routes are not restored on DEL.

@@ -7,10 +7,13 @@ use crate::error::{Code, Error, Result};
 use crate::rdma::identity::{format_guid, parse_guid};
 use serde::{Deserialize, Serialize};
 
-/// Which NICs may be handed to pods. Absent: any NIC except the node's own uplinks.
+/// NICs named by what they are: by name, PCI function, driver or RDMA device; a NIC matches
+/// if any entry names it. The node's `allowedNics` (absent: any NIC except the node's own
+/// uplinks), a device-plugin pool's and a DRA rail's `selectors`, and `dra.nics`. Not the
+/// network configuration's request for one NIC, which is the plugin's `NicRequest`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NicPolicy {
+pub struct NicSelectors {
     /// Host interface names (the primary name, as `ip link` shows it).
     #[serde(default)]
     pub names: Vec<String>,
@@ -27,7 +30,7 @@ pub struct NicPolicy {
     pub rdma_devices: Vec<String>,
 }
 
-impl NicPolicy {
+impl NicSelectors {
     /// Does any entry name this NIC?
     pub fn matches(&self, nic: &NicFacts<'_>) -> bool {
         let any = |list: &[String], v: Option<&str>| v.is_some_and(|v| list.iter().any(|x| x == v));

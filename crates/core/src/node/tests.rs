@@ -243,7 +243,7 @@ fn rdma_devices_policy_matches_a_node_guid_and_a_name_only_where_pods_cannot_ren
         ..Default::default()
     };
     let by = |entries: &[&str]| Node {
-        allowed_nics: Some(NicPolicy {
+        allowed_nics: Some(NicSelectors {
             rdma_devices: entries.iter().map(|e| e.to_string()).collect(),
             ..Default::default()
         }),
@@ -731,11 +731,11 @@ fn a_link_made_from_another_namespace_is_refused_unless_allowed_nics_names_it() 
         e.msg
     );
     // A driver entry matches it (veth), but only a name entry lets it through.
-    let by = |p: NicPolicy| Node {
+    let by = |p: NicSelectors| Node {
         allowed_nics: Some(p),
         ..Node::default()
     };
-    let drivers = by(NicPolicy {
+    let drivers = by(NicSelectors {
         drivers: vec!["veth".into()],
         ..Default::default()
     });
@@ -744,7 +744,7 @@ fn a_link_made_from_another_namespace_is_refused_unless_allowed_nics_names_it() 
         ..squatter
     };
     assert!(drivers.admit(&veth).is_err());
-    let names = by(NicPolicy {
+    let names = by(NicSelectors {
         names: vec!["ens1f0".into()],
         ..Default::default()
     });
