@@ -308,10 +308,24 @@ impl Cluster {
             if Instant::now() > end {
                 let pods = self.kubectl(&["get", "pods", "-A", "-o", "wide"]);
                 let events = self.kubectl(&["get", "events", "-A", "--sort-by=.lastTimestamp"]);
+                // Our DaemonSets' containers say what they did (the DRA driver's start before
+                // node.json was written showed only as a slice that never came).
+                let ours = self.kubectl(&[
+                    "-n",
+                    "kube-system",
+                    "logs",
+                    "-l",
+                    "app.kubernetes.io/name in (rdma-host-device, rdma-host-device-dra)",
+                    "--all-containers",
+                    "--prefix",
+                    "--tail=20",
+                ]);
                 panic!(
-                    "{what}: not after {secs} s\n--- pods:\n{}\n--- events:\n{}\n--- kubelet log (last 40 lines):\n{}",
+                    "{what}: not after {secs} s\n--- pods:\n{}\n--- events:\n{}\n--- our containers' logs (last 20 lines each):\n{}{}\n--- kubelet log (last 40 lines):\n{}",
                     String::from_utf8_lossy(&pods.stdout),
                     String::from_utf8_lossy(&events.stdout),
+                    String::from_utf8_lossy(&ours.stdout),
+                    String::from_utf8_lossy(&ours.stderr),
                     self.log_tail("kubelet", 40)
                 );
             }
