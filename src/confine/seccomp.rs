@@ -422,7 +422,7 @@ pub fn filter(unix: bool) -> Option<Filter> {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub fn filter(_unix: bool) -> Option<Filter> {
+pub(crate) fn filter(_unix: bool) -> Option<Filter> {
     None
 }
 

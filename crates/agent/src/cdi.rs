@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 pub const KIND: &str = "rdma-host-device.io/rdma";
 /// What podman 4.3 (Debian 12) and the runtimes of its time read.
 pub const CDI_VERSION: &str = "0.5.0";
-pub const DEFAULT_SPEC: &str = rdma_host_device_core::node::DEFAULT_CDI_SPEC;
+pub(crate) const DEFAULT_SPEC: &str = rdma_host_device_core::node::DEFAULT_CDI_SPEC;
 /// The most of a previous spec read (ours is a few hundred bytes per device).
 const MAX_SPEC: u64 = 4 << 20;
 

@@ -18,7 +18,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 /// The agent's executable name, as its usage, completions and man page call it.
-pub const NAME: &str = "rdma-host-device-agent";
+pub(crate) const NAME: &str = "rdma-host-device-agent";
 
 /// The agent: everything of rdma-host-device that runs on a node beside the CNI plugin.
 #[derive(Debug, Parser)]
@@ -36,7 +36,7 @@ checks of node and network configurations, and the DRA driver.",
     subcommand_required = true,
     arg_required_else_help = true
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
@@ -53,7 +53,7 @@ fn after_long_help() -> String {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Every NIC with its RDMA device, link and GID state, and the pod it is attached to
     ///
     /// Every NIC of this node with its RDMA device, driver, PCI address, link state, MTU, GID

@@ -6,7 +6,7 @@ use rdma_host_device_core::node::Memlock;
 use std::path::PathBuf;
 
 /// A path that must be absolute (directories and files the agent opens as the node has them).
-pub fn absolute_path(s: &str) -> Result<PathBuf, String> {
+pub(crate) fn absolute_path(s: &str) -> Result<PathBuf, String> {
     let p = PathBuf::from(s);
     if !p.is_absolute() {
         return Err(format!("{s:?} must be an absolute path"));

@@ -92,12 +92,12 @@ pub enum Health {
 }
 
 impl Health {
-    pub fn is_unhealthy(&self) -> bool {
+    pub(crate) fn is_unhealthy(&self) -> bool {
         matches!(self, Health::Unhealthy { .. })
     }
 
     /// The taint's value, when unhealthy.
-    pub fn word(&self) -> Option<&'static str> {
+    pub(crate) fn word(&self) -> Option<&'static str> {
         match self {
             Health::Unhealthy { word, .. } => Some(word),
             _ => None,

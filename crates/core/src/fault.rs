@@ -17,7 +17,7 @@ use crate::error::Result;
 
 /// Every injection point, in the order a flow reaches them. Tests iterate over these.
 #[allow(dead_code)]
-pub const POINTS: &[&str] = &[
+pub(crate) const POINTS: &[&str] = &[
     // ADD
     "add:locked",
     // inside the state file's atomic write (ADD), between the temp file and its rename

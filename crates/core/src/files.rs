@@ -52,7 +52,7 @@ pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
 
 /// [`read_regular`], but a symlink at `path` is not followed (`ELOOP`): for files in
 /// directories others may write to.
-pub fn read_regular_nofollow(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_regular_nofollow(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     read_bounded(path, max, libc::O_NOFOLLOW)
 }
 

@@ -131,7 +131,7 @@ pub struct InPod {
 }
 
 impl InPod {
-    pub fn of(r: &Record) -> InPod {
+    pub(crate) fn of(r: &Record) -> InPod {
         InPod {
             netns: r.netns.clone(),
             netns_id: r.netns_id,
@@ -292,7 +292,7 @@ fn rdma_view() -> Option<Snapshot> {
 /// The RDMA device ADD would pair with host link `l` (its name, node GUID and whether the name
 /// is the node's); none when it pairs ambiguously (ADD would refuse it, naming the devices;
 /// logged).
-pub fn paired(snap: &Snapshot, l: &LinkInfo) -> Option<RdmaId> {
+pub(crate) fn paired(snap: &Snapshot, l: &LinkInfo) -> Option<RdmaId> {
     let nic = pair::Nic {
         index: l.index,
         name: &l.name,

@@ -25,7 +25,7 @@ pub fn is_spec_name(s: &str) -> bool {
 
 /// A DNS label as Kubernetes reads one (RFC 1123): 1-63 lower-case letters, digits and '-',
 /// starting and ending with a letter or digit.
-pub fn is_dns_label(l: &str) -> bool {
+pub(crate) fn is_dns_label(l: &str) -> bool {
     !l.is_empty()
         && l.len() <= 63
         && l.bytes()

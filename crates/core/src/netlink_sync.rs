@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
-pub const NLMSG_ERROR: u16 = 2;
-pub const NLMSG_DONE: u16 = 3;
+pub(crate) const NLMSG_ERROR: u16 = 2;
+pub(crate) const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;
 const NLM_F_DUMP: u16 = 0x300;
@@ -50,7 +50,7 @@ impl SyncSocket {
     }
 
     /// Bound every later receive by `timeout` (`SO_RCVTIMEO`).
-    pub fn set_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+    pub(crate) fn set_timeout(&mut self, timeout: Duration) -> io::Result<()> {
         let tv = libc::timeval {
             tv_sec: timeout.as_secs() as libc::time_t,
             tv_usec: timeout.subsec_micros() as libc::suseconds_t,
@@ -113,7 +113,7 @@ impl SyncSocket {
 /// A NETLINK_ROUTE dump of `msg_type` (the request's family header is `header`, e.g. a zeroed
 /// `ifinfomsg`), giving each datagram to `datagram` while it answers true and fewer than
 /// `max_bytes` were read. The callers parse the datagrams.
-pub fn route_dump(
+pub(crate) fn route_dump(
     msg_type: u16,
     header: &[u8],
     max_bytes: usize,
@@ -187,14 +187,14 @@ impl SyncSocket {
 
     /// One request that is not a dump (`body` after the netlink header) and its one reply
     /// datagram, which the caller parses.
-    pub fn ask(&mut self, msg_type: u16, body: &[u8], what: &str) -> io::Result<&[u8]> {
+    pub(crate) fn ask(&mut self, msg_type: u16, body: &[u8], what: &str) -> io::Result<&[u8]> {
         let req = request(self, msg_type, NLM_F_REQUEST, body);
         self.send(&req)?;
         self.recv(what)
     }
 }
 
-pub fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+pub(crate) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
 
@@ -205,7 +205,7 @@ pub fn u32_at(b: &[u8], at: usize) -> Option<u32> {
 /// One netlink attribute as the kernel lays it out (length, type, value, padding to 4 bytes):
 /// for tests that build kernel replies by hand.
 #[cfg(test)]
-pub fn test_attr(kind: u16, value: &[u8]) -> Vec<u8> {
+pub(crate) fn test_attr(kind: u16, value: &[u8]) -> Vec<u8> {
     let mut a = Vec::new();
     a.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
     a.extend_from_slice(&kind.to_ne_bytes());
@@ -219,7 +219,7 @@ pub fn test_attr(kind: u16, value: &[u8]) -> Vec<u8> {
 /// One netlink message as the kernel lays it out (header with port id 0, then `body`): for
 /// tests that build kernel replies by hand.
 #[cfg(test)]
-pub fn test_message(kind: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+pub(crate) fn test_message(kind: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
     let mut m = Vec::new();
     m.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
     m.extend_from_slice(&kind.to_ne_bytes());

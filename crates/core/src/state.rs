@@ -111,7 +111,7 @@ pub fn owner_key(container_id: &str, ifname: &str) -> String {
 /// new field would undo an attachment wrongly; a binary then refuses a record of a newer format
 /// with TryAgain (11), touching nothing, until a version that reads it runs. Records written
 /// before the format was noted (the releases up to 7362751) are format 1.
-pub const FORMAT: u32 = 1;
+pub(crate) const FORMAT: u32 = 1;
 
 fn first_format() -> u32 {
     1

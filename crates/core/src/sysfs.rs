@@ -93,7 +93,7 @@ pub fn read_trimmed(path: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-pub fn link_basename(path: impl AsRef<Path>) -> Option<String> {
+pub(crate) fn link_basename(path: impl AsRef<Path>) -> Option<String> {
     std::fs::read_link(path)
         .ok()?
         .file_name()
@@ -165,7 +165,7 @@ pub fn ethtool_driver(ifname: &str) -> Option<String> {
 /// The PCI root complex (host bridge) a PCI or auxiliary device hangs off, as sysfs names it
 /// (`pci0000:3a`): devices under one root reach each other (and the GPUs there) without
 /// crossing the CPU interconnect. `None` for a device that is not under a PCI root.
-pub fn pci_root(sys: &Path, bus_id: &str) -> Option<String> {
+pub(crate) fn pci_root(sys: &Path, bus_id: &str) -> Option<String> {
     let sys = std::fs::canonicalize(sys).ok()?;
     let devices = sys.join("devices");
     ["pci", "auxiliary"].iter().find_map(|bus| {
@@ -180,7 +180,7 @@ pub fn pci_root(sys: &Path, bus_id: &str) -> Option<String> {
 /// The NUMA node of a PCI function or auxiliary-bus device (`bus_id`), from `numa_node` in its
 /// sysfs directory or, for a sub-function, its nearest ancestor's; `None` when the kernel does
 /// not know (`-1`) or says nothing. `sys` is `/sys` (a fake tree in unit tests).
-pub fn numa_node(sys: &Path, bus_id: &str) -> Option<i64> {
+pub(crate) fn numa_node(sys: &Path, bus_id: &str) -> Option<i64> {
     let sys = std::fs::canonicalize(sys).ok()?;
     for bus in ["pci", "auxiliary"] {
         let Ok(mut dir) =
@@ -206,7 +206,7 @@ pub fn rdma_of(ifname: &str) -> Option<String> {
 
 /// Every RDMA device on the same device as net device `ifname`, sorted (none for a virtual
 /// link, or a software RDMA device, which has no `device/infiniband`).
-pub fn rdma_devices_of(ifname: &str) -> Vec<String> {
+pub(crate) fn rdma_devices_of(ifname: &str) -> Vec<String> {
     list_dir(
         &Path::new("/sys/class/net")
             .join(ifname)

@@ -225,7 +225,7 @@ pub fn peek_version(raw: &[u8]) -> Option<String> {
 impl NetConf {
     /// Parse strictly (ADD, CHECK, STATUS, GC) with the built-in node defaults.
     #[cfg(test)]
-    pub fn parse(raw: Vec<u8>) -> Result<Self> {
+    pub(crate) fn parse(raw: Vec<u8>) -> Result<Self> {
         Self::parse_strict(raw, &Node::default())
     }
 

@@ -8,7 +8,7 @@ use rdma_host_device_core::netns::Netns;
 use std::os::unix::fs::MetadataExt;
 
 /// The processes in network namespace `ns` (pid, comm), by pid.
-pub fn holders(ns: &Netns) -> Vec<(u32, String)> {
+pub(crate) fn holders(ns: &Netns) -> Vec<(u32, String)> {
     let Ok(me) = std::fs::metadata(ns.path()) else {
         return Vec::new();
     };

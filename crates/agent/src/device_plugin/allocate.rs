@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Where the device plugin's device-info files go (the spec's `devinfo/dp`).
-pub const DEFAULT_DEVICE_INFO_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo/dp";
+pub(crate) const DEFAULT_DEVICE_INFO_DIR: &str = "/var/run/k8s.cni.cncf.io/devinfo/dp";
 
 /// The environment variables for `pool`'s NICs.
 pub fn env_names(pool: &Pool) -> (String, String) {

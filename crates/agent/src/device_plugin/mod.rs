@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Where the kubelet looks for device plugins.
-pub const DEFAULT_SOCKET_DIR: &str = "/var/lib/kubelet/device-plugins";
+pub(crate) const DEFAULT_SOCKET_DIR: &str = "/var/lib/kubelet/device-plugins";
 /// How often health is read (sysfs, cheap): a change reaches `ListAndWatch` within this.
 const HEALTH_TICK: Duration = Duration::from_millis(200);
 /// Every this many health ticks, the NICs are discovered again (netlink: uplink checks).

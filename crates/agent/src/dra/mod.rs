@@ -41,7 +41,7 @@ use std::time::Duration;
 pub use rdma_host_device_core::dra::DRIVER;
 use rdma_host_device_core::dra::checkpoint;
 /// The kubelet's root directory, under which `plugins_registry/` and `plugins/` are.
-pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
+pub(crate) const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
 
 /// `dra --node-name NODE [--kube-server URL --kube-ca FILE --kube-token FILE] ...`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]

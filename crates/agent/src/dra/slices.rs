@@ -96,7 +96,7 @@ pub struct Facts {
 }
 
 /// The device name of `nic`: a DNS label from what a pod cannot change.
-pub fn device_name(nic: &Nic) -> String {
+pub(crate) fn device_name(nic: &Nic) -> String {
     name_for(nic.pci.as_deref(), &nic.id, &nic.name)
 }
 

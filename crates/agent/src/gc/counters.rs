@@ -5,9 +5,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 /// A series' labels: a network or an outcome, never a pod.
-pub type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 /// One counter per label set.
-pub type Series = Family<Labels, Counter>;
+pub(crate) type Series = Family<Labels, Counter>;
 
 /// The GC's counters: live as long as the exporter (`crate::metrics`, which registers them
 /// under the names of its catalog), shared with the GC thread. Labels are networks (bounded by the node's NADs) and two outcomes, never pods.
@@ -55,7 +55,7 @@ impl Counters {
     }
 
     /// The three families (collected, failed, rounds), for the exporter's registry.
-    pub fn families(&self) -> (&Series, &Series, &Series) {
+    pub(crate) fn families(&self) -> (&Series, &Series, &Series) {
         (&self.collected, &self.failed, &self.rounds)
     }
 

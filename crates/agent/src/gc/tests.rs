@@ -145,10 +145,10 @@ fn a_runtime_that_cannot_be_asked_collects_nothing() {
 
 /// A scratch directory removed on drop.
 mod tempdir {
-    pub struct Dir(std::path::PathBuf);
+    pub(crate) struct Dir(std::path::PathBuf);
 
     impl Dir {
-        pub fn new() -> Self {
+        pub(crate) fn new() -> Self {
             static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
             let p = std::env::temp_dir().join(format!(
                 "rhd-gc-{}-{}",
@@ -159,7 +159,7 @@ mod tempdir {
             Dir(p)
         }
 
-        pub fn path(&self) -> &std::path::Path {
+        pub(crate) fn path(&self) -> &std::path::Path {
             &self.0
         }
     }

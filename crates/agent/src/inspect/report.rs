@@ -110,7 +110,7 @@ pub enum MemlockPath {
 
 impl MemlockPath {
     /// As a person reads it.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             MemlockPath::Nri => {
                 "NRI (the nri container sets it in the spec: every process, kubectl exec included)"

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 /// The group and version of every object here.
-pub const API_VERSION: &str = "resource.k8s.io/v1";
+pub(crate) const API_VERSION: &str = "resource.k8s.io/v1";
 
 /// An object's metadata: the fields the driver reads, and the rest as the server wrote it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Where `--listen` points when not given.
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:9879";
+pub(crate) const DEFAULT_LISTEN: &str = "0.0.0.0:9879";
 /// How long one kernel query may take before it counts as a scrape error.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -3,7 +3,7 @@
 //! Collection fills a [`Snapshot`]; `encode.rs` hands it to prometheus-client.
 
 /// Labels of one sample, in a fixed order.
-pub type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -120,26 +120,26 @@ pub static FOREIGN_UPPERS_REMOVED: Metric = counter(
     "Links of another network namespace the uppers watcher found riding a NIC a pod holds and deleted (a neighbour with NET_ADMIN receiving that pod's frames); its log names each",
 );
 
-pub static SCRAPE_ERRORS: Metric = counter(
+pub(crate) static SCRAPE_ERRORS: Metric = counter(
     "rdma_host_device_scrape_errors",
     "Failures while collecting, by stage; the scrape still answers with everything else",
 );
 
-pub static GC_COLLECTED: Metric = counter(
+pub(crate) static GC_COLLECTED: Metric = counter(
     "rdma_host_device_gc_collected",
     "Attachments the agent's GC gave back (IPAM released, NIC home, record gone) because the runtime no longer lists their pod sandbox, by network",
 );
-pub static GC_FAILED: Metric = counter(
+pub(crate) static GC_FAILED: Metric = counter(
     "rdma_host_device_gc_failed",
     "Attachments the agent's GC found leaked but could not give back in a round (it tries again next round; its log says why), by network",
 );
-pub static GC_ROUNDS: Metric = counter(
+pub(crate) static GC_ROUNDS: Metric = counter(
     "rdma_host_device_gc_rounds",
     "The agent's GC rounds, by outcome: done, or runtime_unavailable (the runtime could not be asked which sandboxes exist: nothing was collected)",
 );
 
 /// Every stage a scrape error is counted under (each exported from the start, at 0).
-pub const STAGES: [&str; 10] = [
+pub(crate) const STAGES: [&str; 10] = [
     "state_dir",
     "netns",
     "netdev",
@@ -195,7 +195,7 @@ impl Snapshot {
 
     /// The samples of `name` (for tests).
     #[cfg(test)]
-    pub fn samples(&self, name: &str) -> Vec<&(Labels, Value)> {
+    pub(crate) fn samples(&self, name: &str) -> Vec<&(Labels, Value)> {
         self.families
             .iter()
             .filter(|f| f.metric.name == name)

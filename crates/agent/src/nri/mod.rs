@@ -35,7 +35,7 @@ pub const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";
 pub const PLUGIN_NAME: &str = "rdma-host-device";
 /// Late in the order: the runtime calls plugins by ascending index and shows each the devices
 /// those before it added (a DRA driver adding RDMA char devices through NRI comes first).
-pub const DEFAULT_INDEX: &str = "90";
+pub(crate) const DEFAULT_INDEX: &str = "90";
 /// The first wait before connecting again, and the longest.
 const FIRST_RETRY: Duration = Duration::from_millis(200);
 const LAST_RETRY: Duration = Duration::from_secs(5);

@@ -23,7 +23,7 @@ struct Nexthop {
 
 /// The ids of every nexthop object (single or group) that leaves through link `index`.
 /// A kernel without nexthop objects has none: an empty set.
-pub fn ids_through(index: u32) -> std::io::Result<HashSet<u32>> {
+pub(crate) fn ids_through(index: u32) -> std::io::Result<HashSet<u32>> {
     let all = dump()?;
     let mut ids: HashSet<u32> = all
         .iter()

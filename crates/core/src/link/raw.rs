@@ -32,7 +32,7 @@ const NLM_F_DUMP_FILTERED: u16 = 0x20;
 /// `struct ifinfomsg`.
 const IFINFOMSG_LEN: usize = 16;
 /// A dump larger than this is not a link table we can judge.
-pub const MAX_BYTES: usize = 64 << 20;
+pub(crate) const MAX_BYTES: usize = 64 << 20;
 
 /// One link, as much of it as the plugin asks of every link.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,7 +59,7 @@ impl RawLink {
     /// Whether this link is stacked on link `index` of the namespace it numbers as
     /// `lower_netnsid` (`None`: its own): its IFLA_LINK names it, and it is not a veth (a
     /// veth's IFLA_LINK is its peer, not a lower device).
-    pub fn rides(&self, index: u32, lower_netnsid: Option<i32>) -> bool {
+    pub(crate) fn rides(&self, index: u32, lower_netnsid: Option<i32>) -> bool {
         self.lower == Some(index)
             && self.lower_netnsid == lower_netnsid
             && self.kind.as_deref() != Some("veth")
@@ -91,7 +91,7 @@ pub fn dump() -> std::io::Result<Option<Vec<RawLink>>> {
 /// others (a veth per pod). A kind the kernel does not know has no links; the kernel then
 /// ignores the filter, its answer says so (no NLM_F_DUMP_FILTERED), and the dump is abandoned
 /// with its socket.
-pub fn dump_kind(kind: &str) -> std::io::Result<Vec<RawLink>> {
+pub(crate) fn dump_kind(kind: &str) -> std::io::Result<Vec<RawLink>> {
     let mut sock = netlink_sync::route_socket()?;
     let mut req = every_link();
     let mut name = kind.as_bytes().to_vec();
@@ -146,7 +146,7 @@ fn every_link() -> Vec<u8> {
 }
 
 /// `dump` on `sock`, in the namespace it was opened in.
-pub fn dump_on(sock: &mut SyncSocket) -> std::io::Result<Option<Vec<RawLink>>> {
+pub(crate) fn dump_on(sock: &mut SyncSocket) -> std::io::Result<Option<Vec<RawLink>>> {
     let mut out = Vec::new();
     let mut outcome = Ok(true);
     sock.dump(RTM_GETLINK, &every_link(), MAX_BYTES, |buf| {
@@ -163,7 +163,7 @@ pub fn dump_on(sock: &mut SyncSocket) -> std::io::Result<Option<Vec<RawLink>>> {
 /// The links of `sock`'s namespace that `keep` keeps, however many links the namespace holds:
 /// the dump is read to its end, and only what is kept is held (a search for what rides one
 /// NIC must not pass over a namespace because it is large).
-pub fn dump_where(
+pub(crate) fn dump_where(
     sock: &mut SyncSocket,
     keep: impl Fn(&RawLink) -> bool,
 ) -> std::io::Result<Vec<RawLink>> {

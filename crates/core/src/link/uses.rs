@@ -24,7 +24,7 @@ impl Links {
     /// Why the node itself needs link `link` (in this handle's namespace, the host's), in
     /// words: it carries a route (any table), an address, a device of this namespace stacked on
     /// it, or it is a port of a bond or bridge. Empty when not.
-    pub async fn node_uses(&self, link: &LinkInfo) -> Result<Vec<String>> {
+    pub(crate) async fn node_uses(&self, link: &LinkInfo) -> Result<Vec<String>> {
         let mut why = Vec::new();
         // Devices stacked on it (macvlan, ipvlan, VLAN, ...) stay on the host and lose their
         // wire when it leaves: whatever they carry is the node's.
@@ -220,7 +220,7 @@ impl Links {
     /// A socket in the calling thread's namespace on which the kernel applies the filters a
     /// dump request carries (NETLINK_GET_STRICT_CHK, Linux 4.20+; an older kernel ignores
     /// them, and the callers filter the answers again).
-    pub fn open_filtered() -> Result<Self> {
+    pub(crate) fn open_filtered() -> Result<Self> {
         let (mut conn, handle, _) = rtnetlink::new_connection()
             .map_err(|e| Error::new(Code::Netlink, format!("cannot open rtnetlink socket: {e}")))?;
         use netlink_sys::AsyncSocket;

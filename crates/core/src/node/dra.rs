@@ -58,7 +58,7 @@ pub struct DeviceMetadataConfig {
 fn yes() -> bool {
     true
 }
-pub const DEFAULT_PLUGIN_DATA_DIR: &str = "/var/lib/kubelet/plugins/rdma-host-device.io";
+pub(crate) const DEFAULT_PLUGIN_DATA_DIR: &str = "/var/lib/kubelet/plugins/rdma-host-device.io";
 pub use super::dirs::DEFAULT_CDI_DIR;
 fn default_plugin_data_dir() -> std::path::PathBuf {
     DEFAULT_PLUGIN_DATA_DIR.into()

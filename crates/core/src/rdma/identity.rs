@@ -48,7 +48,7 @@ pub fn format_guid(g: u64) -> String {
 
 /// The identity of the RDMA device paired with `nic`, from devices and ports listed in one
 /// read (name and GUID from the same device message, so a rename in between cannot mix them).
-pub fn identify(
+pub(crate) fn identify(
     devices: &[RdmaDevice],
     ports: &[RdmaPort],
     mode: NetnsMode,
@@ -89,7 +89,7 @@ impl Snapshot {
         }))
     }
 
-    pub fn of(&self, nic: &Nic<'_>) -> Result<Option<RdmaId>> {
+    pub(crate) fn of(&self, nic: &Nic<'_>) -> Result<Option<RdmaId>> {
         identify(&self.devices, &self.ports, self.mode, nic)
     }
 }

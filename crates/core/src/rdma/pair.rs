@@ -18,7 +18,7 @@ pub struct Nic<'a> {
 }
 
 /// Every RDMA device and port `sock` sees: what pairing and identity decide from.
-pub fn devices_and_ports(sock: &mut RdmaSocket) -> Result<(Vec<RdmaDevice>, Vec<RdmaPort>)> {
+pub(crate) fn devices_and_ports(sock: &mut RdmaSocket) -> Result<(Vec<RdmaDevice>, Vec<RdmaPort>)> {
     let devices = sock
         .devices()
         .map_err(|e| rdma_error("listing RDMA devices", e))?;
@@ -99,7 +99,7 @@ pub fn pair_from(
 
 /// The EUI-64 node GUID an RDMA device derives from a MAC: flip the universal/local bit of the
 /// first byte and put ff:fe in the middle (eRDMA, rxe).
-pub fn guid_from_mac(mac: &str) -> Option<u64> {
+pub(crate) fn guid_from_mac(mac: &str) -> Option<u64> {
     let [a, b1, c, d, e, f] = crate::link::parse_mac(mac)?;
     Some(u64::from_be_bytes([a ^ 0x02, b1, c, 0xff, 0xfe, d, e, f]))
 }

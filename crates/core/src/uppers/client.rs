@@ -11,7 +11,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// What the watcher at `socket` says rides host link `ifindex`, within `deadline`.
-pub fn ask(socket: &Path, ifindex: u32, name: &str, deadline: Duration) -> io::Result<Vec<String>> {
+pub(crate) fn ask(
+    socket: &Path,
+    ifindex: u32,
+    name: &str,
+    deadline: Duration,
+) -> io::Result<Vec<String>> {
     let q = Query {
         ifindex,
         name: name.to_owned(),

@@ -32,7 +32,7 @@ pub const DEFAULT_SOCKET: &str = "/run/rdma-host-device/uppers.sock";
 /// How long ADD waits for the watcher before it scans itself: longer than the watcher's scan
 /// of a node of a few hundred pods (which a query may have to wait for), short enough that a
 /// stuck watcher costs each ADD little.
-pub const DEADLINE: Duration = Duration::from_millis(500);
+pub(crate) const DEADLINE: Duration = Duration::from_millis(500);
 
 /// Why host link `link` is not free, in words, each reason once: what the node uses it for
 /// (`Links::node_uses`) and what rides it (`riding`). Run in the host's namespace.
@@ -51,7 +51,7 @@ pub async fn uses(host: &Links, socket: &Path, link: &LinkInfo) -> Result<Vec<St
 /// ("macvlan mv0 in /run/netns/pod-a is stacked on it", "ipip t0 is stacked on it"); empty when
 /// none. Asks the watcher at `socket` first; without its answer, scans the host's unlinked
 /// kinds and every other namespace. Run in the host's namespace.
-pub fn riding(socket: &Path, link: &LinkInfo) -> Result<Vec<String>> {
+pub(crate) fn riding(socket: &Path, link: &LinkInfo) -> Result<Vec<String>> {
     match client::ask(socket, link.index, &link.name, DEADLINE) {
         Ok(why) => {
             log::debug!(

@@ -47,7 +47,7 @@ pub fn all(index: u32, name: &str) -> Result<Vec<String>> {
 
 /// Links of this namespace (the host's) of a kind in [`RIDING_UNLINKED`] whose lower is host
 /// link `index` (`name` in messages), each in words.
-pub fn here(index: u32, name: &str) -> Result<Vec<String>> {
+pub(crate) fn here(index: u32, name: &str) -> Result<Vec<String>> {
     let mut why = Vec::new();
     for kind in RIDING_UNLINKED {
         let links = raw::dump_kind(kind).map_err(|e| {
@@ -67,7 +67,7 @@ pub fn here(index: u32, name: &str) -> Result<Vec<String>> {
 
 /// Devices of the node's other namespaces stacked on host link `index` (`name` in messages),
 /// each in words. Run in the host's namespace.
-pub fn elsewhere(index: u32, name: &str) -> Result<Vec<String>> {
+pub(crate) fn elsewhere(index: u32, name: &str) -> Result<Vec<String>> {
     let host = Netns::current()?;
     let mut why = Vec::new();
     for (path, label) in netns::others_on_node() {

@@ -15,37 +15,37 @@ const RDMA_NL_NLDEV: u16 = 5;
 
 /// `enum rdma_nldev_command` (the low 10 bits of the netlink message type).
 pub(super) mod cmd {
-    pub const GET: u16 = 1;
+    pub(crate) const GET: u16 = 1;
     pub const SET: u16 = 2;
     pub const NEWLINK: u16 = 3;
     pub const DELLINK: u16 = 4;
-    pub const PORT_GET: u16 = 5;
-    pub const SYS_GET: u16 = 6;
-    pub const GET_CHARDEV: u16 = 15;
+    pub(crate) const PORT_GET: u16 = 5;
+    pub(crate) const SYS_GET: u16 = 6;
+    pub(crate) const GET_CHARDEV: u16 = 15;
     pub const RES_CTX_GET: u16 = 22;
 }
 
 /// `enum rdma_nldev_attr`: only the ones we send or read (the statistics' own are in `stats.rs`).
 pub(super) mod attr {
-    pub const DEV_INDEX: u16 = 1; // u32
-    pub const DEV_NAME: u16 = 2; // string
-    pub const PORT_INDEX: u16 = 3; // u32: port number, or the port count in a device reply
-    pub const NODE_GUID: u16 = 6; // u64, host byte order
-    pub const PORT_STATE: u16 = 12; // u8
-    pub const PORT_PHYS_STATE: u16 = 13; // u8
+    pub(crate) const DEV_INDEX: u16 = 1; // u32
+    pub(crate) const DEV_NAME: u16 = 2; // string
+    pub(crate) const PORT_INDEX: u16 = 3; // u32: port number, or the port count in a device reply
+    pub(crate) const NODE_GUID: u16 = 6; // u64, host byte order
+    pub(crate) const PORT_STATE: u16 = 12; // u8
+    pub(crate) const PORT_PHYS_STATE: u16 = 13; // u8
     pub const RES_PID: u16 = 28; // u32: the process that owns a user resource
     pub const RES_KERN_NAME: u16 = 29; // string: the kernel module owning a kernel resource
-    pub const DEV_NODE_TYPE: u16 = 14; // u8
-    pub const NDEV_INDEX: u16 = 50; // u32
+    pub(crate) const DEV_NODE_TYPE: u16 = 14; // u8
+    pub(crate) const NDEV_INDEX: u16 = 50; // u32
     pub const RES_CTXN: u16 = 64; // u32: a verbs context's number on its device
-    pub const NDEV_NAME: u16 = 51; // string
+    pub(crate) const NDEV_NAME: u16 = 51; // string
     pub const LINK_TYPE: u16 = 65; // string: "rxe", "siw"
-    pub const SYS_NETNS_MODE: u16 = 66; // u8: 1 shared, 0 exclusive
-    pub const DEV_PROTOCOL: u16 = 67; // string: "roce", "iw", "ib", "opa", "usnic"
+    pub(crate) const SYS_NETNS_MODE: u16 = 66; // u8: 1 shared, 0 exclusive
+    pub(crate) const DEV_PROTOCOL: u16 = 67; // string: "roce", "iw", "ib", "opa", "usnic"
     pub const NET_NS_FD: u16 = 68; // u32
-    pub const CHARDEV_TYPE: u16 = 69; // string: "uverbs"
-    pub const CHARDEV_NAME: u16 = 70; // string: "uverbs0"
-    pub const UVERBS_DRIVER_ID: u16 = 73; // u32 (the header says u64; accept both)
+    pub(crate) const CHARDEV_TYPE: u16 = 69; // string: "uverbs"
+    pub(crate) const CHARDEV_NAME: u16 = 70; // string: "uverbs0"
+    pub(crate) const UVERBS_DRIVER_ID: u16 = 73; // u32 (the header says u64; accept both)
     pub const RES_CTX: u16 = 86; // nested: the table of verbs contexts
     pub const RES_CTX_ENTRY: u16 = 87; // nested: one context
 }

@@ -38,10 +38,10 @@ pub enum GidType {
 
 impl GidType {
     /// `Other` value used for a sysfs `gid_attrs/types/I` string that is not recognised.
-    pub const SYSFS_UNKNOWN: u32 = u32::MAX;
+    pub(crate) const SYSFS_UNKNOWN: u32 = u32::MAX;
 
     /// From `ibv_gid_entry.gid_type` (`enum ibv_gid_type`: 0 IB, 1 RoCE v1, 2 RoCE v2).
-    pub fn from_verbs(value: u32) -> Self {
+    pub(crate) fn from_verbs(value: u32) -> Self {
         match value {
             0 => GidType::Ib,
             1 => GidType::RoceV1,
@@ -52,7 +52,7 @@ impl GidType {
 
     /// From a sysfs `gid_attrs/types/I` string. The kernel writes "IB/RoCE v1" for both IB and
     /// RoCE v1 GIDs; the port's link layer tells them apart (as libibverbs does).
-    pub fn from_sysfs(text: &str, link_layer: LinkLayer) -> Self {
+    pub(crate) fn from_sysfs(text: &str, link_layer: LinkLayer) -> Self {
         match text.trim() {
             "IB/RoCE v1" | "RoCE v1" if link_layer == LinkLayer::Ethernet => GidType::RoceV1,
             "IB/RoCE v1" | "IB" => GidType::Ib,
@@ -132,7 +132,7 @@ pub enum LinkLayer {
 
 impl LinkLayer {
     /// From `ibv_port_attr.link_layer` (0 unspecified, 1 InfiniBand, 2 Ethernet).
-    pub fn from_verbs(value: u8) -> Self {
+    pub(crate) fn from_verbs(value: u8) -> Self {
         match value {
             1 => LinkLayer::InfiniBand,
             2 => LinkLayer::Ethernet,
@@ -141,7 +141,7 @@ impl LinkLayer {
     }
 
     /// From sysfs `ports/N/link_layer`.
-    pub fn from_sysfs(text: &str) -> Self {
+    pub(crate) fn from_sysfs(text: &str) -> Self {
         match text.trim() {
             "Ethernet" => LinkLayer::Ethernet,
             "InfiniBand" => LinkLayer::InfiniBand,
@@ -168,7 +168,7 @@ pub enum Transport {
 
 impl Transport {
     /// From `enum ibv_node_type` (also the number in sysfs `node_type`, e.g. "4: RNIC").
-    pub fn from_node_type(node_type: i64) -> Self {
+    pub(crate) fn from_node_type(node_type: i64) -> Self {
         match node_type {
             1..=3 => Transport::Ib,
             4 => Transport::Iwarp,
